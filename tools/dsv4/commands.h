@@ -1,0 +1,15 @@
+// Subcommands of the single `dsv4` executable. Each lives in its own cmd_*.cpp and registers
+// itself on the CLI11 app; the callback it installs sets `exit_code`.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace dsv4::cli {
+
+struct CommandContext {
+    int exit_code = 0;
+};
+
+void register_generate(CLI::App& app, CommandContext& ctx);
+
+}  // namespace dsv4::cli

@@ -1,0 +1,17 @@
+// dsv4: DeepSeek-V4 inference engine. Thin dispatcher over subcommands (see commands.h).
+#include <cstdio>
+
+#include "tools/dsv4/commands.h"
+
+int main(int argc, char** argv) {
+    CLI::App app{"dsv4: DeepSeek-V4 inference engine and OpenAI-compatible server"};
+    app.require_subcommand(1);
+    dsv4::cli::CommandContext ctx;
+    dsv4::cli::register_generate(app, ctx);
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+        return app.exit(e);
+    }
+    return ctx.exit_code;
+}
