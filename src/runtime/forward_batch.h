@@ -1,0 +1,29 @@
+// ForwardBatch: what one engine step asks the model to compute. Built by the scheduler side,
+// consumed by a ModelRunner. Plain data, passed by const reference.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace dsv4 {
+
+// One sequence's slice of work in a step: a prefill chunk (many tokens) or a decode step (one).
+struct SeqChunk {
+    int64_t seq_id = 0;                  // engine-wide unique id of the sequence
+    std::span<const int32_t> tokens;     // [n_tokens] token ids of this chunk
+    int64_t start_pos = 0;               // absolute position of tokens[0]; 0 = a new sequence
+    bool want_logits = true;             // produce logits for the last token of the chunk
+    std::span<const int32_t> page_table; // pages owned by the sequence, in KvLayout order
+};
+
+struct ForwardBatch {
+    std::vector<SeqChunk> seqs;
+    int64_t n_tokens() const {
+        int64_t n = 0;
+        for (const auto& s : seqs) n += int64_t(s.tokens.size());
+        return n;
+    }
+};
+
+}  // namespace dsv4
