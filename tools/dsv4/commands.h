@@ -11,5 +11,6 @@ struct CommandContext {
 };
 
 void register_generate(CLI::App& app, CommandContext& ctx);
+void register_tokenize(CLI::App& app, CommandContext& ctx);
 
 }  // namespace dsv4::cli
