@@ -1,0 +1,115 @@
+// Engine implementation (see engine.h).
+#include "sched/engine.h"
+
+#include <spdlog/spdlog.h>
+
+namespace dsv4 {
+
+Engine::Engine(std::unique_ptr<ModelRunner> runner, EngineConfig cfg)
+    : runner_(std::move(runner)), cfg_(cfg), core_(*runner_, cfg_, stats_) {}
+
+Engine::~Engine() { stop(); }
+
+void Engine::start() {
+    std::lock_guard lk(mu_);
+    if (thread_.joinable() || stopping_) return;
+    thread_ = std::thread([this] { loop(); });
+}
+
+void Engine::stop() {
+    {
+        std::lock_guard lk(mu_);
+        stopping_ = true;
+    }
+    cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+    // The thread is gone (or never ran): this thread owns the core now.
+    std::vector<GenRequest> left;
+    {
+        std::lock_guard lk(mu_);
+        left.swap(inbox_);
+    }
+    for (auto& r : left) {
+        for (int c = 0; c < r.n; ++c) {
+            SeqEvent ev;
+            ev.choice = c;
+            ev.finish = FinishReason::kError;
+            ev.error = "the server is shutting down";
+            if (r.sink) r.sink->on_event(std::move(ev));
+        }
+    }
+    core_.abort_all("the server is shutting down");
+}
+
+uint64_t Engine::next_request_id() {
+    std::lock_guard lk(mu_);
+    return next_id_++;
+}
+
+Status Engine::submit(GenRequest req) {
+    DSV4_RETURN_IF_ERROR(core_.validate(req));
+    {
+        std::lock_guard lk(mu_);
+        if (stopping_) return error(StatusCode::kUnavailable, "the server is shutting down");
+        const int64_t queued = int64_t(inbox_.size()) + stats_.waiting_requests.load();
+        if (queued >= cfg_.max_queued) {
+            ++stats_.requests_rejected_total;
+            return error(StatusCode::kResourceExhausted,
+                         "the server is busy: {} requests are already waiting; retry later",
+                         queued);
+        }
+        inbox_.push_back(std::move(req));
+    }
+    cv_.notify_one();
+    return Status::ok();
+}
+
+void Engine::abort(uint64_t request_id) {
+    {
+        std::lock_guard lk(mu_);
+        aborts_.push_back(request_id);
+    }
+    cv_.notify_one();
+}
+
+void Engine::loop() {
+    std::vector<GenRequest> inbox;
+    std::vector<uint64_t> aborts;
+    for (;;) {
+        {
+            std::unique_lock lk(mu_);
+            cv_.wait(lk, [&] {
+                return stopping_ || !inbox_.empty() || !aborts_.empty() || core_.has_work();
+            });
+            if (stopping_) return;
+            inbox.swap(inbox_);
+            aborts.swap(aborts_);
+            // Count the new arrivals as waiting right away so submit() sees a full queue.
+            stats_.waiting_requests += int64_t(inbox.size());
+        }
+        for (auto& r : inbox) {
+            auto sink = r.sink;
+            const int n = r.n;
+            if (Status s = core_.add(std::move(r)); !s.is_ok()) {
+                for (int c = 0; c < n; ++c) {
+                    SeqEvent ev;
+                    ev.choice = c;
+                    ev.finish = FinishReason::kError;
+                    ev.error = s.message();
+                    if (sink) sink->on_event(std::move(ev));
+                }
+            }
+        }
+        inbox.clear();
+        // Aborts after adds: an abort that raced with its own submit still finds the request.
+        for (uint64_t id : aborts) core_.abort(id);
+        aborts.clear();
+        if (core_.has_work()) {
+            core_.step();
+        } else {
+            core_.publish_stats();
+        }
+    }
+}
+
+}  // namespace dsv4

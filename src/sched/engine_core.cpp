@@ -1,0 +1,266 @@
+// EngineCore implementation (see engine_core.h).
+#include "sched/engine_core.h"
+
+#include <algorithm>
+#include <random>
+
+#include "core/check.h"
+#include "core/philox.h"
+
+namespace dsv4 {
+namespace {
+
+int64_t us_since(Clock::time_point t0) {
+    return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - t0).count();
+}
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+}
+
+}  // namespace
+
+const char* finish_reason_name(FinishReason r) {
+    switch (r) {
+        case FinishReason::kNone: return "none";
+        case FinishReason::kStop: return "stop";
+        case FinishReason::kLength: return "length";
+        case FinishReason::kAbort: return "abort";
+        case FinishReason::kError: return "error";
+    }
+    return "error";
+}
+
+EngineCore::EngineCore(ModelRunner& runner, EngineConfig cfg, EngineStats& stats)
+    : runner_(runner),
+      cfg_(cfg),
+      stats_(stats),
+      max_context_(cfg.max_context > 0 ? cfg.max_context
+                                       : runner.config().max_position_embeddings),
+      pages_(runner.n_pages(), cfg.page_shuffle_seed),
+      sched_(cfg.sched, runner.kv_layout(), pages_),
+      seed_base_(cfg.default_seed ? cfg.default_seed
+                                  : (uint64_t(std::random_device{}()) << 32) ^
+                                        std::random_device{}()) {
+    publish_stats();
+}
+
+Status EngineCore::validate(const GenRequest& req) const {
+    const int64_t vocab = runner_.config().vocab_size;
+    if (req.prompt.empty()) return invalid_argument("the prompt is empty");
+    for (size_t i = 0; i < req.prompt.size(); ++i) {
+        const int32_t t = req.prompt[i];
+        if (t < 0 || t >= vocab)
+            return error(StatusCode::kOutOfRange,
+                         "token id {} at prompt position {} is outside the vocabulary [0, {})", t,
+                         i, vocab);
+    }
+    for (int32_t t : req.params.stop_token_ids)
+        if (t < 0 || t >= vocab)
+            return error(StatusCode::kOutOfRange, "stop token id {} is outside the vocabulary", t);
+    const int64_t n_prompt = int64_t(req.prompt.size());
+    if (n_prompt >= max_context_)
+        return error(StatusCode::kOutOfRange,
+                     "the prompt has {} tokens; this model's context is {} tokens, and at least "
+                     "one must be left for the output",
+                     n_prompt, max_context_);
+    if (req.params.max_tokens < 1) return invalid_argument("max_tokens must be at least 1");
+    if (n_prompt + req.params.max_tokens > max_context_)
+        return error(StatusCode::kOutOfRange,
+                     "prompt ({} tokens) + max_tokens ({}) exceeds the context of {} tokens",
+                     n_prompt, req.params.max_tokens, max_context_);
+    // One sequence must always fit the whole pool, otherwise preemption could not make room.
+    const int64_t pages = runner_.kv_layout().pages_for_tokens(n_prompt + req.params.max_tokens);
+    if (pages > runner_.n_pages())
+        return error(StatusCode::kOutOfRange,
+                     "prompt + max_tokens = {} tokens needs {} cache pages; the pool has {}",
+                     n_prompt + req.params.max_tokens, pages, runner_.n_pages());
+    if (req.n < 1) return invalid_argument("n must be at least 1");
+    return Status::ok();
+}
+
+Status EngineCore::add(GenRequest req) {
+    DSV4_RETURN_IF_ERROR(validate(req));
+    const uint64_t seed = req.params.seed ? *req.params.seed : seed_base_ + n_seeded_++;
+    for (int c = 0; c < req.n; ++c) {
+        auto seq = std::make_unique<Sequence>();
+        seq->seq_id = next_seq_id_++;
+        seq->request_id = req.id;
+        seq->choice = c;
+        seq->tokens = req.prompt;
+        seq->n_prompt = int64_t(req.prompt.size());
+        seq->params = req.params;
+        seq->seed = seed;
+        seq->penalties.reset(req.prompt, {});
+        seq->sink = req.sink;
+        seq->arrival = req.arrival;
+        sched_.add(std::move(seq));
+    }
+    stats_.prompt_tokens_total += int64_t(req.prompt.size()) * req.n;
+    return Status::ok();
+}
+
+void EngineCore::finish(Sequence* seq, FinishReason why, SeqEvent ev) {
+    ev.choice = seq->choice;
+    ev.finish = why;
+    ev.prompt_tokens = seq->n_prompt;
+    ev.completion_tokens = ev.completion_tokens ? ev.completion_tokens : seq->n_output();
+    const auto now = Clock::now();
+    if (why == FinishReason::kAbort) {
+        ++stats_.requests_aborted_total;
+    } else if (seq->choice == 0) {
+        ++stats_.requests_finished_total;
+        if (seq->n_output() > 1)
+            stats_.tpot_s.observe(seconds_between(seq->first_token, now) /
+                                  double(seq->n_output() - 1));
+    }
+    auto sink = seq->sink;
+    sched_.finish(seq);  // seq is gone after this line
+    if (sink) sink->on_event(std::move(ev));
+}
+
+void EngineCore::fail(Sequence* seq, const std::string& why) {
+    SeqEvent ev;
+    ev.error = why;
+    finish(seq, FinishReason::kError, std::move(ev));
+}
+
+void EngineCore::abort(uint64_t request_id) {
+    for (auto& seq : sched_.remove_request(request_id)) {
+        SeqEvent ev;
+        ev.choice = seq->choice;
+        ev.finish = FinishReason::kAbort;
+        ev.prompt_tokens = seq->n_prompt;
+        ev.completion_tokens = seq->n_output();
+        if (seq->choice == 0) ++stats_.requests_aborted_total;
+        if (seq->sink) seq->sink->on_event(std::move(ev));
+    }
+}
+
+void EngineCore::abort_all(const std::string& why) {
+    for (auto& seq : sched_.remove_all()) {
+        SeqEvent ev;
+        ev.choice = seq->choice;
+        ev.finish = FinishReason::kError;
+        ev.error = why;
+        ev.prompt_tokens = seq->n_prompt;
+        ev.completion_tokens = seq->n_output();
+        if (seq->sink) seq->sink->on_event(std::move(ev));
+    }
+}
+
+StepStats EngineCore::step() {
+    StepStats st;
+    const auto t0 = Clock::now();
+    StepPlan plan = sched_.schedule();
+    st.schedule_us = us_since(t0);
+    st.n_seqs = int64_t(plan.chunks.size());
+    st.n_prefill_tokens = plan.n_prefill_tokens;
+    st.n_decode_tokens = plan.n_decode_tokens;
+    st.n_preempted = plan.n_preempted;
+    stats_.preemptions_total += plan.n_preempted;
+    if (plan.empty()) {
+        publish_stats();
+        return st;
+    }
+
+    ForwardBatch batch;
+    batch.seqs.reserve(plan.chunks.size());
+    for (const auto& c : plan.chunks) {
+        batch.seqs.push_back(SeqChunk{
+            .seq_id = c.seq->seq_id,
+            .tokens = std::span<const int32_t>(c.seq->tokens).subspan(size_t(c.start),
+                                                                       size_t(c.n_tokens)),
+            .start_pos = c.start,
+            .want_logits = c.want_logits,
+            .page_table = c.seq->pages,
+        });
+    }
+    std::vector<std::vector<float>> logits;
+    const auto t1 = Clock::now();
+    Status fs = runner_.forward(batch, logits);
+    st.forward_us = us_since(t1);
+    int64_t n_want = 0;
+    for (const auto& c : plan.chunks) n_want += c.want_logits;
+    if (fs.is_ok() && int64_t(logits.size()) != n_want)
+        fs = error(StatusCode::kInternal, "runner returned {} logit rows for {} sequences",
+                   logits.size(), n_want);
+    if (!fs.is_ok()) {
+        // The batch's state is unknown now: fail exactly the sequences that were in it.
+        for (const auto& c : plan.chunks) fail(c.seq, "model step failed: " + fs.message());
+        publish_stats();
+        return st;
+    }
+    sched_.commit(plan);
+
+    const auto t2 = Clock::now();
+    const int32_t eos = int32_t(runner_.config().eos_token_id);
+    size_t row = 0;
+    for (const auto& c : plan.chunks) {
+        if (!c.want_logits) continue;
+        Sequence* seq = c.seq;
+        auto& lrow = logits[row++];
+        const int64_t pos = seq->n_output();
+        const SampleContext sctx{
+            .seed = seq->seed,
+            .stream = uint64_t(seq->choice),
+            .position = pos,
+            .suppress_stops = pos < seq->params.min_tokens,
+            .eos_token = eos,
+        };
+        SampleResult r = sample_token(lrow, seq->params, seq->penalties, sctx);
+        const auto now = Clock::now();
+        if (pos == 0) {
+            seq->first_token = now;
+            if (seq->choice == 0) stats_.ttft_s.observe(seconds_between(seq->arrival, now));
+        }
+        seq->tokens.push_back(r.token);
+        seq->penalties.add_output(r.token);
+        ++stats_.generated_tokens_total;
+
+        SeqEvent ev;
+        ev.choice = seq->choice;
+        ev.prompt_tokens = seq->n_prompt;
+        ev.completion_tokens = seq->n_output();
+        const auto& stops = seq->params.stop_token_ids;
+        const bool is_eos = r.token == eos && !seq->params.ignore_eos;
+        const bool is_stop_id = std::find(stops.begin(), stops.end(), r.token) != stops.end();
+        if (is_eos || is_stop_id) {
+            ev.stop_token = r.token;
+            finish(seq, FinishReason::kStop, std::move(ev));
+            continue;
+        }
+        ev.tokens.push_back(r.token);
+        if (seq->params.logprobs >= 0) ev.logprobs.push_back(std::move(r));
+        if (seq->n_output() >= seq->params.max_tokens ||
+            int64_t(seq->tokens.size()) >= max_context_) {
+            finish(seq, FinishReason::kLength, std::move(ev));
+            continue;
+        }
+        if (seq->sink) seq->sink->on_event(std::move(ev));
+    }
+    st.sample_us = us_since(t2);
+
+    ++stats_.steps_total;
+    stats_.step_prefill_tokens_total += st.n_prefill_tokens;
+    stats_.step_decode_tokens_total += st.n_decode_tokens;
+    stats_.last_step_seqs = st.n_seqs;
+    stats_.last_step_prefill_tokens = st.n_prefill_tokens;
+    stats_.last_step_decode_tokens = st.n_decode_tokens;
+    stats_.last_step_forward_us = st.forward_us;
+    stats_.last_step_total_us = us_since(t0);
+    stats_.step_s.observe(double(us_since(t0)) * 1e-6);
+    publish_stats();
+    return st;
+}
+
+void EngineCore::publish_stats() {
+    stats_.running_requests = sched_.n_running_requests();
+    stats_.waiting_requests = sched_.n_waiting_requests();
+    stats_.running_seqs = sched_.n_running();
+    stats_.waiting_seqs = sched_.n_waiting();
+    stats_.pages_total = pages_.n_total();
+    stats_.pages_used = pages_.n_used();
+    stats_.pages_free = pages_.n_free();
+}
+
+}  // namespace dsv4

@@ -1,0 +1,62 @@
+// EngineStats: counters and histograms the engine thread publishes after every step and the
+// HTTP threads read for /metrics and /health. Counters are atomics; histograms take a mutex
+// (observed a few times per request, read once per scrape).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <vector>
+
+namespace dsv4 {
+
+class Histogram {
+public:
+    explicit Histogram(std::vector<double> upper_bounds);
+    void observe(double v);
+    struct Snapshot {
+        std::vector<double> bounds;     // upper bounds, ascending (+Inf implied)
+        std::vector<uint64_t> counts;   // cumulative count per bound, then the +Inf count
+        double sum = 0.0;
+        uint64_t count = 0;
+    };
+    Snapshot snapshot() const;
+
+private:
+    mutable std::mutex mu_;
+    std::vector<double> bounds_;
+    std::vector<uint64_t> counts_;  // per bucket (not cumulative), last is +Inf
+    double sum_ = 0.0;
+    uint64_t count_ = 0;
+};
+
+struct EngineStats {
+    std::atomic<int64_t> running_requests{0};
+    std::atomic<int64_t> waiting_requests{0};
+    std::atomic<int64_t> running_seqs{0};
+    std::atomic<int64_t> waiting_seqs{0};
+    std::atomic<int64_t> pages_total{0};
+    std::atomic<int64_t> pages_used{0};
+    std::atomic<int64_t> pages_free{0};
+    std::atomic<int64_t> preemptions_total{0};
+    std::atomic<int64_t> prompt_tokens_total{0};
+    std::atomic<int64_t> generated_tokens_total{0};
+    std::atomic<int64_t> requests_finished_total{0};
+    std::atomic<int64_t> requests_aborted_total{0};
+    std::atomic<int64_t> requests_rejected_total{0};
+    std::atomic<int64_t> steps_total{0};
+    std::atomic<int64_t> step_prefill_tokens_total{0};
+    std::atomic<int64_t> step_decode_tokens_total{0};
+    // Last step, for the benchmark and logs.
+    std::atomic<int64_t> last_step_seqs{0};
+    std::atomic<int64_t> last_step_prefill_tokens{0};
+    std::atomic<int64_t> last_step_decode_tokens{0};
+    std::atomic<int64_t> last_step_forward_us{0};
+    std::atomic<int64_t> last_step_total_us{0};
+
+    Histogram ttft_s{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
+    Histogram tpot_s{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};
+    Histogram step_s{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};
+};
+
+}  // namespace dsv4

@@ -1,0 +1,78 @@
+// Scheduler: decides what each engine step computes. Continuous batching: running decodes
+// first (one token each), then unfinished prefills, then new sequences admitted FIFO, all
+// under one token budget, so prefill chunks and decodes share a step. When pages run out the
+// most recently admitted running sequence is preempted by recompute: its pages return to the
+// pool and it goes back to the front of the waiting queue with its tokens (prompt + output)
+// intact, to be prefilled again later. Never touches tensors; owns the sequences.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "model/kv_layout.h"
+#include "sched/page_allocator.h"
+#include "sched/sequence.h"
+
+namespace dsv4 {
+
+struct SchedulerConfig {
+    int max_running = 64;               // sequences in the running set
+    int64_t max_tokens_per_step = 512;  // token budget of one forward (prefill + decode)
+    int64_t max_prefill_chunk = 512;    // largest prefill slice of one sequence in one step
+};
+
+struct ScheduledChunk {
+    Sequence* seq = nullptr;
+    int64_t start = 0;       // == seq->n_computed when scheduled
+    int64_t n_tokens = 0;
+    bool want_logits = false;
+};
+
+struct StepPlan {
+    std::vector<ScheduledChunk> chunks;
+    int64_t n_prefill_tokens = 0;
+    int64_t n_decode_tokens = 0;
+    int64_t n_preempted = 0;
+    bool empty() const { return chunks.empty(); }
+};
+
+class Scheduler {
+public:
+    Scheduler(SchedulerConfig cfg, KvLayout layout, PageAllocator& pages);
+
+    void add(std::unique_ptr<Sequence> seq);
+    StepPlan schedule();
+    // Marks the planned tokens as computed (call after a successful forward).
+    void commit(const StepPlan& plan);
+    // Releases a sequence's pages and forgets it.
+    void finish(Sequence* seq);
+    // Finishes every sequence of a request; returns them (already removed) for notification.
+    std::vector<std::unique_ptr<Sequence>> remove_request(uint64_t request_id);
+    std::vector<std::unique_ptr<Sequence>> remove_all();
+
+    int64_t n_running() const { return int64_t(running_.size()); }
+    int64_t n_waiting() const { return int64_t(waiting_.size()); }
+    int64_t n_waiting_requests() const;
+    int64_t n_running_requests() const;
+    int64_t n_preemptions() const { return n_preemptions_; }
+    bool has_work() const { return !running_.empty() || !waiting_.empty(); }
+    const KvLayout& layout() const { return layout_; }
+
+private:
+    bool ensure_pages(Sequence* seq, int64_t n_tokens);
+    void preempt(Sequence* seq);
+    std::unique_ptr<Sequence> take(Sequence* seq);
+
+    SchedulerConfig cfg_;
+    KvLayout layout_;
+    PageAllocator& pages_;
+    std::unordered_map<Sequence*, std::unique_ptr<Sequence>> owned_;
+    std::vector<Sequence*> running_;  // admission order: preemption victims come from the back
+    std::deque<Sequence*> waiting_;
+    int64_t n_preemptions_ = 0;
+};
+
+}  // namespace dsv4

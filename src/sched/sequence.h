@@ -1,0 +1,62 @@
+// Sequence: one generation stream (one of a request's n choices) as the engine thread sees it.
+// Owned by the Scheduler; only the engine thread touches it. `tokens` holds prompt + output,
+// so preemption by recompute only has to reset `n_computed` and the pages.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "sample/sampler.h"
+#include "sample/sampling_params.h"
+
+namespace dsv4 {
+
+using Clock = std::chrono::steady_clock;
+
+enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "abort", "error"
+
+// What the engine tells the front end about one choice of a request. Delivered on the engine
+// thread: implementations must only hand the event off (post to an I/O thread), never block.
+struct SeqEvent {
+    int choice = 0;
+    std::vector<int32_t> tokens;               // new output tokens (EOS / stop ids not included)
+    std::vector<SampleResult> logprobs;        // one per token in `tokens` when requested
+    FinishReason finish = FinishReason::kNone;
+    int32_t stop_token = -1;                   // the stop id or EOS that finished it, if any
+    int64_t prompt_tokens = 0;
+    int64_t completion_tokens = 0;             // output so far, including a final EOS / stop id
+    std::string error;                         // finish == kError
+};
+
+class RequestSink {
+public:
+    virtual ~RequestSink() = default;
+    virtual void on_event(SeqEvent&& ev) = 0;
+};
+
+struct Sequence {
+    int64_t seq_id = 0;
+    uint64_t request_id = 0;
+    int choice = 0;
+    std::vector<int32_t> tokens;   // prompt followed by the output so far
+    int64_t n_prompt = 0;
+    int64_t n_computed = 0;        // leading tokens whose state is in the pages
+    std::vector<int32_t> pages;    // KvLayout order: state pages, then token pages
+    SamplingParams params;
+    uint64_t seed = 0;
+    PenaltyState penalties;
+    std::shared_ptr<RequestSink> sink;
+    int64_t n_preemptions = 0;
+    Clock::time_point arrival{};
+    Clock::time_point first_token{};
+    bool admitted_once = false;
+
+    int64_t n_output() const { return int64_t(tokens.size()) - n_prompt; }
+    int64_t n_pending() const { return int64_t(tokens.size()) - n_computed; }
+};
+
+}  // namespace dsv4
