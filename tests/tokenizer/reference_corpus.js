@@ -96,6 +96,10 @@ function adversarialCorpus() {
   add('long_digits', '9'.repeat(3001));
   add('long_emoji', '🙂'.repeat(1000));
   add('long_cjk', '漢字'.repeat(2000));
+  add('long_crlf', '\r\n'.repeat(3000));
+  add('long_newlines', '\n'.repeat(3000) + ' \n'.repeat(2000));
+  add('long_punct', '!'.repeat(5000) + '.,;'.repeat(1000));
+  add('long_words', 'ab '.repeat(3000) + 'é'.repeat(3000));
   const r = rng(17);
   let word = '';
   for (let i = 0; i < 20000; ++i) word += String.fromCharCode(97 + Math.floor(r() * 26));
