@@ -6,3 +6,15 @@ cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 ./scripts/build.sh
 ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j "${JOBS:-$(nproc)}" "$@"
+
+# Brief libFuzzer run of the safetensors header parser (clang, separate build-fuzz dir, fuzz targets
+# only). New inputs go to build-fuzz/corpus; the committed seeds stay read-only. DSV4_FUZZ_SECONDS=0
+# skips it.
+if [ "${DSV4_FUZZ_SECONDS:-30}" != 0 ] && command -v clang++ >/dev/null; then
+    cmake -S . -B build-fuzz -G Ninja -DDSV4_FUZZ=ON -DDSV4_WITH_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+        -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >/dev/null
+    cmake --build build-fuzz --target safetensors_header_fuzz -j "${JOBS:-$(nproc)}"
+    mkdir -p build-fuzz/corpus/safetensors
+    build-fuzz/tests/fuzz/safetensors_header_fuzz -max_total_time="${DSV4_FUZZ_SECONDS:-30}" -print_final_stats=1 \
+        -dict=tests/fuzz/safetensors.dict build-fuzz/corpus/safetensors tests/fuzz/corpus/safetensors
+fi
