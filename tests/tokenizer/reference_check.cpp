@@ -93,7 +93,8 @@ int main(int argc, char** argv) {
         const std::string dec = tok->decode(want, false);
         if (dec != rec.at("decoded").get<std::string>()) fail(name, "decode(skip=false) differs");
         if (tok->decode(want, true) != rec.at("decoded_skip").get<std::string>()) fail(name, "decode(skip=true) differs");
-        if (!raw && dec != text) fail(name, "decode(encode(x)) != x");
+        // "lossy" records use lstrip/rstrip tokens, which drop whitespace by design.
+        if (!raw && !rec.value("lossy", false) && dec != text) fail(name, "decode(encode(x)) != x");
         dsv4::IncrementalDetokenizer inc(*tok, false);
         std::string streamed;
         for (int32_t id : want) streamed += inc.push(id);

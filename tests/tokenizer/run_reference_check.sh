@@ -19,3 +19,6 @@ if [ ! -d "$prompts" ]; then
 fi
 RAYON_NUM_THREADS=1 node "$repo/tests/tokenizer/reference_corpus.js" "$tok" "$prompts" "$out"
 "$check_bin" "$tok" "$out"
+# Added-token flags the official file does not use (lstrip/rstrip), on a modified copy.
+node "$repo/tests/tokenizer/reference_variant.js" "$tok" "$out.variant_tokenizer.json" "$out.variant.json"
+"$check_bin" "$out.variant_tokenizer.json" "$out.variant.json"
