@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/tokenizer/test_tokenizer_file.h"
 #include "tokenizer/chat_encoding.h"
 #include "tokenizer/output_parser.h"
 
@@ -127,6 +128,35 @@ TEST(OutputParser, B21ToolCallsAllAtOnce) {
 TEST(OutputParser, B21EveryChunkingGivesTheSameCalls) {
     EXPECT_GT(check_all_chunkings(b21_text(), false), 500);
     EXPECT_GT(check_all_chunkings("<think>plan</think>" + b21_text(), true), 500);
+}
+
+// Chunks as a model streams them: the decoded bytes of 1 token, or of 3..7 tokens (speculative
+// decoding), per step.
+TEST(OutputParser, B21B22TokenAlignedChunkings) {
+    DSV4_REQUIRE_TOKENIZER(tok);
+    const std::vector<std::pair<std::string, bool>> texts = {
+        {b21_text(), false}, {"plan A</think>Answer: 42", true}, {"plan</think>" + b21_text(), true}};
+    std::mt19937 rng(7);
+    for (const auto& [text, thinking] : texts) {
+        auto ids = tok->encode(text);
+        ASSERT_TRUE(ids.is_ok());
+        const ParsedOutput whole = parse_output(text, thinking);
+        for (int per_step : {1, 0}) {
+            for (int run = 0; run < (per_step ? 1 : 50); ++run) {
+                std::vector<size_t> cuts;
+                size_t at = 0;
+                for (size_t i = 0; i < ids->size();) {
+                    const int n = per_step ? 1 : std::uniform_int_distribution<int>(3, 7)(rng);
+                    for (int k = 0; k < n && i < ids->size(); ++k, ++i) at += tok->token_bytes((*ids)[i], false).size();
+                    if (at < text.size()) cuts.push_back(at);
+                }
+                ASSERT_EQ(at, text.size());
+                Stream s = run_chunks(text, cuts, thinking);
+                expect_same(s.out, whole, per_step ? "1 token per step" : "3..7 tokens per step");
+                EXPECT_TRUE(s.name_before_args);
+            }
+        }
+    }
 }
 
 TEST(OutputParser, B22ReasoningSplit) {
