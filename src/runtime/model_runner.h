@@ -9,7 +9,7 @@
 #include "core/status.h"
 #include "model/config.h"
 #include "runtime/forward_batch.h"
-#include "runtime/kv_layout.h"
+#include "model/kv_layout.h"
 
 namespace dsv4 {
 

@@ -1,0 +1,57 @@
+#include "model/kv_layout.h"
+
+#include <algorithm>
+
+namespace dsv4 {
+
+Result<KvLayout> KvLayout::make(const ModelConfig& cfg, int64_t page_tokens, int64_t elem_bytes) {
+    if (page_tokens <= 0) return invalid_argument("page size must be positive, got {}", page_tokens);
+    KvLayout L;
+    L.page_tokens = page_tokens;
+    L.elem_bytes = elem_bytes;
+    L.row_dim_main = cfg.head_dim;
+    L.row_dim_index = cfg.index_head_dim;
+    const int64_t D = cfg.head_dim, ID = cfg.index_head_dim, W = cfg.sliding_window;
+    int64_t state = 0, token = 0;
+    for (int l = 0; l < cfg.n_layers; ++l) {
+        LayerStateLayout s;
+        s.ratio = cfg.compress_ratio(l);
+        s.ring_offset = state;
+        state += W * D;
+        if (s.ratio > 0) {
+            const int64_t r = s.ratio;
+            if (r <= page_tokens ? page_tokens % r != 0 : r % page_tokens != 0)
+                return invalid_argument(
+                    "page size {} tokens does not fit compress ratio {} of layer {} (one must divide "
+                    "the other)", page_tokens, r, l);
+            const bool csa = cfg.layer_types[l] == AttnType::kCSA;
+            const int64_t kappa = csa ? 2 : 1;
+            s.comp_kv_offset = state;
+            state += kappa * r * kappa * D;
+            s.comp_gate_offset = state;
+            state += kappa * r * kappa * D;
+            if (csa) {
+                s.idx_kv_offset = state;
+                state += 2 * r * 2 * ID;
+                s.idx_gate_offset = state;
+                state += 2 * r * 2 * ID;
+            }
+            s.rows_per_page = std::max<int64_t>(1, page_tokens / r);
+            s.row_offset = token;
+            token += s.rows_per_page * D;
+            if (csa) {
+                s.idx_row_offset = token;
+                token += s.rows_per_page * ID;
+            }
+        }
+        L.layers.push_back(s);
+    }
+    // A page must hold one token page; state pages are the same size.
+    L.page_elems = std::max<int64_t>(token, 1);
+    L.page_bytes = L.page_elems * elem_bytes;
+    L.state_elems = state;
+    L.n_state_pages = (state + L.page_elems - 1) / L.page_elems;
+    return L;
+}
+
+}  // namespace dsv4

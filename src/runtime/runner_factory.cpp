@@ -1,0 +1,45 @@
+#include "runtime/runner_factory.h"
+
+#include <filesystem>
+
+#include "model/checkpoint.h"
+#include "model/ref_model.h"
+#include "runtime/ref_runner.h"
+
+namespace dsv4 {
+
+Result<std::shared_ptr<const RefModel>> load_ref_model(const std::string& model, uint64_t seed) {
+    if (model == "tiny") {
+        ModelConfig cfg = tiny_model_config();
+        DSV4_RETURN_IF_ERROR(cfg.validate());
+        ModelWeights w = ModelWeights::random(cfg, seed);
+        return std::shared_ptr<const RefModel>(std::make_shared<RefModel>(std::move(cfg), std::move(w)));
+    }
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (!fs::is_directory(model, ec))
+        return error(StatusCode::kNotFound, "model '{}' is neither 'tiny' nor a checkpoint directory", model);
+    DSV4_ASSIGN_OR_RETURN(ModelConfig cfg, ModelConfig::from_file((fs::path(model) / "config.json").string()));
+    DSV4_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(model));
+    DSV4_ASSIGN_OR_RETURN(ModelWeights w, ModelWeights::load(cfg, ckpt));
+    return std::shared_ptr<const RefModel>(std::make_shared<RefModel>(std::move(cfg), std::move(w)));
+}
+
+Result<std::unique_ptr<ModelRunner>> make_model_runner(const RunnerOptions& opt) {
+    if (opt.backend != "cpu") {
+        if (opt.backend == "cuda")
+            return error(StatusCode::kUnimplemented, "backend 'cuda' is not available in this build");
+        return invalid_argument("unknown backend '{}' (expected cpu or cuda)", opt.backend);
+    }
+    DSV4_ASSIGN_OR_RETURN(auto model, load_ref_model(opt.model, opt.seed));
+    int64_t n_pages = opt.n_pages;
+    if (n_pages <= 0) {
+        DSV4_ASSIGN_OR_RETURN(KvLayout layout, KvLayout::make(model->config(), opt.page_tokens, 4));
+        // Default: room for 64 sequences of 4096 tokens.
+        n_pages = 64 * layout.pages_for_tokens(4096);
+    }
+    DSV4_ASSIGN_OR_RETURN(auto runner, RefRunner::create(model, opt.page_tokens, n_pages));
+    return std::unique_ptr<ModelRunner>(std::move(runner));
+}
+
+}  // namespace dsv4

@@ -1,0 +1,25 @@
+// The one place that knows which backends exist: builds a ModelRunner from options.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "runtime/model_runner.h"
+
+namespace dsv4 {
+
+struct RunnerOptions {
+    std::string model = "tiny";   // "tiny" (built-in, seeded) or an HF checkpoint directory
+    std::string backend = "cpu";  // "cpu" | "cuda"
+    int64_t page_tokens = 64;     // tokens per token page
+    int64_t n_pages = 0;          // 0: a default sized for the model and backend
+    uint64_t seed = 0;            // seed of the built-in tiny model's weights
+};
+
+Result<std::unique_ptr<ModelRunner>> make_model_runner(const RunnerOptions& opt);
+
+// Loads config.json + safetensors from a directory, or builds the built-in tiny model.
+struct LoadedModel;
+Result<std::shared_ptr<const class RefModel>> load_ref_model(const std::string& model, uint64_t seed);
+
+}  // namespace dsv4
