@@ -11,8 +11,9 @@ if(DSV4_WITH_CUDA)
       set(CMAKE_CUDA_ARCHITECTURES 90a)
     endif()
     enable_language(CUDA)
-    set(CMAKE_CUDA_STANDARD 20)
-    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    # CMake 3.25 does not know that nvcc 13 supports C++20 (it rejects CUDA_STANDARD 20), so the
+    # dialect is passed as a flag.
+    string(APPEND CMAKE_CUDA_FLAGS " -std=c++20 --expt-relaxed-constexpr")
     find_package(CUDAToolkit REQUIRED)
     set(DSV4_HAVE_CUDA ON)
     message(STATUS "dsv4: CUDA backend enabled (${CMAKE_CUDA_COMPILER_VERSION}, arch ${CMAKE_CUDA_ARCHITECTURES})")
