@@ -11,9 +11,15 @@ if(DSV4_WITH_CUDA)
       set(CMAKE_CUDA_ARCHITECTURES 90a)
     endif()
     enable_language(CUDA)
-    # CMake 3.25 does not know that nvcc 13 supports C++20 (it rejects CUDA_STANDARD 20), so the
-    # dialect is passed as a flag.
-    string(APPEND CMAKE_CUDA_FLAGS " -std=c++20 --expt-relaxed-constexpr")
+    # CMake 3.25 does not know the flag for C++20 with nvcc 13 (CUDA targets inherit the C++20
+    # standard), so tell it.
+    if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+      set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+      set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+    endif()
+    set(CMAKE_CUDA_STANDARD 20)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    string(APPEND CMAKE_CUDA_FLAGS " --expt-relaxed-constexpr")
     find_package(CUDAToolkit REQUIRED)
     set(DSV4_HAVE_CUDA ON)
     message(STATUS "dsv4: CUDA backend enabled (${CMAKE_CUDA_COMPILER_VERSION}, arch ${CMAKE_CUDA_ARCHITECTURES})")
