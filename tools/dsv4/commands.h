@@ -11,6 +11,7 @@ struct CommandContext {
 };
 
 void register_generate(CLI::App& app, CommandContext& ctx);
+void register_bench(CLI::App& app, CommandContext& ctx);
 void register_tokenize(CLI::App& app, CommandContext& ctx);
 
 }  // namespace dsv4::cli

@@ -8,6 +8,7 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
     dsv4::cli::CommandContext ctx;
     dsv4::cli::register_generate(app, ctx);
+    dsv4::cli::register_bench(app, ctx);
     dsv4::cli::register_tokenize(app, ctx);
     try {
         app.parse(argc, argv);
