@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/quant.h"
 #include "model/safetensors.h"
 
 namespace dsv4 {
@@ -46,6 +47,27 @@ Status SafetensorsWriter::add_i64(const std::string& name, std::vector<int64_t> 
 Status SafetensorsWriter::add_i32(const std::string& name, std::vector<int64_t> shape, std::span<const int32_t> v) {
     return add(name, DType::kI32, std::move(shape),
                std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), v.size_bytes()));
+}
+
+Status SafetensorsWriter::add_fp8_block(const std::string& base, const float* w, int64_t N, int64_t K,
+                                        bool f32_scale) {
+    if (N <= 0 || K <= 0) return invalid_argument("safetensors writer: '{}': bad FP8 shape [{}, {}]", base, N, K);
+    const Fp8BlockQuant q = quantize_fp8_block(w, N, K);
+    const int64_t gn = (N + kFp8Block - 1) / kFp8Block, gk = (K + kFp8Block - 1) / kFp8Block;
+    DSV4_RETURN_IF_ERROR(add(base + ".weight", DType::kF8E4M3, {N, K}, q.q));
+    if (!f32_scale) return add(base + ".scale", DType::kF8E8M0, {gn, gk}, q.scale_ue8m0);
+    std::vector<float> s(q.scale_ue8m0.size());
+    std::transform(q.scale_ue8m0.begin(), q.scale_ue8m0.end(), s.begin(), ue8m0_to_f32);
+    return add_f32(base + ".scale", {gn, gk}, s);
+}
+
+Status SafetensorsWriter::add_mxfp4(const std::string& base, const float* w, int64_t N, int64_t K) {
+    if (N <= 0 || K <= 0 || K % kMxfp4Group != 0)
+        return invalid_argument("safetensors writer: '{}': MXFP4 needs K a positive multiple of {}, got [{}, {}]",
+                                base, kMxfp4Group, N, K);
+    const Mxfp4Quant q = quantize_mxfp4(w, N, K);
+    DSV4_RETURN_IF_ERROR(add(base + ".weight", DType::kI8, {N, K / 2}, q.packed));
+    return add(base + ".scale", DType::kF8E8M0, {N, K / kMxfp4Group}, q.scales);
 }
 
 Result<std::vector<uint8_t>> SafetensorsWriter::serialize() const {

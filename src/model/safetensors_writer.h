@@ -26,6 +26,13 @@ public:
     Status add_bf16(const std::string& name, std::vector<int64_t> shape, std::span<const float> values);
     Status add_i64(const std::string& name, std::vector<int64_t> shape, std::span<const int64_t> values);
     Status add_i32(const std::string& name, std::vector<int64_t> shape, std::span<const int32_t> values);
+    // Quantised weights in the official layout (spec §4.2), w row-major [N, K] f32:
+    // `<base>.weight` F8_E4M3 [N, K] + `<base>.scale` F8_E8M0 [ceil(N/128), ceil(K/128)] (or F32
+    // holding the same powers of two when f32_scale, as in Flash-Base). load_f32 of the result equals
+    // dequantize_fp8_block(quantize_fp8_block(w)).
+    Status add_fp8_block(const std::string& base, const float* w, int64_t N, int64_t K, bool f32_scale = false);
+    // `<base>.weight` I8 [N, K/2] packed e2m1 + `<base>.scale` F8_E8M0 [N, K/32]; K a multiple of 32.
+    Status add_mxfp4(const std::string& base, const float* w, int64_t N, int64_t K);
 
     void set_metadata(const std::string& key, const std::string& value) { metadata_[key] = value; }
 

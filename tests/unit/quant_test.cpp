@@ -248,5 +248,32 @@ TEST(QuantLoader, Mxfp4) {
     EXPECT_TRUE(contains(stored_wrong.status().message(), "[5, 32]")) << stored_wrong.status().message();
 }
 
+TEST(QuantLoader, WriterHelpersRoundTripThroughLoader) {
+    const int64_t N = 150, K = 96;  // cropped FP8 edge blocks; K a multiple of 32 for MXFP4
+    const int64_t shape[] = {N, K};
+    const auto w = random_weight(N, K, 21);
+    SafetensorsWriter wr;
+    ASSERT_TRUE(wr.add_fp8_block("fp8", w.data(), N, K).is_ok());
+    ASSERT_TRUE(wr.add_fp8_block("fp8f", w.data(), N, K, /*f32_scale=*/true).is_ok());
+    ASSERT_TRUE(wr.add_mxfp4("fp4", w.data(), N, K).is_ok());
+    EXPECT_FALSE(wr.add_mxfp4("odd", w.data(), N, 48).is_ok());
+    const std::string path = temp_file("helpers");
+    ASSERT_TRUE(wr.write(path).is_ok());
+    auto ck = Checkpoint::open(path);
+    fs::remove(path);
+    ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
+    EXPECT_EQ(ck->get("fp8f.scale")->dtype, DType::kF32);
+
+    const Fp8BlockQuant q8 = quantize_fp8_block(w.data(), N, K);
+    std::vector<float> e8(N * K);
+    dequantize_fp8_block(q8.q.data(), q8.scale_ue8m0.data(), N, K, e8.data());
+    const Mxfp4Quant q4 = quantize_mxfp4(w.data(), N, K);
+    std::vector<float> e4(N * K);
+    dequantize_mxfp4(q4.packed.data(), q4.scales.data(), N, K, e4.data());
+    EXPECT_EQ(*load_f32(*ck, "fp8.weight", shape), e8);
+    EXPECT_EQ(*load_f32(*ck, "fp8f.weight", shape), e8);
+    EXPECT_EQ(*load_f32(*ck, "fp4.weight", shape), e4);
+}
+
 }  // namespace
 }  // namespace dsv4
