@@ -171,10 +171,9 @@ void BpeModel::encode_word(std::string_view bytes, std::vector<int32_t>& out) co
         encode_uncached(bytes, out);
         return;
     }
-    std::string key(bytes);
     {
         std::lock_guard<std::mutex> lock(cache_->mu);
-        if (auto it = cache_->words.find(key); it != cache_->words.end()) {
+        if (auto it = cache_->words.find(bytes); it != cache_->words.end()) {
             out.insert(out.end(), it->second.begin(), it->second.end());
             return;
         }
@@ -183,7 +182,8 @@ void BpeModel::encode_word(std::string_view bytes, std::vector<int32_t>& out) co
     encode_uncached(bytes, out);
     std::lock_guard<std::mutex> lock(cache_->mu);
     if (cache_->words.size() < kCacheCapacity) {
-        cache_->words.emplace(std::move(key), std::vector<int32_t>(out.begin() + static_cast<std::ptrdiff_t>(start), out.end()));
+        cache_->words.emplace(std::string(bytes),
+                              std::vector<int32_t>(out.begin() + static_cast<std::ptrdiff_t>(start), out.end()));
     }
 }
 

@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -45,9 +46,14 @@ public:
     size_t size() const { return token_to_id_.size(); }
 
 private:
+    // Transparent hash: lookups take the word as a string_view without building a key.
+    struct WordHash {
+        using is_transparent = void;
+        size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+    };
     struct Cache {
         std::mutex mu;
-        std::unordered_map<std::string, std::vector<int32_t>> words;
+        std::unordered_map<std::string, std::vector<int32_t>, WordHash, std::equal_to<>> words;
     };
     static constexpr size_t kCacheCapacity = 1 << 18;   // words; inserts stop when full
     static constexpr size_t kMaxCachedWordBytes = 256;  // long words are rare and costly to key

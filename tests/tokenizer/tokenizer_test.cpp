@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <thread>
 
 #include "tests/tokenizer/test_tokenizer_file.h"
 #include "tokenizer/bpe_model.h"
@@ -115,6 +116,27 @@ TEST(Tokenizer, LongWordsMatchShortWordPath) {
     for (int i = 0; i < 300; ++i) word.push_back(static_cast<char>('a' + rng() % 26));
     const auto ids = enc(*tok, word);
     EXPECT_EQ(tok->decode(ids, false), word);
+}
+
+TEST(Tokenizer, ConcurrentEncodesAgree) {
+    DSV4_REQUIRE_TOKENIZER(tok);
+    // The word cache is shared between threads; results must not depend on interleaving.
+    std::vector<std::string> texts;
+    for (int i = 0; i < 200; ++i) texts.push_back("word" + std::to_string(i * 7919) + " 東京 <think>x</think> 👍🏽");
+    std::vector<std::vector<int32_t>> want;
+    for (const auto& t : texts) want.push_back(enc(*tok, t));
+    std::vector<std::thread> threads;
+    std::vector<int> bad(4, 0);
+    for (int k = 0; k < 4; ++k) {
+        threads.emplace_back([&, k] {
+            for (size_t i = 0; i < texts.size(); ++i) {
+                auto r = tok->encode(texts[(i + static_cast<size_t>(k) * 50) % texts.size()]);
+                if (!r.is_ok() || *r != want[(i + static_cast<size_t>(k) * 50) % texts.size()]) ++bad[static_cast<size_t>(k)];
+            }
+        });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_EQ(bad, std::vector<int>(4, 0));
 }
 
 TEST(Tokenizer, CopiesShareStateAndAreUsable) {
