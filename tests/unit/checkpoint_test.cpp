@@ -368,5 +368,39 @@ TEST(Checkpoint, Tid2eidI64AndI32) {  // B11
     EXPECT_EQ(load_i32(*ck, "missing", shape).status().code(), StatusCode::kNotFound);
 }
 
+// A file written by the reference `safetensors` library (torch 2.11, safetensors 0.8.0; regenerate
+// with tests/data/safetensors/make_hf_fixture.py): the reader must accept real files, not only
+// its own writer's.
+TEST(Checkpoint, ReadsFileWrittenByReferenceLibrary) {
+    const std::string path = std::string(DSV4_SOURCE_DIR) + "/tests/data/safetensors/hf_reference.safetensors";
+    auto ck = Checkpoint::open(path);
+    ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
+    EXPECT_EQ(ck->names().size(), 13u);
+    EXPECT_EQ(ck->metadata().at("format"), "pt");
+    const auto f32 = [&](const char* name, std::vector<int64_t> shape) {
+        auto r = load_f32(*ck, name, shape);
+        EXPECT_TRUE(r.is_ok()) << r.status().to_string();
+        return r.is_ok() ? *r : std::vector<float>{};
+    };
+    EXPECT_EQ(f32("f32", {2, 3}), (std::vector<float>{-1.0f, -0.5f, 0.0f, 0.5f, 1.0f, 1.5f}));
+    EXPECT_EQ(f32("bf16", {5}), (std::vector<float>{-0.5f, -0.25f, 0.0f, 0.25f, 0.5f}));
+    EXPECT_EQ(f32("f16", {3}), (std::vector<float>{1.0f, -2.0f, 0.5f}));
+    EXPECT_EQ(f32("scalar", {}), (std::vector<float>{3.0f}));
+    EXPECT_TRUE(f32("empty", {0, 4}).empty());
+    EXPECT_EQ(f32("fp8.weight", {2, 3}), (std::vector<float>{2.0f, -4.0f, 1.0f, 896.0f, 0.0f, -0.25f}));
+    std::vector<float> mx(32, 0.0f);
+    mx[0] = 2.0f;  // byte 0x21: low nibble code 1 (0.5), high nibble code 2 (1.0); scale 4
+    mx[1] = 4.0f;
+    EXPECT_EQ(f32("mx.weight", {1, 32}), mx);
+    auto i64 = load_i32(*ck, "i64", std::vector<int64_t>{2, 3});
+    ASSERT_TRUE(i64.is_ok());
+    EXPECT_EQ(*i64, (std::vector<int32_t>{0, 1, 2, 3, 4, 5}));
+    auto i32 = load_i32(*ck, "i32", std::vector<int64_t>{2});
+    ASSERT_TRUE(i32.is_ok());
+    EXPECT_EQ(*i32, (std::vector<int32_t>{7, -1}));
+    EXPECT_TRUE(ck->get("i8", DType::kI8, std::vector<int64_t>{2}).is_ok());
+    EXPECT_TRUE(ck->get("u8", DType::kU8, std::vector<int64_t>{3}).is_ok());
+}
+
 }  // namespace
 }  // namespace dsv4
