@@ -1,0 +1,145 @@
+// Weight-streaming GEMV / skinny GEMM for decode on sm90 (CUDA cores, f32 FMA).
+//
+// Thread roles: NW warps per CTA; warp w owns RPW consecutive weight rows; each lane reads
+//   16 B of every row per step (bf16: 8 k, fp8: 16 k) with U steps of loads in flight, FMAs
+//   them against MT tokens of x from shared memory, and the warp reduces with shuffles.
+// Shared memory: x [MT][K] bf16 for the current token chunk (rows beyond n_tokens zeroed).
+// Bound: HBM-bound at n_tokens <= ~4 (2*MT FLOP per weight element); f32-FMA-bound above
+//   (CUDA cores, no tensor cores): a tensor-core path is the open item for batch >= 16.
+//   Last measured fraction of speed-of-light: see docs/perf/ledger.md (GEMV entries).
+#include "kernels/cuda/gemm/dense_gemv_sm90.h"
+#include "kernels/cuda/gemm/weight_stream.cuh"
+
+namespace dsv4::cuda::sm90 {
+namespace {
+
+template <bool FP8, int NW, int RPW, int MT, int U>
+__global__ void __launch_bounds__(NW * 32) dense_gemv_kernel(DenseGemvArgs a) {
+    constexpr int VPL = FP8 ? 16 : 8;
+    constexpr int kStep = 32 * VPL;
+    extern __shared__ __align__(16) unsigned char smem[];
+    __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int K = a.K, T = a.n_tokens, NT = a.groups * a.N;
+    const int cta_row = blockIdx.x * NW * RPW;
+    const int grp = cta_row / a.N;
+    const int r0 = cta_row + warp * RPW;
+    const int64_t xstride = a.x_stride ? a.x_stride : int64_t(a.groups) * K;
+    const __nv_bfloat16* x = static_cast<const __nv_bfloat16*>(a.x) + int64_t(grp) * K;
+    const unsigned char* w = static_cast<const unsigned char*>(a.w);
+    const int64_t row_bytes = int64_t(K) * (FP8 ? 1 : 2);
+    const int kblocks = K / 128;
+
+    for (int t0 = 0; t0 < T; t0 += MT) {
+        __syncthreads();
+        for (int i = tid; i < MT * (K / 8); i += NW * 32) {
+            const int m = i / (K / 8), c = i % (K / 8);
+            uint4 v = make_uint4(0, 0, 0, 0);
+            if (t0 + m < T) v = *reinterpret_cast<const uint4*>(x + (t0 + m) * xstride + c * 8);
+            *reinterpret_cast<uint4*>(xs + m * K + c * 8) = v;
+        }
+        __syncthreads();
+
+        float acc[RPW][MT];
+#pragma unroll
+        for (int r = 0; r < RPW; ++r)
+#pragma unroll
+            for (int m = 0; m < MT; ++m) acc[r][m] = 0.0f;
+
+        for (int kb = 0; kb < K; kb += kStep * U) {
+            uint4 raw[U][RPW];
+            float sc[U][RPW];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int k = kb + u * kStep + lane * VPL;
+#pragma unroll
+                for (int r = 0; r < RPW; ++r) {
+                    raw[u][r] = make_uint4(0, 0, 0, 0);
+                    sc[u][r] = 1.0f;
+                    if (k < K) {
+                        raw[u][r] = __ldg(reinterpret_cast<const uint4*>(
+                            w + int64_t(r0 + r) * row_bytes + int64_t(k) * (FP8 ? 1 : 2)));
+                        if constexpr (FP8) sc[u][r] = dev::ue8m0(__ldg(a.w_scale + ((r0 + r) / 128) * kblocks + k / 128));
+                    }
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int k = kb + u * kStep + lane * VPL;
+                if (k >= K) break;
+#pragma unroll
+                for (int r = 0; r < RPW; ++r) {
+                    float wv[VPL];
+                    if constexpr (FP8) ws::decode_fp8(raw[u][r], sc[u][r], wv);
+                    else ws::decode_bf16(raw[u][r], wv);
+#pragma unroll
+                    for (int m = 0; m < MT; ++m) {
+                        float xv[VPL];
+                        ws::load_x<VPL>(xs + m * K + k, xv);
+#pragma unroll
+                        for (int i = 0; i < VPL; ++i) acc[r][m] = fmaf(wv[i], xv[i], acc[r][m]);
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int r = 0; r < RPW; ++r)
+#pragma unroll
+            for (int m = 0; m < MT; ++m) {
+                const float v = dev::warp_sum(acc[r][m]);
+                if (lane == 0 && t0 + m < T) {
+                    const int64_t o = int64_t(t0 + m) * NT + r0 + r;
+                    if (a.out_f32) static_cast<float*>(a.y)[o] = v;
+                    else static_cast<__nv_bfloat16*>(a.y)[o] = __float2bfloat16_rn(v);
+                }
+            }
+    }
+}
+
+using LaunchFn = cudaError_t (*)(const DenseGemvArgs&, cudaStream_t);
+
+template <int NW, int RPW, int MT, int U, bool FP8>
+cudaError_t launch_fmt(const DenseGemvArgs& a, cudaStream_t s) {
+    auto* k = dense_gemv_kernel<FP8, NW, RPW, MT, U>;
+    const size_t smem = size_t(MT) * a.K * 2;
+    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (e != cudaSuccess) return e;
+    const int blocks = a.groups * a.N / (NW * RPW);
+    k<<<blocks, NW * 32, smem, s>>>(a);
+    return cudaGetLastError();
+}
+
+template <int NW, int RPW, int MT, int U>
+cudaError_t launch(const DenseGemvArgs& a, cudaStream_t s) {
+    return a.format == WeightFormat::kFp8Block ? launch_fmt<NW, RPW, MT, U, true>(a, s)
+                                               : launch_fmt<NW, RPW, MT, U, false>(a, s);
+}
+
+struct Entry {
+    KernelParams params;
+    LaunchFn fn;
+};
+template <int NW, int RPW, int MT, int U>
+constexpr Entry entry() {
+    return {{MT, RPW, NW, U, 0}, &launch<NW, RPW, MT, U>};
+}
+
+// The one list: instantiates and registers. block_t = MT tokens per pass, block_h = rows per
+// warp, stages = 16-byte loads in flight per row and lane.
+const Entry kTable[] = {
+    entry<8, 2, 1, 4>(),
+    entry<8, 2, 4, 4>(),
+    entry<8, 2, 8, 2>(),
+    entry<4, 4, 8, 2>(),
+    entry<8, 4, 1, 2>(),
+};
+
+}  // namespace
+
+int dense_gemv_count() { return int(sizeof(kTable) / sizeof(kTable[0])); }
+KernelParams dense_gemv_params(int i) { return kTable[i].params; }
+cudaError_t dense_gemv_run(const DenseGemvArgs& a, int variant, cudaStream_t stream) {
+    return kTable[variant].fn(a, stream);
+}
+
+}  // namespace dsv4::cuda::sm90

@@ -1,0 +1,42 @@
+// Printable kernel variant parameters shared by the decode ops (attention, MoE, GEMV), and the
+// variant selection rule of design.md: forced by env var, else the op's heuristic, else the first
+// legal variant. Host-only; no CUDA types.
+#pragma once
+
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+namespace dsv4::cuda {
+
+struct KernelParams {
+    int block_t = 0;    // rows (attention KV rows / GEMV tokens) per tile
+    int block_h = 0;    // attention heads per CTA; GEMV weight rows per warp
+    int warps = 0;      // warps per CTA
+    int stages = 0;     // pipeline depth (cp.async stages / register prefetch chunks)
+    int split = 0;      // 0 = chosen at launch (split-KV); >0 = fixed
+
+    std::string to_string() const {
+        return "{block_t=" + std::to_string(block_t) + ", block_h=" + std::to_string(block_h) +
+               ", warps=" + std::to_string(warps) + ", stages=" + std::to_string(stages) +
+               ", split=" + std::to_string(split) + "}";
+    }
+};
+
+// Canonical variant name: "<op>.bt<T>_bh<H>_w<W>_s<S>.sm90".
+inline std::string variant_name(std::string_view op, const KernelParams& p) {
+    return std::string(op) + ".bt" + std::to_string(p.block_t) + "_bh" + std::to_string(p.block_h) +
+           "_w" + std::to_string(p.warps) + "_s" + std::to_string(p.stages) + ".sm90";
+}
+
+// Index of the variant named by env var `env` (exact canonical name), -1 when unset or unknown.
+template <typename NameAt>
+int variant_from_env(const char* env, int count, NameAt name_at) {
+    const char* v = std::getenv(env);
+    if (!v || !*v) return -1;
+    for (int i = 0; i < count; ++i)
+        if (name_at(i) == v) return i;
+    return -1;
+}
+
+}  // namespace dsv4::cuda

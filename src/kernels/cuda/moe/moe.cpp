@@ -1,0 +1,69 @@
+// Host side of the decode MoE ops: argument checks, variant choice for the expert GEMV (env
+// DSV4_MOE_VARIANT, then the first legal entry), launches.
+#include "kernels/cuda/moe/moe.h"
+
+#include "kernels/cuda/moe/moe_sm90.h"
+
+namespace dsv4::cuda {
+namespace {
+Status wrap(cudaError_t e, const std::string& what) {
+    if (e == cudaSuccess) return Status::ok();
+    return Status(StatusCode::kInternal, what + ": " + cudaGetErrorString(e));
+}
+bool legal(int i, const MoeExpertArgs& a) {
+    const KernelParams p = sm90::moe_expert_params(i);
+    const int rows = a.mode == MoeExpertMode::kGateUp ? p.warps : 2 * p.warps;
+    return a.K % 1024 == 0 && a.N % rows == 0 && size_t(p.block_t) * a.K * 2 <= 232448;
+}
+}  // namespace
+
+Status moe_route_launch(const MoeRouteArgs& a, cudaStream_t stream) {
+    if (a.n_tokens <= 0) return Status::ok();
+    if (a.n_experts % 32 != 0 || a.n_experts > 1024 || a.top_k < 1 || a.top_k > 8 || a.top_k > a.n_experts)
+        return invalid_argument("moe_route: n_experts {} (multiple of 32, <= 1024), top_k {} (<= 8)",
+                                a.n_experts, a.top_k);
+    if (!a.logits || !a.topk_ids || !a.topk_w || (a.tid2eid && !a.token_ids))
+        return invalid_argument("moe_route: null pointer argument");
+    return wrap(sm90::moe_route_run(a, stream), "moe_route");
+}
+
+Status moe_permute_launch(const MoePermuteArgs& a, cudaStream_t stream) {
+    if (a.n_experts <= 0 || a.n_experts > 1024) return invalid_argument("moe_permute: n_experts {}", a.n_experts);
+    if (!a.topk_ids || !a.topk_w || !a.expert_count || !a.expert_offset || !a.perm_token || !a.perm_dst || !a.perm_w)
+        return invalid_argument("moe_permute: null pointer argument");
+    return wrap(sm90::moe_permute_run(a, stream), "moe_permute");
+}
+
+Status moe_combine_launch(const MoeCombineArgs& a, cudaStream_t stream) {
+    if (a.n_tokens <= 0) return Status::ok();
+    if (!a.y || !a.out || a.d % 4 != 0) return invalid_argument("moe_combine: bad arguments (d {})", a.d);
+    return wrap(sm90::moe_combine_run(a, stream), "moe_combine");
+}
+
+int moe_expert_variant_count() { return sm90::moe_expert_count(); }
+KernelParams moe_expert_variant_params(int i) { return sm90::moe_expert_params(i); }
+std::string moe_expert_variant_name(int i) { return variant_name("moe_mxfp4_gemv", sm90::moe_expert_params(i)); }
+
+int moe_expert_select_variant(const MoeExpertArgs& a) {
+    if (a.variant >= 0) return a.variant;
+    const int n = moe_expert_variant_count();
+    const int forced = variant_from_env("DSV4_MOE_VARIANT", n, [](int i) { return moe_expert_variant_name(i); });
+    if (forced >= 0 && legal(forced, a)) return forced;
+    for (int i = 0; i < n; ++i)
+        if (legal(i, a)) return i;
+    return -1;
+}
+
+Status moe_expert_launch(const MoeExpertArgs& a, cudaStream_t stream) {
+    if (!a.x || !a.w1 || !a.w1_scale || !a.expert_count || !a.expert_offset || !a.out)
+        return invalid_argument("moe_expert: null pointer argument");
+    if (a.mode == MoeExpertMode::kGateUp && (!a.w3 || !a.w3_scale || !a.perm_token || !a.perm_w))
+        return invalid_argument("moe_expert: gate-up needs w3, perm_token and perm_w");
+    if (a.mode == MoeExpertMode::kDown && !a.perm_dst) return invalid_argument("moe_expert: down needs perm_dst");
+    const int v = moe_expert_select_variant(a);
+    if (v < 0 || v >= moe_expert_variant_count() || !legal(v, a))
+        return invalid_argument("moe_expert: no legal variant for N={} K={}", a.N, a.K);
+    return wrap(sm90::moe_expert_run(a, v, stream), "moe_expert " + moe_expert_variant_name(v));
+}
+
+}  // namespace dsv4::cuda

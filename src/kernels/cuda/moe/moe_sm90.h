@@ -1,0 +1,19 @@
+// Entry points of the sm90 MoE translation units for moe.cpp (no Status across nvcc).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/gemm/kernel_params.h"
+#include "kernels/cuda/moe/moe_args.h"
+
+namespace dsv4::cuda::sm90 {
+
+cudaError_t moe_route_run(const MoeRouteArgs& a, cudaStream_t stream);
+cudaError_t moe_permute_run(const MoePermuteArgs& a, cudaStream_t stream);
+cudaError_t moe_combine_run(const MoeCombineArgs& a, cudaStream_t stream);
+
+int moe_expert_count();
+KernelParams moe_expert_params(int i);
+cudaError_t moe_expert_run(const MoeExpertArgs& a, int variant, cudaStream_t stream);
+
+}  // namespace dsv4::cuda::sm90

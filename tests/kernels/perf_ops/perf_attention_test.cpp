@@ -1,0 +1,180 @@
+// Sparse decode attention (split-KV, sink, bf16 and 584-byte FP8 rows) against an fp64 CPU
+// reference of spec §2.4, for every variant, forced and planned splits, and edge shapes: batch 1,
+// row counts that are not multiples of the tile, zero-row sequences, scattered pool offsets.
+#include <algorithm>
+#include <numeric>
+
+#include "kernels/cuda/attention/sparse_decode.h"
+#include "tests/kernels/perf_ops/perf_test_util.h"
+
+namespace dsv4::cuda::test {
+namespace {
+
+constexpr int kH = 64, kD = 512;
+
+struct Pool {
+    std::vector<std::vector<float>> rows;  // decoded row values (what attention sees)
+    std::vector<uint8_t> bytes;            // device image of the pool
+};
+
+// n_rows random rows; FP8 rows quantised per 64 nope dims with a UE8M0 scale, RoPE dims bf16.
+Pool make_pool(std::mt19937& g, int n_rows, KvFormat f) {
+    Pool p;
+    const size_t rb = f == KvFormat::kBf16 ? kD * 2 : kKvFp8RowBytes;
+    p.bytes.assign(rb * n_rows, 0);
+    for (int r = 0; r < n_rows; ++r) {
+        std::vector<float> v = randn_bf16(g, kD);
+        uint8_t* dst = p.bytes.data() + rb * r;
+        if (f == KvFormat::kBf16) {
+            for (int i = 0; i < kD; ++i) {
+                const uint16_t b = f32_to_bf16(v[i]);
+                std::memcpy(dst + 2 * i, &b, 2);
+            }
+        } else {
+            for (int blk = 0; blk < 7; ++blk) {
+                float amax = 0;
+                for (int i = 0; i < 64; ++i) amax = std::max(amax, std::abs(v[blk * 64 + i]));
+                const uint8_t s = ue8m0_ceil(amax > 0 ? amax / 448.0f : 1.0f);
+                dst[576 + blk] = s;
+                const float sc = ue8m0_to_f32(s);
+                for (int i = 0; i < 64; ++i) {
+                    const uint8_t c = f32_to_fp8e4m3(v[blk * 64 + i] / sc);
+                    dst[blk * 64 + i] = c;
+                    v[blk * 64 + i] = fp8e4m3_to_f32(c) * sc;
+                }
+            }
+            for (int i = 448; i < kD; ++i) {
+                const uint16_t b = f32_to_bf16(v[i]);
+                std::memcpy(dst + 448 + 2 * (i - 448), &b, 2);
+            }
+        }
+        p.rows.push_back(std::move(v));
+    }
+    return p;
+}
+
+void ref_attention(const std::vector<float>& q, const std::vector<std::vector<int>>& lists, const Pool& pool,
+                   const std::vector<float>& sink, float scale, std::vector<double>& out) {
+    const int B = int(lists.size());
+    out.assign(size_t(B) * kH * kD, 0.0);
+    for (int b = 0; b < B; ++b)
+        for (int h = 0; h < kH; ++h) {
+            const float* qh = q.data() + (size_t(b) * kH + h) * kD;
+            std::vector<double> z;
+            double M = sink[h];
+            for (int r : lists[b]) {
+                double d = 0;
+                for (int i = 0; i < kD; ++i) d += double(qh[i]) * pool.rows[r][i];
+                z.push_back(d * scale);
+                M = std::max(M, z.back());
+            }
+            double* o = out.data() + (size_t(b) * kH + h) * kD;
+            if (M == -INFINITY) continue;
+            double den = std::exp(double(sink[h]) - M);
+            for (size_t s = 0; s < z.size(); ++s) {
+                const double p = std::exp(z[s] - M);
+                den += p;
+                for (int i = 0; i < kD; ++i) o[i] += p * pool.rows[lists[b][s]][i];
+            }
+            for (int i = 0; i < kD; ++i) o[i] /= den;
+        }
+}
+
+// Runs one configuration; returns the error stats.
+void run_case(int variant, KvFormat fmt, const std::vector<int>& n_rows, int forced_splits, uint32_t seed,
+              bool neg_inf_sink = false) {
+    std::mt19937 g(seed);
+    const int B = int(n_rows.size());
+    const int pool_rows = 3000;
+    Pool pool = make_pool(g, pool_rows, fmt);
+    std::vector<std::vector<int>> lists(B);
+    std::vector<int32_t> start{0};
+    std::vector<int64_t> offs;
+    const int64_t elems = fmt == KvFormat::kBf16 ? kD : kKvFp8RowBytes;
+    std::uniform_int_distribution<int> pick(0, pool_rows - 1);
+    int max_rows = 0;
+    for (int b = 0; b < B; ++b) {
+        for (int i = 0; i < n_rows[b]; ++i) {
+            const int r = pick(g);  // scattered, possibly repeated rows
+            lists[b].push_back(r);
+            offs.push_back(int64_t(r) * elems);
+        }
+        start.push_back(int32_t(offs.size()));
+        max_rows = std::max(max_rows, n_rows[b]);
+    }
+    std::vector<float> q = randn_bf16(g, size_t(B) * kH * kD, 2.0f);
+    std::vector<float> sink = randn_bf16(g, kH);
+    if (neg_inf_sink) std::fill(sink.begin(), sink.end(), -INFINITY);
+    const float scale = 1.0f / std::sqrt(float(kD));
+
+    DevBuf<uint8_t> d_pool(pool.bytes);
+    DevBuf<uint16_t> d_q(to_bf16(q));
+    DevBuf<int64_t> d_offs(offs.empty() ? std::vector<int64_t>{0} : offs);
+    DevBuf<int32_t> d_start(start);
+    DevBuf<float> d_sink(sink);
+    DevBuf<uint16_t> d_out(size_t(B) * kH * kD);
+    d_out.poison();
+    SparseDecodeArgs a;
+    a.q = d_q.p;
+    a.kv_pool = d_pool.p;
+    a.row_offsets = d_offs.p;
+    a.row_start = d_start.p;
+    a.sink = d_sink.p;
+    a.out = d_out.p;
+    a.format = fmt;
+    a.batch = B;
+    a.n_heads = kH;
+    a.max_rows = max_rows;
+    a.scale = scale;
+    a.n_splits = forced_splits;
+    a.variant = variant;
+    const int splits = sparse_decode_splits_for(a);
+    DevBuf<float> ws(sparse_decode_workspace_floats(B, kH, splits));
+    ws.poison();
+    a.workspace = ws.p;
+    const Status st = sparse_decode_launch(a, nullptr);
+    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    CUDA_OK(cudaDeviceSynchronize());
+    std::vector<double> ref;
+    ref_attention(q, lists, pool, sink, scale, ref);
+    const ErrStats e = compare(from_bf16(d_out.download()), ref);
+    EXPECT_EQ(e.nan_mismatch, 0);
+    EXPECT_LT(e.rel_l2, 1e-2) << sparse_decode_variant_name(variant) << " splits " << splits;
+    EXPECT_LT(e.max_abs, 3e-2) << sparse_decode_variant_name(variant);
+    // Zero-row sequences give exact zeros (B03).
+    const auto out = d_out.download();
+    for (int b = 0; b < B; ++b)
+        if (n_rows[b] == 0)
+            for (int i = 0; i < kH * kD; ++i) ASSERT_EQ(out[size_t(b) * kH * kD + i] & 0x7fff, 0) << "b " << b;
+}
+
+TEST(PerfSparseDecode, PlanSplits) {
+    EXPECT_EQ(sparse_decode_plan_splits(1, 1, 640, 32, 264), 16);   // capped by 640/32 = 20 -> 16
+    EXPECT_EQ(sparse_decode_plan_splits(1, 1, 8000, 32, 264), 64);  // capped at 64
+    EXPECT_EQ(sparse_decode_plan_splits(64, 1, 640, 32, 264), 4);
+    EXPECT_EQ(sparse_decode_plan_splits(256, 1, 640, 32, 264), 1);
+    EXPECT_EQ(sparse_decode_plan_splits(8, 2, 136, 32, 528), 4);    // 5 tiles -> 4
+    EXPECT_EQ(sparse_decode_plan_splits(4, 1, 0, 32, 264), 1);
+}
+
+TEST(PerfSparseDecode, AllVariantsBf16AndFp8) {
+    DSV4_REQUIRE_GPU();
+    for (KvFormat f : {KvFormat::kBf16, KvFormat::kFp8})
+        for (int v = 0; v < sparse_decode_variant_count(); ++v) {
+            if (!sparse_decode_variant_legal(v, f, kH)) continue;
+            SCOPED_TRACE(sparse_decode_variant_name(v) + (f == KvFormat::kFp8 ? " fp8" : " bf16"));
+            run_case(v, f, {200}, 0, 1 + v);                 // batch 1, planned splits
+            run_case(v, f, {0, 77, 640, 1, 33}, 1, 2 + v);   // one split, fused finalise
+            run_case(v, f, {0, 77, 640, 1, 33}, 4, 3 + v);   // forced splits incl. empty splits
+            run_case(v, f, {129, 0, 7}, 0, 4 + v);           // planned, ragged
+        }
+}
+
+TEST(PerfSparseDecode, NegInfSinkZeroRows) {
+    DSV4_REQUIRE_GPU();
+    run_case(0, KvFormat::kBf16, {0, 40}, 2, 11, /*neg_inf_sink=*/true);
+    run_case(0, KvFormat::kFp8, {0, 40}, 1, 12, /*neg_inf_sink=*/true);
+}
+
+}  // namespace
+}  // namespace dsv4::cuda::test

@@ -1,0 +1,664 @@
+// `dsv4 decode-bench` on the GPU: Flash-shape kernel benchmarks with honest ceilings.
+// Every point: a CUDA graph of n_rot launches over rotated input sets (together > L2), replayed
+// `reps` times, timed with events; median and p10/p90 per launch; bytes moved by the model of
+// perf-method.md; GB/s and % of the device-to-device copy bandwidth measured at the start of the
+// same run (bytes read + written), plus the cuBLAS bf16 GEMM peak. Inputs are random, never zeros.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/dtype.h"
+#include "kernels/cuda/attention/sparse_decode.h"
+#include "kernels/cuda/gemm/dense_gemv.h"
+#include "kernels/cuda/moe/moe.h"
+#include "tools/dsv4/cmd_decode_bench.h"
+
+namespace dsv4::cli {
+namespace {
+
+using nlohmann::json;
+using namespace dsv4::cuda;
+
+#define BENCH_CHECK(x)                                                                       \
+    do {                                                                                     \
+        cudaError_t e_ = (x);                                                                \
+        if (e_ != cudaSuccess) {                                                             \
+            std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+            std::exit(3);                                                                    \
+        }                                                                                    \
+    } while (0)
+
+void check_status(const Status& s, const char* what) {
+    if (!s.is_ok()) {
+        std::fprintf(stderr, "%s: %s\n", what, s.to_string().c_str());
+        std::exit(3);
+    }
+}
+
+// Device allocation freed at scope end.
+struct Buf {
+    void* p = nullptr;
+    size_t bytes = 0;
+    explicit Buf(size_t n = 0) : bytes(n) {
+        if (n) BENCH_CHECK(cudaMalloc(&p, n));
+    }
+    ~Buf() { cudaFree(p); }
+    Buf(Buf&& o) noexcept : p(o.p), bytes(o.bytes) { o.p = nullptr; }
+    Buf(const Buf&) = delete;
+    template <typename T>
+    T* as() const { return static_cast<T*>(p); }
+};
+
+// Fills `bytes` of device memory by repeating a host pattern (random, valid values).
+void fill_pattern(void* dst, size_t bytes, const std::vector<uint8_t>& pat) {
+    size_t off = 0;
+    while (off < bytes) {
+        const size_t n = std::min(pat.size(), bytes - off);
+        BENCH_CHECK(cudaMemcpy(static_cast<uint8_t*>(dst) + off, pat.data(), n, cudaMemcpyHostToDevice));
+        off += n;
+    }
+}
+std::vector<uint8_t> pat_bytes(size_t n, std::mt19937& g, int lo, int hi, bool no_fp8_nan = false) {
+    std::vector<uint8_t> v(n);
+    std::uniform_int_distribution<int> u(lo, hi);
+    for (auto& b : v) {
+        b = uint8_t(u(g));
+        if (no_fp8_nan && (b & 0x7f) == 0x7f) b &= 0xfe;
+    }
+    return v;
+}
+std::vector<uint8_t> pat_bf16(size_t n_elems, std::mt19937& g, float sd) {
+    std::vector<uint8_t> v(n_elems * 2);
+    std::normal_distribution<float> d(0.f, sd);
+    for (size_t i = 0; i < n_elems; ++i) {
+        const uint16_t b = f32_to_bf16(d(g));
+        std::memcpy(&v[2 * i], &b, 2);
+    }
+    return v;
+}
+// FP8 584-byte KV rows: random codes, scales near 2^-6, bf16 RoPE dims.
+std::vector<uint8_t> pat_fp8_rows(int rows, std::mt19937& g) {
+    std::vector<uint8_t> v(size_t(rows) * kKvFp8RowBytes);
+    std::uniform_int_distribution<int> u(0, 255), s(119, 123);
+    std::normal_distribution<float> d(0.f, 1.f);
+    for (int r = 0; r < rows; ++r) {
+        uint8_t* p = &v[size_t(r) * kKvFp8RowBytes];
+        for (int i = 0; i < 448; ++i) {
+            uint8_t b = uint8_t(u(g));
+            if ((b & 0x7f) == 0x7f) b &= 0xfe;
+            p[i] = b;
+        }
+        for (int i = 0; i < 64; ++i) {
+            const uint16_t b = f32_to_bf16(d(g));
+            std::memcpy(p + 448 + 2 * i, &b, 2);
+        }
+        for (int i = 0; i < 7; ++i) p[576 + i] = uint8_t(s(g));
+        p[583] = 0;
+    }
+    return v;
+}
+
+struct Timing {
+    double med_us = 0, p10_us = 0, p90_us = 0;
+};
+
+// Captures n_rot enqueues into one graph, replays it, returns per-enqueue time.
+Timing time_graph(cudaStream_t s, int n_rot, int reps, const std::function<void(int)>& enqueue) {
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    BENCH_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+    for (int i = 0; i < n_rot; ++i) enqueue(i);
+    BENCH_CHECK(cudaStreamEndCapture(s, &graph));
+    BENCH_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+    cudaEvent_t e0, e1;
+    BENCH_CHECK(cudaEventCreate(&e0));
+    BENCH_CHECK(cudaEventCreate(&e1));
+    for (int i = 0; i < 3; ++i) BENCH_CHECK(cudaGraphLaunch(exec, s));
+    BENCH_CHECK(cudaStreamSynchronize(s));
+    std::vector<double> t;
+    for (int r = 0; r < reps; ++r) {
+        BENCH_CHECK(cudaEventRecord(e0, s));
+        BENCH_CHECK(cudaGraphLaunch(exec, s));
+        BENCH_CHECK(cudaEventRecord(e1, s));
+        BENCH_CHECK(cudaEventSynchronize(e1));
+        float ms = 0;
+        BENCH_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        t.push_back(1000.0 * ms / n_rot);
+    }
+    std::sort(t.begin(), t.end());
+    Timing out{t[t.size() / 2], t[t.size() / 10], t[std::min(t.size() - 1, t.size() * 9 / 10)]};
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    return out;
+}
+
+json point(const Timing& t, double bytes, double copy_gbs) {
+    const double gbs = bytes / (t.med_us * 1e-6) / 1e9;
+    return json{{"median_us", t.med_us}, {"p10_us", t.p10_us}, {"p90_us", t.p90_us}, {"bytes", bytes},
+                {"gb_s", gbs}, {"pct_copy", 100.0 * gbs / copy_gbs}};
+}
+
+// ---------------------------------------------------------------- ceilings
+double measure_copy(cudaStream_t s) {
+    const size_t n = size_t(2) << 30;
+    Buf a(n), b(n);
+    std::mt19937 g(1);
+    fill_pattern(a.p, n, pat_bytes(size_t(64) << 20, g, 0, 255));
+    const Timing t = time_graph(s, 1, 20, [&](int) { BENCH_CHECK(cudaMemcpyAsync(b.p, a.p, n, cudaMemcpyDeviceToDevice, s)); });
+    return 2.0 * n / (t.med_us * 1e-6) / 1e9;
+}
+
+double measure_gemm(cudaStream_t s) {
+    const int n = 8192;
+    Buf a(size_t(n) * n * 2), b(size_t(n) * n * 2), c(size_t(n) * n * 2);
+    std::mt19937 g(2);
+    const auto pat = pat_bf16(size_t(16) << 20, g, 1.0f);
+    fill_pattern(a.p, a.bytes, pat);
+    fill_pattern(b.p, b.bytes, pat);
+    cublasHandle_t h;
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) return 0;
+    cublasSetStream(h, s);
+    const float alpha = 1, beta = 0;
+    auto run = [&](int) {
+        cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.p, CUDA_R_16BF, n, b.p, CUDA_R_16BF, n, &beta,
+                     c.p, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    };
+    for (int i = 0; i < 3; ++i) run(0);
+    BENCH_CHECK(cudaStreamSynchronize(s));
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    std::vector<double> t;
+    for (int r = 0; r < 10; ++r) {
+        cudaEventRecord(e0, s);
+        run(0);
+        cudaEventRecord(e1, s);
+        cudaEventSynchronize(e1);
+        float ms;
+        cudaEventElapsedTime(&ms, e0, e1);
+        t.push_back(ms);
+    }
+    std::sort(t.begin(), t.end());
+    cublasDestroy(h);
+    return 2.0 * n * n * double(n) / (t[t.size() / 2] * 1e-3) / 1e12;
+}
+
+// ---------------------------------------------------------------- decode attention
+struct KvPool {
+    KvFormat fmt;
+    Buf pool;
+    int64_t rows = 0, elems_per_row = 0, row_bytes = 0;
+};
+
+KvPool make_pool(KvFormat fmt, size_t bytes, std::mt19937& g) {
+    KvPool p{fmt, Buf(bytes)};
+    p.row_bytes = fmt == KvFormat::kBf16 ? 1024 : kKvFp8RowBytes;
+    p.elems_per_row = fmt == KvFormat::kBf16 ? 512 : kKvFp8RowBytes;
+    p.rows = int64_t(bytes / p.row_bytes);
+    if (fmt == KvFormat::kBf16) fill_pattern(p.pool.p, bytes, pat_bf16(size_t(32) << 20, g, 1.0f));
+    else fill_pattern(p.pool.p, bytes, pat_fp8_rows(64 * 1024, g));  // pattern length is a whole row count
+    return p;
+}
+
+int attn_rows(const std::string& kind, int ctx) {
+    if (kind == "csa") return 128 + std::min(512, ctx / 4);
+    if (kind == "hca") return 128 + ctx / 128;
+    return 128;  // swa
+}
+
+struct AttnPoint {
+    json j;
+    double us = 0;
+};
+
+AttnPoint bench_attn(const KvPool& pool, int B, int rows, int variant, int target, int reps, double copy_gbs,
+                     cudaStream_t s, uint32_t seed) {
+    const int NR = 4, H = 64, D = 512;
+    std::mt19937_64 g(seed);
+    std::uniform_int_distribution<int64_t> pick(0, pool.rows - 1);
+    std::vector<Buf> offs, starts, qs;
+    for (int r = 0; r < NR; ++r) {
+        std::vector<int64_t> o(size_t(B) * rows);
+        for (auto& x : o) x = pick(g) * pool.elems_per_row;
+        std::vector<int32_t> st(B + 1);
+        for (int b = 0; b <= B; ++b) st[b] = b * rows;
+        offs.emplace_back(o.size() * 8);
+        starts.emplace_back(st.size() * 4);
+        qs.emplace_back(size_t(B) * H * D * 2);
+        BENCH_CHECK(cudaMemcpy(offs.back().p, o.data(), o.size() * 8, cudaMemcpyHostToDevice));
+        BENCH_CHECK(cudaMemcpy(starts.back().p, st.data(), st.size() * 4, cudaMemcpyHostToDevice));
+        std::mt19937 gq(uint32_t(seed + r));
+        fill_pattern(qs.back().p, qs.back().bytes, pat_bf16(std::min<size_t>(size_t(B) * H * D, 1 << 20), gq, 1.0f));
+    }
+    std::vector<float> sink_h(H, 0.5f);
+    Buf sink(H * 4), out(size_t(B) * H * D * 2);
+    BENCH_CHECK(cudaMemcpy(sink.p, sink_h.data(), H * 4, cudaMemcpyHostToDevice));
+    SparseDecodeArgs a;
+    a.kv_pool = pool.pool.p;
+    a.sink = sink.as<float>();
+    a.out = out.p;
+    a.format = pool.fmt;
+    a.batch = B;
+    a.n_heads = H;
+    a.max_rows = rows;
+    a.scale = 1.0f / std::sqrt(512.0f);
+    a.target_ctas = target;
+    a.variant = variant;
+    const int splits = sparse_decode_splits_for(a);
+    Buf ws(sparse_decode_workspace_floats(B, H, splits) * 4);
+    a.workspace = ws.as<float>();
+    const Timing t = time_graph(s, NR, reps, [&](int r) {
+        SparseDecodeArgs x = a;
+        x.q = qs[r].p;
+        x.row_offsets = offs[r].as<int64_t>();
+        x.row_start = starts[r].as<int32_t>();
+        check_status(sparse_decode_launch(x, s), "sparse_decode");
+    });
+    const double kv = double(B) * rows * pool.row_bytes;
+    const double qo = 2.0 * B * H * D * 2;
+    const double wsb = splits > 1 ? 2.0 * B * splits * H * (D + 2) * 4 : 0.0;
+    AttnPoint p;
+    p.j = point(t, kv + qo + wsb, copy_gbs);
+    p.j["bytes_model"] = kv + qo;
+    p.j["gb_s_model"] = (kv + qo) / (t.med_us * 1e-6) / 1e9;
+    p.j["pct_copy_model"] = 100.0 * p.j["gb_s_model"].get<double>() / copy_gbs;
+    p.j["splits"] = splits;
+    p.j["rows"] = rows;
+    p.j["variant"] = sparse_decode_variant_name(sparse_decode_select_variant(a));
+    p.j["tflops"] = 4.0 * B * H * D * double(rows) / (t.med_us * 1e-6) / 1e12;
+    p.us = t.med_us;
+    return p;
+}
+
+// ---------------------------------------------------------------- MoE
+constexpr int kE = 256, kTopK = 6, kHidden = 4096, kInter = 2048;
+constexpr double kExpertBytes = 2.0 * kInter * kHidden / 2 + 2.0 * kInter * kHidden / 32 + double(kHidden) * kInter / 2 +
+                                double(kHidden) * kInter / 32;
+
+struct MoeLayer {
+    Buf w1, s1, w3, s3, w2, s2;
+};
+MoeLayer make_moe_layer(std::mt19937& g) {
+    const size_t wb = size_t(kE) * kInter * kHidden / 2, sb = size_t(kE) * kInter * kHidden / 32;
+    MoeLayer L{Buf(wb), Buf(sb), Buf(wb), Buf(sb), Buf(wb), Buf(sb)};
+    const auto pw = pat_bytes(size_t(64) << 20, g, 0, 255), ps = pat_bytes(size_t(8) << 20, g, 118, 121);
+    for (Buf* b : {&L.w1, &L.w3, &L.w2}) fill_pattern(b->p, b->bytes, pw);
+    for (Buf* b : {&L.s1, &L.s3, &L.s2}) fill_pattern(b->p, b->bytes, ps);
+    return L;
+}
+
+struct MoeSet {
+    Buf x, logits, bias, ids, w, cnt, off, ptok, pdst, pw, h, y, shared, out;
+    double active = 0;
+};
+
+struct MoePoint {
+    json j;
+    double us = 0;
+};
+
+// mode 0: full routed path (route, permute, gate-up, down, combine); 1: expert GEMVs only.
+MoePoint bench_moe(const std::vector<MoeLayer>& layers, int B, int variant, bool skewed, int mode, int reps,
+                   double copy_gbs, cudaStream_t s, uint32_t seed) {
+    const int NR = 4;
+    std::vector<MoeSet> sets;
+    std::mt19937 g(seed);
+    for (int r = 0; r < NR; ++r) {
+        const size_t rows = size_t(B) * kTopK;
+        MoeSet m{Buf(size_t(B) * kHidden * 2), Buf(size_t(B) * kE * 4), Buf(kE * 4), Buf(rows * 4), Buf(rows * 4),
+                 Buf(kE * 4), Buf((kE + 1) * 4), Buf(rows * 4), Buf(rows * 4), Buf(rows * 4), Buf(rows * kInter * 2),
+                 Buf(rows * kHidden * 4), Buf(size_t(B) * kHidden * 2), Buf(size_t(B) * kHidden * 2)};
+        fill_pattern(m.x.p, m.x.bytes, pat_bf16(size_t(B) * kHidden, g, 1.0f));
+        fill_pattern(m.shared.p, m.shared.bytes, pat_bf16(size_t(B) * kHidden, g, 0.1f));
+        std::normal_distribution<float> nd(0.f, 1.f);
+        std::vector<float> lg(size_t(B) * kE), bias(kE);
+        for (size_t i = 0; i < lg.size(); ++i) lg[i] = nd(g) + ((skewed && (i % kE) < 32) ? 2.0f : 0.0f);
+        for (auto& b : bias) b = 0.01f * nd(g);
+        BENCH_CHECK(cudaMemcpy(m.logits.p, lg.data(), lg.size() * 4, cudaMemcpyHostToDevice));
+        BENCH_CHECK(cudaMemcpy(m.bias.p, bias.data(), bias.size() * 4, cudaMemcpyHostToDevice));
+        sets.push_back(std::move(m));
+    }
+    auto route = [&](MoeSet& m) {
+        MoeRouteArgs ra;
+        ra.logits = m.logits.as<float>();
+        ra.bias = m.bias.as<float>();
+        ra.topk_ids = m.ids.as<int32_t>();
+        ra.topk_w = m.w.as<float>();
+        ra.n_tokens = B;
+        check_status(moe_route_launch(ra, s), "moe_route");
+        MoePermuteArgs pa;
+        pa.topk_ids = m.ids.as<int32_t>();
+        pa.topk_w = m.w.as<float>();
+        pa.expert_count = m.cnt.as<int32_t>();
+        pa.expert_offset = m.off.as<int32_t>();
+        pa.perm_token = m.ptok.as<int32_t>();
+        pa.perm_dst = m.pdst.as<int32_t>();
+        pa.perm_w = m.pw.as<float>();
+        pa.n_tokens = B;
+        check_status(moe_permute_launch(pa, s), "moe_permute");
+    };
+    auto experts = [&](MoeSet& m, const MoeLayer& L) {
+        MoeExpertArgs gu;
+        gu.mode = MoeExpertMode::kGateUp;
+        gu.x = m.x.p;
+        gu.w1 = L.w1.as<uint8_t>();
+        gu.w1_scale = L.s1.as<uint8_t>();
+        gu.w3 = L.w3.as<uint8_t>();
+        gu.w3_scale = L.s3.as<uint8_t>();
+        gu.expert_count = m.cnt.as<int32_t>();
+        gu.expert_offset = m.off.as<int32_t>();
+        gu.perm_token = m.ptok.as<int32_t>();
+        gu.perm_dst = m.pdst.as<int32_t>();
+        gu.perm_w = m.pw.as<float>();
+        gu.out = m.h.p;
+        gu.N = kInter;
+        gu.K = kHidden;
+        gu.variant = variant;
+        check_status(moe_expert_launch(gu, s), "moe gate-up");
+        MoeExpertArgs dn = gu;
+        dn.mode = MoeExpertMode::kDown;
+        dn.x = m.h.p;
+        dn.w1 = L.w2.as<uint8_t>();
+        dn.w1_scale = L.s2.as<uint8_t>();
+        dn.w3 = nullptr;
+        dn.w3_scale = nullptr;
+        dn.out = m.y.p;
+        dn.N = kHidden;
+        dn.K = kInter;
+        check_status(moe_expert_launch(dn, s), "moe down");
+    };
+    auto combine = [&](MoeSet& m) {
+        MoeCombineArgs ca;
+        ca.y = m.y.as<float>();
+        ca.shared = m.shared.p;
+        ca.out = m.out.p;
+        ca.n_tokens = B;
+        check_status(moe_combine_launch(ca, s), "moe_combine");
+    };
+    // Routing once outside the graph to count active experts (and prime the workspaces).
+    for (auto& m : sets) {
+        route(m);
+        BENCH_CHECK(cudaStreamSynchronize(s));
+        std::vector<int32_t> cnt(kE);
+        BENCH_CHECK(cudaMemcpy(cnt.data(), m.cnt.p, kE * 4, cudaMemcpyDeviceToHost));
+        m.active = double(std::count_if(cnt.begin(), cnt.end(), [](int c) { return c > 0; }));
+    }
+    const Timing t = time_graph(s, NR, reps, [&](int r) {
+        if (mode == 0) route(sets[r]);
+        experts(sets[r], layers[r % layers.size()]);
+        if (mode == 0) combine(sets[r]);
+    });
+    double active = 0;
+    for (auto& m : sets) active += m.active / NR;
+    const double rows = double(B) * kTopK;
+    const double act = double(B) * kHidden * 2 + rows * kInter * 2 * 2 + rows * kHidden * 4 * (mode == 0 ? 2 : 1) +
+                       (mode == 0 ? double(B) * kHidden * 2 * 2 : 0.0);
+    const double bytes = active * kExpertBytes + act;
+    MoePoint p;
+    p.j = point(t, bytes, copy_gbs);
+    p.j["active_experts"] = active;
+    p.j["f_B_model"] = 1.0 - std::pow(1.0 - 6.0 / 256.0, B);
+    p.j["tflops"] = rows * 2.0 * 3.0 * kHidden * kInter / (t.med_us * 1e-6) / 1e12;
+    MoeExpertArgs probe;
+    probe.N = kInter;
+    probe.K = kHidden;
+    probe.variant = variant;
+    p.j["variant"] = moe_expert_variant_name(moe_expert_select_variant(probe));
+    p.us = t.med_us;
+    return p;
+}
+
+// ---------------------------------------------------------------- dense GEMV
+struct GemvShape {
+    const char* name;
+    WeightFormat fmt;
+    int N, K, groups;
+};
+const GemvShape kGemvShapes[] = {
+    {"wq_a", WeightFormat::kFp8Block, 1024, 4096, 1},      {"wq_b", WeightFormat::kFp8Block, 32768, 1024, 1},
+    {"wkv", WeightFormat::kFp8Block, 512, 4096, 1},        {"wo_a", WeightFormat::kFp8Block, 1024, 4096, 8},
+    {"wo_b", WeightFormat::kFp8Block, 4096, 8192, 1},      {"shared_w13", WeightFormat::kFp8Block, 4096, 4096, 1},
+    {"shared_w2", WeightFormat::kFp8Block, 4096, 2048, 1}, {"idx_wq_b", WeightFormat::kFp8Block, 8192, 1024, 1},
+    {"router", WeightFormat::kBf16, 256, 4096, 1},         {"csa_compressor", WeightFormat::kBf16, 2048, 4096, 1},
+    {"lm_head", WeightFormat::kBf16, 129280, 4096, 1},
+};
+
+json bench_gemv(const GemvShape& sh, int B, int variant, int reps, double copy_gbs, cudaStream_t s, std::mt19937& g) {
+    const int64_t rows = int64_t(sh.groups) * sh.N;
+    const double wbytes = double(rows) * sh.K * (sh.fmt == WeightFormat::kBf16 ? 2 : 1);
+    const double sbytes = sh.fmt == WeightFormat::kFp8Block ? double((rows + 127) / 128) * (sh.K / 128) : 0.0;
+    const int NR = int(std::clamp(std::ceil(256e6 / wbytes), 1.0, 8.0));
+    std::vector<Buf> ws, ss, xs, ys;
+    const auto pw = sh.fmt == WeightFormat::kBf16 ? pat_bf16(size_t(8) << 20, g, 0.05f)
+                                                  : pat_bytes(size_t(16) << 20, g, 0, 255, true);
+    const auto ps = pat_bytes(1 << 16, g, 117, 121);
+    for (int r = 0; r < NR; ++r) {
+        ws.emplace_back(size_t(wbytes));
+        fill_pattern(ws.back().p, ws.back().bytes, pw);
+        ss.emplace_back(std::max<size_t>(size_t(sbytes), 1));
+        fill_pattern(ss.back().p, ss.back().bytes, ps);
+        xs.emplace_back(size_t(B) * sh.groups * sh.K * 2);
+        fill_pattern(xs.back().p, xs.back().bytes, pat_bf16(size_t(B) * sh.groups * sh.K, g, 1.0f));
+        ys.emplace_back(size_t(B) * rows * 2);
+    }
+    DenseGemvArgs a;
+    a.format = sh.fmt;
+    a.n_tokens = B;
+    a.N = sh.N;
+    a.K = sh.K;
+    a.groups = sh.groups;
+    a.variant = variant;
+    const Timing t = time_graph(s, NR, reps, [&](int r) {
+        DenseGemvArgs x = a;
+        x.x = xs[r].p;
+        x.w = ws[r].p;
+        x.w_scale = ss[r].as<uint8_t>();
+        x.y = ys[r].p;
+        check_status(dense_gemv_launch(x, s), sh.name);
+    });
+    const double bytes = wbytes + sbytes + double(B) * sh.groups * sh.K * 2 + double(B) * rows * 2;
+    json j = point(t, bytes, copy_gbs);
+    j["name"] = sh.name;
+    j["batch"] = B;
+    j["tflops"] = 2.0 * B * rows * sh.K / (t.med_us * 1e-6) / 1e12;
+    j["variant"] = dense_gemv_variant_name(dense_gemv_select_variant(a));
+    return j;
+}
+
+std::string env_or(const char* name) {
+    const char* v = std::getenv(name);
+    return v ? v : "";
+}
+
+bool has(const std::vector<std::string>& v, const char* s) { return std::find(v.begin(), v.end(), s) != v.end(); }
+
+}  // namespace
+
+int run_decode_bench(const DecodeBenchOptions& o) {
+    cudaStream_t s;
+    BENCH_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaDeviceProp prop;
+    BENCH_CHECK(cudaGetDeviceProperties(&prop, 0));
+    int driver = 0, runtime = 0;
+    cudaDriverGetVersion(&driver);
+    cudaRuntimeGetVersion(&runtime);
+    json J;
+    J["gpu"] = prop.name;
+    J["sm_count"] = prop.multiProcessorCount;
+    J["l2_bytes"] = prop.l2CacheSize;
+    J["cuda_driver"] = driver;
+    J["cuda_runtime"] = runtime;
+    J["git_sha"] = env_or("DSV4_GIT_SHA");
+    std::printf("decode-bench on %s (%d SMs, L2 %d MB)\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+    std::printf("variants (env DSV4_ATTN_VARIANT / DSV4_MOE_VARIANT / DSV4_GEMV_VARIANT override):\n");
+    for (int i = 0; i < sparse_decode_variant_count(); ++i)
+        std::printf("  %s %s\n", sparse_decode_variant_name(i).c_str(), sparse_decode_variant_params(i).to_string().c_str());
+    for (int i = 0; i < moe_expert_variant_count(); ++i)
+        std::printf("  %s %s\n", moe_expert_variant_name(i).c_str(), moe_expert_variant_params(i).to_string().c_str());
+    for (int i = 0; i < dense_gemv_variant_count(); ++i)
+        std::printf("  %s %s\n", dense_gemv_variant_name(i).c_str(), dense_gemv_variant_params(i).to_string().c_str());
+
+    const double copy = measure_copy(s);
+    const double gemm = measure_gemm(s);
+    J["copy_gb_s"] = copy;
+    J["bf16_gemm_tflops"] = gemm;
+    std::printf("copy bandwidth %.0f GB/s (read+write), bf16 GEMM %.0f TFLOP/s\n", copy, gemm);
+    std::fflush(stdout);
+    std::mt19937 g(1234);
+    std::vector<std::string> table;
+    auto save = [&] {
+        std::ofstream f(o.out);
+        f << J.dump(1) << "\n";
+    };
+
+    if (has(o.sections, "attn") || has(o.sections, "sweep")) {
+        KvPool fp8 = make_pool(KvFormat::kFp8, size_t(1) << 30, g);
+        KvPool bf16 = make_pool(KvFormat::kBf16, size_t(1) << 30, g);
+        if (has(o.sections, "attn")) {
+            for (const KvPool* pool : {&fp8, &bf16})
+                for (const char* kind : {"csa", "hca", "swa"})
+                    for (int ctx : o.contexts) {
+                        if (std::string(kind) == "swa" && ctx != o.contexts.front()) continue;
+                        for (int B : o.batches) {
+                            AttnPoint p = bench_attn(*pool, B, attn_rows(kind, ctx), -1, 0, o.reps, copy, s, 77 + B);
+                            p.j["kind"] = kind;
+                            p.j["format"] = pool->fmt == KvFormat::kFp8 ? "fp8" : "bf16";
+                            p.j["batch"] = B;
+                            p.j["context"] = ctx;
+                            J["attention"].push_back(p.j);
+                            char line[256];
+                            std::snprintf(line, sizeof line, "attn %-4s %-4s B=%-3d ctx=%-5d rows=%-4d sp=%-2d %8.1f us %6.0f GB/s %5.1f%% copy",
+                                          kind, p.j["format"].get<std::string>().c_str(), B, ctx, p.j["rows"].get<int>(),
+                                          p.j["splits"].get<int>(), p.us, p.j["gb_s"].get<double>(), p.j["pct_copy"].get<double>());
+                            table.push_back(line);
+                        }
+                    }
+            save();
+        }
+        if (has(o.sections, "sweep")) {
+            // A/B sweeps for the ledger: variants at the default target, targets at the default variant.
+            struct Cfg {
+                std::string name;
+                int variant, target;
+            };
+            for (const KvPool* pool : {&fp8, &bf16})
+                for (auto [kind, ctx] : {std::pair{"csa", 8192}, std::pair{"hca", 32768}})
+                    for (int B : {1, 8, 64, 256}) {
+                        std::vector<Cfg> cfgs;
+                        for (int v = 0; v < sparse_decode_variant_count(); ++v)
+                            if (sparse_decode_variant_legal(v, pool->fmt, 64)) cfgs.push_back({sparse_decode_variant_name(v), v, 0});
+                        for (int t : {128, 256, 512}) cfgs.push_back({"target" + std::to_string(t), 0, t});
+                        json pt;
+                        for (int r = 0; r < o.rounds; ++r)
+                            for (size_t i = 0; i < cfgs.size(); ++i) {
+                                const Cfg& c = cfgs[(r % 2) ? cfgs.size() - 1 - i : i];
+                                AttnPoint p = bench_attn(*pool, B, attn_rows(kind, ctx), c.variant, c.target, o.reps, copy, s, 900 + r);
+                                pt[c.name]["median_us"].push_back(p.us);
+                                pt[c.name]["splits"] = p.j["splits"];
+                                pt[c.name]["pct_copy"].push_back(p.j["pct_copy"]);
+                            }
+                        json e{{"kind", kind}, {"format", pool->fmt == KvFormat::kFp8 ? "fp8" : "bf16"}, {"batch", B},
+                               {"context", ctx}, {"configs", pt}};
+                        J["attention_sweep"].push_back(e);
+                        std::string line = std::string("sweep attn ") + kind + " " + e["format"].get<std::string>() + " B=" + std::to_string(B) + ":";
+                        for (auto& [name, v] : pt.items()) {
+                            auto m = v["median_us"];
+                            double lo = 1e30, hi = 0, sum = 0;
+                            for (auto& x : m) {
+                                lo = std::min(lo, x.get<double>());
+                                hi = std::max(hi, x.get<double>());
+                                sum += x.get<double>();
+                            }
+                            char b[128];
+                            std::snprintf(b, sizeof b, " %s(sp%d)=%.1f[%.1f-%.1f]", name.c_str(), v["splits"].get<int>(), sum / m.size(), lo, hi);
+                            line += b;
+                        }
+                        table.push_back(line);
+                        save();
+                    }
+        }
+    }
+
+    if (has(o.sections, "moe") || has(o.sections, "sweep")) {
+        std::vector<MoeLayer> layers;
+        layers.push_back(make_moe_layer(g));
+        layers.push_back(make_moe_layer(g));
+        if (has(o.sections, "moe"))
+            for (int B : o.batches)
+                for (int mode : {0, 1}) {
+                    MoePoint p = bench_moe(layers, B, -1, o.skewed, mode, o.reps, copy, s, 500 + B);
+                    p.j["batch"] = B;
+                    p.j["what"] = mode == 0 ? "routed_path" : "expert_gemvs";
+                    p.j["skewed"] = o.skewed;
+                    J["moe"].push_back(p.j);
+                    char line[256];
+                    std::snprintf(line, sizeof line, "moe  %-12s B=%-3d experts=%5.1f %8.1f us %6.0f GB/s %5.1f%% copy %5.1f TFLOP/s",
+                                  p.j["what"].get<std::string>().c_str(), B, p.j["active_experts"].get<double>(), p.us,
+                                  p.j["gb_s"].get<double>(), p.j["pct_copy"].get<double>(), p.j["tflops"].get<double>());
+                    table.push_back(line);
+                }
+        save();
+        if (has(o.sections, "sweep"))
+            for (int B : {1, 8, 64, 256}) {
+                json pt;
+                const int n = moe_expert_variant_count();
+                for (int r = 0; r < o.rounds; ++r)
+                    for (int i = 0; i < n; ++i) {
+                        const int v = (r % 2) ? n - 1 - i : i;
+                        MoePoint p = bench_moe(layers, B, v, false, 1, o.reps, copy, s, 600 + r);
+                        pt[moe_expert_variant_name(v)]["median_us"].push_back(p.us);
+                        pt[moe_expert_variant_name(v)]["pct_copy"].push_back(p.j["pct_copy"]);
+                    }
+                J["moe_sweep"].push_back(json{{"batch", B}, {"configs", pt}});
+                std::string line = "sweep moe B=" + std::to_string(B) + ":";
+                for (auto& [name, v] : pt.items()) {
+                    double lo = 1e30, hi = 0, sum = 0;
+                    for (auto& x : v["median_us"]) {
+                        lo = std::min(lo, x.get<double>());
+                        hi = std::max(hi, x.get<double>());
+                        sum += x.get<double>();
+                    }
+                    char b[160];
+                    std::snprintf(b, sizeof b, " %s=%.1f[%.1f-%.1f]", name.substr(15).c_str(), sum / v["median_us"].size(), lo, hi);
+                    line += b;
+                }
+                table.push_back(line);
+                save();
+            }
+    }
+
+    if (has(o.sections, "gemv")) {
+        for (const GemvShape& sh : kGemvShapes)
+            for (int B : o.batches) {
+                json j = bench_gemv(sh, B, -1, o.reps, copy, s, g);
+                J["gemv"].push_back(j);
+                char line[256];
+                std::snprintf(line, sizeof line, "gemv %-14s B=%-3d %8.1f us %6.0f GB/s %5.1f%% copy %5.1f TFLOP/s", sh.name, B,
+                              j["median_us"].get<double>(), j["gb_s"].get<double>(), j["pct_copy"].get<double>(),
+                              j["tflops"].get<double>());
+                table.push_back(line);
+            }
+        save();
+    }
+    save();
+    std::printf("\n== summary (median per launch; %% of copy bandwidth %.0f GB/s measured in this run) ==\n", copy);
+    for (const auto& l : table) std::printf("%s\n", l.c_str());
+    cudaStreamDestroy(s);
+    return 0;
+}
+
+}  // namespace dsv4::cli
