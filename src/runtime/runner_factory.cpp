@@ -5,6 +5,9 @@
 #include "model/checkpoint.h"
 #include "model/ref_model.h"
 #include "runtime/ref_runner.h"
+#ifdef DSV4_HAVE_CUDA
+#include "runtime/cuda_runner.h"
+#endif
 
 namespace dsv4 {
 
@@ -27,9 +30,16 @@ Result<std::shared_ptr<const RefModel>> load_ref_model(const std::string& model,
 
 Result<std::unique_ptr<ModelRunner>> make_model_runner(const RunnerOptions& opt) {
     if (opt.backend != "cpu") {
-        if (opt.backend == "cuda")
-            return error(StatusCode::kUnimplemented, "backend 'cuda' is not available in this build");
-        return invalid_argument("unknown backend '{}' (expected cpu or cuda)", opt.backend);
+        if (opt.backend != "cuda") return invalid_argument("unknown backend '{}' (expected cpu or cuda)", opt.backend);
+#ifdef DSV4_HAVE_CUDA
+        DSV4_ASSIGN_OR_RETURN(auto cmodel, load_ref_model(opt.model, opt.seed));
+        CudaRunnerOptions co;
+        co.page_tokens = opt.page_tokens;
+        co.n_pages = opt.n_pages;
+        return make_cuda_runner(cmodel, opt.model == "tiny" ? std::string() : opt.model, co);
+#else
+        return error(StatusCode::kUnimplemented, "backend 'cuda' is not available in this build (no nvcc)");
+#endif
     }
     DSV4_ASSIGN_OR_RETURN(auto model, load_ref_model(opt.model, opt.seed));
     int64_t n_pages = opt.n_pages;

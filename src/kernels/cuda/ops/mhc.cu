@@ -1,0 +1,127 @@
+// mHC (spec §2.2) fused with the RMSNorm it feeds: mixing logits, Sinkhorn, collapse and norm in
+// one CTA per token; the expand as a separate elementwise pass; the final head collapse + norm.
+// Thread roles: 256 threads per token; warps compute the (2+n)n mixing dot products over n*d
+// (double accumulation like the reference), thread 0 runs the Sinkhorn iterations on the n x n
+// matrix in shared memory, then all threads collapse and normalise.
+// Shared memory: d floats (collapsed row) + coefficients + 32 doubles. Bound: memory (X and fn are
+// read once per token); the Sinkhorn is a few hundred serial flops.
+#include "kernels/cuda/ops/common.cuh"
+
+namespace dsv4::cuda {
+
+namespace {
+constexpr int kMaxMix = 80;  // (2+n)n for n <= 8
+
+__device__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// X: [T, n, d]; coeffs: [T, 24] (pre n, post n, comb n*n); xn: [T, d]. head: rows != null.
+template <bool kHead>
+__global__ void mhc_kernel(const float* __restrict__ X, const int32_t* __restrict__ rows, MhcArgs a,
+                           float* __restrict__ coeffs, float* __restrict__ xn) {
+    extern __shared__ float u[];
+    __shared__ double red[32];
+    __shared__ float m[kMaxMix];
+    __shared__ float pre[8], post[8], C[64];
+    const int n = a.n, d = a.d;
+    const int64_t width = int64_t(n) * d;
+    const int64_t t = kHead ? rows[blockIdx.x] : blockIdx.x;
+    const float* x = X + t * width;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    double ss = 0.0;
+    for (int64_t i = threadIdx.x; i < width; i += blockDim.x) ss += double(x[i]) * x[i];
+    ss = block_sum_d(ss, red);
+    const float rho = 1.0f / sqrtf(float(ss / double(width)) + a.rms_eps);
+    const int n_mix = kHead ? n : (2 + n) * n;
+    for (int r = warp; r < n_mix; r += nw) {
+        double acc = 0.0;
+        const float* f = a.fn + int64_t(r) * width;
+        for (int64_t i = lane; i < width; i += 32) acc += double(f[i]) * x[i];
+        acc = warp_sum_d(acc);
+        if (lane == 0) m[r] = float(acc) * rho;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int j = 0; j < n; ++j) pre[j] = sigmoid_f(m[j] * a.scale[0] + a.base[j]) + a.hc_eps;
+        if (!kHead) {
+            for (int j = 0; j < n; ++j) post[j] = 2.0f * sigmoid_f(m[n + j] * a.scale[1] + a.base[n + j]);
+            for (int j = 0; j < n; ++j) {
+                float mx = kNegInf;
+                for (int k = 0; k < n; ++k) {
+                    C[j * n + k] = m[2 * n + j * n + k] * a.scale[2] + a.base[2 * n + j * n + k];
+                    mx = fmaxf(mx, C[j * n + k]);
+                }
+                float sum = 0.0f;
+                for (int k = 0; k < n; ++k) sum += (C[j * n + k] = expf(C[j * n + k] - mx));
+                for (int k = 0; k < n; ++k) C[j * n + k] = C[j * n + k] / sum + a.hc_eps;
+            }
+            for (int it = 0; it < a.sinkhorn_iters; ++it) {
+                if (it > 0)
+                    for (int j = 0; j < n; ++j) {
+                        float s = 0.0f;
+                        for (int k = 0; k < n; ++k) s += C[j * n + k];
+                        for (int k = 0; k < n; ++k) C[j * n + k] /= (s + a.hc_eps);
+                    }
+                for (int k = 0; k < n; ++k) {
+                    float s = 0.0f;
+                    for (int j = 0; j < n; ++j) s += C[j * n + k];
+                    for (int j = 0; j < n; ++j) C[j * n + k] /= (s + a.hc_eps);
+                }
+            }
+            float* c = coeffs + t * (2 * n + n * n);
+            for (int j = 0; j < n; ++j) c[j] = pre[j];
+            for (int j = 0; j < n; ++j) c[n + j] = post[j];
+            for (int j = 0; j < n * n; ++j) c[2 * n + j] = C[j];
+        }
+    }
+    __syncthreads();
+    double su = 0.0;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        float acc = 0.0f;
+        for (int j = 0; j < n; ++j) acc += pre[j] * x[int64_t(j) * d + i];
+        u[i] = acc;
+        su += double(acc) * acc;
+    }
+    su = block_sum_d(su, red);
+    const float inv = 1.0f / sqrtf(float(su / double(d)) + a.rms_eps);
+    float* o = xn + int64_t(blockIdx.x) * d;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) o[i] = u[i] * inv * a.norm[i];
+}
+
+// X: [T, n, d] in place; y: [T, d]; coeffs: [T, 2n + n*n]
+__global__ void mhc_post_kernel(float* X, const float* __restrict__ y, const float* __restrict__ coeffs, int n, int d) {
+    const int64_t t = blockIdx.x;
+    const float* c = coeffs + t * (2 * n + n * n);
+    float* x = X + t * int64_t(n) * d;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        float xs[8];
+        for (int j = 0; j < n; ++j) xs[j] = x[int64_t(j) * d + i];
+        const float yv = y[t * d + i];
+        for (int k = 0; k < n; ++k) {
+            float acc = c[n + k] * yv;
+            for (int j = 0; j < n; ++j) acc += c[2 * n + j * n + k] * xs[j];
+            x[int64_t(k) * d + i] = acc;
+        }
+    }
+}
+}  // namespace
+
+cudaError_t mhc_pre(const float* X, int T, const MhcArgs& a, float* coeffs, float* xn, cudaStream_t st) {
+    if (T <= 0) return cudaSuccess;
+    if (a.n > 8) return cudaErrorInvalidValue;
+    mhc_kernel<false><<<T, 256, sizeof(float) * a.d, st>>>(X, nullptr, a, coeffs, xn);
+    return cudaGetLastError();
+}
+
+cudaError_t mhc_post(float* X, const float* y, const float* coeffs, int T, int n, int d, cudaStream_t st) {
+    if (T <= 0) return cudaSuccess;
+    mhc_post_kernel<<<T, 256, 0, st>>>(X, y, coeffs, n, d);
+    return cudaGetLastError();
+}
+
+cudaError_t mhc_head(const float* X, const int32_t* rows, int R, const MhcArgs& a, float* out, cudaStream_t st) {
+    if (R <= 0) return cudaSuccess;
+    mhc_kernel<true><<<R, 256, sizeof(float) * a.d, st>>>(X, rows, a, nullptr, out);
+    return cudaGetLastError();
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,79 @@
+// RMSNorm (weighted or not) fused with RoPE / inverse RoPE on rows, plus small elementwise ops.
+// Thread roles: one CTA (128 threads) per row; threads stride the row, a block reduction (double,
+// as the reference) gives the norm, then threads rotate the rope pairs. Shared memory: the row
+// (n floats, dynamic) + 32 doubles. Bound: memory (one read, one write per element).
+#include "kernels/cuda/ops/common.cuh"
+
+namespace dsv4::cuda {
+
+namespace {
+// x: [rows, ldx] f32; y: [rows, ldy] f32; weight: [n] or null; inv_freq: [rope_dim/2] or null;
+// pos: [rows / rows_per_token] int32
+__global__ void norm_rope_kernel(const float* x, int64_t ldx, float* y, int64_t ldy, int n,
+                                 bool do_norm, const float* __restrict__ weight, float eps,
+                                 const float* __restrict__ inv_freq, int rope_dim, const int32_t* __restrict__ pos,
+                                 int rows_per_token, bool inverse) {
+    extern __shared__ float row[];
+    __shared__ double red[32];
+    const int64_t r = blockIdx.x;
+    const float* xr = x + r * ldx;
+    double ss = 0.0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const float v = xr[i];
+        row[i] = v;
+        ss += double(v) * v;
+    }
+    if (do_norm) {
+        ss = block_sum_d(ss, red);
+        const float inv = 1.0f / sqrtf(float(ss / double(n)) + eps);
+        for (int i = threadIdx.x; i < n; i += blockDim.x) row[i] = weight ? row[i] * inv * weight[i] : row[i] * inv;
+    }
+    __syncthreads();
+    if (inv_freq) {
+        const int64_t p = pos[r / rows_per_token];
+        for (int i = threadIdx.x; i < rope_dim / 2; i += blockDim.x) rope_pair(row, n, rope_dim, inv_freq, p, i, inverse);
+        __syncthreads();
+    }
+    float* yr = y + r * ldy;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = row[i];
+}
+
+__global__ void scale_kernel(float* x, int64_t n, float s) {
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < n) x[i] *= s;
+}
+
+__global__ void swiglu_kernel(const float* a, const float* b, float* h, int64_t n, float lim) {
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float g = a[i], u = b[i];
+    if (lim > 0) {
+        g = fminf(g, lim);
+        u = fminf(fmaxf(u, -lim), lim);
+    }
+    h[i] = silu_f(g) * u * 1.0f;
+}
+}  // namespace
+
+cudaError_t norm_rope(const float* x, int64_t ldx, float* y, int64_t ldy, int rows, int n, bool do_norm,
+                      const float* weight, float eps, const float* inv_freq, int rope_dim, const int32_t* pos,
+                      int rows_per_token, bool inverse, cudaStream_t st) {
+    if (rows <= 0) return cudaSuccess;
+    norm_rope_kernel<<<rows, 128, sizeof(float) * n, st>>>(x, ldx, y, ldy, n, do_norm, weight, eps, inv_freq,
+                                                           rope_dim, pos, rows_per_token, inverse);
+    return cudaGetLastError();
+}
+
+cudaError_t scale_inplace(float* x, int64_t n, float s, cudaStream_t st) {
+    if (n <= 0) return cudaSuccess;
+    scale_kernel<<<unsigned((n + 255) / 256), 256, 0, st>>>(x, n, s);
+    return cudaGetLastError();
+}
+
+cudaError_t swiglu(const float* a, const float* b, float* h, int64_t n, float lim, cudaStream_t st) {
+    if (n <= 0) return cudaSuccess;
+    swiglu_kernel<<<unsigned((n + 255) / 256), 256, 0, st>>>(a, b, h, n, lim);
+    return cudaGetLastError();
+}
+
+}  // namespace dsv4::cuda

@@ -1,0 +1,188 @@
+// CUDA ops of the DeepSeek-V4 forward (the CPU reference is src/kernels/ref + src/model/ref_*.cpp).
+// Host-only header, includable from the CPU build (no device code): plain structs of device
+// pointers and launch functions returning cudaError_t (launch errors are checked right after
+// every launch). All activations are f32; weights stay in checkpoint formats (WeightDesc) and
+// are dequantised element by element inside the kernels.
+//
+// Step plan (device arrays written once per step, fixed capacity so that graphs can replay):
+//   seq arrays [B]: tok_begin, n_tok, start_pos, valid; page tables [B, pt_stride] int32.
+//   token arrays [T]: token id, position, seq index.
+#pragma once
+
+#include <cstdint>
+
+#include <cuda_runtime.h>
+
+namespace dsv4::cuda {
+
+enum class WFmt : int32_t {
+    kF32 = 0,       // f32 [N, K]
+    kBF16 = 1,      // bf16 [N, K]
+    kFp8E8M0 = 2,   // e4m3 [N, K] + UE8M0 scales [ceil(N/128), ceil(K/128)]
+    kFp8F32 = 3,    // e4m3 [N, K] + f32 scales [ceil(N/128), ceil(K/128)]
+    kMxfp4 = 4,     // e2m1 packed [N, K/2] (low nibble = even k) + UE8M0 scales [N, ceil(K/32)]
+};
+const char* wfmt_name(WFmt f);
+
+// A [N, K] weight matrix in checkpoint format (or E experts of one, `expert_stride` bytes apart).
+struct WeightDesc {
+    WFmt fmt = WFmt::kF32;
+    const void* data = nullptr;
+    const void* scale = nullptr;
+    int32_t N = 0, K = 0;
+    int64_t expert_stride = 0;        // bytes between experts' data
+    int64_t scale_expert_stride = 0;  // bytes between experts' scales
+};
+
+// Per-step plan in device memory.
+struct StepPlan {
+    int32_t n_seqs = 0;          // B (padded bucket size in graphs)
+    const int32_t* tok_begin;    // [B]
+    const int32_t* n_tok;        // [B] 0 for padding
+    const int64_t* start_pos;    // [B]
+    const int32_t* page_table;   // [B, pt_stride]
+    int32_t pt_stride = 0;
+    const int32_t* tokens;       // [T]
+    const int32_t* pos;          // [T] absolute positions
+};
+
+// The page pool: n_pages x page_elems f32 elements; state pages first in every page table.
+struct PagePool {
+    float* base = nullptr;
+    int64_t page_elems = 0;
+    int64_t n_state_pages = 0;
+    int64_t page_tokens = 0;
+};
+
+// ---- linear.cu -----------------------------------------------------------------------------
+// y[t, n] (+)= sum_k W[n, k] x[t, goff(n) + k], goff(n) = (n / n_per_group) * group_in (the grouped
+// output projection); plain linear: n_per_group = N, group_in = 0. x rows ldx apart, y rows ldy.
+cudaError_t linear(const WeightDesc& w, int expert, const float* x, int64_t ldx, int n_per_group,
+                   int64_t group_in, float* y, int64_t ldy, int T, bool accumulate, cudaStream_t st);
+// out[T, d] = W row tokens[t] (embedding lookup, any WFmt) repeated `copies` times per token.
+cudaError_t embed(const WeightDesc& w, const int32_t* tokens, int T, int copies, float* out, cudaStream_t st);
+
+// ---- norm_rope.cu ---------------------------------------------------------------------------
+// Row r of width n: y = rmsnorm(x) (* weight if non-null) when do_norm; then RoPE (inverse if
+// asked) on the trailing rope_dim dims at pos[r / rows_per_token] when inv_freq non-null.
+cudaError_t norm_rope(const float* x, int64_t ldx, float* y, int64_t ldy, int rows, int n, bool do_norm,
+                      const float* weight, float eps, const float* inv_freq, int rope_dim,
+                      const int32_t* pos, int rows_per_token, bool inverse, cudaStream_t st);
+cudaError_t scale_inplace(float* x, int64_t n, float s, cudaStream_t st);
+// h[t, i] = silu(min(a, lim)) * clamp(b, -lim, lim) * 1 (lim <= 0: no clamp). a, b, h [T, I].
+cudaError_t swiglu(const float* a, const float* b, float* h, int64_t n, float lim, cudaStream_t st);
+
+// ---- mhc.cu ---------------------------------------------------------------------------------
+struct MhcArgs {
+    const float* fn;     // [(2+n)n, n d] (head: [n, n d])
+    const float* base;   // [(2+n)n] (head: [n])
+    const float* scale;  // [3] (head: [1])
+    const float* norm;   // [d] weight of the RMSNorm fed by the collapse
+    int n, d, sinkhorn_iters;
+    float hc_eps, rms_eps;
+};
+// Per token: Sinkhorn coefficients of X[t] (stored to coeffs [T, 24]), u = collapse, xn = rmsnorm(u).
+cudaError_t mhc_pre(const float* X, int T, const MhcArgs& a, float* coeffs, float* xn, cudaStream_t st);
+// X[t] = post * y[t] + comb^T X[t] in place.
+cudaError_t mhc_post(float* X, const float* y, const float* coeffs, int T, int n, int d, cudaStream_t st);
+// Final head: for r < R: h = mhc_head(X[rows[r]]), out[r] = rmsnorm(h) * norm.
+cudaError_t mhc_head(const float* X, const int32_t* rows, int R, const MhcArgs& a, float* out, cudaStream_t st);
+
+// ---- kv_state.cu ----------------------------------------------------------------------------
+// Resets the state area of sequences with start_pos 0 and n_tok > 0: zeros, then -inf on the
+// ranges [gate_off[i], gate_off[i] + gate_len[i]) (compressor gates).
+cudaError_t reset_state(const StepPlan& plan, const PagePool& pool, int64_t state_elems,
+                        const int64_t* gate_off, const int64_t* gate_len, int n_ranges, cudaStream_t st);
+
+struct CompressorArgs {
+    int ratio = 0, dim = 0;
+    bool overlap = false;
+    int64_t kv_off = 0, gate_off = 0;  // state area offsets
+    int64_t row_off = 0;               // token page offset of this compressor's rows
+    int row_dim = 0;                   // stored row width (== dim)
+    const float* kv = nullptr;         // [T, kappa*dim] projected kv
+    const float* gate = nullptr;       // [T, kappa*dim] projected gate (ape not yet added)
+    const float* ape = nullptr;        // [ratio, kappa*dim]
+    const float* norm = nullptr;       // [dim]
+};
+struct KvStepArgs {
+    int t = 0;                 // token step within each sequence's chunk
+    int W = 0, D = 0;
+    int64_t ring_off = 0;
+    const float* kv = nullptr; // [T, D] normed, roped kv
+    int n_comp = 0;            // 0, 1 (main) or 2 (main + indexer)
+    CompressorArgs comp[2];
+    const float* rope_inv_freq = nullptr;  // compress table [rope_dim/2]
+    int rope_dim = 0;
+    float eps = 1e-6f;
+};
+// Token step t of every sequence: ring write, compressor pushes, compressed rows at window ends.
+cudaError_t kv_step(const StepPlan& plan, const PagePool& pool, const KvStepArgs& a, cudaStream_t st);
+
+// ---- indexer.cu -----------------------------------------------------------------------------
+struct IndexerArgs {
+    int t = 0, ratio = 0, IH = 0, ID = 0, topk = 0;
+    int64_t idx_row_off = 0;
+    const float* q = nullptr;   // [T, IH*ID] roped index queries
+    const float* w = nullptr;   // [T, IH] head weights (already scaled)
+    float* scores = nullptr;    // [B, max_rows] workspace
+    int64_t max_rows = 0;
+    int32_t* sel = nullptr;     // [B, topk] out: selected rows, best first (ties: lowest index)
+    int32_t* n_sel = nullptr;   // [B] out
+};
+cudaError_t indexer_topk(const StepPlan& plan, const PagePool& pool, const IndexerArgs& a, cudaStream_t st);
+// Exact top-k of scores [R, n] per row (NaN ranks last, ties lowest index): idx [R, k] best first.
+cudaError_t topk_rows(const float* scores, int R, int n, int k, int32_t* idx, cudaStream_t st);
+// Greedy sampling: argmax of logits [R, V] per row (NaN skipped, ties lowest index).
+cudaError_t argmax_rows(const float* logits, int R, int64_t V, int32_t* out, cudaStream_t st);
+
+// ---- attn_decode.cu -------------------------------------------------------------------------
+// Split-KV sink attention of token step t over the window ring plus compressed rows (HCA: all,
+// CSA: the indexer's selection), then a log-sum-exp combine folding in the sink and the inverse
+// RoPE. Variant parameters: see attn_variants.h.
+struct AttnArgs {
+    int t = 0, H = 0, D = 0, W = 0, ratio = 0;
+    bool csa = false;
+    int64_t ring_off = 0, row_off = 0;
+    int topk = 0;
+    const int32_t* sel = nullptr;    // [B, topk] (CSA)
+    const int32_t* n_sel = nullptr;  // [B] (CSA)
+    const float* q = nullptr;        // [T, H*D]
+    const float* sink = nullptr;     // [H]
+    const float* inv_freq = nullptr; // layer's RoPE table [rope_dim/2]
+    int rope_dim = 0;
+    float scale = 1.0f;
+    float* part_acc = nullptr;       // [B, H, splits, D]
+    float* part_ml = nullptr;        // [B, H, splits, 2]
+    float* out = nullptr;            // [T, H*D]
+};
+struct AttnVariant;
+cudaError_t attn_decode(const StepPlan& plan, const PagePool& pool, const AttnArgs& a, const AttnVariant& v,
+                        int splits, cudaStream_t st);
+
+// ---- moe.cu ---------------------------------------------------------------------------------
+struct MoeArgs {
+    int T = 0, E = 0, K = 0, d = 0, I = 0;
+    const float* logits = nullptr;    // [T, E] router logits
+    const float* bias = nullptr;      // [E] (learned) or null
+    const int32_t* tid2eid = nullptr; // [V, K] (hash) or null
+    const int32_t* tokens = nullptr;  // [T]
+    float route_scale = 1.0f;
+    bool norm_topk = true;
+    float limit = 0.0f;
+    int32_t* ids = nullptr;    // [T, K]
+    float* wts = nullptr;      // [T, K]
+    int32_t* counts = nullptr; // [E] then cursors [E] then offsets [E+1]: int32 [3E+1]
+    int32_t* perm = nullptr;   // [T*K] assignment (t*K+k) per permuted slot
+    int32_t* slot = nullptr;   // [T*K] permuted slot of assignment t*K+k
+    const float* x = nullptr;  // [T, d]
+    float* h = nullptr;        // [T*K, I] permuted hidden
+    float* yp = nullptr;       // [T*K, d] permuted expert outputs
+    WeightDesc w1, w3, w2;     // experts (expert_stride set)
+};
+// Routing, permutation, expert GEMMs (SwiGLU with clamp); leaves yp/slot for moe_combine.
+cudaError_t moe_experts(const MoeArgs& a, cudaStream_t st);
+// out[t] = sum_k yp[slot[t,k]] + shared[t].
+cudaError_t moe_combine(const MoeArgs& a, const float* shared, float* out, cudaStream_t st);
+
+}  // namespace dsv4::cuda

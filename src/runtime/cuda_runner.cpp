@@ -1,0 +1,512 @@
+// CudaRunner (see cuda_runner.h): plan, eager step, graph capture/replay.
+#include "runtime/cuda_runner.h"
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+
+#include "kernels/cuda/ops/attn_variants.h"
+#include "kernels/cuda/ops/ops.h"
+#include "model/checkpoint.h"
+#include "runtime/cuda_weights.h"
+
+namespace dsv4 {
+
+namespace {
+
+Status cuda_ok(cudaError_t e, const char* what) {
+    if (e == cudaSuccess) return Status::ok();
+    return error(StatusCode::kInternal, "CUDA error in {}: {}", what, cudaGetErrorString(e));
+}
+#define DSV4_CU(expr) DSV4_RETURN_IF_ERROR(cuda_ok((expr), #expr))
+
+// Activation and plan buffers, sized once from the options (fixed addresses: graphs replay them).
+struct Workspace {
+    float *X, *xn, *coeffs, *y, *qlat_raw, *qlat, *q, *kv_raw, *kv, *cv, *cg, *iv, *ig, *iq, *iw, *o, *z;
+    float *glog, *wts, *h, *yp, *sa, *sb, *sh, *ys, *scores, *part_acc, *part_ml, *hn, *logits;
+    int32_t *ids, *counts, *perm, *slot, *sel, *n_sel, *logit_rows;
+    int32_t *tok_begin, *n_tok, *page_table, *tokens, *pos;
+    int64_t* start_pos;
+    int64_t *gate_off, *gate_len;
+    int64_t max_rows = 0;
+};
+
+// Host copy of a step plan (pinned staging is not needed at these sizes).
+struct HostPlan {
+    int B = 0, T = 0, max_t = 0, R = 0;
+    std::vector<int32_t> tok_begin, n_tok, page_table, tokens, pos, logit_rows;
+    std::vector<int64_t> start_pos;
+};
+
+class CudaRunner final : public ModelRunner {
+public:
+    CudaRunner(std::shared_ptr<const RefModel> model, KvLayout layout, CudaRunnerOptions opt)
+        : model_(std::move(model)), cfg_(model_->config()), layout_(std::move(layout)), opt_(std::move(opt)) {}
+    ~CudaRunner() override {
+        for (auto& [b, g] : graphs_) cudaGraphExecDestroy(g);
+        if (stream_) cudaStreamDestroy(stream_);
+    }
+
+    Status init(const Checkpoint* ckpt);
+    const ModelConfig& config() const override { return cfg_; }
+    const KvLayout& kv_layout() const override { return layout_; }
+    int64_t n_pages() const override { return opt_.n_pages; }
+    Status forward(const ForwardBatch& batch, std::vector<std::vector<float>>& logits) override;
+
+private:
+    Status plan(const ForwardBatch& batch, bool decode_graph, HostPlan& hp) const;
+    Status upload_plan(const HostPlan& hp);
+    Status run_step(int B, int T, int max_t, int R);
+    Status attention(int l, const cuda::StepPlan& sp, int T, int max_t, int splits);
+    Status moe(int l, int T);
+    cuda::StepPlan step_plan(int B) const;
+
+    std::shared_ptr<const RefModel> model_;
+    const ModelConfig& cfg_;
+    KvLayout layout_;
+    CudaRunnerOptions opt_;
+    DeviceArena arena_;
+    DevWeights w_;
+    Workspace ws_{};
+    cuda::PagePool pool_;
+    cudaStream_t stream_ = nullptr;
+    const cuda::AttnVariant* variant_ = nullptr;
+    int n_sms_ = 1;
+    int pt_stride_ = 0;
+    int n_gate_ranges_ = 0;
+    std::map<int, cudaGraphExec_t> graphs_;
+};
+
+Status CudaRunner::init(const Checkpoint* ckpt) {
+    DSV4_CU(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    int dev = 0;
+    DSV4_CU(cudaGetDevice(&dev));
+    DSV4_CU(cudaDeviceGetAttribute(&n_sms_, cudaDevAttrMultiProcessorCount, dev));
+    DSV4_ASSIGN_OR_RETURN(w_, upload_weights(*model_, ckpt, arena_));
+
+    variant_ = &cuda::attn_variant_from_env();
+    if (!opt_.attn_variant.empty()) {
+        bool found = false;
+        for (const auto& v : cuda::attn_variants())
+            if (opt_.attn_variant == v.name) variant_ = &v, found = true;
+        if (!found) return invalid_argument("unknown attention variant '{}'", opt_.attn_variant);
+    }
+    if (const char* g = std::getenv("DSV4_CUDA_GRAPHS"); g && std::strcmp(g, "0") == 0) opt_.use_graphs = false;
+
+    // Page pool.
+    pool_.page_elems = layout_.page_elems;
+    pool_.n_state_pages = layout_.n_state_pages;
+    pool_.page_tokens = layout_.page_tokens;
+    DSV4_ASSIGN_OR_RETURN(pool_.base, arena_.alloc_n<float>(size_t(opt_.n_pages) * size_t(layout_.page_elems)));
+    pt_stride_ = int(layout_.pages_for_tokens(opt_.max_context));
+
+    // Workspace.
+    const size_t Tm = size_t(opt_.max_tokens), Bm = size_t(opt_.max_seqs);
+    const size_t n = cfg_.hc_mult, d = cfg_.hidden_size, H = cfg_.n_heads, D = cfg_.head_dim, qr = cfg_.q_lora_rank;
+    const size_t ID = std::max(cfg_.index_head_dim, 1), IH = std::max(cfg_.index_n_heads, 1);
+    const size_t E = cfg_.n_routed_experts, K = cfg_.n_experts_per_tok, I = cfg_.moe_intermediate_size;
+    const size_t G = cfg_.o_groups, orank = cfg_.o_lora_rank, V = size_t(cfg_.vocab_size);
+    int min_ratio = 0;
+    for (int l = 0; l < cfg_.n_layers; ++l)
+        if (cfg_.layer_types[l] == AttnType::kCSA)
+            min_ratio = min_ratio == 0 ? cfg_.compress_ratio(l) : std::min(min_ratio, cfg_.compress_ratio(l));
+    ws_.max_rows = min_ratio > 0 ? opt_.max_context / min_ratio + 1 : 1;
+    const size_t splits = size_t(variant_->max_splits), topk = size_t(std::max(cfg_.index_topk, 1));
+    auto F = [&](float*& p, size_t cnt) -> Status {
+        DSV4_ASSIGN_OR_RETURN(p, arena_.alloc_n<float>(cnt));
+        return Status::ok();
+    };
+    auto Ii = [&](int32_t*& p, size_t cnt) -> Status {
+        DSV4_ASSIGN_OR_RETURN(p, arena_.alloc_n<int32_t>(cnt));
+        return Status::ok();
+    };
+    DSV4_RETURN_IF_ERROR(F(ws_.X, Tm * n * d));
+    DSV4_RETURN_IF_ERROR(F(ws_.xn, Tm * d));
+    DSV4_RETURN_IF_ERROR(F(ws_.coeffs, Tm * (2 * n + n * n)));
+    DSV4_RETURN_IF_ERROR(F(ws_.y, Tm * d));
+    DSV4_RETURN_IF_ERROR(F(ws_.qlat_raw, Tm * qr));
+    DSV4_RETURN_IF_ERROR(F(ws_.qlat, Tm * qr));
+    DSV4_RETURN_IF_ERROR(F(ws_.q, Tm * H * D));
+    DSV4_RETURN_IF_ERROR(F(ws_.kv_raw, Tm * D));
+    DSV4_RETURN_IF_ERROR(F(ws_.kv, Tm * D));
+    DSV4_RETURN_IF_ERROR(F(ws_.cv, Tm * 2 * D));
+    DSV4_RETURN_IF_ERROR(F(ws_.cg, Tm * 2 * D));
+    DSV4_RETURN_IF_ERROR(F(ws_.iv, Tm * 2 * ID));
+    DSV4_RETURN_IF_ERROR(F(ws_.ig, Tm * 2 * ID));
+    DSV4_RETURN_IF_ERROR(F(ws_.iq, Tm * IH * ID));
+    DSV4_RETURN_IF_ERROR(F(ws_.iw, Tm * IH));
+    DSV4_RETURN_IF_ERROR(F(ws_.o, Tm * H * D));
+    DSV4_RETURN_IF_ERROR(F(ws_.z, Tm * G * orank));
+    DSV4_RETURN_IF_ERROR(F(ws_.glog, Tm * E));
+    DSV4_RETURN_IF_ERROR(F(ws_.wts, Tm * K));
+    DSV4_RETURN_IF_ERROR(F(ws_.h, Tm * K * I));
+    DSV4_RETURN_IF_ERROR(F(ws_.yp, Tm * K * d));
+    DSV4_RETURN_IF_ERROR(F(ws_.sa, Tm * I));
+    DSV4_RETURN_IF_ERROR(F(ws_.sb, Tm * I));
+    DSV4_RETURN_IF_ERROR(F(ws_.sh, Tm * I));
+    DSV4_RETURN_IF_ERROR(F(ws_.ys, Tm * d));
+    DSV4_RETURN_IF_ERROR(F(ws_.scores, Bm * size_t(ws_.max_rows)));
+    DSV4_RETURN_IF_ERROR(F(ws_.part_acc, Bm * H * splits * D));
+    DSV4_RETURN_IF_ERROR(F(ws_.part_ml, Bm * H * splits * 2));
+    DSV4_RETURN_IF_ERROR(F(ws_.hn, Bm * d));
+    DSV4_RETURN_IF_ERROR(F(ws_.logits, Bm * V));
+    DSV4_RETURN_IF_ERROR(Ii(ws_.ids, Tm * K));
+    DSV4_RETURN_IF_ERROR(Ii(ws_.counts, 3 * E + 1));
+    DSV4_RETURN_IF_ERROR(Ii(ws_.perm, Tm * K));
+    DSV4_RETURN_IF_ERROR(Ii(ws_.slot, Tm * K));
+    DSV4_RETURN_IF_ERROR(Ii(ws_.sel, Bm * topk));
+    DSV4_RETURN_IF_ERROR(Ii(ws_.n_sel, Bm));
+    DSV4_RETURN_IF_ERROR(Ii(ws_.logit_rows, Bm));
+    DSV4_RETURN_IF_ERROR(Ii(ws_.tok_begin, Bm));
+    DSV4_RETURN_IF_ERROR(Ii(ws_.n_tok, Bm));
+    DSV4_RETURN_IF_ERROR(Ii(ws_.page_table, Bm * size_t(pt_stride_)));
+    DSV4_RETURN_IF_ERROR(Ii(ws_.tokens, Tm));
+    DSV4_RETURN_IF_ERROR(Ii(ws_.pos, Tm));
+    DSV4_ASSIGN_OR_RETURN(ws_.start_pos, arena_.alloc_n<int64_t>(Bm));
+
+    // Gate ranges reset to -inf at sequence start.
+    std::vector<int64_t> off, len;
+    for (int l = 0; l < cfg_.n_layers; ++l) {
+        const LayerStateLayout& s = layout_.layers[l];
+        if (s.ratio == 0) continue;
+        const bool csa = cfg_.layer_types[l] == AttnType::kCSA;
+        const int64_t kappa = csa ? 2 : 1;
+        off.push_back(s.comp_gate_offset);
+        len.push_back(kappa * s.ratio * kappa * cfg_.head_dim);
+        if (csa) {
+            off.push_back(s.idx_gate_offset);
+            len.push_back(2 * s.ratio * 2 * int64_t(cfg_.index_head_dim));
+        }
+    }
+    n_gate_ranges_ = int(off.size());
+    DSV4_ASSIGN_OR_RETURN(void* po, arena_.upload(off.data(), off.size() * sizeof(int64_t)));
+    DSV4_ASSIGN_OR_RETURN(void* pl, arena_.upload(len.data(), len.size() * sizeof(int64_t)));
+    ws_.gate_off = static_cast<int64_t*>(po);
+    ws_.gate_len = static_cast<int64_t*>(pl);
+    DSV4_CU(cudaDeviceSynchronize());
+    if (opt_.verbose) {
+        std::fprintf(stderr, "dsv4 cuda: %d SMs, weights: %s; pool %lld pages x %lld B; graphs %s\n%s", n_sms_,
+                     w_.summary.c_str(), (long long)opt_.n_pages, (long long)layout_.page_bytes,
+                     opt_.use_graphs ? "on" : "off", cuda::attn_variant_table(*variant_).c_str());
+    }
+    return Status::ok();
+}
+
+Status CudaRunner::plan(const ForwardBatch& batch, bool decode_graph, HostPlan& hp) const {
+    const int B = int(batch.seqs.size());
+    if (B > opt_.max_seqs) return invalid_argument("{} sequences in one step, the CUDA runner takes {}", B, opt_.max_seqs);
+    int Bp = B;
+    if (decode_graph) {
+        Bp = 1;
+        while (Bp < B) Bp *= 2;
+        Bp = std::min(Bp, opt_.max_seqs);
+    }
+    hp = HostPlan{};
+    hp.B = Bp;
+    hp.tok_begin.assign(Bp, 0);
+    hp.n_tok.assign(Bp, 0);
+    hp.start_pos.assign(Bp, 0);
+    hp.page_table.assign(size_t(Bp) * pt_stride_, 0);
+    for (int s = 0; s < B; ++s) {
+        const SeqChunk& c = batch.seqs[s];
+        const int64_t nt = int64_t(c.tokens.size());
+        if (nt == 0) return invalid_argument("sequence {}: empty chunk", c.seq_id);
+        for (int32_t t : c.tokens)
+            if (t < 0 || t >= cfg_.vocab_size)
+                return error(StatusCode::kOutOfRange, "sequence {}: token id {} is outside the vocabulary [0, {})",
+                             c.seq_id, t, cfg_.vocab_size);
+        if (c.start_pos + nt > opt_.max_context)
+            return error(StatusCode::kOutOfRange, "sequence {}: position {} beyond the CUDA runner's max context {}",
+                         c.seq_id, c.start_pos + nt - 1, opt_.max_context);
+        const int64_t need = layout_.pages_for_tokens(c.start_pos + nt);
+        if (int64_t(c.page_table.size()) < need)
+            return error(StatusCode::kFailedPrecondition, "sequence {}: page table has {} pages, positions up to {} need {}",
+                         c.seq_id, c.page_table.size(), c.start_pos + nt - 1, need);
+        const size_t np = std::min(c.page_table.size(), size_t(pt_stride_));
+        for (size_t i = 0; i < np; ++i) {
+            const int32_t p = c.page_table[i];
+            if (p < 0 || p >= opt_.n_pages)
+                return error(StatusCode::kOutOfRange, "sequence {}: page id {} outside the pool [0, {})", c.seq_id, p,
+                             opt_.n_pages);
+            hp.page_table[size_t(s) * pt_stride_ + i] = p;
+        }
+        hp.tok_begin[s] = int32_t(hp.tokens.size());
+        hp.n_tok[s] = int32_t(nt);
+        hp.start_pos[s] = c.start_pos;
+        hp.max_t = std::max<int>(hp.max_t, int(nt));
+        for (int64_t i = 0; i < nt; ++i) {
+            hp.tokens.push_back(c.tokens[i]);
+            hp.pos.push_back(int32_t(c.start_pos + i));
+        }
+        if (c.want_logits) hp.logit_rows.push_back(int32_t(hp.tokens.size() - 1));
+    }
+    for (int s = B; s < Bp; ++s) {  // graph padding: one dummy token each, n_tok 0 (skipped by stateful ops)
+        hp.tok_begin[s] = int32_t(hp.tokens.size());
+        hp.tokens.push_back(0);
+        hp.pos.push_back(0);
+    }
+    hp.T = int(hp.tokens.size());
+    if (hp.T > opt_.max_tokens)
+        return invalid_argument("{} tokens in one step, the CUDA runner takes {}", hp.T, opt_.max_tokens);
+    hp.R = int(hp.logit_rows.size());
+    return Status::ok();
+}
+
+Status CudaRunner::upload_plan(const HostPlan& hp) {
+    auto up = [&](void* dst, const void* src, size_t bytes) {
+        return cuda_ok(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "plan upload");
+    };
+    std::vector<int32_t> rows = hp.logit_rows;
+    rows.resize(size_t(hp.B), 0);  // padded rows read token 0
+    DSV4_RETURN_IF_ERROR(up(ws_.tok_begin, hp.tok_begin.data(), hp.B * sizeof(int32_t)));
+    DSV4_RETURN_IF_ERROR(up(ws_.n_tok, hp.n_tok.data(), hp.B * sizeof(int32_t)));
+    DSV4_RETURN_IF_ERROR(up(ws_.start_pos, hp.start_pos.data(), hp.B * sizeof(int64_t)));
+    DSV4_RETURN_IF_ERROR(up(ws_.page_table, hp.page_table.data(), hp.page_table.size() * sizeof(int32_t)));
+    DSV4_RETURN_IF_ERROR(up(ws_.tokens, hp.tokens.data(), hp.T * sizeof(int32_t)));
+    DSV4_RETURN_IF_ERROR(up(ws_.pos, hp.pos.data(), hp.T * sizeof(int32_t)));
+    DSV4_RETURN_IF_ERROR(up(ws_.logit_rows, rows.data(), rows.size() * sizeof(int32_t)));
+    // Pageable sources: wait before the host vectors go away.
+    return cuda_ok(cudaStreamSynchronize(stream_), "plan upload");
+}
+
+cuda::StepPlan CudaRunner::step_plan(int B) const {
+    cuda::StepPlan sp;
+    sp.n_seqs = B;
+    sp.tok_begin = ws_.tok_begin;
+    sp.n_tok = ws_.n_tok;
+    sp.start_pos = ws_.start_pos;
+    sp.page_table = ws_.page_table;
+    sp.pt_stride = pt_stride_;
+    sp.tokens = ws_.tokens;
+    sp.pos = ws_.pos;
+    return sp;
+}
+
+Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, int splits) {
+    const DevLayer& L = w_.layers[l];
+    const LayerStateLayout& S = layout_.layers[l];
+    const int d = cfg_.hidden_size, H = cfg_.n_heads, D = cfg_.head_dim, qr = cfg_.q_lora_rank, R = cfg_.rope_dim;
+    const float eps = float(cfg_.rms_norm_eps);
+    const int r = cfg_.compress_ratio(l);
+    const bool csa = cfg_.layer_types[l] == AttnType::kCSA;
+    const float* rope = r == 0 ? w_.rope_main : w_.rope_compress;
+    cudaStream_t st = stream_;
+    DSV4_CU(cuda::linear(L.wq_a, -1, ws_.xn, d, 0, 0, ws_.qlat_raw, qr, T, false, st));
+    DSV4_CU(cuda::norm_rope(ws_.qlat_raw, qr, ws_.qlat, qr, T, qr, true, L.q_norm, eps, nullptr, 0, ws_.pos, 1, false, st));
+    DSV4_CU(cuda::linear(L.wq_b, -1, ws_.qlat, qr, 0, 0, ws_.q, int64_t(H) * D, T, false, st));
+    DSV4_CU(cuda::norm_rope(ws_.q, D, ws_.q, D, T * H, D, true, nullptr, eps, rope, R, ws_.pos, H, false, st));
+    DSV4_CU(cuda::linear(L.wkv, -1, ws_.xn, d, 0, 0, ws_.kv_raw, D, T, false, st));
+    DSV4_CU(cuda::norm_rope(ws_.kv_raw, D, ws_.kv, D, T, D, true, L.kv_norm, eps, rope, R, ws_.pos, 1, false, st));
+    const int IH = cfg_.index_n_heads, ID = cfg_.index_head_dim;
+    const int kappa = csa ? 2 : 1;
+    if (r > 0) {
+        DSV4_CU(cuda::linear(L.comp.wkv, -1, ws_.xn, d, 0, 0, ws_.cv, kappa * D, T, false, st));
+        DSV4_CU(cuda::linear(L.comp.wgate, -1, ws_.xn, d, 0, 0, ws_.cg, kappa * D, T, false, st));
+    }
+    if (csa) {
+        DSV4_CU(cuda::linear(L.idx_comp.wkv, -1, ws_.xn, d, 0, 0, ws_.iv, 2 * ID, T, false, st));
+        DSV4_CU(cuda::linear(L.idx_comp.wgate, -1, ws_.xn, d, 0, 0, ws_.ig, 2 * ID, T, false, st));
+        DSV4_CU(cuda::linear(L.idx_wq_b, -1, ws_.qlat, qr, 0, 0, ws_.iq, int64_t(IH) * ID, T, false, st));
+        DSV4_CU(cuda::norm_rope(ws_.iq, ID, ws_.iq, ID, T * IH, ID, false, nullptr, eps, w_.rope_compress, R, ws_.pos,
+                                IH, false, st));
+        DSV4_CU(cuda::linear(L.idx_wproj, -1, ws_.xn, d, 0, 0, ws_.iw, IH, T, false, st));
+        const float wscale = 1.0f / std::sqrt(float(ID)) / std::sqrt(float(IH));
+        DSV4_CU(cuda::scale_inplace(ws_.iw, int64_t(T) * IH, wscale, st));
+    }
+    cuda::KvStepArgs ka;
+    ka.W = cfg_.sliding_window;
+    ka.D = D;
+    ka.ring_off = S.ring_offset;
+    ka.kv = ws_.kv;
+    ka.rope_inv_freq = w_.rope_compress;
+    ka.rope_dim = R;
+    ka.eps = eps;
+    if (r > 0) {
+        ka.comp[0] = {r, D, csa, S.comp_kv_offset, S.comp_gate_offset, S.row_offset, D, ws_.cv, ws_.cg, L.comp.ape,
+                      L.comp.norm};
+        ka.n_comp = 1;
+    }
+    if (csa) {
+        ka.comp[1] = {r, ID, true, S.idx_kv_offset, S.idx_gate_offset, S.idx_row_offset, ID, ws_.iv, ws_.ig,
+                      L.idx_comp.ape, L.idx_comp.norm};
+        ka.n_comp = 2;
+    }
+    cuda::IndexerArgs ia;
+    ia.ratio = r;
+    ia.IH = IH;
+    ia.ID = ID;
+    ia.topk = cfg_.index_topk;
+    ia.idx_row_off = S.idx_row_offset;
+    ia.q = ws_.iq;
+    ia.w = ws_.iw;
+    ia.scores = ws_.scores;
+    ia.max_rows = ws_.max_rows;
+    ia.sel = ws_.sel;
+    ia.n_sel = ws_.n_sel;
+    cuda::AttnArgs aa;
+    aa.H = H;
+    aa.D = D;
+    aa.W = cfg_.sliding_window;
+    aa.ratio = r;
+    aa.csa = csa;
+    aa.ring_off = S.ring_offset;
+    aa.row_off = S.row_offset;
+    aa.topk = std::max(cfg_.index_topk, 1);
+    aa.sel = ws_.sel;
+    aa.n_sel = ws_.n_sel;
+    aa.q = ws_.q;
+    aa.sink = L.attn_sink;
+    aa.inv_freq = rope;
+    aa.rope_dim = R;
+    aa.scale = 1.0f / std::sqrt(float(D));
+    aa.part_acc = ws_.part_acc;
+    aa.part_ml = ws_.part_ml;
+    aa.out = ws_.o;
+    for (int t = 0; t < max_t; ++t) {
+        ka.t = ia.t = aa.t = t;
+        DSV4_CU(cuda::kv_step(sp, pool_, ka, st));
+        if (csa) DSV4_CU(cuda::indexer_topk(sp, pool_, ia, st));
+        DSV4_CU(cuda::attn_decode(sp, pool_, aa, *variant_, splits, st));
+    }
+    const int G = cfg_.o_groups, orank = cfg_.o_lora_rank, hpg = H / G;
+    DSV4_CU(cuda::linear(L.wo_a, -1, ws_.o, int64_t(H) * D, orank, int64_t(hpg) * D, ws_.z, int64_t(G) * orank, T,
+                         false, st));
+    DSV4_CU(cuda::linear(L.wo_b, -1, ws_.z, int64_t(G) * orank, 0, 0, ws_.y, d, T, false, st));
+    return Status::ok();
+}
+
+Status CudaRunner::moe(int l, int T) {
+    const DevLayer& L = w_.layers[l];
+    const int d = cfg_.hidden_size, E = cfg_.n_routed_experts, I = cfg_.moe_intermediate_size;
+    const float lim = float(cfg_.swiglu_limit);
+    cudaStream_t st = stream_;
+    DSV4_CU(cuda::linear(L.gate, -1, ws_.xn, d, 0, 0, ws_.glog, E, T, false, st));
+    cuda::MoeArgs a;
+    a.T = T;
+    a.E = E;
+    a.K = cfg_.n_experts_per_tok;
+    a.d = d;
+    a.I = I;
+    a.logits = ws_.glog;
+    const bool hash = cfg_.mlp_types[l] == MoeRouting::kHash;
+    a.bias = hash ? nullptr : L.gate_bias;
+    a.tid2eid = hash ? L.tid2eid : nullptr;
+    a.tokens = ws_.tokens;
+    a.route_scale = float(cfg_.routed_scaling_factor);
+    a.norm_topk = cfg_.norm_topk_prob;
+    a.limit = lim;
+    a.ids = ws_.ids;
+    a.wts = ws_.wts;
+    a.counts = ws_.counts;
+    a.perm = ws_.perm;
+    a.slot = ws_.slot;
+    a.x = ws_.xn;
+    a.h = ws_.h;
+    a.yp = ws_.yp;
+    a.w1 = L.ex_w1;
+    a.w3 = L.ex_w3;
+    a.w2 = L.ex_w2;
+    DSV4_CU(cuda::moe_experts(a, st));
+    DSV4_CU(cuda::linear(L.sh_w1, -1, ws_.xn, d, 0, 0, ws_.sa, I, T, false, st));
+    DSV4_CU(cuda::linear(L.sh_w3, -1, ws_.xn, d, 0, 0, ws_.sb, I, T, false, st));
+    DSV4_CU(cuda::swiglu(ws_.sa, ws_.sb, ws_.sh, int64_t(T) * I, lim, st));
+    DSV4_CU(cuda::linear(L.sh_w2, -1, ws_.sh, I, 0, 0, ws_.ys, d, T, false, st));
+    DSV4_CU(cuda::moe_combine(a, ws_.ys, ws_.y, st));
+    return Status::ok();
+}
+
+Status CudaRunner::run_step(int B, int T, int max_t, int R) {
+    const cuda::StepPlan sp = step_plan(B);
+    cudaStream_t st = stream_;
+    const int n = cfg_.hc_mult, d = cfg_.hidden_size;
+    const float eps = float(cfg_.rms_norm_eps);
+    const int splits = cuda::attn_splits(*variant_, B, cfg_.n_heads, n_sms_);
+    DSV4_CU(cuda::reset_state(sp, pool_, layout_.state_elems, ws_.gate_off, ws_.gate_len, n_gate_ranges_, st));
+    DSV4_CU(cuda::embed(w_.embed, ws_.tokens, T, n, ws_.X, st));
+    for (int l = 0; l < cfg_.n_layers; ++l) {
+        const DevLayer& L = w_.layers[l];
+        for (int site = 0; site < 2; ++site) {
+            const DevMhc& m = site == 0 ? L.hc_attn : L.hc_ffn;
+            const cuda::MhcArgs ma{m.fn, m.base, m.scale, site == 0 ? L.attn_norm : L.ffn_norm, n, d,
+                                   cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps), eps};
+            DSV4_CU(cuda::mhc_pre(ws_.X, T, ma, ws_.coeffs, ws_.xn, st));
+            if (site == 0) DSV4_RETURN_IF_ERROR(attention(l, sp, T, max_t, splits));
+            else DSV4_RETURN_IF_ERROR(moe(l, T));
+            DSV4_CU(cuda::mhc_post(ws_.X, ws_.y, ws_.coeffs, T, n, d, st));
+        }
+    }
+    if (R > 0) {
+        const cuda::MhcArgs ha{w_.hc_head.fn, w_.hc_head.base, w_.hc_head.scale, w_.norm, n, d, 0, float(cfg_.hc_eps), eps};
+        DSV4_CU(cuda::mhc_head(ws_.X, ws_.logit_rows, R, ha, ws_.hn, st));
+        DSV4_CU(cuda::linear(w_.head, -1, ws_.hn, d, 0, 0, ws_.logits, cfg_.vocab_size, R, false, st));
+    }
+    return Status::ok();
+}
+
+Status CudaRunner::forward(const ForwardBatch& batch, std::vector<std::vector<float>>& logits) {
+    if (batch.seqs.empty()) return Status::ok();
+    bool decode = opt_.use_graphs;
+    for (const auto& c : batch.seqs) decode = decode && c.tokens.size() == 1;
+    HostPlan hp;
+    DSV4_RETURN_IF_ERROR(plan(batch, decode, hp));
+    DSV4_RETURN_IF_ERROR(upload_plan(hp));
+    if (decode) {
+        auto it = graphs_.find(hp.B);
+        if (it == graphs_.end()) {
+            cudaGraph_t g = nullptr;
+            DSV4_CU(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+            Status s = run_step(hp.B, hp.T, 1, hp.B);
+            cudaError_t e = cudaStreamEndCapture(stream_, &g);
+            DSV4_RETURN_IF_ERROR(s);
+            DSV4_CU(e);
+            cudaGraphExec_t ge = nullptr;
+            e = cudaGraphInstantiate(&ge, g, 0);
+            cudaGraphDestroy(g);
+            DSV4_CU(e);
+            it = graphs_.emplace(hp.B, ge).first;
+        }
+        DSV4_CU(cudaGraphLaunch(it->second, stream_));
+    } else {
+        DSV4_RETURN_IF_ERROR(run_step(hp.B, hp.T, hp.max_t, hp.R));
+    }
+    const size_t V = size_t(cfg_.vocab_size);
+    std::vector<float> host(size_t(hp.R) * V);
+    if (hp.R > 0)
+        DSV4_CU(cudaMemcpyAsync(host.data(), ws_.logits, host.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    DSV4_CU(cudaStreamSynchronize(stream_));
+    for (int r = 0; r < hp.R; ++r) logits.emplace_back(host.begin() + r * V, host.begin() + (r + 1) * V);
+    return Status::ok();
+}
+
+}  // namespace
+
+bool cuda_device_available() {
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+
+Result<std::unique_ptr<ModelRunner>> make_cuda_runner(std::shared_ptr<const RefModel> model,
+                                                      const std::string& checkpoint_dir,
+                                                      const CudaRunnerOptions& opt_in) {
+    if (!cuda_device_available()) return error(StatusCode::kUnavailable, "no CUDA device");
+    CudaRunnerOptions opt = opt_in;
+    DSV4_ASSIGN_OR_RETURN(KvLayout layout, KvLayout::make(model->config(), opt.page_tokens, 4));
+    if (opt.n_pages <= 0) opt.n_pages = 64 * layout.pages_for_tokens(4096);
+    if (opt.n_pages < layout.n_state_pages + 1)
+        return invalid_argument("page pool of {} pages cannot hold one sequence", opt.n_pages);
+    if (opt.n_pages > INT32_MAX) return invalid_argument("page pool of {} pages: ids must fit int32", opt.n_pages);
+    auto runner = std::make_unique<CudaRunner>(std::move(model), std::move(layout), opt);
+    if (checkpoint_dir.empty()) {
+        DSV4_RETURN_IF_ERROR(runner->init(nullptr));
+    } else {
+        DSV4_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(checkpoint_dir));
+        DSV4_RETURN_IF_ERROR(runner->init(&ckpt));
+    }
+    return std::unique_ptr<ModelRunner>(std::move(runner));
+}
+
+}  // namespace dsv4

@@ -1,0 +1,43 @@
+// CudaRunner: ModelRunner on one NVIDIA GPU (sm_90a). Host-only header: declares the factory; the
+// implementation (cuda_runner.cpp, cuda_weights.cpp, kernels in src/kernels/cuda/ops) is only
+// built when DSV4_HAVE_CUDA.
+//
+// Same semantics as RefRunner (src/runtime/ref_runner.h): f32 activations, every op of the CPU
+// reference, KV state in the same KvLayout page model (state pages + token pages, f32 elements)
+// but in one device pool addressed through per-sequence page tables on the device. A step is
+// planned once (page tables, tokens, positions, split schedule) into fixed device buffers; steps
+// where every sequence decodes one token run as a CUDA graph captured per batch bucket (1, 2, 4,
+// ... max_seqs), padded sequences having n_tok 0 (B03). Prefill chunks run eagerly: projections
+// batched over all tokens, the stateful part (ring, compressors, indexer, attention) one token
+// step at a time across sequences.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "model/ref_model.h"
+#include "runtime/model_runner.h"
+
+namespace dsv4 {
+
+struct CudaRunnerOptions {
+    int64_t page_tokens = 64;
+    int64_t n_pages = 0;          // 0: 64 sequences of 4096 tokens
+    int max_seqs = 64;            // sequences per step
+    int max_tokens = 8192;        // tokens per step
+    int64_t max_context = 65536;  // positions per sequence
+    bool use_graphs = true;       // DSV4_CUDA_GRAPHS=0 turns graphs off
+    std::string attn_variant;     // "" : DSV4_ATTN_VARIANT or the default
+    bool verbose = true;          // print the weight summary and the variant table at start-up
+};
+
+// True when a CUDA device is present and usable (tests skip otherwise).
+bool cuda_device_available();
+
+// `checkpoint_dir`: "" to upload model.weights() as f32 (built-in tiny model), else the checkpoint
+// whose tensors are uploaded in their own formats (must be the one `model` was loaded from).
+Result<std::unique_ptr<ModelRunner>> make_cuda_runner(std::shared_ptr<const RefModel> model,
+                                                      const std::string& checkpoint_dir,
+                                                      const CudaRunnerOptions& opt);
+
+}  // namespace dsv4

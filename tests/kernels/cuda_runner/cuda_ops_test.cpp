@@ -1,0 +1,159 @@
+// CUDA ops against the CPU reference: linear on every weight format (f32, bf16, FP8 block with
+// edge blocks, MXFP4 with edge groups, grouped), exact top-k (ties, NaN: B08/B12), greedy argmax.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+#include "core/dtype.h"
+#include "kernels/cuda/ops/ops.h"
+#include "kernels/ref/ops.h"
+#include "model/quant.h"
+#include "runtime/cuda_runner.h"
+
+namespace dsv4 {
+namespace {
+
+#define SKIP_WITHOUT_GPU() \
+    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device"
+
+template <class T>
+T* to_dev(const std::vector<T>& v) {
+    T* p = nullptr;
+    EXPECT_EQ(cudaMalloc(&p, sizeof(T) * std::max<size_t>(v.size(), 1)), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(p, v.data(), sizeof(T) * v.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    return p;
+}
+template <class T>
+std::vector<T> from_dev(const T* p, size_t n) {
+    std::vector<T> v(n);
+    EXPECT_EQ(cudaMemcpy(v.data(), p, sizeof(T) * n, cudaMemcpyDeviceToHost), cudaSuccess);
+    return v;
+}
+
+std::vector<float> randn(size_t n, uint32_t seed, float s = 1.0f) {
+    std::mt19937 g(seed);
+    std::normal_distribution<float> d(0.0f, s);
+    std::vector<float> v(n);
+    for (float& x : v) x = d(g);
+    return v;
+}
+
+double max_abs(const std::vector<float>& a, const std::vector<float>& b) {
+    double m = 0;
+    for (size_t i = 0; i < a.size(); ++i) m = std::max(m, double(std::fabs(a[i] - b[i])));
+    return m;
+}
+
+TEST(CudaOps, LinearAllWeightFormats) {
+    SKIP_WITHOUT_GPU();
+    for (auto [N, K, T] : {std::tuple{300, 200, 11}, std::tuple{129, 256, 1}, std::tuple{8, 64, 9}}) {
+        const auto w = randn(size_t(N) * K, 1, 0.05f);
+        const auto x = randn(size_t(T) * K, 2);
+        for (cuda::WFmt fmt : {cuda::WFmt::kF32, cuda::WFmt::kBF16, cuda::WFmt::kFp8E8M0, cuda::WFmt::kMxfp4}) {
+            std::vector<float> wd(w.size());
+            std::vector<uint8_t> data, scale;
+            if (fmt == cuda::WFmt::kF32) {
+                wd = w;
+                data.resize(w.size() * 4);
+                std::memcpy(data.data(), w.data(), data.size());
+            } else if (fmt == cuda::WFmt::kBF16) {
+                std::vector<uint16_t> b(w.size());
+                for (size_t i = 0; i < w.size(); ++i) b[i] = f32_to_bf16(w[i]), wd[i] = bf16_to_f32(b[i]);
+                data.resize(b.size() * 2);
+                std::memcpy(data.data(), b.data(), data.size());
+            } else if (fmt == cuda::WFmt::kFp8E8M0) {
+                auto q = quantize_fp8_block(w.data(), N, K);
+                dequantize_fp8_block(q.q.data(), q.scale_ue8m0.data(), N, K, wd.data());
+                data = q.q;
+                scale = q.scale_ue8m0;
+            } else {
+                auto q = quantize_mxfp4(w.data(), N, K);
+                dequantize_mxfp4(q.packed.data(), q.scales.data(), N, K, wd.data());
+                data = q.packed;
+                scale = q.scales;
+            }
+            cuda::WeightDesc desc;
+            desc.fmt = fmt;
+            desc.N = N;
+            desc.K = K;
+            desc.data = to_dev(data);
+            desc.scale = scale.empty() ? nullptr : to_dev(scale);
+            float* dx = to_dev(x);
+            float* dy = nullptr;
+            ASSERT_EQ(cudaMalloc(&dy, sizeof(float) * T * N), cudaSuccess);
+            ASSERT_EQ(cuda::linear(desc, -1, dx, K, 0, 0, dy, N, T, false, nullptr), cudaSuccess);
+            std::vector<float> want(size_t(T) * N);
+            ref::linear(x.data(), wd.data(), want.data(), T, N, K);
+            const double e = max_abs(from_dev(dy, want.size()), want);
+            std::printf("[op linear %s N=%d K=%d T=%d] max |err| %.3g\n", cuda::wfmt_name(fmt), N, K, T, e);
+            EXPECT_LT(e, 2e-5) << cuda::wfmt_name(fmt);
+            cudaFree(const_cast<void*>(desc.data));
+            if (desc.scale) cudaFree(const_cast<void*>(desc.scale));
+            cudaFree(dx);
+            cudaFree(dy);
+        }
+    }
+}
+
+TEST(CudaOps, GroupedLinearMatchesPerGroup) {
+    SKIP_WITHOUT_GPU();
+    const int G = 4, orank = 8, gin = 48, T = 5;
+    const auto w = randn(size_t(G) * orank * gin, 3, 0.1f), x = randn(size_t(T) * G * gin, 4);
+    cuda::WeightDesc desc;
+    desc.N = G * orank;
+    desc.K = gin;
+    desc.data = to_dev(w);
+    float* dx = to_dev(x);
+    float* dy = nullptr;
+    ASSERT_EQ(cudaMalloc(&dy, sizeof(float) * T * G * orank), cudaSuccess);
+    ASSERT_EQ(cuda::linear(desc, -1, dx, G * gin, orank, gin, dy, G * orank, T, false, nullptr), cudaSuccess);
+    std::vector<float> want(size_t(T) * G * orank);
+    for (int t = 0; t < T; ++t)
+        for (int j = 0; j < G; ++j)
+            ref::linear(&x[size_t(t) * G * gin + j * gin], &w[size_t(j) * orank * gin], &want[size_t(t) * G * orank + j * orank],
+                        1, orank, gin);
+    const double e = max_abs(from_dev(dy, want.size()), want);
+    std::printf("[op grouped linear] max |err| %.3g\n", e);
+    EXPECT_LT(e, 1e-5);
+}
+
+TEST(CudaOps, TopkExactTiesAndNan) {
+    SKIP_WITHOUT_GPU();
+    std::mt19937 g(7);
+    for (int n : {1, 5, 33, 257, 600}) {
+        for (int k : {1, 4, 16, 512}) {
+            if (k > n) continue;
+            std::vector<float> s(static_cast<size_t>(n));
+            for (float& v : s) v = float(int(g() % 7)) * 0.5f;  // many ties
+            if (n > 3) s[2] = NAN, s[n - 1] = -INFINITY;
+            float* ds = to_dev(s);
+            int32_t* di = nullptr;
+            ASSERT_EQ(cudaMalloc(&di, sizeof(int32_t) * k), cudaSuccess);
+            ASSERT_EQ(cuda::topk_rows(ds, 1, n, k, di, nullptr), cudaSuccess);
+            EXPECT_EQ(from_dev(di, size_t(k)), ref::topk_indices(s, k)) << "n=" << n << " k=" << k;
+            cudaFree(ds);
+            cudaFree(di);
+        }
+    }
+}
+
+TEST(CudaOps, ArgmaxLowestIndexOnTies) {
+    SKIP_WITHOUT_GPU();
+    std::vector<float> l(3 * 1000, 0.0f);
+    l[17] = 5, l[900] = 5;           // row 0: tie -> 17
+    l[1000 + 3] = NAN, l[1000 + 4] = 1;  // row 1: NaN skipped -> 4
+    l[2000 + 999] = 2;                // row 2: last
+    float* dl = to_dev(l);
+    int32_t* di = nullptr;
+    ASSERT_EQ(cudaMalloc(&di, sizeof(int32_t) * 3), cudaSuccess);
+    ASSERT_EQ(cuda::argmax_rows(dl, 3, 1000, di, nullptr), cudaSuccess);
+    EXPECT_EQ(from_dev(di, 3), (std::vector<int32_t>{17, 4, 999}));
+    cudaFree(dl);
+    cudaFree(di);
+}
+
+}  // namespace
+}  // namespace dsv4

@@ -1,0 +1,287 @@
+// The CUDA runner end to end: against RefRunner (CPU reference) on the built-in tiny model and
+// on the golden checkpoints (in their checkpoint formats: BF16, FP8 + MXFP4), against the
+// transformers goldens; batches with padding, one-token prompts (zero compressed rows), scattered
+// and large page ids (B09); every attention variant; graph replay == eager.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <numeric>
+#include <random>
+#include <cstdlib>
+
+#include "kernels/cuda/ops/attn_variants.h"
+#include "model/checkpoint.h"
+#include "runtime/cuda_runner.h"
+#include "runtime/ref_runner.h"
+#include "runtime/runner_factory.h"
+
+namespace dsv4 {
+namespace {
+
+#define SKIP_WITHOUT_GPU() \
+    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device"
+
+double max_abs(const std::vector<float>& a, const std::vector<float>& b) {
+    EXPECT_EQ(a.size(), b.size());
+    double m = 0;
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, double(std::fabs(a[i] - b[i])));
+    return m;
+}
+int32_t argmax(const std::vector<float>& v) { return int32_t(std::max_element(v.begin(), v.end()) - v.begin()); }
+
+// One sequence driven through a runner: page table from a pool, with optional page-id remapping.
+struct Seq {
+    int64_t id = 1;
+    std::vector<int32_t> table;
+    int64_t pos = 0;
+};
+
+std::vector<std::vector<float>> step(ModelRunner& r, std::vector<Seq*> seqs, const std::vector<std::vector<int32_t>>& chunks) {
+    ForwardBatch b;
+    for (size_t i = 0; i < seqs.size(); ++i)
+        b.seqs.push_back(SeqChunk{seqs[i]->id, chunks[i], seqs[i]->pos, true, seqs[i]->table});
+    std::vector<std::vector<float>> out;
+    Status s = r.forward(b, out);
+    EXPECT_TRUE(s.is_ok()) << s.to_string();
+    for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->pos += int64_t(chunks[i].size());
+    return out;
+}
+
+// Page table for n_tokens: ids from `first` going down (GPU: scattered / large ids) or the pool.
+std::vector<int32_t> table_for(const ModelRunner& r, int64_t n_tokens, int64_t first_id, int64_t stride) {
+    std::vector<int32_t> t;
+    const int64_t n = r.kv_layout().pages_for_tokens(n_tokens);
+    for (int64_t i = 0; i < n; ++i) t.push_back(int32_t(first_id - i * stride));
+    return t;
+}
+
+std::shared_ptr<const RefModel> tiny_model() {
+    static auto m = load_ref_model("tiny", 7);
+    EXPECT_TRUE(m.is_ok());
+    return *m;
+}
+
+struct Compare {
+    double worst = 0;
+    int greedy_mismatch = 0;
+    void add(const std::vector<float>& gpu, const std::vector<float>& cpu) {
+        worst = std::max(worst, max_abs(gpu, cpu));
+        greedy_mismatch += argmax(gpu) != argmax(cpu);
+    }
+};
+
+// Prefill `prompt` in `chunks`, then `n_decode` greedy steps, on CPU and GPU side by side.
+Compare run_pair(ModelRunner& gpu, RefRunner& cpu, const std::vector<int32_t>& prompt, const std::vector<int>& chunks,
+                 int n_decode, int64_t gpu_first_page, int64_t gpu_stride) {
+    Compare c;
+    const int64_t total = int64_t(prompt.size()) + n_decode;
+    Seq g{1, table_for(gpu, total, gpu_first_page, gpu_stride)}, h{1, {}};
+    SimplePagePool pool(cpu.n_pages());
+    EXPECT_TRUE(pool.grow(h.table, cpu.kv_layout().pages_for_tokens(total)));
+    size_t off = 0;
+    std::vector<float> lg, lc;
+    for (int n : chunks) {
+        std::vector<int32_t> ch(prompt.begin() + off, prompt.begin() + off + n);
+        off += n;
+        lg = step(gpu, {&g}, {ch})[0];
+        lc = step(cpu, {&h}, {ch})[0];
+        c.add(lg, lc);
+    }
+    for (int i = 0; i < n_decode; ++i) {
+        const int32_t tc = argmax(lc);
+        lg = step(gpu, {&g}, {{tc}})[0];
+        lc = step(cpu, {&h}, {{tc}})[0];
+        c.add(lg, lc);
+    }
+    return c;
+}
+
+std::vector<int32_t> random_ids(int n, int64_t vocab, uint32_t seed) {
+    std::mt19937 g(seed);
+    std::vector<int32_t> v(n);
+    for (auto& x : v) x = int32_t(g() % uint32_t(vocab));
+    return v;
+}
+
+TEST(CudaRunner, TinyModelMatchesCpuReference) {
+    SKIP_WITHOUT_GPU();
+    auto model = tiny_model();
+    CudaRunnerOptions o;
+    o.n_pages = 4000;
+    auto gpu = make_cuda_runner(model, "", o);
+    ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
+    auto cpu = RefRunner::create(model, 64, 2000);
+    ASSERT_TRUE(cpu.is_ok());
+    const auto prompt = random_ids(300, model->config().vocab_size, 11);
+    // chunks end before/at/after the window (128), the first HCA row (127) and the sparse CSA switch.
+    const Compare c = run_pair(**gpu, **cpu, prompt, {1, 66, 60, 1, 100, 72}, 24, 3999, 7);
+    std::printf("[runner tiny] max |logit diff| vs CPU %.3g, greedy mismatches %d\n", c.worst, c.greedy_mismatch);
+    EXPECT_LT(c.worst, 2e-3);
+    EXPECT_EQ(c.greedy_mismatch, 0);
+}
+
+TEST(CudaRunner, EveryAttentionVariantMatchesCpu) {
+    SKIP_WITHOUT_GPU();
+    auto model = tiny_model();
+    auto cpu = RefRunner::create(model, 64, 2000);
+    ASSERT_TRUE(cpu.is_ok());
+    const auto prompt = random_ids(140, model->config().vocab_size, 12);
+    for (const auto& v : cuda::attn_variants()) {
+        CudaRunnerOptions o;
+        o.n_pages = 2000;
+        o.attn_variant = v.name;
+        o.verbose = false;
+        auto gpu = make_cuda_runner(model, "", o);
+        ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
+        const Compare c = run_pair(**gpu, **cpu, prompt, {140}, 6, 1999, 3);
+        std::printf("[runner variant %s] max |logit diff| %.3g, greedy mismatches %d\n", v.name, c.worst,
+                    c.greedy_mismatch);
+        EXPECT_LT(c.worst, 2e-3) << v.name;
+        EXPECT_EQ(c.greedy_mismatch, 0) << v.name;
+    }
+}
+
+// Batches: 3 sequences (not a power of two: graph padding), one of them a one-token prompt
+// (zero compressed rows), prefill together, then decode together; large page ids (> 2^31 bytes
+// and elements into the pool) for the GPU.
+TEST(CudaRunner, BatchedPaddedLargePageIds) {
+    SKIP_WITHOUT_GPU();
+    auto model = tiny_model();
+    const ModelConfig& cfg = model->config();
+    CudaRunnerOptions o;
+    o.n_pages = 700000;
+    o.verbose = false;
+    auto gpu = make_cuda_runner(model, "", o);
+    ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
+    const KvLayout& L = (*gpu)->kv_layout();
+    std::printf("[runner batch] page %lld B: top page offset %.3g elements\n", (long long)L.page_bytes,
+                double(o.n_pages - 1) * double(L.page_elems));
+    auto cpu = RefRunner::create(model, 64, 4000);
+    ASSERT_TRUE(cpu.is_ok());
+    const std::vector<int> plen = {1, 5, 131};
+    const int n_dec = 9;
+    std::vector<Seq> g(3), h(3);
+    SimplePagePool pool((*cpu)->n_pages());
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < 3; ++i) {
+        prompts.push_back(random_ids(plen[i], cfg.vocab_size, 20 + i));
+        g[i].id = h[i].id = i + 1;
+        g[i].table = table_for(**gpu, plen[i] + n_dec, o.n_pages - 1 - i, 3);
+        ASSERT_TRUE(pool.grow(h[i].table, (*cpu)->kv_layout().pages_for_tokens(plen[i] + n_dec)));
+    }
+    Compare c;
+    auto lg = step(**gpu, {&g[0], &g[1], &g[2]}, prompts);
+    auto lc = step(**cpu, {&h[0], &h[1], &h[2]}, prompts);
+    for (int i = 0; i < 3; ++i) c.add(lg[i], lc[i]);
+    for (int s = 0; s < n_dec; ++s) {
+        std::vector<std::vector<int32_t>> next;
+        for (int i = 0; i < 3; ++i) next.push_back({argmax(lc[i])});
+        lg = step(**gpu, {&g[0], &g[1], &g[2]}, next);
+        lc = step(**cpu, {&h[0], &h[1], &h[2]}, next);
+        for (int i = 0; i < 3; ++i) c.add(lg[i], lc[i]);
+    }
+    std::printf("[runner batch] max |logit diff| %.3g, greedy mismatches %d\n", c.worst, c.greedy_mismatch);
+    EXPECT_LT(c.worst, 2e-3);
+    EXPECT_EQ(c.greedy_mismatch, 0);
+}
+
+TEST(CudaRunner, GraphReplayEqualsEager) {
+    SKIP_WITHOUT_GPU();
+    auto model = tiny_model();
+    std::vector<std::vector<float>> out[2];
+    for (int graphs = 0; graphs < 2; ++graphs) {
+        CudaRunnerOptions o;
+        o.n_pages = 3000;
+        o.use_graphs = graphs == 1;
+        o.verbose = false;
+        auto gpu = make_cuda_runner(model, "", o);
+        ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
+        std::vector<Seq> s(2);
+        s[0].table = table_for(**gpu, 200, 100, 1);
+        s[1].table = table_for(**gpu, 200, 2999, 5);
+        s[1].id = 2;
+        const auto p0 = random_ids(70, model->config().vocab_size, 31), p1 = random_ids(9, model->config().vocab_size, 32);
+        auto l = step(**gpu, {&s[0], &s[1]}, {p0, p1});
+        for (int i = 0; i < 40; ++i) {
+            l = step(**gpu, {&s[0], &s[1]}, {{argmax(l[0])}, {argmax(l[1])}});
+            out[graphs].insert(out[graphs].end(), l.begin(), l.end());
+        }
+    }
+    ASSERT_EQ(out[0].size(), out[1].size());
+    double worst = 0;
+    for (size_t i = 0; i < out[0].size(); ++i) worst = std::max(worst, max_abs(out[0][i], out[1][i]));
+    std::printf("[runner graph] graph vs eager max |diff| %.3g over %zu rows\n", worst, out[0].size());
+    EXPECT_EQ(worst, 0.0);
+}
+
+// Golden checkpoints in their own formats, against transformers and the greedy goldens.
+class CudaGolden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(CudaGolden, LogitsAndGreedyMatchTransformers) {
+    SKIP_WITHOUT_GPU();
+    const char* env = std::getenv("DSV4_GOLDEN_DIR");  // the GPU machine runs binaries built elsewhere
+    const std::string dir = std::string(env && *env ? env : DSV4_GOLDEN_DIR) + "/" + GetParam();
+    auto model = load_ref_model(dir, 0);
+    ASSERT_TRUE(model.is_ok()) << model.status().to_string();
+    auto expected = Checkpoint::open(dir + "/expected.safetensors");
+    ASSERT_TRUE(expected.is_ok());
+    auto get_i32 = [&](const std::string& name) {
+        auto v = expected->get(name);
+        EXPECT_TRUE(v.is_ok()) << name;
+        return *load_i32(*expected, name, v->shape);
+    };
+    const auto ids = get_i32("input_ids");
+    const auto lengths = get_i32("logits.lengths");
+    auto lv = expected->get("logits");
+    ASSERT_TRUE(lv.is_ok());
+    const auto logits = *load_f32(*expected, "logits", lv->shape);
+    const int64_t V = (*model)->config().vocab_size;
+    CudaRunnerOptions o;
+    o.n_pages = 4000;
+    o.verbose = GetParam() == "tiny_quant";
+    auto gpu = make_cuda_runner(*model, dir, o);
+    ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
+    // Chunked prefill ending exactly at every golden prefix length.
+    std::vector<int32_t> ls(lengths.begin(), lengths.end());
+    std::vector<size_t> order(ls.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ls[a] < ls[b]; });
+    Seq s{1, table_for(**gpu, int64_t(ids.size()), 3999, 1)};
+    double worst = 0;
+    int64_t worst_len = 0;
+    for (size_t j : order) {
+        const int64_t L = ls[j];
+        if (L <= s.pos) continue;
+        std::vector<int32_t> ch(ids.begin() + s.pos, ids.begin() + L);
+        const auto out = step(**gpu, {&s}, {ch})[0];
+        std::vector<float> want(logits.begin() + j * V, logits.begin() + (j + 1) * V);
+        const double e = max_abs(out, want);
+        if (e > worst) worst = e, worst_len = L;
+    }
+    std::printf("[golden-gpu %s] %zu prefix lengths, max |logit error| vs transformers %.3g (at %lld)\n",
+                GetParam().c_str(), ls.size(), worst, (long long)worst_len);
+    EXPECT_LT(worst, 1e-3);
+    for (int P : {37, 300, 2040}) {
+        const std::string pfx = "greedy.P" + std::to_string(P);
+        const auto prompt = get_i32(pfx + ".prompt");
+        const auto want = get_i32(pfx + ".tokens");
+        Seq q{2, table_for(**gpu, P + int64_t(want.size()), 3000 - 0, 1)};
+        std::vector<int32_t> got, chunk = prompt;
+        for (size_t i = 0; i < want.size(); ++i) {
+            const auto out = step(**gpu, {&q}, {chunk})[0];
+            got.push_back(argmax(out));
+            chunk = {got.back()};
+        }
+        EXPECT_EQ(got, want) << pfx;
+        std::printf("[golden-gpu %s] %s: %zu greedy tokens, %s\n", GetParam().c_str(), pfx.c_str(), got.size(),
+                    got == want ? "identical" : "DIFFERENT");
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Configs, CudaGolden, ::testing::Values("tiny_f32", "tiny_quant", "tiny_real_window"));
+
+}  // namespace
+}  // namespace dsv4
