@@ -2,6 +2,8 @@
 // binary runs on machines without libpcre2.
 #include "tokenizer/regex_split.h"
 
+#include "tokenizer/onig_unicode_delta.h"
+
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
@@ -41,6 +43,31 @@ Result<std::string> translate_onig_pattern(std::string_view p) {
                     }
                     out.append("[^").append(kSpaceItems).append("]");
                     continue;
+                case 'p':
+                case 'P': {
+                    // \p{X} for a one-letter general category gains the code points that
+                    // Oniguruma's newer Unicode assigns to X (see onig_unicode_delta.h).
+                    const size_t close = p.find('}', i);
+                    if (i + 1 >= p.size() || p[i + 1] != '{' || close == std::string_view::npos) {
+                        return invalid_argument("regex \\{} without {{...}} in {}", e, p);
+                    }
+                    const std::string_view name = p.substr(i + 2, close - i - 2);
+                    const std::string_view extra = name.size() == 1 ? onig_unicode_delta(name[0]) : std::string_view();
+                    const std::string_view prop = p.substr(i - 1, close - i + 2);  // "\p{X}"
+                    i = close;
+                    if (extra.empty()) {
+                        out.append(prop);
+                    } else if (e == 'p') {
+                        if (class_depth > 0) out.append("\\p{").append(name).append("}").append(extra);
+                        else out.append("[\\p{").append(name).append("}").append(extra).append("]");
+                    } else if (class_depth == 0) {
+                        out.append("[^\\p{").append(name).append("}").append(extra).append("]");
+                    } else {
+                        return Status(StatusCode::kUnimplemented,
+                                      fmt::format("unsupported regex construct \\P{{{}}} inside [...] in {}", name, p));
+                    }
+                    continue;
+                }
                 case 'w': case 'W': case 'b': case 'B': case 'h': case 'H': case 'R': case 'X':
                 case 'K': case 'G': case 'y': case 'Y': case 'O':
                     return Status(StatusCode::kUnimplemented,

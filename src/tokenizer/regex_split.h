@@ -16,8 +16,9 @@ namespace dsv4 {
 // What happens to the matched part (names as in tokenizer.json "behavior").
 enum class SplitBehavior { kIsolated, kRemoved, kMergedWithPrevious, kMergedWithNext };
 
-// Rewrites an Oniguruma (Ruby syntax) pattern into an equivalent PCRE2 pattern. Only `\s`/`\S`
-// need rewriting (the engines disagree on U+180E); constructs whose meaning differs
+// Rewrites an Oniguruma (Ruby syntax) pattern into an equivalent PCRE2 pattern: `\s`/`\S` are
+// spelled out (the engines disagree on U+180E) and `\p{L}`-style categories gain the code points
+// of the reference's newer Unicode version (onig_unicode_delta.h); constructs whose meaning differs
 // and that we do not translate (\w \b \h \R \X, POSIX brackets, ...) are rejected.
 Result<std::string> translate_onig_pattern(std::string_view pattern);
 

@@ -1,6 +1,8 @@
 // Compares dsv4::Tokenizer with the reference output written by reference_corpus.js: ids,
 // decode with and without special tokens, decode(encode(x)) == x, and streaming decode.
-// Usage: dsv4_tokenizer_reference_check TOKENIZER_JSON REFERENCE_JSON
+// With ONIG_SETS_JSON (from gen_unicode_delta.js) it also checks, for every code point, that our
+// translated \p{L}/\p{M}/\p{N}/\p{P}/\p{S} match exactly what the reference's Oniguruma matches.
+// Usage: dsv4_tokenizer_reference_check TOKENIZER_JSON REFERENCE_JSON [ONIG_SETS_JSON]
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -9,7 +11,9 @@
 #include <nlohmann/json.hpp>
 
 #include "tokenizer/incremental_detokenizer.h"
+#include "tokenizer/regex_split.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/utf8.h"
 
 namespace {
 
@@ -43,6 +47,44 @@ std::string ids_str(const std::vector<int32_t>& v) {
     return s + (v.size() > 40 ? ",...]" : "]");
 }
 
+// Number of code points where our category classes disagree with the reference's.
+size_t check_categories(const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    auto sets = nlohmann::json::parse(ss.str(), nullptr, false);
+    if (sets.is_discarded()) {
+        fprintf(stderr, "cannot parse %s\n", path.c_str());
+        return 1;
+    }
+    size_t bad = 0;
+    dsv4::RegexScratch scratch;
+    for (const char* cat : {"L", "M", "N", "P", "S"}) {
+        auto pattern = dsv4::translate_onig_pattern(std::string("\\p{") + cat + "}");
+        auto re = dsv4::RegexSplit::create(pattern.value(), false, dsv4::SplitBehavior::kRemoved);
+        if (!re.is_ok()) {
+            fprintf(stderr, "%s\n", re.status().to_string().c_str());
+            return 1;
+        }
+        std::vector<bool> want(0x110000, false);
+        for (const auto& cp : sets.at(cat)) want[cp.get<uint32_t>()] = true;
+        std::vector<std::pair<uint32_t, uint32_t>> pieces;
+        for (uint32_t cp = 0; cp < 0x110000; ++cp) {
+            if (cp >= 0xD800 && cp <= 0xDFFF) continue;
+            std::string s;
+            dsv4::utf8::append(s, cp);
+            pieces.clear();
+            (void)re->split(s, 0, pieces, scratch);
+            const bool ours = pieces.empty();  // removed == matched
+            if (ours != want[cp] && ++bad <= 10) {
+                fprintf(stderr, "MISMATCH \\p{%s} U+%04X: ours %d, reference %d\n", cat, cp, ours, static_cast<int>(want[cp]));
+            }
+        }
+    }
+    printf("unicode categories L M N P S: %zu code points differ from the reference\n", bad);
+    return bad;
+}
+
 struct Group {
     size_t texts = 0, bytes = 0, tokens = 0;
 };
@@ -50,8 +92,8 @@ struct Group {
 }  // namespace
 
 int main(int argc, char** argv) {
-    if (argc != 3) {
-        fprintf(stderr, "usage: %s TOKENIZER_JSON REFERENCE_JSON\n", argv[0]);
+    if (argc != 3 && argc != 4) {
+        fprintf(stderr, "usage: %s TOKENIZER_JSON REFERENCE_JSON [ONIG_SETS_JSON]\n", argv[0]);
         return 2;
     }
     auto tok = dsv4::Tokenizer::from_file(argv[1]);
@@ -109,5 +151,6 @@ int main(int argc, char** argv) {
         tokens += g.tokens;
     }
     printf("%-14s %6zu texts %9zu bytes %8zu tokens, %zu mismatches\n", "total", texts, bytes, tokens, failures);
+    if (argc == 4) failures += check_categories(argv[3]);
     return failures == 0 ? 0 : 1;
 }

@@ -105,6 +105,8 @@ function adversarialCorpus() {
   for (let i = 0; i < 20000; ++i) word += String.fromCharCode(97 + Math.floor(r() * 26));
   add('long_random_word', word);
   add('url', 'https://example.com/path?q=1&r=two#frag mailto:someone@example.org');
+  add('unicode_15_16', ' \u{1FAE8}! x\u{1FAE9} \u{1F6DC}\u{1F6DC} 𱍐𱍑 \u{2EBF0}a \u{11F04}\u{11F00}\u{11F34} ' +
+    '\u{10D40}\u{10D41}\u{10D42}\u{10D43} \u2FFC\u2FFD \u0CF3 \u{11F43}. \u{323B0}');
   add('mixed_scripts', 'Привет мир Γειά σου κόσμε שלום עולם مرحبا بالعالم नमस्ते ไทย Việt Nam');
   add('apostrophes', "don't I'm we'll they've she'd it's DON'T O'Brien rock'n'roll");
   // Random strings from a pool that mixes every character class the regexes distinguish.
@@ -113,7 +115,10 @@ function adversarialCorpus() {
     '€', '©', '…', '「', '」', '，', '。', '\u0301', '\u0308', '👍', '🏽', '\u200d', '👩', '\ufe0f', '🇯', '🇵', '<｜User｜>',
     '<think>', '｜DSML｜', '｜', '▁', 'Ġ', '\u200b', '\u180e', 'ab', 'Hello', 'ing', '123', '\u001f',
     '\u2028', '\u00ad', '\u061c', '\ufe0f', '\ue000', '𝔸', '𠀀', '々', '〇', '㊀', '™', '‿', 'ـ', 'ᄀ', 'ㄱ', '\u0085',
-    '\u000b', '\u000c', '\u2009', '\u202f', '\u0300', '\u20dd', 'Ⅻ', '¼', '𝟘', 'ǅ', 'ʰ', '\u1dc0', '\ufffd', '\uffff'];
+    '\u000b', '\u000c', '\u2009', '\u202f', '\u0300', '\u20dd', 'Ⅻ', '¼', '𝟘', 'ǅ', 'ʰ', '\u1dc0', '\ufffd', '\uffff',
+    // Assigned after Unicode 14 (PCRE2 10.42's tables): emoji, CJK Ext. H/I, Kawi, Garay digits.
+    '\u{1FAE8}', '\u{1FAE9}', '\u{1F6DC}', '\u{31350}', '\u{2EBF0}', '\u{11F04}', '\u{11F00}', '\u{10D40}', '\u2FFC',
+    '\u{1E4F0}', '\u0CF3', '\u{11F43}', '\u{323B0}'];
   for (let i = 0; i < 3000; ++i) {
     const n = 1 + Math.floor(r() * 24);
     let s = '';

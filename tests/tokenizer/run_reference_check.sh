@@ -18,7 +18,9 @@ if [ ! -d "$prompts" ]; then
     echo "WARNING: prompt directory $prompts missing; comparing the generated corpus only"
 fi
 RAYON_NUM_THREADS=1 node "$repo/tests/tokenizer/reference_corpus.js" "$tok" "$prompts" "$out"
-"$check_bin" "$tok" "$out"
+# Oniguruma's category sets for every code point, to check our PCRE2 classes against.
+node "$repo/tests/tokenizer/gen_unicode_delta.js" "$tok" > "$out.onig_sets.json"
+"$check_bin" "$tok" "$out" "$out.onig_sets.json"
 # Added-token flags the official file does not use (lstrip/rstrip), on a modified copy.
 node "$repo/tests/tokenizer/reference_variant.js" "$tok" "$out.variant_tokenizer.json" "$out.variant.json"
 "$check_bin" "$out.variant_tokenizer.json" "$out.variant.json"
