@@ -275,5 +275,42 @@ TEST(QuantLoader, WriterHelpersRoundTripThroughLoader) {
     EXPECT_EQ(*load_f32(*ck, "fp4.weight", shape), e4);
 }
 
+// The scale grids of spec §4.1 (Flash) follow from the weight shapes, and a tensor at a real Flash
+// shape loads through the official names.
+TEST(QuantLoader, OfficialFlashShapes) {
+    struct Row { int64_t n, k, gn, gk; };
+    for (const Row& r : {Row{1024, 4096, 8, 32}, Row{32768, 1024, 256, 8}, Row{512, 4096, 4, 32},
+                         Row{8192, 4096, 64, 32}, Row{4096, 8192, 32, 64}, Row{2048, 4096, 16, 32},
+                         Row{4096, 2048, 32, 16}, Row{8192, 1024, 64, 8}}) {
+        EXPECT_EQ((r.n + 127) / 128, r.gn);
+        EXPECT_EQ((r.k + 127) / 128, r.gk);
+    }
+    const int64_t N = 512, K = 4096;                 // layers.L.attn.wkv: [512, 4096] / [4, 32]
+    const int64_t EN = 4096, EK = 2048;              // experts.E.w2: I8 [4096, 1024] / [4096, 64]
+    const auto w = random_weight(N, K, 3);
+    const auto we = random_weight(EN, EK, 4);
+    SafetensorsWriter wr;
+    ASSERT_TRUE(wr.add_fp8_block("layers.0.attn.wkv", w.data(), N, K).is_ok());
+    ASSERT_TRUE(wr.add_mxfp4("layers.3.ffn.experts.7.w2", we.data(), EN, EK).is_ok());
+    const std::string path = temp_file("flash");
+    ASSERT_TRUE(wr.write(path).is_ok());
+    auto ck = Checkpoint::open(path);
+    fs::remove(path);
+    ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
+    EXPECT_TRUE(ck->get("layers.0.attn.wkv.scale", DType::kF8E8M0, std::vector<int64_t>{4, 32}).is_ok());
+    EXPECT_TRUE(ck->get("layers.3.ffn.experts.7.w2.weight", DType::kI8, std::vector<int64_t>{4096, 1024}).is_ok());
+    EXPECT_TRUE(ck->get("layers.3.ffn.experts.7.w2.scale", DType::kF8E8M0, std::vector<int64_t>{4096, 64}).is_ok());
+    auto a = load_f32(*ck, "layers.0.attn.wkv.weight", std::vector<int64_t>{N, K});
+    auto b = load_f32(*ck, "layers.3.ffn.experts.7.w2.weight", std::vector<int64_t>{EN, EK});
+    ASSERT_TRUE(a.is_ok() && b.is_ok());
+    double err = 0, ref = 0;
+    for (size_t i = 0; i < w.size(); ++i) {
+        err += double((*a)[i] - w[i]) * ((*a)[i] - w[i]);
+        ref += double(w[i]) * w[i];
+    }
+    EXPECT_LT(std::sqrt(err / ref), 0.03);
+    EXPECT_EQ(b->size(), size_t(EN * EK));
+}
+
 }  // namespace
 }  // namespace dsv4
