@@ -158,7 +158,7 @@ std::vector<float> random_weight(int64_t N, int64_t K, uint32_t seed) {
 
 TEST(QuantLoader, Fp8ScaleNamesAndDtypes) {  // B14 loader
     const int64_t N = 200, K = 300;  // grid [2, 3], cropped edges
-    const int64_t shape[] = {N, K}, grid[] = {2, 3};
+    const int64_t shape[] = {N, K};
     const auto w = random_weight(N, K, 5);
     const Fp8BlockQuant q = quantize_fp8_block(w.data(), N, K);
     std::vector<float> f32_scale(6);
@@ -216,7 +216,6 @@ TEST(QuantLoader, Fp8ScaleNamesAndDtypes) {  // B14 loader
     auto bad = load_f32(*ck, "a.weight", wrong);
     ASSERT_FALSE(bad.is_ok());
     EXPECT_TRUE(contains(bad.status().message(), "a.weight") && contains(bad.status().message(), "[300, 200]"));
-    (void)grid;
 }
 
 TEST(QuantLoader, Mxfp4) {
