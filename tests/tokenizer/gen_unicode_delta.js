@@ -11,8 +11,10 @@ const { Tokenizer } = require(path.join(__dirname, '..', '..', 'tools', 'npm', '
 const base = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
 base.added_tokens = [];
 const out = {};
-for (const cat of ['L', 'M', 'N', 'P', 'S']) {
-  base.pre_tokenizer = { type: 'Split', pattern: { Regex: `\\p{${cat}}` }, behavior: 'Isolated', invert: false };
+// "s" is \s, recorded so the ctest can check our spelled-out whitespace class too.
+for (const cat of ['L', 'M', 'N', 'P', 'S', 's']) {
+  const regex = cat === 's' ? '\\s' : `\\p{${cat}}`;
+  base.pre_tokenizer = { type: 'Split', pattern: { Regex: regex }, behavior: 'Isolated', invert: false };
   const pre = Tokenizer.fromString(JSON.stringify(base)).getPreTokenizer();
   const members = [];
   // Chunks keep strings moderate; every code point except surrogates, each followed by U+0001

@@ -1,7 +1,7 @@
 // Compares dsv4::Tokenizer with the reference output written by reference_corpus.js: ids,
 // decode with and without special tokens, decode(encode(x)) == x, and streaming decode.
 // With ONIG_SETS_JSON (from gen_unicode_delta.js) it also checks, for every code point, that our
-// translated \p{L}/\p{M}/\p{N}/\p{P}/\p{S} match exactly what the reference's Oniguruma matches.
+// translated \p{L}/\p{M}/\p{N}/\p{P}/\p{S} and \s match exactly what the reference's Oniguruma matches.
 // Usage: dsv4_tokenizer_reference_check TOKENIZER_JSON REFERENCE_JSON [ONIG_SETS_JSON]
 #include <cstdio>
 #include <fstream>
@@ -59,8 +59,9 @@ size_t check_categories(const std::string& path) {
     }
     size_t bad = 0;
     dsv4::RegexScratch scratch;
-    for (const char* cat : {"L", "M", "N", "P", "S"}) {
-        auto pattern = dsv4::translate_onig_pattern(std::string("\\p{") + cat + "}");
+    for (const char* cat : {"L", "M", "N", "P", "S", "s"}) {
+        const std::string onig = cat[0] == 's' ? std::string("\\s") : std::string("\\p{") + cat + "}";
+        auto pattern = dsv4::translate_onig_pattern(onig);
         auto re = dsv4::RegexSplit::create(pattern.value(), false, dsv4::SplitBehavior::kRemoved);
         if (!re.is_ok()) {
             fprintf(stderr, "%s\n", re.status().to_string().c_str());
@@ -77,11 +78,11 @@ size_t check_categories(const std::string& path) {
             (void)re->split(s, 0, pieces, scratch);
             const bool ours = pieces.empty();  // removed == matched
             if (ours != want[cp] && ++bad <= 10) {
-                fprintf(stderr, "MISMATCH \\p{%s} U+%04X: ours %d, reference %d\n", cat, cp, ours, static_cast<int>(want[cp]));
+                fprintf(stderr, "MISMATCH %s U+%04X: ours %d, reference %d\n", onig.c_str(), cp, ours, static_cast<int>(want[cp]));
             }
         }
     }
-    printf("unicode categories L M N P S: %zu code points differ from the reference\n", bad);
+    printf("unicode classes \\p{L,M,N,P,S} and \\s: %zu code points differ from the reference\n", bad);
     return bad;
 }
 
