@@ -7,6 +7,7 @@
 
 #include "kernels/ref/attention.h"
 #include "kernels/ref/compressor.h"
+#include "kernels/ref/qat.h"
 #include "model/ref_model.h"
 
 namespace dsv4 {
@@ -47,6 +48,7 @@ void RefModel::attention(int l, const SeqStateView& st, const float* x, int64_t 
         const int64_t p = start_pos + t;
         for (int h = 0; h < H; ++h) ref::apply_rope(&q[(size_t(t) * H + h) * D], D, rope, p);
         ref::apply_rope(&kv[size_t(t) * D], D, rope, p);
+        if (num_.kv_fp8) ref::fp8_qdq_blocks(&kv[size_t(t) * D], cfg_.nope_dim(), 64);
     }
 
     // Compressor projections (f32), batched over the chunk.
@@ -96,6 +98,7 @@ void RefModel::attention(int l, const SeqStateView& st, const float* x, int64_t 
                                      &cv[size_t(t) * wd], g, p, entry.data())) {
                 const int64_t w = p / r;
                 finish_entry(entry.data(), D, L.compressor.norm, eps, rope_compress_, w * r);
+                if (num_.kv_fp8) ref::fp8_qdq_blocks(entry.data(), cfg_.nope_dim(), 64);
                 std::memcpy(st.comp_row(l, w), entry.data(), sizeof(float) * D);
             }
         }
@@ -107,6 +110,10 @@ void RefModel::attention(int l, const SeqStateView& st, const float* x, int64_t 
                                      &iv[size_t(t) * wd], g, p, entry.data())) {
                 const int64_t w = p / r;
                 finish_entry(entry.data(), ID, L.indexer.compressor.norm, eps, rope_compress_, w * r);
+                if (num_.indexer_fp4) {
+                    ref::hadamard(entry.data(), ID);
+                    ref::fp4_qdq_blocks(entry.data(), ID, 32);
+                }
                 std::memcpy(st.index_row(l, w), entry.data(), sizeof(float) * ID);
             }
         }
@@ -120,7 +127,13 @@ void RefModel::attention(int l, const SeqStateView& st, const float* x, int64_t 
         } else if (csa && n_c > 0) {
             // Lightning indexer: I(p,w) = sum_h w_h ReLU(q_h . k_w) (spec §2.8), then top-k.
             float* qi = &iq[size_t(t) * IH * ID];
-            for (int h = 0; h < IH; ++h) ref::apply_rope(qi + size_t(h) * ID, ID, rope_compress_, p);
+            for (int h = 0; h < IH; ++h) {
+                ref::apply_rope(qi + size_t(h) * ID, ID, rope_compress_, p);
+                if (num_.indexer_fp4) {  // the rotation cancels in q.k; only the FP4 rounding remains
+                    ref::hadamard(qi + size_t(h) * ID, ID);
+                    ref::fp4_qdq_blocks(qi + size_t(h) * ID, ID, 32);
+                }
+            }
             scores.assign(size_t(n_c), 0.0f);
             for (int64_t w = 0; w < n_c; ++w) {
                 const float* k = st.index_row(l, w);

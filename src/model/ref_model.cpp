@@ -24,7 +24,8 @@ float* SeqStateView::index_row(int layer, int64_t w) const {
            layout->row_slot(layer, w) * layout->row_dim_index;
 }
 
-RefModel::RefModel(ModelConfig cfg, ModelWeights weights) : cfg_(std::move(cfg)), w_(std::move(weights)) {
+RefModel::RefModel(ModelConfig cfg, ModelWeights weights, RefNumerics numerics)
+    : cfg_(std::move(cfg)), w_(std::move(weights)), num_(numerics) {
     rope_main_ = ref::make_rope_table(cfg_.rope_theta, cfg_.rope_dim, false, 1, 1, 1, 1);
     rope_compress_ = ref::make_rope_table(cfg_.compress_rope_theta, cfg_.rope_dim, cfg_.yarn.enabled,
                                           cfg_.yarn.factor, cfg_.yarn.original_max_position,

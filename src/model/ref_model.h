@@ -45,9 +45,17 @@ struct RefForwardOptions {
     DumpFn dump;              // optional
 };
 
+// Quantisation simulation of the DeepSeek reference (spec §2.12). Off = transformers' FP32
+// semantics (the golden tests); on = the cached values the model was trained to expect.
+struct RefNumerics {
+    bool kv_fp8 = false;       // window K=V and main compressed rows: FP8 QDQ of the nope dims (block 64)
+    bool indexer_fp4 = false;  // indexer queries and keys: Hadamard rotation + FP4 QDQ (block 32)
+};
+
 class RefModel {
 public:
-    RefModel(ModelConfig cfg, ModelWeights weights);
+    RefModel(ModelConfig cfg, ModelWeights weights, RefNumerics numerics = {});
+    const RefNumerics& numerics() const { return num_; }
 
     const ModelConfig& config() const { return cfg_; }
     const ModelWeights& weights() const { return w_; }
@@ -67,6 +75,7 @@ private:
 
     ModelConfig cfg_;
     ModelWeights w_;
+    RefNumerics num_;
     const ref::RopeTable& rope_for(int layer) const {
         return cfg_.compress_ratio(layer) == 0 ? rope_main_ : rope_compress_;
     }

@@ -11,12 +11,13 @@
 
 namespace dsv4 {
 
-Result<std::shared_ptr<const RefModel>> load_ref_model(const std::string& model, uint64_t seed) {
+Result<std::shared_ptr<const RefModel>> load_ref_model(const std::string& model, uint64_t seed,
+                                                       RefNumerics numerics) {
     if (model == "tiny") {
         ModelConfig cfg = tiny_model_config();
         DSV4_RETURN_IF_ERROR(cfg.validate());
         ModelWeights w = ModelWeights::random(cfg, seed);
-        return std::shared_ptr<const RefModel>(std::make_shared<RefModel>(std::move(cfg), std::move(w)));
+        return std::shared_ptr<const RefModel>(std::make_shared<RefModel>(std::move(cfg), std::move(w), numerics));
     }
     namespace fs = std::filesystem;
     std::error_code ec;
@@ -25,7 +26,7 @@ Result<std::shared_ptr<const RefModel>> load_ref_model(const std::string& model,
     DSV4_ASSIGN_OR_RETURN(ModelConfig cfg, ModelConfig::from_file((fs::path(model) / "config.json").string()));
     DSV4_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(model));
     DSV4_ASSIGN_OR_RETURN(ModelWeights w, ModelWeights::load(cfg, ckpt));
-    return std::shared_ptr<const RefModel>(std::make_shared<RefModel>(std::move(cfg), std::move(w)));
+    return std::shared_ptr<const RefModel>(std::make_shared<RefModel>(std::move(cfg), std::move(w), numerics));
 }
 
 Result<std::unique_ptr<ModelRunner>> make_model_runner(const RunnerOptions& opt) {
@@ -41,7 +42,7 @@ Result<std::unique_ptr<ModelRunner>> make_model_runner(const RunnerOptions& opt)
         return error(StatusCode::kUnimplemented, "backend 'cuda' is not available in this build (no nvcc)");
 #endif
     }
-    DSV4_ASSIGN_OR_RETURN(auto model, load_ref_model(opt.model, opt.seed));
+    DSV4_ASSIGN_OR_RETURN(auto model, load_ref_model(opt.model, opt.seed, opt.numerics));
     int64_t n_pages = opt.n_pages;
     if (n_pages <= 0) {
         DSV4_ASSIGN_OR_RETURN(KvLayout layout, KvLayout::make(model->config(), opt.page_tokens, 4));

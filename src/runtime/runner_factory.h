@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "model/ref_model.h"
 #include "runtime/model_runner.h"
 
 namespace dsv4 {
@@ -14,12 +15,13 @@ struct RunnerOptions {
     int64_t page_tokens = 64;     // tokens per token page
     int64_t n_pages = 0;          // 0: a default sized for the model and backend
     uint64_t seed = 0;            // seed of the built-in tiny model's weights
+    RefNumerics numerics;         // CPU reference: quantisation simulation of the DeepSeek reference
 };
 
 Result<std::unique_ptr<ModelRunner>> make_model_runner(const RunnerOptions& opt);
 
 // Loads config.json + safetensors from a directory, or builds the built-in tiny model.
-struct LoadedModel;
-Result<std::shared_ptr<const class RefModel>> load_ref_model(const std::string& model, uint64_t seed);
+Result<std::shared_ptr<const RefModel>> load_ref_model(const std::string& model, uint64_t seed,
+                                                       RefNumerics numerics = {});
 
 }  // namespace dsv4

@@ -150,3 +150,41 @@ TEST(TinyModel, SeededAndDeterministic) {
 
 }  // namespace
 }  // namespace dsv4
+
+namespace dsv4 {
+namespace {
+
+TEST(ReferenceNumerics, Fp8KvAndFp4IndexerStayCloseToExact) {
+    // The DeepSeek reference's QAT simulation changes the cached values slightly; logits must
+    // move (the switch is live) but stay close to the FP32 semantics.
+    const std::string dir = std::string(DSV4_GOLDEN_DIR) + "/tiny_real_window";
+    auto exact = load_ref_model(dir, 0);
+    auto qat = load_ref_model(dir, 0, RefNumerics{true, true});
+    ASSERT_TRUE(exact.is_ok() && qat.is_ok());
+    auto expected = Checkpoint::open(dir + "/expected.safetensors");
+    ASSERT_TRUE(expected.is_ok());
+    auto ids = load_i32(*expected, "input_ids", std::vector<int64_t>{2200});
+    ASSERT_TRUE(ids.is_ok());
+    const std::vector<int32_t> prompt(ids->begin(), ids->begin() + 600);
+    std::vector<float> a, b;
+    for (auto* m : {&*exact, &*qat}) {
+        auto r = RefRunner::create(*m, 128, 64);
+        ASSERT_TRUE(r.is_ok());
+        SimplePagePool pool(64);
+        std::vector<int32_t> t;
+        ASSERT_TRUE(pool.grow(t, (*r)->kv_layout().pages_for_tokens(600)));
+        ASSERT_TRUE((*r)->forward_seq(SeqChunk{1, prompt, 0, true, t}, {}, m == &*exact ? a : b).is_ok());
+    }
+    double diff = 0, scale = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        ASSERT_TRUE(std::isfinite(b[i]));
+        diff = std::max(diff, double(std::fabs(a[i] - b[i])));
+        scale = std::max(scale, double(std::fabs(a[i])));
+    }
+    EXPECT_GT(diff, 0.0);
+    EXPECT_LT(diff, 0.1 * scale);
+    std::printf("[reference numerics] max |logit change| %.3g (logit scale %.3g)\n", diff, scale);
+}
+
+}  // namespace
+}  // namespace dsv4

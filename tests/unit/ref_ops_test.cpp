@@ -10,6 +10,7 @@
 #include "kernels/ref/attention.h"
 #include "kernels/ref/compressor.h"
 #include "kernels/ref/ops.h"
+#include "kernels/ref/qat.h"
 
 namespace dsv4::ref {
 namespace {
@@ -162,6 +163,47 @@ TEST(Compressor, EmitsExactlyAtWindowBoundaries) {
             for (float e : entry) EXPECT_NEAR(e, want, 1e-5) << "overlap " << overlap << " w " << w;
         }
     }
+}
+
+}  // namespace
+}  // namespace dsv4::ref
+
+namespace dsv4::ref {
+namespace {
+
+TEST(Qat, Fp8BlockQdqUsesPowerOfTwoScalePerBlock) {
+    // Block 0 amax 448*2 -> scale 2, values on the e4m3 grid times 2 survive exactly.
+    std::vector<float> z = {896.0f, -2.0f, 1.0f, 0.5f};
+    fp8_qdq_blocks(z.data(), 4, 4);
+    EXPECT_EQ(z[2], 1.0f);
+    EXPECT_EQ(z[3], 0.5f);
+    // Relative error within e4m3's 2^-4 for random blocks.
+    std::vector<float> r = randn(640, 11);
+    std::vector<float> q = r;
+    fp8_qdq_blocks(q.data(), 640, 64);
+    for (size_t i = 0; i < r.size(); ++i)
+        if (std::fabs(r[i]) > 0.05f) EXPECT_LE(std::fabs(q[i] - r[i]), std::fabs(r[i]) * 0.0625f + 1e-6f);
+}
+
+TEST(Qat, Fp4BlockQdqOnGrid) {
+    std::vector<float> x = {6.0f, 3.0f, -1.5f, 0.5f, 0.26f, 5.1f};
+    fp4_qdq_blocks(x.data(), 6, 32);  // amax 6 -> scale 1
+    EXPECT_EQ(x[0], 6.0f);
+    EXPECT_EQ(x[1], 3.0f);
+    EXPECT_EQ(x[2], -1.5f);
+    EXPECT_EQ(x[3], 0.5f);
+    EXPECT_EQ(x[4], 0.5f);
+    EXPECT_EQ(x[5], 6.0f);
+}
+
+TEST(Qat, HadamardIsOrthonormalAndSelfInverse) {
+    std::vector<float> x = randn(128, 12), y = x;
+    hadamard(y.data(), 128);
+    double nx = 0, ny = 0;
+    for (int i = 0; i < 128; ++i) nx += x[i] * x[i], ny += y[i] * y[i];
+    EXPECT_NEAR(nx, ny, 1e-3 * nx);
+    hadamard(y.data(), 128);
+    for (int i = 0; i < 128; ++i) EXPECT_NEAR(y[i], x[i], 1e-5);
 }
 
 }  // namespace

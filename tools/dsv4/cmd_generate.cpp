@@ -35,6 +35,7 @@ struct GenerateArgs {
     int top_k = 0;
     uint64_t seed = 0;
     bool ignore_eos = false;
+    bool reference_numerics = false;
 };
 
 Result<std::vector<int32_t>> parse_ids(const std::string& s) {
@@ -94,6 +95,7 @@ Status run_generate(const GenerateArgs& a) {
     ro.model = a.model;
     ro.backend = a.backend;
     ro.seed = 0;
+    ro.numerics.kv_fp8 = ro.numerics.indexer_fp4 = a.reference_numerics;
     const auto t_load = std::chrono::steady_clock::now();
     DSV4_ASSIGN_OR_RETURN(auto runner, make_model_runner(ro));
     const ModelConfig& cfg = runner->config();
@@ -167,6 +169,8 @@ void register_generate(CLI::App& app, CommandContext& ctx) {
     cmd->add_option("--top-k", args->top_k);
     cmd->add_option("--seed", args->seed, "sampling seed");
     cmd->add_flag("--ignore-eos", args->ignore_eos);
+    cmd->add_flag("--reference-numerics", args->reference_numerics,
+                  "simulate the DeepSeek reference's FP8 KV and FP4 indexer (CPU backend)");
     cmd->callback([args, &ctx] {
         Status s = run_generate(*args);
         if (!s.is_ok()) {
