@@ -41,10 +41,14 @@ T0=$(date +%s)
 TRC=$?
 T1=$(date +%s)
 MRC=skipped
+RRC=skipped
 if command -v compute-sanitizer >/dev/null; then
     timeout "${MEMCHECK_S:-150}" compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN"/dsv4_cuda_tests \
-        --gtest_filter='CudaOps.*:CudaRunner.GraphReplayEqualsEager' > "$OUT/memcheck.log" 2>&1
+        --gtest_filter='CudaOps.*:CudaOpsPaged.*:CudaRunner.GraphReplayEqualsEager' > "$OUT/memcheck.log" 2>&1
     MRC=$?
+    timeout "${RACECHECK_S:-120}" compute-sanitizer --tool racecheck --error-exitcode 9 "$BIN"/dsv4_cuda_tests \
+        --gtest_filter='CudaOps.Mhc*:CudaOps.Topk*:CudaOpsPaged.*' > "$OUT/racecheck.log" 2>&1
+    RRC=$?
 fi
 T2=$(date +%s)
 GRC=skipped
@@ -54,10 +58,11 @@ if [[ -x "$BIN/dsv4" ]]; then
 fi
 echo "================ summary"
 cat "$OUT/env.txt"
-grep -E "^\[(op|runner|golden-gpu)" "$OUT/cuda_tests.log"
+grep -E "^\[(op|runner|golden-gpu|perf)" "$OUT/cuda_tests.log"
 grep -E "^decode attention|^  [ *] " "$OUT/cuda_tests.log" | head -8
-grep -E "Failure|FAILED|error" "$OUT/cuda_tests.log" | head -30
+grep -E "Failure|FAILED|Expected|Which is" "$OUT/cuda_tests.log" | head -30
 grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$OUT/cuda_tests.log"
 echo "tests rc=$TRC ($((T1 - T0)) s); memcheck rc=$MRC ($((T2 - T1)) s): $(grep -E 'ERROR SUMMARY' "$OUT/memcheck.log" 2>/dev/null | tail -1)"
+echo "racecheck rc=$RRC: $(grep -E 'RACECHECK SUMMARY|ERROR SUMMARY' "$OUT/racecheck.log" 2>/dev/null | tail -1)"
 echo "generate rc=$GRC"; tail -5 "$OUT/generate.log" 2>/dev/null
 exit $TRC

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -215,6 +216,48 @@ TEST(CudaRunner, GraphReplayEqualsEager) {
     for (size_t i = 0; i < out[0].size(); ++i) worst = std::max(worst, max_abs(out[0][i], out[1][i]));
     std::printf("[runner graph] graph vs eager max |diff| %.3g over %zu rows\n", worst, out[0].size());
     EXPECT_EQ(worst, 0.0);
+}
+
+// Decode-step latency of the built-in tiny model (informational, for docs/perf/ledger.md): wall time
+// of forward() per step, plan upload and the logits copy to the host included.
+TEST(CudaRunnerPerf, TinyDecodeStepLatency) {
+    SKIP_WITHOUT_GPU();
+    auto model = tiny_model();
+    for (int graphs = 0; graphs < 2; ++graphs) {
+        CudaRunnerOptions o;
+        o.n_pages = 2000;
+        o.use_graphs = graphs == 1;
+        o.verbose = false;
+        auto gpu = make_cuda_runner(model, "", o);
+        ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
+        int64_t next_page = 1999;
+        for (int B : {1, 8, 32}) {
+            std::vector<Seq> s(B);
+            std::vector<Seq*> ptrs;
+            std::vector<std::vector<int32_t>> prompts;
+            for (int i = 0; i < B; ++i) {
+                s[i].id = i + 1;
+                s[i].table = table_for(**gpu, 64 + 70, next_page, 1);
+                next_page -= int64_t(s[i].table.size());
+                ptrs.push_back(&s[i]);
+                prompts.push_back(random_ids(64, model->config().vocab_size, 100 + i));
+            }
+            auto l = step(**gpu, ptrs, prompts);
+            auto next = [&] {
+                std::vector<std::vector<int32_t>> n;
+                for (const auto& row : l) n.push_back({argmax(row)});
+                return n;
+            };
+            for (int i = 0; i < 5; ++i) l = step(**gpu, ptrs, next());
+            const int steps = 50;
+            const auto t0 = std::chrono::steady_clock::now();
+            for (int i = 0; i < steps; ++i) l = step(**gpu, ptrs, next());
+            const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
+            std::printf("[perf tiny decode] graphs %s batch %2d: %.3f ms/step, %.0f tok/s\n", graphs ? "on " : "off", B, ms,
+                        B * 1000.0 / ms);
+            next_page = next_page < 800 ? 1999 : next_page;
+        }
+    }
 }
 
 // Golden checkpoints in their own formats, against transformers and the greedy goldens.
