@@ -26,11 +26,11 @@ void register_decode_bench(CLI::App& app, CommandContext& ctx) {
     auto opts = std::make_shared<DecodeBenchOptions>();
     auto batches = std::make_shared<std::string>("1,8,32,64,128,256");
     auto contexts = std::make_shared<std::string>("1024,8192,32768");
-    auto sections = std::make_shared<std::string>("attn,moe,gemv,sweep");
+    auto sections = std::make_shared<std::string>("attn,moe,gemv,attn_sweep,moe_sweep,gemv_sweep");
     cmd->add_option("--out", opts->out, "JSON output file");
     cmd->add_option("--batches", *batches, "comma-separated batch sizes");
     cmd->add_option("--contexts", *contexts, "comma-separated context lengths");
-    cmd->add_option("--sections", *sections, "attn,moe,gemv,sweep");
+    cmd->add_option("--sections", *sections, "attn,moe,gemv,attn_sweep,moe_sweep,gemv_sweep");
     cmd->add_option("--reps", opts->reps, "graph replays per point");
     cmd->add_option("--rounds", opts->rounds, "A/B rounds in the sweeps");
     cmd->add_flag("--skewed", opts->skewed, "skewed MoE routing (experts 0..31 favoured)");

@@ -12,7 +12,7 @@ struct DecodeBenchOptions {
     std::string out = "decode_bench.json";
     std::vector<int> batches{1, 8, 32, 64, 128, 256};
     std::vector<int> contexts{1024, 8192, 32768};
-    std::vector<std::string> sections{"attn", "moe", "gemv", "sweep"};
+    std::vector<std::string> sections{"attn", "moe", "gemv", "attn_sweep", "moe_sweep", "gemv_sweep"};
     int reps = 30;     // graph replays per point
     int rounds = 3;    // A/B rounds (ABAB...) in the sweeps
     bool skewed = false;

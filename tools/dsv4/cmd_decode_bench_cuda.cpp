@@ -22,6 +22,7 @@
 #include "core/dtype.h"
 #include "kernels/cuda/attention/sparse_decode.h"
 #include "kernels/cuda/gemm/dense_gemv.h"
+#include "kernels/cuda/gemm/stream_copy.h"
 #include "kernels/cuda/moe/moe.h"
 #include "tools/dsv4/cmd_decode_bench.h"
 
@@ -153,13 +154,16 @@ json point(const Timing& t, double bytes, double copy_gbs) {
 }
 
 // ---------------------------------------------------------------- ceilings
-double measure_copy(cudaStream_t s) {
+// Copy bandwidth (read + write) of a 2 GiB buffer: kernel copy (the ceiling we report against)
+// and cudaMemcpyAsync D2D (copy engines) for reference.
+std::pair<double, double> measure_copy(cudaStream_t s) {
     const size_t n = size_t(2) << 30;
     Buf a(n), b(n);
     std::mt19937 g(1);
     fill_pattern(a.p, n, pat_bytes(size_t(64) << 20, g, 0, 255));
-    const Timing t = time_graph(s, 1, 20, [&](int) { BENCH_CHECK(cudaMemcpyAsync(b.p, a.p, n, cudaMemcpyDeviceToDevice, s)); });
-    return 2.0 * n / (t.med_us * 1e-6) / 1e9;
+    const Timing tk = time_graph(s, 1, 20, [&](int) { BENCH_CHECK(stream_copy(b.p, a.p, n, s)); });
+    const Timing tm = time_graph(s, 1, 20, [&](int) { BENCH_CHECK(cudaMemcpyAsync(b.p, a.p, n, cudaMemcpyDeviceToDevice, s)); });
+    return {2.0 * n / (tk.med_us * 1e-6) / 1e9, 2.0 * n / (tm.med_us * 1e-6) / 1e9};
 }
 
 double measure_gemm(cudaStream_t s) {
@@ -302,7 +306,7 @@ MoeLayer make_moe_layer(std::mt19937& g) {
 }
 
 struct MoeSet {
-    Buf x, logits, bias, ids, w, cnt, off, ptok, pdst, pw, h, y, shared, out;
+    Buf x, logits, bias, ids, w, cnt, off, ptok, pdst, pw, h, y, shared, out, act, nact;
     double active = 0;
 };
 
@@ -321,7 +325,8 @@ MoePoint bench_moe(const std::vector<MoeLayer>& layers, int B, int variant, bool
         const size_t rows = size_t(B) * kTopK;
         MoeSet m{Buf(size_t(B) * kHidden * 2), Buf(size_t(B) * kE * 4), Buf(kE * 4), Buf(rows * 4), Buf(rows * 4),
                  Buf(kE * 4), Buf((kE + 1) * 4), Buf(rows * 4), Buf(rows * 4), Buf(rows * 4), Buf(rows * kInter * 2),
-                 Buf(rows * kHidden * 4), Buf(size_t(B) * kHidden * 2), Buf(size_t(B) * kHidden * 2)};
+                 Buf(rows * kHidden * 4), Buf(size_t(B) * kHidden * 2), Buf(size_t(B) * kHidden * 2), Buf(kE * 4),
+                 Buf(4)};
         fill_pattern(m.x.p, m.x.bytes, pat_bf16(size_t(B) * kHidden, g, 1.0f));
         fill_pattern(m.shared.p, m.shared.bytes, pat_bf16(size_t(B) * kHidden, g, 0.1f));
         std::normal_distribution<float> nd(0.f, 1.f);
@@ -348,6 +353,8 @@ MoePoint bench_moe(const std::vector<MoeLayer>& layers, int B, int variant, bool
         pa.perm_token = m.ptok.as<int32_t>();
         pa.perm_dst = m.pdst.as<int32_t>();
         pa.perm_w = m.pw.as<float>();
+        pa.active_experts = m.act.as<int32_t>();
+        pa.n_active = m.nact.as<int32_t>();
         pa.n_tokens = B;
         check_status(moe_permute_launch(pa, s), "moe_permute");
     };
@@ -364,6 +371,10 @@ MoePoint bench_moe(const std::vector<MoeLayer>& layers, int B, int variant, bool
         gu.perm_token = m.ptok.as<int32_t>();
         gu.perm_dst = m.pdst.as<int32_t>();
         gu.perm_w = m.pw.as<float>();
+        gu.active_experts = m.act.as<int32_t>();
+        gu.n_active = m.nact.as<int32_t>();
+        gu.max_active = std::min(kE, B * kTopK);
+        gu.n_rows = B * kTopK;
         gu.out = m.h.p;
         gu.N = kInter;
         gu.K = kHidden;
@@ -417,6 +428,7 @@ MoePoint bench_moe(const std::vector<MoeLayer>& layers, int B, int variant, bool
     probe.N = kInter;
     probe.K = kHidden;
     probe.variant = variant;
+    probe.n_rows = B * kTopK;
     p.j["variant"] = moe_expert_variant_name(moe_expert_select_variant(probe));
     p.us = t.med_us;
     return p;
@@ -512,11 +524,13 @@ int run_decode_bench(const DecodeBenchOptions& o) {
     for (int i = 0; i < dense_gemv_variant_count(); ++i)
         std::printf("  %s %s\n", dense_gemv_variant_name(i).c_str(), dense_gemv_variant_params(i).to_string().c_str());
 
-    const double copy = measure_copy(s);
+    const auto [copy, copy_memcpy] = measure_copy(s);
     const double gemm = measure_gemm(s);
     J["copy_gb_s"] = copy;
+    J["copy_memcpy_d2d_gb_s"] = copy_memcpy;
     J["bf16_gemm_tflops"] = gemm;
-    std::printf("copy bandwidth %.0f GB/s (read+write), bf16 GEMM %.0f TFLOP/s\n", copy, gemm);
+    std::printf("copy bandwidth %.0f GB/s (kernel, read+write; cudaMemcpy D2D %.0f GB/s), bf16 GEMM %.0f TFLOP/s\n",
+                copy, copy_memcpy, gemm);
     std::fflush(stdout);
     std::mt19937 g(1234);
     std::vector<std::string> table;
@@ -525,7 +539,7 @@ int run_decode_bench(const DecodeBenchOptions& o) {
         f << J.dump(1) << "\n";
     };
 
-    if (has(o.sections, "attn") || has(o.sections, "sweep")) {
+    if (has(o.sections, "attn") || has(o.sections, "attn_sweep")) {
         KvPool fp8 = make_pool(KvFormat::kFp8, size_t(1) << 30, g);
         KvPool bf16 = make_pool(KvFormat::kBf16, size_t(1) << 30, g);
         if (has(o.sections, "attn")) {
@@ -549,7 +563,7 @@ int run_decode_bench(const DecodeBenchOptions& o) {
                     }
             save();
         }
-        if (has(o.sections, "sweep")) {
+        if (has(o.sections, "attn_sweep")) {
             // A/B sweeps for the ledger: variants at the default target, targets at the default variant.
             struct Cfg {
                 std::string name;
@@ -593,7 +607,7 @@ int run_decode_bench(const DecodeBenchOptions& o) {
         }
     }
 
-    if (has(o.sections, "moe") || has(o.sections, "sweep")) {
+    if (has(o.sections, "moe") || has(o.sections, "moe_sweep")) {
         std::vector<MoeLayer> layers;
         layers.push_back(make_moe_layer(g));
         layers.push_back(make_moe_layer(g));
@@ -612,7 +626,7 @@ int run_decode_bench(const DecodeBenchOptions& o) {
                     table.push_back(line);
                 }
         save();
-        if (has(o.sections, "sweep"))
+        if (has(o.sections, "moe_sweep"))
             for (int B : {1, 8, 64, 256}) {
                 json pt;
                 const int n = moe_expert_variant_count();
@@ -633,7 +647,7 @@ int run_decode_bench(const DecodeBenchOptions& o) {
                         sum += x.get<double>();
                     }
                     char b[160];
-                    std::snprintf(b, sizeof b, " %s=%.1f[%.1f-%.1f]", name.substr(15).c_str(), sum / v["median_us"].size(), lo, hi);
+                    std::snprintf(b, sizeof b, " %s=%.1f[%.1f-%.1f]", name.substr(10).c_str(), sum / v["median_us"].size(), lo, hi);
                     line += b;
                 }
                 table.push_back(line);
@@ -641,6 +655,40 @@ int run_decode_bench(const DecodeBenchOptions& o) {
             }
     }
 
+    if (has(o.sections, "gemv_sweep"))
+        for (const GemvShape& sh : {kGemvShapes[1], kGemvShapes[4], kGemvShapes[2]})  // wq_b, wo_b, wkv
+            for (int B : {1, 8, 32, 128}) {
+                json pt;
+                const int n = dense_gemv_variant_count();
+                for (int r = 0; r < o.rounds; ++r)
+                    for (int i = 0; i < n; ++i) {
+                        const int v = (r % 2) ? n - 1 - i : i;
+                        DenseGemvArgs probe;
+                        probe.format = sh.fmt;
+                        probe.N = sh.N;
+                        probe.K = sh.K;
+                        probe.groups = sh.groups;
+                        probe.n_tokens = B;
+                        if (!dense_gemv_legal(v, probe)) continue;
+                        json j = bench_gemv(sh, B, v, o.reps, copy, s, g);
+                        pt[dense_gemv_variant_name(v)]["median_us"].push_back(j["median_us"]);
+                    }
+                J["gemv_sweep"].push_back(json{{"name", sh.name}, {"batch", B}, {"configs", pt}});
+                std::string line = std::string("sweep gemv ") + sh.name + " B=" + std::to_string(B) + ":";
+                for (auto& [name, v] : pt.items()) {
+                    double lo = 1e30, hi = 0, sum = 0;
+                    for (auto& x : v["median_us"]) {
+                        lo = std::min(lo, x.get<double>());
+                        hi = std::max(hi, x.get<double>());
+                        sum += x.get<double>();
+                    }
+                    char b[160];
+                    std::snprintf(b, sizeof b, " %s=%.1f[%.1f-%.1f]", name.substr(11).c_str(), sum / v["median_us"].size(), lo, hi);
+                    line += b;
+                }
+                table.push_back(line);
+                save();
+            }
     if (has(o.sections, "gemv")) {
         for (const GemvShape& sh : kGemvShapes)
             for (int B : o.batches) {

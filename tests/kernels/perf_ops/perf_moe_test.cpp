@@ -164,8 +164,10 @@ void run_expert_case(MoeCase c, uint32_t seed) {
     DevBuf<float> d_w(w), d_pw(size_t(T) * K), d_y(size_t(T) * K * d);
     DevBuf<uint16_t> d_x(to_bf16(x)), d_sh(to_bf16(shared)), d_h(size_t(T) * K * I), d_out(size_t(T) * d);
     DevBuf<uint8_t> d_w1(w1), d_w3(w3), d_s1(s1), d_s3(s3), d_w2(w2), d_s2(s2);
-    for (int v = 0; v < moe_expert_variant_count(); ++v) {
-    SCOPED_TRACE(moe_expert_variant_name(v));
+    DevBuf<int32_t> d_act(E), d_nact(1);
+    for (int v = 0; v < moe_expert_variant_count(); ++v)
+    for (bool compact : {false, true}) {
+    SCOPED_TRACE(moe_expert_variant_name(v) + (compact ? " compact grid" : " full grid"));
     d_h.poison();
     d_y.poison();
     d_out.poison();
@@ -179,6 +181,8 @@ void run_expert_case(MoeCase c, uint32_t seed) {
     pa.perm_w = d_pw.p;
     pa.n_tokens = T;
     pa.n_experts = E;
+    pa.active_experts = compact ? d_act.p : nullptr;
+    pa.n_active = compact ? d_nact.p : nullptr;
     ASSERT_TRUE(moe_permute_launch(pa, nullptr).is_ok());
     MoeExpertArgs gu;
     gu.mode = MoeExpertMode::kGateUp;
@@ -198,6 +202,11 @@ void run_expert_case(MoeCase c, uint32_t seed) {
     gu.K = d;
     gu.swiglu_limit = limit;
     gu.variant = v;
+    if (compact) {
+        gu.active_experts = d_act.p;
+        gu.n_active = d_nact.p;
+        gu.max_active = std::min(E, T * K);
+    }
     Status st = moe_expert_launch(gu, nullptr);
     ASSERT_TRUE(st.is_ok()) << st.to_string();
     MoeExpertArgs dn = gu;

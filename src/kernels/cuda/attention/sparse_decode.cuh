@@ -10,8 +10,9 @@
 //   one bf16 tile) | S [HB][BT+4] f32 | P [HB][BT+8] bf16 | m, l, alpha [HB] f32.
 //   Rows padded by 16 B so ldmatrix row groups fall on distinct banks.
 // Bound: ~128 FLOP per bf16 KV byte (224 per FP8 byte) with 64 heads: balanced between HBM and
-//   mma.sync throughput on H200. Last measured fraction of speed-of-light: see
-//   docs/perf/ledger.md (decode attention entries).
+//   tensor throughput on H200. Last measured (docs/perf/ledger.md E2, E5): neither - CSA fp8
+//   8K batch 64 in 80 us = 67 TFLOP/s (~9% of the bf16 GEMM peak), ~0.4 TB/s of model bytes;
+//   bound by the serialized QK -> softmax -> PV phases and their block barriers.
 #pragma once
 
 #include "kernels/cuda/gemm/device_util.cuh"

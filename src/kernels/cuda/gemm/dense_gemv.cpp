@@ -8,11 +8,17 @@ namespace dsv4::cuda {
 
 int dense_gemv_variant_count() { return sm90::dense_gemv_count(); }
 KernelParams dense_gemv_variant_params(int i) { return sm90::dense_gemv_params(i); }
-std::string dense_gemv_variant_name(int i) { return variant_name("dense_gemv", sm90::dense_gemv_params(i)); }
+std::string dense_gemv_variant_name(int i) {
+    return variant_name(sm90::dense_gemv_is_mma(i) ? "dense_gemv_mma" : "dense_gemv", sm90::dense_gemv_params(i));
+}
 
 bool dense_gemv_legal(int i, const DenseGemvArgs& a) {
     const KernelParams p = sm90::dense_gemv_params(i);
     const int rows_per_cta = p.warps * p.block_h;
+    if (sm90::dense_gemv_is_mma(i)) {
+        const size_t smem = size_t(p.block_t) * (a.K + 8) * 2;
+        return a.N % rows_per_cta == 0 && a.K % 128 == 0 && smem <= 232448;
+    }
     const int step = a.format == WeightFormat::kFp8Block ? 512 : 256;
     const size_t smem = size_t(p.block_t) * a.K * 2;
     return a.N % rows_per_cta == 0 && a.K % step == 0 && smem <= 232448;
@@ -23,12 +29,25 @@ int dense_gemv_select_variant(const DenseGemvArgs& a) {
     const int n = dense_gemv_variant_count();
     const int forced = variant_from_env("DSV4_GEMV_VARIANT", n, [](int i) { return dense_gemv_variant_name(i); });
     if (forced >= 0 && dense_gemv_legal(forced, a)) return forced;
-    // Heuristic: default rows/warp 2, warps 8; the smallest token chunk >= min(n_tokens, 8).
-    const int want = a.n_tokens <= 1 ? 1 : (a.n_tokens <= 4 ? 4 : 8);
-    for (int i = 0; i < n; ++i) {
-        const KernelParams p = sm90::dense_gemv_params(i);
-        if (p.block_t == want && p.warps == 8 && p.block_h == 2 && dense_gemv_legal(i, a)) return i;
-    }
+    // Heuristic (docs/perf/ledger.md E5): CUDA cores with the smallest token chunk for
+    // n_tokens <= 4; above, tensor cores (4 warps, 16 tokens per pass when legal) for matrices
+    // of >= 4096 rows, CUDA cores with 8 tokens per pass for the short ones (CTA-starved either
+    // way; they need split-K).
+    const int rows = a.groups * a.N;
+    auto pick = [&](bool mma, int warps, int block_t, int block_h) {
+        for (int i = 0; i < n; ++i) {
+            const KernelParams p = sm90::dense_gemv_params(i);
+            if (sm90::dense_gemv_is_mma(i) == mma && p.warps == warps && p.block_t == block_t &&
+                p.block_h == block_h && dense_gemv_legal(i, a))
+                return i;
+        }
+        return -1;
+    };
+    int v = -1;
+    if (a.n_tokens <= 4) v = pick(false, 8, a.n_tokens <= 1 ? 1 : 4, 2);
+    else if (rows >= 4096) v = a.n_tokens > 8 && pick(true, 4, 16, 16) >= 0 ? pick(true, 4, 16, 16) : pick(true, 4, 8, 16);
+    if (v < 0) v = pick(false, 8, 8, 2);
+    if (v >= 0) return v;
     for (int i = 0; i < n; ++i)
         if (dense_gemv_legal(i, a)) return i;
     return -1;

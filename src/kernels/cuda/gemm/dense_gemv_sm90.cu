@@ -4,10 +4,12 @@
 //   16 B of every row per step (bf16: 8 k, fp8: 16 k) with U steps of loads in flight, FMAs
 //   them against MT tokens of x from shared memory, and the warp reduces with shuffles.
 // Shared memory: x [MT][K] bf16 for the current token chunk (rows beyond n_tokens zeroed).
-// Bound: HBM-bound at n_tokens <= ~4 (2*MT FLOP per weight element); f32-FMA-bound above
-//   (CUDA cores, no tensor cores): a tensor-core path is the open item for batch >= 16.
-//   Last measured fraction of speed-of-light: see docs/perf/ledger.md (GEMV entries).
+// Bound: HBM-bound at n_tokens <= ~4 (2*MT FLOP per weight element); f32-FMA-bound above,
+//   where the tensor-core variant (dense_gemv_mma.cuh) takes over for tall matrices.
+//   Last measured (ledger E5): wo_b fp8 batch 1 14.3 us = 60% of copy bandwidth; LM head bf16
+//   batch 1 4.4 TB/s (113% of the read+write copy figure: a read-only stream).
 #include "kernels/cuda/gemm/dense_gemv_sm90.h"
+#include "kernels/cuda/gemm/dense_gemv_mma.cuh"
 #include "kernels/cuda/gemm/weight_stream.cuh"
 
 namespace dsv4::cuda::sm90 {
@@ -115,29 +117,55 @@ cudaError_t launch(const DenseGemvArgs& a, cudaStream_t s) {
                                                : launch_fmt<NW, RPW, MT, U, false>(a, s);
 }
 
+template <int NW, int NTT, int U, bool FP8>
+cudaError_t launch_mma_fmt(const DenseGemvArgs& a, cudaStream_t s) {
+    auto* k = gemv_mma::dense_gemv_mma_kernel<FP8, NW, NTT, U>;
+    const size_t smem = size_t(8 * NTT) * (a.K + 8) * 2;
+    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (e != cudaSuccess) return e;
+    k<<<a.groups * a.N / (NW * 16), NW * 32, smem, s>>>(a);
+    return cudaGetLastError();
+}
+template <int NW, int NTT, int U>
+cudaError_t launch_mma(const DenseGemvArgs& a, cudaStream_t s) {
+    return a.format == WeightFormat::kFp8Block ? launch_mma_fmt<NW, NTT, U, true>(a, s)
+                                               : launch_mma_fmt<NW, NTT, U, false>(a, s);
+}
+
 struct Entry {
     KernelParams params;
     LaunchFn fn;
+    bool mma;
 };
 template <int NW, int RPW, int MT, int U>
 constexpr Entry entry() {
-    return {{MT, RPW, NW, U, 0}, &launch<NW, RPW, MT, U>};
+    return {{MT, RPW, NW, U, 0}, &launch<NW, RPW, MT, U>, false};
+}
+// Tensor-core entries: block_t = tokens per pass (8 per n-tile), block_h = 16 rows per warp.
+template <int NW, int NTT, int U>
+constexpr Entry entry_mma() {
+    return {{8 * NTT, 16, NW, U, 0}, &launch_mma<NW, NTT, U>, true};
 }
 
-// The one list: instantiates and registers. block_t = MT tokens per pass, block_h = rows per
-// warp, stages = 16-byte loads in flight per row and lane.
+// The one list: instantiates and registers. block_t = tokens per pass, block_h = rows per
+// warp, stages = 16-byte loads (CUDA-core) or 128-k blocks (mma) in flight per row and lane.
 const Entry kTable[] = {
     entry<8, 2, 1, 4>(),
     entry<8, 2, 4, 4>(),
     entry<8, 2, 8, 2>(),
     entry<4, 4, 8, 2>(),
     entry<8, 4, 1, 2>(),
+    entry_mma<4, 1, 2>(),
+    entry_mma<4, 2, 2>(),
 };
+// Measured and dropped: mma with 2 warps (32 rows per CTA) lost to 4 warps at every point
+// (docs/perf/ledger.md E5).
 
 }  // namespace
 
 int dense_gemv_count() { return int(sizeof(kTable) / sizeof(kTable[0])); }
 KernelParams dense_gemv_params(int i) { return kTable[i].params; }
+bool dense_gemv_is_mma(int i) { return kTable[i].mma; }
 cudaError_t dense_gemv_run(const DenseGemvArgs& a, int variant, cudaStream_t stream) {
     return kTable[variant].fn(a, stream);
 }

@@ -10,6 +10,7 @@ namespace dsv4::cuda::sm90 {
 
 int dense_gemv_count();
 KernelParams dense_gemv_params(int i);
+bool dense_gemv_is_mma(int i);  // tensor-core (mma.sync) entry
 cudaError_t dense_gemv_run(const DenseGemvArgs& a, int variant, cudaStream_t stream);
 
 }  // namespace dsv4::cuda::sm90

@@ -12,6 +12,10 @@ Status wrap(cudaError_t e, const std::string& what) {
 }
 bool legal(int i, const MoeExpertArgs& a) {
     const KernelParams p = sm90::moe_expert_params(i);
+    if (sm90::moe_expert_is_mma(i)) {
+        const int rows = p.warps * (a.mode == MoeExpertMode::kGateUp ? 16 : 32);
+        return a.K % 128 == 0 && a.N % rows == 0 && size_t(p.block_t) * (a.K + 8) * 2 <= 232448;
+    }
     const int rows = a.mode == MoeExpertMode::kGateUp ? p.warps : 2 * p.warps;
     return a.K % 1024 == 0 && a.N % rows == 0 && size_t(p.block_t) * a.K * 2 <= 232448;
 }
@@ -42,13 +46,24 @@ Status moe_combine_launch(const MoeCombineArgs& a, cudaStream_t stream) {
 
 int moe_expert_variant_count() { return sm90::moe_expert_count(); }
 KernelParams moe_expert_variant_params(int i) { return sm90::moe_expert_params(i); }
-std::string moe_expert_variant_name(int i) { return variant_name("moe_mxfp4_gemv", sm90::moe_expert_params(i)); }
+std::string moe_expert_variant_name(int i) {
+    return variant_name(sm90::moe_expert_is_mma(i) ? "moe_mxfp4_mma" : "moe_mxfp4_gemv", sm90::moe_expert_params(i));
+}
 
 int moe_expert_select_variant(const MoeExpertArgs& a) {
     if (a.variant >= 0) return a.variant;
     const int n = moe_expert_variant_count();
     const int forced = variant_from_env("DSV4_MOE_VARIANT", n, [](int i) { return moe_expert_variant_name(i); });
     if (forced >= 0 && legal(forced, a)) return forced;
+    // Heuristic (docs/perf/ledger.md E3, E5): CUDA-core GEMV with 2 tokens per pass at batch 1
+    // (6 rows: the tensor-core grid has too few CTAs); tensor cores, 4 warps, from 32 rows on.
+    const bool many = a.n_rows >= 32;
+    for (int i = 0; i < n; ++i) {
+        const KernelParams p = sm90::moe_expert_params(i);
+        const bool want = many ? (sm90::moe_expert_is_mma(i) && p.warps == 4 && p.block_t == 8)
+                               : (!sm90::moe_expert_is_mma(i) && p.block_t == 2);
+        if (want && legal(i, a)) return i;
+    }
     for (int i = 0; i < n; ++i)
         if (legal(i, a)) return i;
     return -1;
@@ -60,6 +75,8 @@ Status moe_expert_launch(const MoeExpertArgs& a, cudaStream_t stream) {
     if (a.mode == MoeExpertMode::kGateUp && (!a.w3 || !a.w3_scale || !a.perm_token || !a.perm_w))
         return invalid_argument("moe_expert: gate-up needs w3, perm_token and perm_w");
     if (a.mode == MoeExpertMode::kDown && !a.perm_dst) return invalid_argument("moe_expert: down needs perm_dst");
+    if (a.active_experts && (!a.n_active || a.max_active < 0 || a.max_active > a.n_experts))
+        return invalid_argument("moe_expert: compact grid needs n_active and 0 <= max_active <= n_experts");
     const int v = moe_expert_select_variant(a);
     if (v < 0 || v >= moe_expert_variant_count() || !legal(v, a))
         return invalid_argument("moe_expert: no legal variant for N={} K={}", a.N, a.K);

@@ -29,6 +29,8 @@ struct MoePermuteArgs {
     int32_t* perm_token = nullptr;     // [n_tokens * top_k] out: token of permuted row p
     int32_t* perm_dst = nullptr;       // [n_tokens * top_k] out: t * top_k + k of row p
     float* perm_w = nullptr;           // [n_tokens * top_k] out: routing weight of row p
+    int32_t* active_experts = nullptr; // [n_experts] out (optional): ids with rows, ascending
+    int32_t* n_active = nullptr;       // [1] out (optional): how many entries of active_experts
     int n_tokens = 0;
     int n_experts = 256;               // <= 1024
     int top_k = 6;
@@ -53,11 +55,17 @@ struct MoeExpertArgs {
     const int32_t* perm_token = nullptr;
     const int32_t* perm_dst = nullptr;
     const float* perm_w = nullptr;
+    // Optional compact grid: CTAs walk active_experts[0 .. *n_active) instead of all n_experts;
+    // max_active (fixed per batch size, e.g. min(n_experts, n_tokens * top_k)) sizes the grid.
+    const int32_t* active_experts = nullptr;
+    const int32_t* n_active = nullptr;
+    int max_active = 0;
     void* out = nullptr;
     int n_experts = 256;
     int N = 0;                         // output features (2048 gate-up, 4096 down)
     int K = 0;                         // reduction length, multiple of 1024
     float swiglu_limit = 10.0f;        // <= 0: no clamp
+    int n_rows = 0;                    // n_tokens * top_k: variant-selection hint only
     int variant = -1;                  // -1 = env DSV4_MOE_VARIANT, else heuristic
 };
 

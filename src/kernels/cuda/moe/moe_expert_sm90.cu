@@ -1,16 +1,19 @@
 // Grouped MXFP4 expert GEMV for decode on sm90 (CUDA cores; Hopper has no FP4 tensor cores, so
 // weights are dequantised in registers: e2m1 -> fp16 bit placement -> f32, times UE8M0).
 //
-// Thread roles: grid (N / rows_per_cta, n_experts); CTAs of experts with no rows exit at once
-//   (the grid is fixed, so the step can be captured in a CUDA graph). Warp w owns two weight
+// Thread roles: grid (N / rows_per_cta, max_active) over the compact active-expert list written
+//   by the permutation (or n_experts without it); CTAs past *n_active exit at once. The grid is
+//   fixed per batch size, so the step can be captured in a CUDA graph. Warp w owns two weight
 //   rows: kGateUp the same feature n of w1 and w3 (SwiGLU fused in the epilogue), kDown rows
 //   2n, 2n+1 of w2. Each lane streams 16 B (32 e2m1 values, exactly one UE8M0 group) per row and
 //   step, STAGES steps in flight, and FMAs them against MT rows of x held in shared memory.
 // Shared memory: x [MT][K] bf16 for the current chunk of the expert's rows (gathered through
 //   perm_token for kGateUp).
-// Bound: HBM-bound while rows per expert are few (B <= ~32); f32-FMA-bound beyond (64 FLOP per
-//   weight byte at 32 rows). Last measured fraction of speed-of-light: docs/perf/ledger.md.
+// Bound: HBM-bound while rows per expert are few; f32-FMA-bound beyond (64 FLOP per weight byte
+//   at 32 rows), where moe_expert_mma.cuh takes over. Last measured (ledger E5): batch 1, 6
+//   experts x 13.4 MB in 80 us = 1.0 TB/s, 26% of the copy bandwidth.
 #include "kernels/cuda/gemm/weight_stream.cuh"
+#include "kernels/cuda/moe/moe_expert_mma.cuh"
 #include "kernels/cuda/moe/moe_sm90.h"
 
 namespace dsv4::cuda::sm90 {
@@ -21,7 +24,11 @@ __global__ void __launch_bounds__(NW * 32) moe_expert_kernel(MoeExpertArgs a) {
     constexpr int kStep = 32 * 32;  // k per warp step
     extern __shared__ __align__(16) unsigned char smem[];
     __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem);
-    const int e = blockIdx.y;
+    int e = blockIdx.y;
+    if (a.active_experts) {
+        if (e >= *a.n_active) return;
+        e = a.active_experts[e];
+    }
     const int count = a.expert_count[e];
     if (count == 0) return;
     const int off = a.expert_offset[e];
@@ -134,7 +141,9 @@ cudaError_t launch_mode(const MoeExpertArgs& a, cudaStream_t s) {
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     if (e != cudaSuccess) return e;
     constexpr int kRows = GATEUP ? NW : 2 * NW;
-    k<<<dim3(a.N / kRows, a.n_experts), NW * 32, smem, s>>>(a);
+    const int grid_y = a.active_experts ? a.max_active : a.n_experts;
+    if (grid_y <= 0) return cudaSuccess;
+    k<<<dim3(a.N / kRows, grid_y), NW * 32, smem, s>>>(a);
     return cudaGetLastError();
 }
 
@@ -144,13 +153,38 @@ cudaError_t launch(const MoeExpertArgs& a, cudaStream_t s) {
                                             : launch_mode<false, NW, MT, U>(a, s);
 }
 
+template <bool GATEUP, int NW, int NTT, int U>
+cudaError_t launch_mma_mode(const MoeExpertArgs& a, cudaStream_t s) {
+    auto* k = moe_mma::moe_expert_mma_kernel<GATEUP, NW, NTT, U>;
+    const size_t smem = size_t(8 * NTT) * (a.K + 8) * 2;
+    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (e != cudaSuccess) return e;
+    constexpr int kRows = NW * (GATEUP ? 16 : 32);
+    const int grid_y = a.active_experts ? a.max_active : a.n_experts;
+    if (grid_y <= 0) return cudaSuccess;
+    k<<<dim3(a.N / kRows, grid_y), NW * 32, smem, s>>>(a);
+    return cudaGetLastError();
+}
+
+template <int NW, int NTT, int U>
+cudaError_t launch_mma(const MoeExpertArgs& a, cudaStream_t s) {
+    return a.mode == MoeExpertMode::kGateUp ? launch_mma_mode<true, NW, NTT, U>(a, s)
+                                            : launch_mma_mode<false, NW, NTT, U>(a, s);
+}
+
 struct Entry {
     KernelParams params;
     LaunchFn fn;
+    bool mma;
 };
 template <int NW, int MT, int U>
 constexpr Entry entry() {
-    return {{MT, 2, NW, U, 0}, &launch<NW, MT, U>};
+    return {{MT, 2, NW, U, 0}, &launch<NW, MT, U>, false};
+}
+// Tensor-core entries: block_t = tokens per pass (8 per n-tile), block_h = 16 rows per warp tile.
+template <int NW, int NTT, int U>
+constexpr Entry entry_mma() {
+    return {{8 * NTT, 16, NW, U, 0}, &launch_mma<NW, NTT, U>, true};
 }
 
 // The one list: instantiates and registers. First entry = default.
@@ -160,12 +194,16 @@ const Entry kTable[] = {
     entry<8, 4, 4>(),
     entry<8, 8, 2>(),
     entry<8, 2, 2>(),
+    entry_mma<4, 1, 2>(),
+    entry_mma<8, 1, 2>(),
+    entry_mma<4, 2, 2>(),
 };
 
 }  // namespace
 
 int moe_expert_count() { return int(sizeof(kTable) / sizeof(kTable[0])); }
 KernelParams moe_expert_params(int i) { return kTable[i].params; }
+bool moe_expert_is_mma(int i) { return kTable[i].mma; }
 cudaError_t moe_expert_run(const MoeExpertArgs& a, int variant, cudaStream_t stream) {
     return kTable[variant].fn(a, stream);
 }

@@ -97,14 +97,16 @@ __global__ void __launch_bounds__(1024) moe_permute_kernel(MoePermuteArgs a) {
     }
     __syncthreads();
     if (threadIdx.x == 0) {
-        int acc = 0;
+        int acc = 0, act = 0;
         for (int e = 0; e < a.n_experts; ++e) {
             cur[e] = acc;
             a.expert_offset[e] = acc;
             a.expert_count[e] = cnt[e];
             acc += cnt[e];
+            if (a.active_experts && cnt[e] > 0) a.active_experts[act++] = e;
         }
         a.expert_offset[a.n_experts] = acc;
+        if (a.n_active) *a.n_active = act;
     }
     __syncthreads();
     for (int i = threadIdx.x; i < n; i += blockDim.x) {

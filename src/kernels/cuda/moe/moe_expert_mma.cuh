@@ -1,0 +1,181 @@
+// Tensor-core (mma.sync m16n8k16 bf16) variant of the grouped MXFP4 expert GEMV, for batches
+// where the CUDA-core version is FMA-bound (B >= ~16: dozens of rows per active expert).
+//
+// Thread roles: warp w owns 16 weight rows (kGateUp: the same 16 features of w1 and w3, SwiGLU
+//   in the epilogue; kDown: two 16-row tiles of w2) against 8*NTT tokens. The K dimension is
+//   relabelled per 128-k block so that each lane's A fragment comes from ONE 16-byte load:
+//   lane (g = lane/4, t = lane%4) owns physical k [32t, 32t+32) of rows g and g+8 (exactly one
+//   UE8M0 group), and in mma step s uses physical k 32t+4s+{0,1} as logical {2t, 2t+1} and
+//   32t+4s+{2,3} as {2t+8, 2t+9}. The B fragments (x) use the same relabelling, read as 8-byte
+//   pieces of x from shared memory, so the dot products are unchanged.
+// Dequantisation: e2m1 nibble pair -> fp16 bit placement -> f32 x (UE8M0 * 2^14) -> bf16x2,
+//   exact (e2m1 x 2^k is representable in bf16).
+// Shared memory: x [8*NTT][K + 8] bf16 of the current token chunk (padded rows).
+// Bound: meant to be HBM-bound up to ~8*NTT rows per expert; last measured (ledger E5): batch
+//   64, 201 experts x 13.4 MB in 1.73 ms = 1.56 TB/s, ~40% of the copy bandwidth (dequant and
+//   the shared-memory x reads are not overlapped with the weight stream well enough yet).
+#pragma once
+
+#include "kernels/cuda/gemm/device_util.cuh"
+#include "kernels/cuda/moe/moe_args.h"
+
+namespace dsv4::cuda::moe_mma {
+
+// 16 bytes of e2m1 (32 values, physical k order) times one scale -> 16 bf16x2 words.
+__device__ __forceinline__ void dequant16(const uint4 v, float sc, uint32_t (&o)[16]) {
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+            uint32_t h = dev::e2m1x2_to_half2_bits_scaled((w[j] >> (8 * b)) & 0xffu);
+            const float2 f = __half22float2(*reinterpret_cast<__half2*>(&h));
+            o[4 * j + b] = dev::pack_bf16x2(f.x * sc, f.y * sc);
+        }
+}
+
+template <bool GATEUP, int NW, int NTT, int U>
+__global__ void __launch_bounds__(NW * 32) moe_expert_mma_kernel(MoeExpertArgs a) {
+    constexpr int MT = 8 * NTT;
+    extern __shared__ __align__(16) unsigned char smem[];
+    __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem);
+    int e = blockIdx.y;
+    if (a.active_experts) {
+        if (e >= *a.n_active) return;
+        e = a.active_experts[e];
+    }
+    const int count = a.expert_count[e];
+    if (count == 0) return;
+    const int off = a.expert_offset[e];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int K = a.K, N = a.N, XS = K + 8;
+    constexpr int kRowsPerWarp = GATEUP ? 16 : 32;
+    const int n0 = (blockIdx.x * NW + warp) * kRowsPerWarp;
+    const int64_t rb = K / 2, sb = K / 32;
+    // Row pointers of the two A tiles (rows g and g+8 of each).
+    const uint8_t* wp[2][2];
+    const uint8_t* sp[2][2];
+#pragma unroll
+    for (int tile = 0; tile < 2; ++tile)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const uint8_t* W = GATEUP ? (tile == 0 ? a.w1 : a.w3) : a.w1;
+            const uint8_t* S = GATEUP ? (tile == 0 ? a.w1_scale : a.w3_scale) : a.w1_scale;
+            const int row = n0 + (GATEUP ? 0 : 16 * tile) + g + 8 * h;
+            wp[tile][h] = W + (int64_t(e) * N + row) * rb + 16 * t;
+            sp[tile][h] = S + (int64_t(e) * N + row) * sb + t;
+        }
+    const __nv_bfloat16* x = static_cast<const __nv_bfloat16*>(a.x);
+
+    // Weight loads of one U-block group (issued one group ahead of its use).
+    auto load_group = [&](int kb, uint4 (&raw)[U][2][2], uint32_t (&scb)[U][2][2]) {
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+            for (int tile = 0; tile < 2; ++tile)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int k = kb + 128 * u;
+                    raw[u][tile][h] = make_uint4(0, 0, 0, 0);
+                    scb[u][tile][h] = 0;
+                    if (k < K) {
+                        raw[u][tile][h] = __ldg(reinterpret_cast<const uint4*>(wp[tile][h] + k / 2));
+                        scb[u][tile][h] = __ldg(sp[tile][h] + k / 32);
+                    }
+                }
+    };
+
+    for (int t0 = 0; t0 < count; t0 += MT) {
+        uint4 raw[U][2][2];
+        uint32_t scb[U][2][2];
+        load_group(0, raw, scb);  // in flight while x is staged
+        __syncthreads();
+        for (int i = tid; i < MT * (K / 8); i += NW * 32) {
+            const int m = i / (K / 8), c = i % (K / 8);
+            uint4 v = make_uint4(0, 0, 0, 0);
+            if (t0 + m < count) {
+                const int p = off + t0 + m;
+                const int64_t src = GATEUP ? a.perm_token[p] : p;
+                v = *reinterpret_cast<const uint4*>(x + src * K + c * 8);
+            }
+            *reinterpret_cast<uint4*>(xs + m * XS + c * 8) = v;
+        }
+        __syncthreads();
+
+        float acc[2][NTT][4];
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+            for (int j = 0; j < NTT; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
+
+        for (int kb = 0; kb < K; kb += 128 * U) {
+            uint4 cur[U][2][2];
+            uint32_t csc[U][2][2];
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+#pragma unroll
+                for (int tile = 0; tile < 2; ++tile)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        cur[u][tile][h] = raw[u][tile][h];
+                        csc[u][tile][h] = scb[u][tile][h];
+                    }
+            if (kb + 128 * U < K) load_group(kb + 128 * U, raw, scb);  // next group in flight
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int k = kb + 128 * u;
+                if (k >= K) break;
+                uint32_t xb[NTT][16];
+#pragma unroll
+                for (int j = 0; j < NTT; ++j) {
+                    const uint4* xp = reinterpret_cast<const uint4*>(xs + (j * 8 + g) * XS + k + 32 * t);
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) {
+                        const uint4 v = xp[q];
+                        xb[j][4 * q] = v.x;
+                        xb[j][4 * q + 1] = v.y;
+                        xb[j][4 * q + 2] = v.z;
+                        xb[j][4 * q + 3] = v.w;
+                    }
+                }
+#pragma unroll
+                for (int tile = 0; tile < 2; ++tile) {
+                    uint32_t d0[16], d1[16];
+                    dequant16(cur[u][tile][0], dev::ue8m0(csc[u][tile][0]) * dev::kE2m1Fix, d0);
+                    dequant16(cur[u][tile][1], dev::ue8m0(csc[u][tile][1]) * dev::kE2m1Fix, d1);
+#pragma unroll
+                    for (int s = 0; s < 8; ++s) {
+                        const uint32_t af[4] = {d0[2 * s], d1[2 * s], d0[2 * s + 1], d1[2 * s + 1]};
+#pragma unroll
+                        for (int j = 0; j < NTT; ++j) dev::mma_bf16_16816(acc[tile][j], af, xb[j][2 * s], xb[j][2 * s + 1]);
+                    }
+                }
+            }
+        }
+        // Epilogue: acc[.][j][0,1] = (row g, tokens 2t, 2t+1), [2,3] = (row g+8, same tokens).
+#pragma unroll
+        for (int j = 0; j < NTT; ++j)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int tok = t0 + j * 8 + 2 * t + (i & 1);
+                if (tok >= count) continue;
+                const int p = off + tok;
+                const int r = g + 8 * (i >> 1);
+                if constexpr (GATEUP) {
+                    float gt = acc[0][j][i], up = acc[1][j][i];
+                    if (a.swiglu_limit > 0.0f) {
+                        gt = fminf(gt, a.swiglu_limit);
+                        up = fminf(fmaxf(up, -a.swiglu_limit), a.swiglu_limit);
+                    }
+                    const float hv = gt / (1.0f + expf(-gt)) * up * a.perm_w[p];
+                    static_cast<__nv_bfloat16*>(a.out)[int64_t(p) * N + n0 + r] = __float2bfloat16_rn(hv);
+                } else {
+                    float* y = static_cast<float*>(a.out) + int64_t(a.perm_dst[p]) * N + n0 + r;
+                    y[0] = acc[0][j][i];
+                    y[16] = acc[1][j][i];
+                }
+            }
+    }
+}
+
+}  // namespace dsv4::cuda::moe_mma
