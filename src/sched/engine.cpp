@@ -105,7 +105,8 @@ void Engine::loop() {
         for (uint64_t id : aborts) core_.abort(id);
         aborts.clear();
         if (core_.has_work()) {
-            core_.step();
+            // An empty plan should not happen (admission guarantees progress); never spin on it.
+            if (core_.step().n_seqs == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
         } else {
             core_.publish_stats();
         }

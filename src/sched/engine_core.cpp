@@ -34,8 +34,11 @@ EngineCore::EngineCore(ModelRunner& runner, EngineConfig cfg, EngineStats& stats
     : runner_(runner),
       cfg_(cfg),
       stats_(stats),
-      max_context_(cfg.max_context > 0 ? cfg.max_context
-                                       : runner.config().max_position_embeddings),
+      // Never more than one sequence can hold: the whole pool.
+      max_context_(std::min(cfg.max_context > 0 ? cfg.max_context
+                                                : runner.config().max_position_embeddings,
+                            (runner.n_pages() - runner.kv_layout().n_state_pages) *
+                                runner.kv_layout().page_tokens)),
       pages_(runner.n_pages(), cfg.page_shuffle_seed),
       sched_(cfg.sched, runner.kv_layout(), pages_),
       seed_base_(cfg.default_seed ? cfg.default_seed
@@ -50,13 +53,12 @@ Status EngineCore::validate(const GenRequest& req) const {
     for (size_t i = 0; i < req.prompt.size(); ++i) {
         const int32_t t = req.prompt[i];
         if (t < 0 || t >= vocab)
-            return error(StatusCode::kOutOfRange,
-                         "token id {} at prompt position {} is outside the vocabulary [0, {})", t,
-                         i, vocab);
+            return invalid_argument(
+                "token id {} at prompt position {} is outside the vocabulary [0, {})", t, i, vocab);
     }
     for (int32_t t : req.params.stop_token_ids)
         if (t < 0 || t >= vocab)
-            return error(StatusCode::kOutOfRange, "stop token id {} is outside the vocabulary", t);
+            return invalid_argument("stop token id {} is outside the vocabulary", t);
     const int64_t n_prompt = int64_t(req.prompt.size());
     if (n_prompt >= max_context_)
         return error(StatusCode::kOutOfRange,

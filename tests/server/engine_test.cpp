@@ -223,7 +223,7 @@ TEST(EngineCore, RejectsBadRequestsWithoutCrashing) {
     EngineCore core(runner, {}, stats);
     GenRequest r;
     r.prompt = {1, 2, 129280};
-    EXPECT_EQ(core.validate(r).code(), StatusCode::kOutOfRange);  // B11
+    EXPECT_EQ(core.validate(r).code(), StatusCode::kInvalidArgument);  // B11
     r.prompt = std::vector<int32_t>(64, 5);
     EXPECT_EQ(core.validate(r).code(), StatusCode::kOutOfRange);  // B28
     r.prompt = std::vector<int32_t>(63, 5);

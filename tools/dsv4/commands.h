@@ -13,6 +13,7 @@ struct CommandContext {
 void register_generate(CLI::App& app, CommandContext& ctx);
 void register_bench(CLI::App& app, CommandContext& ctx);
 void register_tokenize(CLI::App& app, CommandContext& ctx);
+void register_serve(CLI::App& app, CommandContext& ctx);
 void register_decode_bench(CLI::App& app, CommandContext& ctx);
 
 }  // namespace dsv4::cli

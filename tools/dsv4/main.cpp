@@ -10,6 +10,7 @@ int main(int argc, char** argv) {
     dsv4::cli::register_generate(app, ctx);
     dsv4::cli::register_bench(app, ctx);
     dsv4::cli::register_tokenize(app, ctx);
+    dsv4::cli::register_serve(app, ctx);
     dsv4::cli::register_decode_bench(app, ctx);
     try {
         app.parse(argc, argv);

@@ -1,0 +1,176 @@
+// App implementation (see app.h).
+#include "server/app.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "server/generation.h"
+#include "server/openai_request.h"
+#include "tokenizer/chat_encoding.h"
+
+namespace dsv4 {
+namespace {
+
+using json = nlohmann::json;
+
+bool is_json_type(const std::string& ct) {
+    // "application/json", "application/json; charset=utf-8", "application/vnd.x+json"
+    return ct.find("json") != std::string::npos;
+}
+
+std::string path_of(const std::string& target) { return target.substr(0, target.find('?')); }
+
+ApiError status_to_error(const Status& s) {
+    switch (s.code()) {
+        case StatusCode::kResourceExhausted:
+            return ApiError{429, s.message(), "rate_limit_error", {}, "server_busy"};
+        case StatusCode::kUnavailable:
+            return ApiError{503, s.message(), "server_error", {}, "unavailable"};
+        case StatusCode::kOutOfRange:
+            return ApiError{400, s.message(), "invalid_request_error", "prompt",
+                            "context_length_exceeded"};
+        case StatusCode::kInvalidArgument:
+            return ApiError{400, s.message(), "invalid_request_error", {}, {}};
+        default:
+            return ApiError{500, s.message(), "server_error", {}, {}};
+    }
+}
+
+}  // namespace
+
+std::string ApiError::body() const {
+    json e = {{"message", message},
+              {"type", type},
+              {"param", param.empty() ? json(nullptr) : json(param)},
+              {"code", code.empty() ? json(nullptr) : json(code)}};
+    return json{{"error", e}}.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+App::App(Engine& engine, Tokenizer tok, AppOptions opt)
+    : engine_(engine), tok_(std::move(tok)), opt_(std::move(opt)) {}
+
+void App::count_status(int status) {
+    if (status < 300) ++stats_.responses_2xx;
+    else if (status < 500) ++stats_.responses_4xx;
+    else ++stats_.responses_5xx;
+    if (status == 429) ++stats_.responses_429;
+}
+
+void App::send_error(ResponseWriter& w, const ApiError& e, const HeaderList& extra) {
+    count_status(e.status);
+    w.send(e.status, "application/json", e.body(), extra);
+}
+
+void App::handle(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w) {
+    ++stats_.requests_total;
+    const std::string path = path_of(req.target);
+    const bool get = req.method == "GET" || req.method == "HEAD";
+    const bool post = req.method == "POST";
+    if (path == "/health" && get) {
+        count_status(200);
+        w->send(200, "application/json", R"({"status":"ok"})");
+    } else if (path == "/metrics" && get) {
+        count_status(200);
+        w->send(200, "text/plain; version=0.0.4; charset=utf-8", metrics_text());
+    } else if (path == "/v1/models" && get) {
+        json m = {{"object", "list"},
+                  {"data", json::array({json{{"id", opt_.model_name},
+                                             {"object", "model"},
+                                             {"created", 0},
+                                             {"owned_by", "dsv4"},
+                                             {"max_model_len", engine_.max_context()}}})}};
+        count_status(200);
+        w->send(200, "application/json", m.dump());
+    } else if (path == "/v1/chat/completions" && post) {
+        generate(req, true, w);
+    } else if (path == "/v1/completions" && post) {
+        generate(req, false, w);
+    } else if (path == "/v1/chat/completions" || path == "/v1/completions" || path == "/health" ||
+               path == "/metrics" || path == "/v1/models") {
+        send_error(*w, ApiError{405, fmt::format("method {} is not allowed on {}",
+                                                 req.method.substr(0, 16), path),
+                                "invalid_request_error", {}, "method_not_allowed"});
+    } else {
+        send_error(*w, ApiError{404, "no such endpoint", "invalid_request_error", {}, "not_found"});
+    }
+}
+
+void App::generate(const HttpRequest& hreq, bool chat, const std::shared_ptr<ResponseWriter>& w) {
+    if (!is_json_type(hreq.content_type)) {
+        send_error(*w, ApiError{415, "Content-Type must be application/json",
+                                "invalid_request_error", {}, "unsupported_media_type"});
+        return;
+    }
+    auto parsed = parse_openai_request(hreq.body, chat);
+    if (auto* e = std::get_if<ApiError>(&parsed)) {
+        send_error(*w, *e);
+        return;
+    }
+    ParsedRequest req = std::move(std::get<ParsedRequest>(parsed));
+    if (!req.model.empty() && req.model != opt_.model_name) {
+        send_error(*w, ApiError{404, fmt::format("the model '{}' does not exist; this server "
+                                                 "serves '{}'",
+                                                 req.model.substr(0, 200), opt_.model_name),
+                                "invalid_request_error", "model", "model_not_found"});
+        return;
+    }
+
+    std::vector<int32_t> prompt;
+    if (chat) {
+        ChatOptions co;
+        co.thinking = req.thinking;
+        co.reasoning_effort = req.reasoning_effort;
+        if (req.tools_enabled && !req.tools.is_null()) co.tools = req.tools;
+        if (!req.response_format.is_null()) co.response_format = req.response_format;
+        auto text = render_chat(req.messages, co);
+        if (!text.is_ok()) {
+            send_error(*w, bad_request(text.status().message(), "messages"));
+            return;
+        }
+        auto ids = tok_.encode(*text);
+        if (!ids.is_ok()) {
+            send_error(*w, ApiError{500, ids.status().message(), "server_error", {}, {}});
+            return;
+        }
+        prompt = std::move(ids.value());
+    } else if (req.prompt_is_ids) {
+        prompt = req.prompt_ids;
+    } else {
+        auto ids = tok_.encode(req.prompt_text);
+        if (!ids.is_ok()) {
+            send_error(*w, ApiError{500, ids.status().message(), "server_error", {}, {}});
+            return;
+        }
+        prompt = std::move(ids.value());
+    }
+    if (prompt.empty()) {
+        send_error(*w, bad_request("the prompt is empty", "prompt"));
+        return;
+    }
+    const int64_t room = engine_.max_context() - int64_t(prompt.size());
+    if (!req.max_tokens_given) req.params.max_tokens = std::max<int64_t>(1, chat ? room : std::min<int64_t>(16, room));
+
+    const uint64_t id = engine_.next_request_id();
+    auto handler = std::make_shared<GenerationHandler>(engine_, tok_, opt_.model_name, req, id,
+                                                       int64_t(prompt.size()), w);
+    GenRequest g{.id = id, .prompt = std::move(prompt), .params = req.params, .n = req.n,
+                 .sink = handler};
+    if (Status s = engine_.submit(std::move(g)); !s.is_ok()) {
+        const ApiError e = status_to_error(s);
+        HeaderList extra;
+        if (e.status == 429 || e.status == 503) extra.emplace_back("Retry-After", "1");
+        send_error(*w, e, extra);
+        return;
+    }
+    std::weak_ptr<GenerationHandler> weak = handler;
+    ServerStats* st = &stats_;
+    w->on_disconnect([weak, st] {
+        ++st->client_disconnects;
+        if (auto h = weak.lock()) h->cancel();
+    });
+    count_status(200);
+    handler->begin();
+}
+
+}  // namespace dsv4

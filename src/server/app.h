@@ -1,0 +1,63 @@
+// App: the OpenAI-compatible HTTP API over an Engine and a Tokenizer: routing, validation,
+// prompt building (chat template + tokenizer), admission errors, /health, /v1/models and
+// /metrics. Transport-free: the HTTP server hands it requests and a ResponseWriter.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "sched/engine.h"
+#include "server/api_error.h"
+#include "server/response_writer.h"
+#include "tokenizer/tokenizer.h"
+
+namespace dsv4 {
+
+struct HttpRequest {
+    std::string method;        // "GET", "POST", ...
+    std::string target;        // path and query
+    std::string content_type;  // "" when absent
+    std::string body;
+};
+
+// Front-end counters for /metrics (the engine has its own).
+struct ServerStats {
+    std::atomic<int64_t> connections_open{0};
+    std::atomic<int64_t> connections_total{0};
+    std::atomic<int64_t> requests_total{0};
+    std::atomic<int64_t> responses_2xx{0};
+    std::atomic<int64_t> responses_4xx{0};
+    std::atomic<int64_t> responses_429{0};
+    std::atomic<int64_t> responses_5xx{0};
+    std::atomic<int64_t> streams_open{0};
+    std::atomic<int64_t> client_disconnects{0};
+};
+
+struct AppOptions {
+    std::string model_name = "deepseek-v4";
+};
+
+class App {
+public:
+    App(Engine& engine, Tokenizer tok, AppOptions opt);
+    void handle(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w);
+    ServerStats& stats() { return stats_; }
+    const std::string& model_name() const { return opt_.model_name; }
+    std::string metrics_text() const;
+
+    // Sends an error reply and counts it.
+    void send_error(ResponseWriter& w, const ApiError& e, const HeaderList& extra = {});
+    void count_status(int status);
+
+private:
+    void generate(const HttpRequest& req, bool chat, const std::shared_ptr<ResponseWriter>& w);
+
+    Engine& engine_;
+    Tokenizer tok_;
+    AppOptions opt_;
+    ServerStats stats_;
+};
+
+}  // namespace dsv4

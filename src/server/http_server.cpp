@@ -1,0 +1,325 @@
+// HttpServer implementation. Requests are parsed by Beast; replies are written as raw HTTP/1.1
+// bytes from a per-connection queue (complete responses with Content-Length, SSE as chunked
+// transfer encoding), which keeps one code path for both and lets many small SSE events be
+// coalesced into one write. While a request is in flight the socket is watched for EOF so a
+// client that hangs up aborts its generation at once (B29), streaming or not.
+#include "server/http_server.h"
+
+#include <sys/resource.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+
+#include <deque>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+namespace dsv4 {
+namespace {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace net = boost::asio;
+using tcp = net::ip::tcp;
+
+constexpr size_t kMaxQueuedBytes = 16u << 20;  // a client that stops reading is dropped
+
+const char* reason_phrase(int status) {
+    switch (status) {
+        case 200: return "OK";
+        case 400: return "Bad Request";
+        case 404: return "Not Found";
+        case 405: return "Method Not Allowed";
+        case 413: return "Payload Too Large";
+        case 415: return "Unsupported Media Type";
+        case 422: return "Unprocessable Entity";
+        case 429: return "Too Many Requests";
+        case 500: return "Internal Server Error";
+        case 503: return "Service Unavailable";
+        default: return "Unknown";
+    }
+}
+
+class Session : public std::enable_shared_from_this<Session>, public ResponseWriter {
+public:
+    Session(tcp::socket&& s, App& app, const HttpServerOptions& opt)
+        : stream_(std::move(s)), app_(app), opt_(opt) {
+        ++app_.stats().connections_open;
+        ++app_.stats().connections_total;
+        beast::error_code ec;
+        stream_.socket().set_option(tcp::no_delay(true), ec);
+    }
+    ~Session() override {
+        if (streaming_) --app_.stats().streams_open;
+        --app_.stats().connections_open;
+    }
+
+    void run() {
+        net::dispatch(stream_.get_executor(),
+                      beast::bind_front_handler(&Session::do_read, shared_from_this()));
+    }
+
+    void post(std::function<void()> fn) override { net::post(stream_.get_executor(), std::move(fn)); }
+
+    void send(int status, const std::string& content_type, std::string body,
+              const HeaderList& extra) override {
+        if (response_done_) return;
+        std::string out = fmt::format("HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n",
+                                      status, reason_phrase(status), content_type, body.size());
+        for (const auto& [k, v] : extra) out += k + ": " + v + "\r\n";
+        out += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
+        if (!head_) out += body;
+        response_done_ = true;
+        enqueue(std::move(out));
+    }
+    void start_stream() override {
+        if (response_done_ || streaming_) return;
+        streaming_ = true;
+        ++app_.stats().streams_open;
+        enqueue(std::string("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                            "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n") +
+                (keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n"));
+    }
+    void stream_data(std::string data) override {
+        if (response_done_ || data.empty()) return;
+        enqueue(fmt::format("{:x}\r\n", data.size()) + data + "\r\n");
+    }
+    void end_stream() override {
+        if (response_done_) return;
+        response_done_ = true;
+        if (streaming_) {
+            streaming_ = false;
+            --app_.stats().streams_open;
+        }
+        enqueue("0\r\n\r\n");
+    }
+    void on_disconnect(std::function<void()> fn) override { on_gone_ = std::move(fn); }
+
+private:
+    void do_read() {
+        if (closed_) return;
+        parser_.emplace();
+        parser_->body_limit(opt_.max_body_bytes);
+        parser_->header_limit(64 * 1024);
+        stream_.expires_after(std::chrono::seconds(opt_.idle_timeout_s));
+        http::async_read(stream_, buffer_, *parser_,
+                         beast::bind_front_handler(&Session::on_read, shared_from_this()));
+    }
+
+    void on_read(beast::error_code ec, size_t) {
+        if (closed_) return;
+        if (ec) {
+            if (ec == http::error::body_limit) return reject(413, "the request body is too large");
+            if (ec.category() == beast::http::make_error_code(http::error::bad_version).category() &&
+                ec != http::error::end_of_stream && ec != http::error::partial_message)
+                return reject(400, "malformed HTTP request");
+            return close();  // EOF, reset, idle timeout
+        }
+        auto& msg = parser_->get();
+        HttpRequest req{std::string(msg.method_string()), std::string(msg.target()),
+                        std::string(msg[http::field::content_type]), std::move(msg.body())};
+        keep_alive_ = msg.keep_alive();
+        head_ = msg.method() == http::verb::head;
+        stream_.expires_never();
+        response_done_ = false;
+        on_gone_ = nullptr;
+        ++generation_;
+        watch_peer();
+        app_.handle(req, shared_from_this());
+    }
+
+    void reject(int status, const std::string& message) {
+        keep_alive_ = false;
+        response_done_ = false;
+        app_.count_status(status);
+        send(status, "application/json", ApiError{status, message, "invalid_request_error", {}, {}}.body(), {});
+    }
+
+    // Readable with nothing to read = the peer closed its side while we still owe a reply.
+    void watch_peer() {
+        auto self = shared_from_this();
+        const uint64_t gen = generation_;
+        stream_.socket().async_wait(
+            tcp::socket::wait_read,
+            net::bind_executor(stream_.get_executor(), [self, gen](beast::error_code ec) {
+                if (gen != self->generation_ || self->response_done_ || self->closed_) return;
+                if (ec == net::error::operation_aborted) return;
+                if (!ec) {
+                    // Readiness can be stale (edge-triggered reactor): peek to tell EOF (0) from
+                    // pipelined bytes (> 0) and from nothing at all (EAGAIN: wait again).
+                    char c;
+                    const ssize_t n = ::recv(self->stream_.socket().native_handle(), &c, 1,
+                                             MSG_PEEK | MSG_DONTWAIT);
+                    if (n > 0) return;
+                    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+                        // Re-arm after a pause: an immediate re-wait can complete spuriously again.
+                        auto timer = std::make_shared<net::steady_timer>(self->stream_.get_executor());
+                        timer->expires_after(std::chrono::milliseconds(20));
+                        timer->async_wait([self, timer, gen](beast::error_code) {
+                            if (gen == self->generation_ && !self->response_done_ && !self->closed_)
+                                self->watch_peer();
+                        });
+                        return;
+                    }
+                }
+                self->peer_gone();
+            }));
+    }
+
+    void peer_gone() {
+        if (closed_) return;
+        auto fn = std::move(on_gone_);
+        on_gone_ = nullptr;
+        close();
+        if (fn) fn();
+    }
+
+    void enqueue(std::string s) {
+        if (closed_) return;
+        queued_bytes_ += s.size();
+        pending_.push_back(std::move(s));
+        if (queued_bytes_ > kMaxQueuedBytes) return peer_gone();
+        if (!writing_) do_write();
+    }
+
+    void do_write() {
+        writing_buf_.clear();
+        for (auto& p : pending_) writing_buf_ += p;  // coalesce small SSE events
+        pending_.clear();
+        writing_ = true;
+        net::async_write(stream_, net::buffer(writing_buf_),
+                         beast::bind_front_handler(&Session::on_write, shared_from_this()));
+    }
+
+    void on_write(beast::error_code ec, size_t) {
+        writing_ = false;
+        queued_bytes_ -= std::min(queued_bytes_, writing_buf_.size());
+        if (ec) return peer_gone();
+        if (!pending_.empty()) return do_write();
+        if (response_done_) {
+            on_gone_ = nullptr;
+            if (keep_alive_) do_read();
+            else close();
+        }
+    }
+
+    void close() {
+        if (closed_) return;
+        closed_ = true;
+        pending_.clear();
+        beast::error_code ec;
+        stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+        stream_.socket().close(ec);
+    }
+
+    beast::tcp_stream stream_;
+    App& app_;
+    const HttpServerOptions& opt_;
+    beast::flat_buffer buffer_;
+    std::optional<http::request_parser<http::string_body>> parser_;
+    std::deque<std::string> pending_;
+    std::string writing_buf_;
+    size_t queued_bytes_ = 0;
+    bool writing_ = false;
+    bool keep_alive_ = true;
+    bool head_ = false;
+    bool response_done_ = true;
+    bool streaming_ = false;
+    bool closed_ = false;
+    uint64_t generation_ = 0;
+    std::function<void()> on_gone_;
+};
+
+}  // namespace
+
+struct HttpServer::Impl {
+    Impl(App& a, HttpServerOptions o) : app(a), opt(std::move(o)), acceptor(ioc), retry(ioc) {}
+
+    void do_accept() {
+        acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket s) {
+            if (!acceptor.is_open()) return;
+            if (ec) {
+                // Out of file descriptors and the like: back off briefly instead of spinning.
+                retry.expires_after(std::chrono::milliseconds(20));
+                retry.async_wait([this](beast::error_code) { do_accept(); });
+                return;
+            }
+            std::make_shared<Session>(std::move(s), app, opt)->run();
+            do_accept();
+        });
+    }
+
+    App& app;
+    HttpServerOptions opt;
+    net::io_context ioc;
+    tcp::acceptor acceptor;
+    net::steady_timer retry;
+    std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
+    std::vector<std::thread> threads;
+};
+
+HttpServer::HttpServer(App& app, HttpServerOptions opt)
+    : impl_(std::make_unique<Impl>(app, std::move(opt))) {}
+
+HttpServer::~HttpServer() { stop(); }
+
+Status HttpServer::start() {
+    // Each connection is a file descriptor: lift the soft limit to the hard one.
+    rlimit rl{};
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    beast::error_code ec;
+    const auto addr = net::ip::make_address(impl_->opt.host, ec);
+    if (ec) return invalid_argument("bad --host '{}': {}", impl_->opt.host, ec.message());
+    const tcp::endpoint ep(addr, impl_->opt.port);
+    auto& acc = impl_->acceptor;
+    acc.open(ep.protocol(), ec);
+    if (!ec) acc.set_option(net::socket_base::reuse_address(true), ec);
+    if (!ec) acc.bind(ep, ec);
+    if (!ec) acc.listen(net::socket_base::max_listen_connections, ec);
+    if (ec)
+        return error(StatusCode::kUnavailable, "cannot listen on {}:{}: {}", impl_->opt.host,
+                     impl_->opt.port, ec.message());
+    impl_->work.emplace(impl_->ioc.get_executor());
+    impl_->do_accept();
+    for (int i = 0; i < std::max(1, impl_->opt.io_threads); ++i)
+        impl_->threads.emplace_back([this] { impl_->ioc.run(); });
+    return Status::ok();
+}
+
+uint16_t HttpServer::port() const {
+    beast::error_code ec;
+    return impl_->acceptor.local_endpoint(ec).port();
+}
+
+void HttpServer::wait_for_signal() {
+    net::io_context sig_ioc;
+    net::signal_set signals(sig_ioc, SIGINT, SIGTERM);
+    signals.async_wait([](beast::error_code, int) {});
+    sig_ioc.run();
+}
+
+void HttpServer::stop() {
+    if (!impl_ || impl_->threads.empty()) return;
+    net::post(impl_->ioc, [this] {
+        beast::error_code ec;
+        impl_->acceptor.close(ec);
+    });
+    impl_->work.reset();
+    impl_->ioc.stop();
+    for (auto& t : impl_->threads) t.join();
+    impl_->threads.clear();
+}
+
+}  // namespace dsv4

@@ -1,0 +1,37 @@
+// HttpServer: HTTP/1.1 on Boost.Beast/Asio. A few I/O threads run one io_context; every
+// connection is a small object on its own strand (no thread per connection), so thousands of
+// idle or streaming clients cost memory, not threads. The only file that includes Beast.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "server/app.h"
+
+namespace dsv4 {
+
+struct HttpServerOptions {
+    std::string host = "127.0.0.1";
+    uint16_t port = 8000;           // 0 = any free port (see HttpServer::port())
+    int io_threads = 2;
+    size_t max_body_bytes = 8u << 20;
+    int idle_timeout_s = 300;       // keep-alive connections waiting for a request
+};
+
+class HttpServer {
+public:
+    HttpServer(App& app, HttpServerOptions opt);
+    ~HttpServer();
+    Status start();            // binds, listens and starts the I/O threads
+    uint16_t port() const;
+    void wait_for_signal();    // blocks until SIGINT or SIGTERM
+    void stop();
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dsv4

@@ -1,0 +1,46 @@
+// Parsing and validation of OpenAI request bodies (/v1/chat/completions, /v1/completions)
+// into plain structs. Every wrong type, missing field or out-of-range value becomes an
+// ApiError naming the parameter; nothing here throws past its boundary (B27).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sample/sampling_params.h"
+#include "server/api_error.h"
+
+namespace dsv4 {
+
+struct ParsedRequest {
+    bool chat = false;
+    std::string model;               // as sent ("" = not given)
+    bool stream = false;
+    bool include_usage = false;
+    int n = 1;
+    SamplingParams params;
+    bool max_tokens_given = false;
+    std::vector<std::string> stop;   // stop strings
+    bool skip_special_tokens = true;
+    // /v1/completions prompt: text, or token ids when prompt_is_ids.
+    std::string prompt_text;
+    std::vector<int32_t> prompt_ids;
+    bool prompt_is_ids = false;
+    bool echo = false;
+    // /v1/chat/completions
+    nlohmann::ordered_json messages;
+    nlohmann::ordered_json tools;            // null or array
+    nlohmann::ordered_json response_format;  // null or object
+    bool thinking = false;
+    std::string reasoning_effort;
+    bool tools_enabled = true;               // false for tool_choice "none"
+};
+
+// `body`: the raw request body. Returns the parsed request or the error to send.
+std::variant<ParsedRequest, ApiError> parse_openai_request(std::string_view body, bool chat);
+
+}  // namespace dsv4

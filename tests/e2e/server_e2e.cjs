@@ -1,0 +1,463 @@
+// End-to-end tests of `dsv4 serve` on loopback, driven by the official `openai` npm client
+// and by raw HTTP (node:http). Most servers run the deterministic `fake` model whose outputs
+// are scripted per prompt (SCRIPTED fixture), so streaming, stop strings, reasoning and tool
+// calls can be checked exactly; one test talks to the default built-in tiny model.
+// Regression cases: B11, B20-B23, B27-B29, B31 (docs/regression-cases.md).
+// Env: DSV4_BIN (dsv4 executable), DSV4_TOKENIZER (tokenizer.json); NODE_PATH finds the
+// pinned npm packages (tools/npm/node_modules).
+'use strict';
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const http = require('node:http');
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
+const { spawn } = require('node:child_process');
+const OpenAI = require('openai');
+const { Tokenizer } = require('tokenizers');
+
+const BIN = process.env.DSV4_BIN;
+const TOK = process.env.DSV4_TOKENIZER;
+const MODEL = 'deepseek-v4';
+
+const tokenizer = Tokenizer.fromFile(TOK);
+async function ids(text) {
+  return (await tokenizer.encode(text, null, { addSpecialTokens: false })).getIds();
+}
+
+const SCRIPTS = {
+  SCRIPT_EMOJI: 'ok 👋🏽 家族 🇯🇵 é',
+  SCRIPT_STOP: 'red orange yellow green',
+  SCRIPT_PLEAS: 'Type: pleas',
+  SCRIPT_THINK: 'plan A</think>Answer: 42',
+  SCRIPT_TOOL:
+    'Let me check.\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_weather">\n' +
+    '<｜DSML｜parameter name="city" string="true">Zürich</｜DSML｜parameter>\n' +
+    '<｜DSML｜parameter name="days" string="false">3</｜DSML｜parameter>\n' +
+    '</｜DSML｜invoke>\n</｜DSML｜tool_calls>',
+};
+
+async function writeRules() {
+  const rules = [];
+  for (const [trigger, out] of Object.entries(SCRIPTS))
+    rules.push({ trigger: await ids(trigger), output: await ids(out) });
+  const file = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'dsv4-e2e-')), 'rules.json');
+  fs.writeFileSync(file, JSON.stringify(rules));
+  return file;
+}
+
+// Starts `dsv4 serve --port 0 ...` and resolves once it prints its address.
+function startServer(args) {
+  return new Promise((resolve, reject) => {
+    const proc = spawn(BIN, ['serve', '--port', '0', '--tokenizer', TOK, ...args], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    let err = '';
+    const timer = setTimeout(() => reject(new Error('server did not start: ' + out + err)), 120000);
+    proc.stderr.on('data', (d) => (err += d));
+    proc.stdout.on('data', (d) => {
+      out += d;
+      const m = out.match(/listening on http:\/\/([\d.]+):(\d+)/);
+      if (m) {
+        clearTimeout(timer);
+        const port = Number(m[2]);
+        resolve({
+          proc,
+          port,
+          base: `http://127.0.0.1:${port}`,
+          stop: () =>
+            new Promise((res) => {
+              if (proc.exitCode !== null) return res(proc.exitCode);
+              proc.on('exit', (code) => res(code));
+              proc.kill('SIGTERM');
+            }),
+          alive: () => proc.exitCode === null && proc.signalCode === null,
+        });
+      }
+    });
+    proc.on('exit', (code) => reject(new Error(`server exited with ${code}: ${err}`)));
+  });
+}
+
+// One request on a fresh connection. Resolves {status, headers, body}.
+function raw(port, { method = 'POST', path: p, headers = {}, body, timeoutMs = 60000 }) {
+  return new Promise((resolve, reject) => {
+    const req = http.request(
+      { host: '127.0.0.1', port, method, path: p, headers, agent: false },
+      (res) => {
+        const chunks = [];
+        res.on('data', (c) => chunks.push(c));
+        res.on('end', () =>
+          resolve({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks).toString('utf8') }));
+        res.on('error', reject);
+      });
+    req.setTimeout(timeoutMs, () => req.destroy(new Error('timeout')));
+    req.on('error', reject);
+    if (body !== undefined) req.write(body);
+    req.end();
+  });
+}
+
+function postJson(port, p, obj) {
+  return raw(port, { path: p, headers: { 'content-type': 'application/json' }, body: JSON.stringify(obj) });
+}
+
+function sseEvents(body) {
+  return body.split('\n\n').filter((s) => s.startsWith('data: ')).map((s) => s.slice(6));
+}
+
+async function metrics(port) {
+  const r = await raw(port, { method: 'GET', path: '/metrics' });
+  const m = {};
+  for (const line of r.body.split('\n')) {
+    if (!line || line.startsWith('#')) continue;
+    const [k, v] = line.split(' ');
+    m[k] = Number(v);
+  }
+  return m;
+}
+
+async function waitFor(pred, ms = 5000) {
+  const t0 = Date.now();
+  for (;;) {
+    if (await pred()) return true;
+    if (Date.now() - t0 > ms) return false;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+const userMsg = (content) => [{ role: 'user', content }];
+
+test('dsv4 serve end to end', { timeout: 600000 }, async (t) => {
+  const rules = await writeRules();
+  const srv = await startServer(['--model', 'fake', '--fake-rules', rules, '--max-context', '512',
+    '--max-running', '64']);
+  const client = new OpenAI({ baseURL: srv.base + '/v1', apiKey: 'none', maxRetries: 0 });
+  t.after(() => srv.stop());
+
+  await t.test('health, models, metrics', async () => {
+    const h = await raw(srv.port, { method: 'GET', path: '/health' });
+    assert.equal(h.status, 200);
+    const models = await client.models.list();
+    assert.equal(models.data[0].id, MODEL);
+    const m = await metrics(srv.port);
+    for (const k of ['dsv4_requests_running', 'dsv4_requests_waiting', 'dsv4_cache_pages_used',
+      'dsv4_cache_pages_free', 'dsv4_preemptions_total', 'dsv4_generation_tokens_total',
+      'dsv4_time_to_first_token_seconds_count', 'dsv4_time_per_output_token_seconds_count'])
+      assert.ok(k in m, 'metric ' + k);
+  });
+
+  await t.test('chat, stream and not, UTF-8 across tokens (B20)', async () => {
+    const r = await client.chat.completions.create({ model: MODEL, messages: userMsg('SCRIPT_EMOJI'), temperature: 0 });
+    assert.equal(r.choices[0].message.content, SCRIPTS.SCRIPT_EMOJI);
+    assert.equal(r.choices[0].finish_reason, 'stop');
+    assert.ok(r.usage.prompt_tokens > 0 && r.usage.completion_tokens > 0);
+    const stream = await client.chat.completions.create({ model: MODEL, messages: userMsg('SCRIPT_EMOJI'),
+      stream: true, stream_options: { include_usage: true } });
+    let text = '';
+    let finish = null;
+    let usage = null;
+    for await (const chunk of stream) {
+      if (chunk.usage) usage = chunk.usage;
+      for (const c of chunk.choices) {
+        const d = c.delta.content || '';
+        assert.ok(!d.includes('\uFFFD'), 'replacement character in a delta');
+        text += d;
+        if (c.finish_reason) finish = c.finish_reason;
+      }
+    }
+    assert.equal(text, SCRIPTS.SCRIPT_EMOJI);
+    assert.equal(finish, 'stop');
+    assert.deepEqual(usage, r.usage);
+    // Cut by max_tokens inside a multi-token character: still valid JSON and no U+FFFD mid-text.
+    const cut = await client.chat.completions.create({ model: MODEL, messages: userMsg('SCRIPT_EMOJI'), max_tokens: 3 });
+    assert.equal(cut.choices[0].finish_reason, 'length');
+  });
+
+  await t.test('stop strings across tokens, hold-back flushed at EOS (B23)', async () => {
+    for (const stream of [false, true]) {
+      const get = async (script, stop) => {
+        if (!stream) {
+          const r = await client.chat.completions.create({ model: MODEL, messages: userMsg(script), stop });
+          return [r.choices[0].message.content, r.choices[0].finish_reason];
+        }
+        let text = '';
+        let fin = null;
+        for await (const ch of await client.chat.completions.create({ model: MODEL, messages: userMsg(script), stop, stream: true }))
+          for (const c of ch.choices) { text += c.delta.content || ''; fin = c.finish_reason || fin; }
+        return [text, fin];
+      };
+      assert.deepEqual(await get('SCRIPT_STOP', ['orange yellow']), ['red ', 'stop']);
+      assert.deepEqual(await get('SCRIPT_STOP', ['ow gr']), ['red orange yell', 'stop']);
+      assert.deepEqual(await get('SCRIPT_STOP', ['green', 'yellow']), ['red orange ', 'stop']);
+      assert.deepEqual(await get('SCRIPT_PLEAS', ['please stop']), ['Type: pleas', 'stop']);
+    }
+  });
+
+  await t.test('reasoning_content in thinking mode (B22)', async () => {
+    const body = { model: MODEL, messages: userMsg('SCRIPT_THINK'), thinking: { type: 'enabled' } };
+    const r = await client.chat.completions.create(body);
+    assert.equal(r.choices[0].message.reasoning_content, 'plan A');
+    assert.equal(r.choices[0].message.content, 'Answer: 42');
+    let reasoning = '';
+    let content = '';
+    for await (const ch of await client.chat.completions.create({ ...body, stream: true }))
+      for (const c of ch.choices) { reasoning += c.delta.reasoning_content || ''; content += c.delta.content || ''; }
+    assert.equal(reasoning, 'plan A');
+    assert.equal(content, 'Answer: 42');
+    const cut = await client.chat.completions.create({ ...body, max_tokens: 2 });
+    assert.equal(cut.choices[0].finish_reason, 'length');
+    assert.ok(!cut.choices[0].message.content);
+    assert.ok('plan A'.startsWith(cut.choices[0].message.reasoning_content));
+  });
+
+  await t.test('tool calls, stream and not (B21)', async () => {
+    const tools = [{ type: 'function', function: { name: 'get_weather', description: 'Weather',
+      parameters: { type: 'object', properties: { city: { type: 'string' }, days: { type: 'integer' } } } } }];
+    const r = await client.chat.completions.create({ model: MODEL, messages: userMsg('SCRIPT_TOOL'), tools, tool_choice: 'auto' });
+    const msg = r.choices[0].message;
+    assert.equal(r.choices[0].finish_reason, 'tool_calls');
+    assert.equal(msg.tool_calls.length, 1);
+    assert.equal(msg.tool_calls[0].function.name, 'get_weather');
+    assert.deepEqual(JSON.parse(msg.tool_calls[0].function.arguments), { city: 'Zürich', days: 3 });
+    assert.ok((msg.content || '').startsWith('Let me check.'));
+    const calls = [];
+    let content = '';
+    let fin = null;
+    for await (const ch of await client.chat.completions.create({ model: MODEL, messages: userMsg('SCRIPT_TOOL'), tools, stream: true })) {
+      for (const c of ch.choices) {
+        content += c.delta.content || '';
+        fin = c.finish_reason || fin;
+        for (const tc of c.delta.tool_calls || []) {
+          if (!calls[tc.index]) { assert.ok(tc.function.name, 'name comes first'); calls[tc.index] = { name: tc.function.name, args: '' }; }
+          calls[tc.index].args += tc.function.arguments || '';
+        }
+      }
+    }
+    assert.equal(fin, 'tool_calls');
+    assert.equal(content, msg.content || '');
+    assert.equal(calls.length, 1);
+    assert.equal(calls[0].name, 'get_weather');
+    assert.equal(calls[0].args, msg.tool_calls[0].function.arguments);
+  });
+
+  await t.test('completions: text and token-id prompts, logprobs, n', async () => {
+    const a = await client.completions.create({ model: MODEL, prompt: 'SCRIPT_STOP', max_tokens: 10, temperature: 0 });
+    assert.equal(a.choices[0].text, SCRIPTS.SCRIPT_STOP);
+    const b = await client.completions.create({ model: MODEL, prompt: await ids('SCRIPT_STOP'), max_tokens: 10, logprobs: 3 });
+    assert.equal(b.choices[0].text, SCRIPTS.SCRIPT_STOP);
+    assert.equal(b.choices[0].logprobs.tokens.length, 4);
+    for (const lp of b.choices[0].logprobs.token_logprobs) assert.ok(Number.isFinite(lp));
+    let text = '';
+    for await (const ch of await client.completions.create({ model: MODEL, prompt: 'SCRIPT_STOP', max_tokens: 10, stream: true }))
+      for (const c of ch.choices) text += c.text;
+    assert.equal(text, SCRIPTS.SCRIPT_STOP);
+    const n = await client.completions.create({ model: MODEL, prompt: 'hello there', max_tokens: 5, n: 3, temperature: 1, seed: 7 });
+    assert.equal(n.choices.length, 3);
+    const again = await client.completions.create({ model: MODEL, prompt: 'hello there', max_tokens: 5, n: 3, temperature: 1, seed: 7 });
+    assert.deepEqual(again.choices.map((c) => c.text), n.choices.map((c) => c.text));
+    const lp = await client.chat.completions.create({ model: MODEL, messages: userMsg('hi'), max_tokens: 4, logprobs: true, top_logprobs: 5 });
+    for (const e of lp.choices[0].logprobs.content) {
+      assert.ok(Number.isFinite(e.logprob));
+      assert.equal(e.top_logprobs.length, 5);
+      for (const tl of e.top_logprobs) assert.ok(Number.isFinite(tl.logprob));
+    }
+  });
+
+  await t.test('bad requests get 4xx OpenAI errors and the server stays healthy (B11, B27, B28)', async () => {
+    const chat = '/v1/chat/completions';
+    const bodies = ['[]', '[1,2]', 'true', 'null', '123', '"x"', '{', '', '{"messages":"hi"}',
+      '{"messages":[]}', '{"messages":[{"role":"wizard","content":"x"}]}',
+      '{"messages":[{"role":"user","content":"x"}],"max_tokens":"ten"}',
+      '{"messages":[{"role":"user","content":"x"}],"tools":5}',
+      '{"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema","schema":{}}}',
+      '{"messages":[{"role":"user","content":"x"}],"temperature":5}',
+      '{"messages":[{"role":"user","content":"x"}],"top_p":0}',
+      '{"messages":[{"role":"user","content":"x"}],"n":0}',
+      '{"messages":[{"role":"user","content":"x"}],"max_tokens":0}',
+      '{"messages":[{"role":"user","content":"x"}],"top_logprobs":50,"logprobs":true}',
+      '{"messages":[{"role":"user","content":"x"}],"stream":"yes"}',
+      '{"messages":[{"role":"user","content":"x"}],"max_tokens":1e30}',
+      JSON.stringify({ messages: Array.from({ length: 10000 }, () => ({ role: 'nobody', content: 1 })) }),
+      '['.repeat(100000)];
+    for (const body of bodies) {
+      const r = await raw(srv.port, { path: chat, headers: { 'content-type': 'application/json' }, body });
+      assert.ok([400, 415, 422].includes(r.status), `status ${r.status} for ${body.slice(0, 60)}`);
+      assert.ok(r.body.length < 65536);
+      const e = JSON.parse(r.body).error;
+      assert.ok(e && typeof e.message === 'string' && e.type, body.slice(0, 60));
+    }
+    const bad = Buffer.from([0x7b, 0x22, 0x6d, 0xff, 0xfe, 0x22, 0x3a, 0x31, 0x7d]);  // {"m\xff\xfe":1}
+    let r = await raw(srv.port, { path: chat, headers: { 'content-type': 'application/json' }, body: bad });
+    assert.equal(r.status, 400);
+    r = await raw(srv.port, { path: chat, body: JSON.stringify({ messages: userMsg('x') }) });
+    assert.equal(r.status, 415);
+    r = await postJson(srv.port, chat, { model: 'gpt-4', messages: userMsg('x') });
+    assert.equal(r.status, 404);
+    assert.equal(JSON.parse(r.body).error.code, 'model_not_found');
+    r = await postJson(srv.port, '/v1/completions', { prompt: [1, 2, 129280], max_tokens: 2 });
+    assert.equal(r.status, 400);  // B11
+    r = await postJson(srv.port, '/v1/completions', { prompt: [5, -1], max_tokens: 2 });
+    assert.equal(r.status, 400);
+    // B28: context 512. ctx-1 with one output token works; ctx, ctx+1, 2ctx are refused.
+    r = await postJson(srv.port, '/v1/completions', { prompt: Array(511).fill(300), max_tokens: 1 });
+    assert.equal(r.status, 200);
+    for (const len of [512, 513, 1024]) {
+      for (const stream of [false, true]) {
+        r = await postJson(srv.port, '/v1/completions', { prompt: Array(len).fill(300), stream });
+        assert.equal(r.status, 400);
+        assert.equal(JSON.parse(r.body).error.code, 'context_length_exceeded');
+      }
+    }
+    r = await postJson(srv.port, '/v1/completions', { prompt: Array(502).fill(300), max_tokens: 100 });
+    assert.equal(r.status, 400);
+    r = await raw(srv.port, { method: 'GET', path: '/nope' });
+    assert.equal(r.status, 404);
+    r = await raw(srv.port, { method: 'GET', path: chat });
+    assert.equal(r.status, 405);
+    assert.equal((await raw(srv.port, { method: 'GET', path: '/health' })).status, 200);
+    const ok = await client.chat.completions.create({ model: MODEL, messages: userMsg('SCRIPT_STOP') });
+    assert.equal(ok.choices[0].message.content, SCRIPTS.SCRIPT_STOP);
+    assert.ok(srv.alive());
+  });
+});
+
+test('client disconnect aborts and frees pages (B29)', { timeout: 120000 }, async (t) => {
+  const srv = await startServer(['--model', 'fake', '--fake-step-delay-us', '3000', '--max-context', '8192']);
+  t.after(() => srv.stop());
+  const base = await metrics(srv.port);
+  const long = { prompt: 'tell me a long story', max_tokens: 4000, ignore_eos: true };
+  // (a) streaming: close after 5 chunks; (b) non-streaming: close after 300 ms; (c) 100 each.
+  const streamAndDrop = () => new Promise((resolve) => {
+    const req = http.request({ host: '127.0.0.1', port: srv.port, method: 'POST', path: '/v1/completions',
+      headers: { 'content-type': 'application/json' }, agent: false }, (res) => {
+      let n = 0;
+      res.on('data', () => { if (++n === 5) { req.destroy(); resolve(); } });
+      res.on('end', resolve);
+    });
+    req.on('error', resolve);
+    req.end(JSON.stringify({ ...long, stream: true }));
+  });
+  const waitAndDrop = () => new Promise((resolve) => {
+    const req = http.request({ host: '127.0.0.1', port: srv.port, method: 'POST', path: '/v1/completions',
+      headers: { 'content-type': 'application/json' }, agent: false }, () => {});
+    req.on('error', () => {});
+    req.end(JSON.stringify(long));
+    setTimeout(() => { req.destroy(); resolve(); }, 300);
+  });
+  await streamAndDrop();
+  await waitAndDrop();
+  await Promise.all([...Array(100)].map(streamAndDrop).concat([...Array(100)].map(waitAndDrop)));
+  const settled = await waitFor(async () => {
+    const m = await metrics(srv.port);
+    return m.dsv4_cache_pages_used === base.dsv4_cache_pages_used && m.dsv4_requests_running === 0 &&
+      m.dsv4_requests_waiting === 0;
+  }, 3000);
+  const m = await metrics(srv.port);
+  assert.ok(settled, `pages used ${m.dsv4_cache_pages_used}, running ${m.dsv4_requests_running}`);
+  assert.equal(m.dsv4_cache_pages_free, base.dsv4_cache_pages_free);
+  const g1 = m.dsv4_generation_tokens_total;
+  await new Promise((r) => setTimeout(r, 200));
+  assert.equal((await metrics(srv.port)).dsv4_generation_tokens_total, g1, 'generation continued');
+  // Normal requests that complete issue no aborts.
+  const aborted = m.dsv4_requests_aborted_total;
+  await Promise.all([...Array(20)].map(() => postJson(srv.port, '/v1/completions', { prompt: 'hi', max_tokens: 3 })));
+  assert.equal((await metrics(srv.port)).dsv4_requests_aborted_total, aborted);
+});
+
+test('overload answers 429 promptly and every request gets a reply (B31)', { timeout: 120000 }, async (t) => {
+  const srv = await startServer(['--model', 'fake', '--fake-step-delay-us', '20000', '--max-running', '1',
+    '--max-queued', '1', '--io-threads', '2']);
+  t.after(() => srv.stop());
+  const fire = (i) => postJson(srv.port, '/v1/completions', { prompt: 'x' + i, max_tokens: 2, stream: i % 2 === 0 });
+  const results = await Promise.all([...Array(12)].map((_, i) => fire(i)));
+  const burst = await Promise.all([...Array(500)].map((_, i) => fire(i)));
+  let ok = 0;
+  let busy = 0;
+  for (const r of results.concat(burst)) {
+    if (r.status === 200) ok++;
+    else {
+      assert.equal(r.status, 429);
+      assert.equal(r.headers['retry-after'], '1');
+      assert.ok(JSON.parse(r.body).error.message);
+      busy++;
+    }
+  }
+  assert.equal(ok + busy, 512);
+  assert.ok(ok >= 2 && busy > 0, `ok ${ok} busy ${busy}`);
+});
+
+test('/health stays responsive during a long prefill', { timeout: 120000 }, async (t) => {
+  // 1 ms per prefill token: each 1000-token step keeps the engine thread busy for a second.
+  const srv = await startServer(['--model', 'fake', '--fake-token-delay-us', '1000',
+    '--max-tokens-per-step', '1000', '--max-prefill-chunk', '1000']);
+  t.after(() => srv.stop());
+  const long = postJson(srv.port, '/v1/completions', { prompt: Array(3000).fill(300), max_tokens: 1 });
+  await new Promise((r) => setTimeout(r, 200));
+  let worst = 0;
+  for (let i = 0; i < 10; i++) {
+    const t0 = Date.now();
+    const h = await raw(srv.port, { method: 'GET', path: '/health' });
+    assert.equal(h.status, 200);
+    worst = Math.max(worst, Date.now() - t0);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  assert.ok(worst < 500, `slowest /health ${worst} ms`);
+  assert.equal((await long).status, 200);
+});
+
+test('1000 concurrent streaming requests: none lost', { timeout: 300000 }, async (t) => {
+  const srv = await startServer(['--model', 'fake', '--max-running', '256', '--max-queued', '2000',
+    '--max-tokens-per-step', '2048']);
+  t.after(() => srv.stop());
+  const N = 1000;
+  let maxOpen = 0;
+  const poll = setInterval(async () => {
+    try { maxOpen = Math.max(maxOpen, (await metrics(srv.port)).dsv4_http_connections_open); } catch {}
+  }, 100);
+  const one = (i) => postJson(srv.port, '/v1/completions', { prompt: `request ${i}`, max_tokens: 16, stream: true,
+    temperature: 0, ignore_eos: true });
+  const t0 = Date.now();
+  const rs = await Promise.all([...Array(N)].map((_, i) => one(i)));
+  clearInterval(poll);
+  let done = 0;
+  let rejected = 0;
+  for (const r of rs) {
+    if (r.status === 200) {
+      const ev = sseEvents(r.body);
+      assert.equal(ev[ev.length - 1], '[DONE]');
+      let text = '';
+      for (const e of ev.slice(0, -1)) for (const c of JSON.parse(e).choices) text += c.text;
+      done++;
+    } else {
+      assert.ok([429, 503].includes(r.status));
+      rejected++;
+    }
+  }
+  assert.equal(done + rejected, N);
+  const m = await metrics(srv.port);
+  console.log(`# burst: ${done} completed, ${rejected} rejected in ${Date.now() - t0} ms; ` +
+    `max open connections seen ${maxOpen}; pages used after ${m.dsv4_cache_pages_used}`);
+  assert.ok(await waitFor(async () => (await metrics(srv.port)).dsv4_cache_pages_used === 0, 3000));
+});
+
+test('default tiny model answers an openai chat', { timeout: 300000 }, async (t) => {
+  let srv;
+  try {
+    srv = await startServer(['--max-context', '256']);
+  } catch (e) {
+    if (/unknown model|not available|Unimplemented/i.test(String(e))) return t.skip(String(e));
+    throw e;
+  }
+  t.after(() => srv.stop());
+  const client = new OpenAI({ baseURL: srv.base + '/v1', apiKey: 'none', maxRetries: 0 });
+  const a = await client.chat.completions.create({ model: MODEL, messages: userMsg('Hello!'), max_tokens: 6, temperature: 0 });
+  const b = await client.chat.completions.create({ model: MODEL, messages: userMsg('Hello!'), max_tokens: 6, temperature: 0 });
+  assert.equal(a.choices[0].message.content, b.choices[0].message.content);
+  assert.equal(a.usage.completion_tokens, 6);
+  let text = '';
+  for await (const ch of await client.chat.completions.create({ model: MODEL, messages: userMsg('Hello!'), max_tokens: 6, temperature: 0, stream: true }))
+    for (const c of ch.choices) text += c.delta.content || '';
+  assert.equal(text, a.choices[0].message.content);
+});

@@ -1,0 +1,57 @@
+// Request validation (B27): malformed, mistyped and out-of-range bodies become 400 errors that
+// name the parameter and never echo the body; good bodies parse into the expected params.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "server/openai_request.h"
+
+namespace dsv4 {
+namespace {
+
+TEST(OpenAIRequest, RejectsMalformedBodies) {
+    const std::string msgs = R"("messages":[{"role":"user","content":"x"}])";
+    const std::string bad[] = {
+        "[]", "[1,2]", "true", "null", "123", "\"x\"", "{", "", R"({"messages":"hi"})",
+        R"({"messages":[]})", R"({"messages":[{"role":"wizard","content":"x"}]})",
+        "{" + msgs + R"(,"max_tokens":"ten"})", "{" + msgs + R"(,"tools":5})",
+        "{" + msgs + R"(,"response_format":{"type":"json_schema","schema":{}}})",
+        "{" + msgs + R"(,"temperature":-1})", "{" + msgs + R"(,"top_p":1.5})",
+        "{" + msgs + R"(,"n":100})", "{" + msgs + R"(,"seed":"a"})",
+        "{" + msgs + R"(,"stop":[1]})", "{" + msgs + R"(,"max_tokens":1.5})",
+        "{" + msgs + R"(,"max_tokens":99999999999999999999})", std::string(5000, '['),
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\"}]}",
+    };
+    for (const auto& b : bad) {
+        auto r = parse_openai_request(b, true);
+        ASSERT_TRUE(std::holds_alternative<ApiError>(r)) << b.substr(0, 80);
+        const auto& e = std::get<ApiError>(r);
+        EXPECT_EQ(e.status, 400);
+        EXPECT_LT(e.body().size(), 1024u);
+    }
+}
+
+TEST(OpenAIRequest, ParsesParams) {
+    auto r = parse_openai_request(
+        R"({"model":"m","messages":[{"role":"user","content":"hi"}],"temperature":0,
+            "top_p":0.5,"top_k":5,"max_tokens":7,"stop":"x","seed":-1,"n":2,"stream":true,
+            "stream_options":{"include_usage":true},"logprobs":true,"top_logprobs":3,
+            "thinking":{"type":"enabled"}})",
+        true);
+    ASSERT_TRUE(std::holds_alternative<ParsedRequest>(r));
+    const auto& p = std::get<ParsedRequest>(r);
+    EXPECT_TRUE(p.params.greedy());
+    EXPECT_EQ(p.params.top_k, 5);
+    EXPECT_EQ(p.params.max_tokens, 7);
+    EXPECT_EQ(p.stop, std::vector<std::string>{"x"});
+    EXPECT_EQ(p.params.seed, ~uint64_t(0));
+    EXPECT_EQ(p.n, 2);
+    EXPECT_TRUE(p.stream && p.include_usage && p.thinking);
+    EXPECT_EQ(p.params.logprobs, 3);
+    auto c = parse_openai_request(R"({"prompt":[[1,2,3]],"logprobs":2})", false);
+    ASSERT_TRUE(std::holds_alternative<ParsedRequest>(c));
+    EXPECT_EQ(std::get<ParsedRequest>(c).prompt_ids, (std::vector<int32_t>{1, 2, 3}));
+}
+
+}  // namespace
+}  // namespace dsv4

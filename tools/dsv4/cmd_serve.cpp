@@ -1,0 +1,144 @@
+// `dsv4 serve`: the OpenAI-compatible HTTP server. Builds a ModelRunner (the built-in tiny
+// model on CPU by default, a checkpoint directory, or the deterministic `fake` runner used by
+// tests), starts the engine thread and the Beast I/O threads, and runs until SIGINT/SIGTERM.
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include <spdlog/spdlog.h>
+
+#include "runtime/runner_factory.h"
+#include "sched/engine.h"
+#include "sched/fake_runner.h"
+#include "server/app.h"
+#include "server/http_server.h"
+#include "tokenizer/tokenizer.h"
+#include "tools/dsv4/commands.h"
+
+namespace dsv4::cli {
+namespace {
+
+struct ServeOptions {
+    std::string model = "tiny";
+    std::string backend = "cpu";
+    std::string host = "127.0.0.1";
+    int port = 8000;
+    std::string tokenizer = ".cache/tokenizer/tokenizer.json";
+    std::string served_name = "deepseek-v4";
+    int max_running = 64;
+    int max_queued = 1024;
+    int64_t max_tokens_per_step = 512;
+    int64_t max_prefill_chunk = 512;
+    int64_t max_context = 0;
+    int64_t page_tokens = 64;
+    int64_t n_pages = 0;
+    int io_threads = 2;
+    uint64_t seed = 0;
+    std::string fake_rules;
+    int64_t fake_step_delay_us = 0;
+    int64_t fake_token_delay_us = 0;
+};
+
+Result<std::unique_ptr<ModelRunner>> make_runner(const ServeOptions& o) {
+    if (o.model == "fake") {
+        FakeRunnerOptions fo;
+        fo.step_delay_us = o.fake_step_delay_us;
+        fo.token_delay_us = o.fake_token_delay_us;
+        if (o.max_context > 0) fo.max_context = o.max_context;
+        if (o.n_pages > 0) fo.n_pages = o.n_pages;
+        fo.page_tokens = 16;
+        if (!o.fake_rules.empty()) {
+            std::ifstream f(o.fake_rules);
+            if (!f) return error(StatusCode::kNotFound, "cannot read --fake-rules {}", o.fake_rules);
+            std::stringstream ss;
+            ss << f.rdbuf();
+            DSV4_RETURN_IF_ERROR(FakeRunner::parse_rules(ss.str(), fo.rules));
+        }
+        return std::unique_ptr<ModelRunner>(std::make_unique<FakeRunner>(fo));
+    }
+    RunnerOptions ro;
+    ro.model = o.model;
+    ro.backend = o.backend;
+    ro.page_tokens = o.page_tokens;
+    ro.n_pages = o.n_pages;
+    ro.seed = o.seed;
+    return make_model_runner(ro);
+}
+
+int run_serve(const ServeOptions& o) {
+    auto tok = Tokenizer::from_file(o.tokenizer);
+    if (!tok.is_ok()) {
+        std::fprintf(stderr,
+                     "dsv4 serve: cannot load the tokenizer (%s).\n"
+                     "Run scripts/get-tokenizer.sh, or pass --tokenizer FILE.\n",
+                     tok.status().to_string().c_str());
+        return 2;
+    }
+    auto runner = make_runner(o);
+    if (!runner.is_ok()) {
+        std::fprintf(stderr, "dsv4 serve: %s\n", runner.status().to_string().c_str());
+        return 2;
+    }
+    EngineConfig cfg;
+    cfg.sched.max_running = o.max_running;
+    cfg.sched.max_tokens_per_step = o.max_tokens_per_step;
+    cfg.sched.max_prefill_chunk = o.max_prefill_chunk;
+    cfg.max_queued = o.max_queued;
+    cfg.max_context = o.max_context;
+    // The built-in tiny model claims a 1M context; a demo needs far less than that.
+    if (o.model == "tiny" && o.max_context == 0) cfg.max_context = 4096;
+    Engine engine(std::move(runner.value()), cfg);
+    engine.start();
+    App app(engine, std::move(tok.value()), AppOptions{.model_name = o.served_name});
+    HttpServerOptions ho;
+    ho.host = o.host;
+    ho.port = uint16_t(o.port);
+    ho.io_threads = o.io_threads;
+    HttpServer server(app, ho);
+    if (Status s = server.start(); !s.is_ok()) {
+        std::fprintf(stderr, "dsv4 serve: %s\n", s.to_string().c_str());
+        engine.stop();
+        return 2;
+    }
+    // Tests read this line to learn the port (with --port 0).
+    std::printf("dsv4 serve: model %s (%s), context %lld, listening on http://%s:%u\n",
+                o.model.c_str(), o.served_name.c_str(), (long long)engine.max_context(),
+                o.host.c_str(), unsigned(server.port()));
+    std::fflush(stdout);
+    server.wait_for_signal();
+    std::printf("dsv4 serve: shutting down\n");
+    std::fflush(stdout);
+    server.stop();
+    engine.stop();
+    return 0;
+}
+
+}  // namespace
+
+void register_serve(CLI::App& app, CommandContext& ctx) {
+    auto o = std::make_shared<ServeOptions>();
+    auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
+    cmd->add_option("--model", o->model, "tiny (built-in), a checkpoint directory, or fake");
+    cmd->add_option("--backend", o->backend, "cpu | cuda");
+    cmd->add_option("--host", o->host, "address to listen on");
+    cmd->add_option("--port", o->port, "port (0 = any free port)");
+    cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json");
+    cmd->add_option("--served-model-name", o->served_name, "model name clients must use");
+    cmd->add_option("--max-running", o->max_running, "sequences in the running batch");
+    cmd->add_option("--max-queued", o->max_queued, "waiting requests before 429");
+    cmd->add_option("--max-tokens-per-step", o->max_tokens_per_step, "token budget of one step");
+    cmd->add_option("--max-prefill-chunk", o->max_prefill_chunk, "largest prefill chunk");
+    cmd->add_option("--max-context", o->max_context, "prompt + output tokens (0 = the model's; 4096 for tiny)");
+    cmd->add_option("--page-tokens", o->page_tokens, "tokens per cache page");
+    cmd->add_option("--n-pages", o->n_pages, "cache pages (0 = default)");
+    cmd->add_option("--io-threads", o->io_threads, "HTTP I/O threads");
+    cmd->add_option("--seed", o->seed, "seed of the built-in tiny model");
+    cmd->add_option("--fake-rules", o->fake_rules, "fake model: JSON script rules");
+    cmd->add_option("--fake-step-delay-us", o->fake_step_delay_us, "fake model: delay per step");
+    cmd->add_option("--fake-token-delay-us", o->fake_token_delay_us, "fake model: delay per token");
+    cmd->callback([o, &ctx] { ctx.exit_code = run_serve(*o); });
+}
+
+}  // namespace dsv4::cli
