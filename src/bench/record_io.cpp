@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdio>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 
 namespace dsv4::bench {
@@ -143,6 +144,9 @@ Result<StoredRecord> record_from_json(const nlohmann::json& j) {
 }
 
 Result<JsonlWriter> JsonlWriter::open(const std::string& path, bool append) {
+    const std::filesystem::path parent = std::filesystem::path(path).parent_path();
+    std::error_code ec;
+    if (!parent.empty()) std::filesystem::create_directories(parent, ec);
     std::ofstream f(path, append ? std::ios::app : std::ios::trunc);
     if (!f) return error(StatusCode::kUnavailable, "cannot write {}", path);
     JsonlWriter w;

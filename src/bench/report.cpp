@@ -50,7 +50,8 @@ std::string format_iteration_line(const IterationMetrics& m) {
 void ProgressBar::update(std::string_view label, int done, int total, int errors) {
     const auto now = std::chrono::steady_clock::now();
     if (done < total && drawn_ && now - last_ < std::chrono::milliseconds(100)) return;
-    if (!interactive_ && done < total) return;
+    // Logs (not a terminal) get the per-iteration summary lines instead of a bar.
+    if (!interactive_) return;
     last_ = now;
     constexpr int kWidth = 30;
     const int filled = total > 0 ? done * kWidth / total : kWidth;
@@ -58,12 +59,8 @@ void ProgressBar::update(std::string_view label, int done, int total, int errors
     bar.append(static_cast<size_t>(kWidth - filled), '.');
     std::string line = fmt::format("{} [{}] {}/{}", label, bar, done, total);
     if (errors > 0) line += fmt::format(" ({} errors)", errors);
-    if (interactive_) {
-        std::fprintf(out_, "\r\033[K%s", line.c_str());
-        drawn_ = true;
-    } else {
-        std::fprintf(out_, "%s\n", line.c_str());
-    }
+    std::fprintf(out_, "\r\033[K%s", line.c_str());
+    drawn_ = true;
     std::fflush(out_);
 }
 
