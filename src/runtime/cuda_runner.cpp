@@ -96,6 +96,10 @@ Status CudaRunner::init(const Checkpoint* ckpt) {
         if (!found) return invalid_argument("unknown attention variant '{}'", opt_.attn_variant);
     }
     if (const char* g = std::getenv("DSV4_CUDA_GRAPHS"); g && std::strcmp(g, "0") == 0) opt_.use_graphs = false;
+    if (const char* k = std::getenv("DSV4_KV_ROWS"); k && *k) opt_.kv_rows = k;
+    if (opt_.kv_rows != "f32" && opt_.kv_rows != "bf16")
+        return invalid_argument("compressed-row dtype '{}' (expected f32 or bf16)", opt_.kv_rows);
+    pool_.row_bf16 = opt_.kv_rows == "bf16";
 
     // Page pool.
     pool_.page_elems = layout_.page_elems;
@@ -189,9 +193,9 @@ Status CudaRunner::init(const Checkpoint* ckpt) {
     ws_.gate_len = static_cast<int64_t*>(pl);
     DSV4_CU(cudaDeviceSynchronize());
     if (opt_.verbose) {
-        std::fprintf(stderr, "dsv4 cuda: %d SMs, weights: %s; pool %lld pages x %lld B; graphs %s\n%s", n_sms_,
+        std::fprintf(stderr, "dsv4 cuda: %d SMs, weights: %s; pool %lld pages x %lld B; graphs %s; compressed rows %s\n%s", n_sms_,
                      w_.summary.c_str(), (long long)opt_.n_pages, (long long)layout_.page_bytes,
-                     opt_.use_graphs ? "on" : "off", cuda::attn_variant_table(*variant_).c_str());
+                     opt_.use_graphs ? "on" : "off", opt_.kv_rows.c_str(), cuda::attn_variant_table(*variant_).c_str());
     }
     return Status::ok();
 }

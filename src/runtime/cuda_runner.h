@@ -28,6 +28,8 @@ struct CudaRunnerOptions {
     int64_t max_context = 65536;  // positions per sequence
     bool use_graphs = true;       // DSV4_CUDA_GRAPHS=0 turns graphs off
     std::string attn_variant;     // "" : DSV4_ATTN_VARIANT or the default
+    std::string kv_rows = "f32";  // compressed-row dtype: "f32" (exact) or "bf16"; DSV4_KV_ROWS overrides.
+                                  // The reference FP8 584-byte row layout is not implemented here.
     bool verbose = true;          // print the weight summary and the variant table at start-up
 };
 

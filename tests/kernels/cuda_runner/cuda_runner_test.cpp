@@ -218,6 +218,58 @@ TEST(CudaRunner, GraphReplayEqualsEager) {
     EXPECT_EQ(worst, 0.0);
 }
 
+// The BF16 compressed-row switch: rows rounded to bf16, everything else f32; close to the CPU
+// reference (which keeps f32 rows) within bf16 rounding.
+TEST(CudaRunner, Bf16CompressedRowsCloseToCpu) {
+    SKIP_WITHOUT_GPU();
+    auto model = tiny_model();
+    CudaRunnerOptions o;
+    o.n_pages = 2000;
+    o.kv_rows = "bf16";
+    o.verbose = false;
+    auto gpu = make_cuda_runner(model, "", o);
+    ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
+    auto cpu = RefRunner::create(model, 64, 2000);
+    ASSERT_TRUE(cpu.is_ok());
+    const auto prompt = random_ids(260, model->config().vocab_size, 13);
+    const Compare c = run_pair(**gpu, **cpu, prompt, {200, 60}, 12, 1999, 2);
+    std::printf("[runner bf16 rows] max |logit diff| vs CPU (f32 rows) %.3g, greedy mismatches %d\n", c.worst,
+                c.greedy_mismatch);
+    EXPECT_LT(c.worst, 0.25);
+    EXPECT_GT(c.worst, 0.0);  // the switch really changes the stored rows
+}
+
+// make_model_runner(backend "cuda"): the path `dsv4 generate/serve --backend cuda` take.
+TEST(CudaRunner, FactoryBackendCudaMatchesCpuBackend) {
+    SKIP_WITHOUT_GPU();
+    const char* env = std::getenv("DSV4_GOLDEN_DIR");
+    RunnerOptions ro;
+    ro.model = std::string(env && *env ? env : DSV4_GOLDEN_DIR) + "/tiny_quant";
+    ro.n_pages = 600;
+    ro.backend = "cuda";
+    auto gpu = make_model_runner(ro);
+    ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
+    ro.backend = "cpu";
+    auto cpu = make_model_runner(ro);
+    ASSERT_TRUE(cpu.is_ok()) << cpu.status().to_string();
+    Seq g{1, table_for(**gpu, 64, 599, 1)}, h{1, table_for(**cpu, 64, 599, 1)};
+    const auto prompt = random_ids(40, (*gpu)->config().vocab_size, 14);
+    auto lg = step(**gpu, {&g}, {prompt});
+    auto lc = step(**cpu, {&h}, {prompt});
+    Compare c;
+    c.add(lg[0], lc[0]);
+    for (int i = 0; i < 16; ++i) {
+        const int32_t t = argmax(lc[0]);
+        lg = step(**gpu, {&g}, {{t}});
+        lc = step(**cpu, {&h}, {{t}});
+        c.add(lg[0], lc[0]);
+    }
+    std::printf("[runner factory cuda] tiny_quant via make_model_runner: max |logit diff| vs cpu backend %.3g, greedy mismatches %d\n",
+                c.worst, c.greedy_mismatch);
+    EXPECT_LT(c.worst, 1e-4);
+    EXPECT_EQ(c.greedy_mismatch, 0);
+}
+
 // Decode-step latency of the built-in tiny model (informational, for docs/perf/ledger.md): wall time
 // of forward() per step, plan upload and the logits copy to the host included.
 TEST(CudaRunnerPerf, TinyDecodeStepLatency) {

@@ -58,7 +58,7 @@ __global__ void attn_split_kernel(StepPlan plan, PagePool pool, AttnArgs a, int 
                 v = *state_ptr(pool, table, a.ring_off + (pos % a.W) * D + i);
             } else {
                 const int64_t w = a.csa ? a.sel[int64_t(s) * a.topk + (j - rs.n_win)] : (j - rs.n_win);
-                v = comp_row_ptr(pool, table, a.ratio, a.row_off, D, w)[i];
+                v = load_row(pool, table, a.ratio, a.row_off, D, w, i);
             }
             tile[idx] = v;
         }

@@ -99,6 +99,29 @@ __device__ __forceinline__ float* comp_row_ptr(const PagePool& p, const int32_t*
     return p.base + page * p.page_elems + row_off + slot * row_dim;
 }
 
+// Element i of compressed row w (f32 or bf16 storage, PagePool::row_bf16).
+__device__ __forceinline__ float load_row(const PagePool& p, const int32_t* table, int r, int64_t row_off, int row_dim,
+                                          int64_t w, int i) {
+    const int64_t tokpos = w * r;
+    const int64_t page = table[p.n_state_pages + tokpos / p.page_tokens];
+    const int64_t slot = r <= p.page_tokens ? (tokpos % p.page_tokens) / r : 0;
+    const float* base = p.base + page * p.page_elems + row_off;
+    if (p.row_bf16) return __uint_as_float(uint32_t(reinterpret_cast<const uint16_t*>(base)[slot * row_dim + i]) << 16);
+    return base[slot * row_dim + i];
+}
+__device__ __forceinline__ void store_row(const PagePool& p, const int32_t* table, int r, int64_t row_off, int row_dim,
+                                          int64_t w, int i, float v) {
+    const int64_t tokpos = w * r;
+    const int64_t page = table[p.n_state_pages + tokpos / p.page_tokens];
+    const int64_t slot = r <= p.page_tokens ? (tokpos % p.page_tokens) / r : 0;
+    float* base = p.base + page * p.page_elems + row_off;
+    if (p.row_bf16) {
+        reinterpret_cast<__nv_bfloat16*>(base)[slot * row_dim + i] = __float2bfloat16_rn(v);
+    } else {
+        base[slot * row_dim + i] = v;
+    }
+}
+
 __device__ __forceinline__ float silu_f(float x) { return x * (1.0f / (1.0f + expf(-x))); }
 
 // Rotates interleaved pairs of the trailing rope_dim dims of v[dim] (shared or global memory).

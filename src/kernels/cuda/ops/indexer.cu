@@ -38,11 +38,10 @@ __global__ void indexer_kernel(StepPlan plan, PagePool pool, IndexerArgs a) {
     const float* q = a.q + tok * int64_t(a.IH) * a.ID;
     const float* hw = a.w + tok * a.IH;
     for (int64_t w = warp; w < n_c; w += nw) {
-        const float* k = comp_row_ptr(pool, table, a.ratio, a.idx_row_off, a.ID, w);
         double acc = 0.0;
         for (int h = 0; h < a.IH; ++h) {
             double dot = 0.0;
-            for (int i = lane; i < a.ID; i += 32) dot += double(q[h * a.ID + i]) * k[i];
+            for (int i = lane; i < a.ID; i += 32) dot += double(q[h * a.ID + i]) * load_row(pool, table, a.ratio, a.idx_row_off, a.ID, w, i);
             dot = warp_sum_d(dot);
             acc += double(hw[h]) * fmax(0.0, dot);
         }

@@ -66,8 +66,7 @@ __device__ void compressor_step(const CompressorArgs& c, const PagePool& pool, c
     const int64_t w = p / r;
     for (int i = threadIdx.x; i < rope_dim / 2; i += blockDim.x) rope_pair(entry, dim, rope_dim, inv_freq, w * r, i, false);
     __syncthreads();
-    float* dst = comp_row_ptr(pool, table, r, c.row_off, c.row_dim, w);
-    for (int ch = threadIdx.x; ch < dim; ch += blockDim.x) dst[ch] = entry[ch];
+    for (int ch = threadIdx.x; ch < dim; ch += blockDim.x) store_row(pool, table, r, c.row_off, c.row_dim, w, ch, entry[ch]);
     if (c.overlap) {
         for (int64_t i = threadIdx.x; i < int64_t(r) * width; i += blockDim.x) {
             *state_ptr(pool, table, c.kv_off + i) = *state_ptr(pool, table, c.kv_off + int64_t(r) * width + i);

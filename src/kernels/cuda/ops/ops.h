@@ -52,6 +52,7 @@ struct PagePool {
     int64_t page_elems = 0;
     int64_t n_state_pages = 0;
     int64_t page_tokens = 0;
+    int32_t row_bf16 = 0;  // compressed rows stored as bf16 (packed from the same row offsets) instead of f32
 };
 
 // ---- linear.cu -----------------------------------------------------------------------------
