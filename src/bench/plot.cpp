@@ -51,7 +51,8 @@ std::string gnuplot_script(const std::string& image_path, const std::vector<Plot
     s += "plot ";
     for (size_t i = 0; i < series.size(); ++i) {
         if (i) s += ", \\\n     ";
-        s += fmt::format("$s{} using 1:2:3:4 with yerrorlines lw 2 pt 7 title {}", i,
+        // Explicit colours: the label plots below would otherwise shift the colour cycle.
+        s += fmt::format("$s{} using 1:2:3:4 with yerrorlines lw 2 pt 7 lc {} title {}", i, i + 1,
                          quote(series[i].name));
     }
     s += "\nunset logscale x\nset xlabel 'output tok/s'\nset ylabel 'tok/s per user'\n";
@@ -59,9 +60,9 @@ std::string gnuplot_script(const std::string& image_path, const std::vector<Plot
     s += "plot ";
     for (size_t i = 0; i < series.size(); ++i) {
         if (i) s += ", \\\n     ";
-        s += fmt::format("$s{} using 2:5 with linespoints lw 2 pt 7 title {}, \\\n     "
+        s += fmt::format("$s{} using 2:5 with linespoints lw 2 pt 7 lc {} title {}, \\\n     "
                          "$s{} using 2:5:(sprintf('%d', $1)) with labels offset 0,1 notitle",
-                         i, quote(series[i].name), i);
+                         i, i + 1, quote(series[i].name), i);
     }
     s += "\nunset multiplot\n";
     return s;

@@ -247,10 +247,10 @@ Status run_compare(const CompareFlags& f) {
         // One file from an --ab run holds both sides, tagged by "config".
         for (const auto& r : first) {
             if (r.m.config == "A") {
-                if (a.empty()) name_a = describe(r);
+                if (a.empty()) name_a = "A: " + describe(r);
                 a.push_back(r.m);
             } else if (r.m.config == "B") {
-                if (b.empty()) name_b = describe(r);
+                if (b.empty()) name_b = "B: " + describe(r);
                 b.push_back(r.m);
             }
         }
