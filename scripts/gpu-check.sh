@@ -58,7 +58,7 @@ if [[ -x "$BIN/dsv4" ]]; then
 fi
 echo "================ summary"
 cat "$OUT/env.txt"
-grep -E "^\[(op|runner|golden-gpu|perf)" "$OUT/cuda_tests.log"
+grep -E "^\[(op|runner|engine|golden-gpu|perf)" "$OUT/cuda_tests.log"
 grep -E "^decode attention|^  [ *] " "$OUT/cuda_tests.log" | head -8
 grep -E "Failure|FAILED|Expected|Which is" "$OUT/cuda_tests.log" | head -30
 grep -E "^\[  (PASSED|FAILED|SKIPPED) " "$OUT/cuda_tests.log"
