@@ -7,11 +7,15 @@ cd "$(dirname "$0")/.."
 PKGS=(cmake ninja-build g++ pkg-config
       nlohmann-json3-dev libboost-dev libcli11-dev libspdlog-dev libfmt-dev
       libgtest-dev libgmock-dev libopenblas-dev libpcre2-dev
-      clang clang-format clang-tidy nodejs npm python3 gnuplot-nox)
+      clang clang-format clang-tidy python3 gnuplot-nox)
 missing=()
 for p in "${PKGS[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
+# Node.js and npm: machines that already have them (e.g. NodeSource's nodejs, which bundles npm
+# and conflicts with Debian's npm package) keep theirs; otherwise Debian's packages.
+command -v node >/dev/null 2>&1 || missing+=(nodejs)
+command -v npm >/dev/null 2>&1 || missing+=(npm)
 if [ ${#missing[@]} -gt 0 ]; then
     SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
     $SUDO apt-get update -qq
