@@ -81,6 +81,52 @@ TEST(RegressionB02, ShortPromptsAlonePackedAndAgainstTransformers) {
     std::printf("[B02] max |logit error| vs transformers over lengths 1-10, 126-131: %.3g\n", worst);
 }
 
+TEST(RegressionB04, UniformChunkSizesGiveTheSameLogitsAndContinuation) {
+    // A ~1,800-token prompt prefilled in uniform chunks of many sizes gives the same final logits
+    // as one pass, no NaN, and the same 16-token greedy continuation.
+    auto model = golden_model();
+    ASSERT_TRUE(model);
+    auto expected = Checkpoint::open(kDir + "/expected.safetensors");
+    ASSERT_TRUE(expected.is_ok());
+    auto ids = load_i32(*expected, "input_ids", std::vector<int64_t>{2200});
+    ASSERT_TRUE(ids.is_ok());
+    const int64_t P = 1800;
+    auto runner = RefRunner::create(model, 16, 400);
+    ASSERT_TRUE(runner.is_ok());
+    RefRunner& R = **runner;
+    std::vector<float> whole;
+    std::vector<int32_t> reference_cont;
+    for (int64_t cs : {int64_t(1800), int64_t(1024), int64_t(512), int64_t(500), int64_t(257), int64_t(129),
+                       int64_t(128), int64_t(127), int64_t(5)}) {
+        SimplePagePool pool(R.n_pages());
+        std::vector<int32_t> table;
+        ASSERT_TRUE(pool.grow(table, R.kv_layout().pages_for_tokens(P + 16)));
+        std::vector<float> logits;
+        int64_t pos = 0;
+        while (pos < P) {
+            const int64_t c = std::min(cs, P - pos);
+            ASSERT_TRUE(R.forward_seq(SeqChunk{1, std::span<const int32_t>(ids->data() + pos, size_t(c)), pos, true,
+                                               table}, {}, logits).is_ok());
+            pos += c;
+        }
+        for (float v : logits) ASSERT_TRUE(std::isfinite(v)) << "chunk size " << cs;
+        if (whole.empty()) whole = logits;
+        double diff = 0;
+        for (size_t i = 0; i < logits.size(); ++i) diff = std::max(diff, double(std::fabs(logits[i] - whole[i])));
+        EXPECT_LT(diff, 2e-5) << "chunk size " << cs;
+        std::vector<int32_t> cont;
+        for (int i = 0; i < 16; ++i) {
+            const int32_t tok = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+            cont.push_back(tok);
+            const std::vector<int32_t> one{tok};
+            ASSERT_TRUE(R.forward_seq(SeqChunk{1, one, pos, true, table}, {}, logits).is_ok());
+            ++pos;
+        }
+        if (reference_cont.empty()) reference_cont = cont;
+        EXPECT_EQ(cont, reference_cont) << "chunk size " << cs;
+    }
+}
+
 TEST(RegressionB11, TokenIdsOutsideVocabularyAreErrors) {
     auto model = golden_model();
     ASSERT_TRUE(model);
