@@ -5,7 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 ./scripts/build.sh
-ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j "${JOBS:-$(nproc)}" "$@"
 
 # Brief libFuzzer run of the safetensors header parser (clang, separate build-fuzz dir, fuzz targets
 # only). New inputs go to build-fuzz/corpus; the committed seeds stay read-only. DSV4_FUZZ_SECONDS=0
@@ -20,3 +19,6 @@ if [ "${DSV4_FUZZ_SECONDS:-30}" != 0 ] && command -v clang++ >/dev/null; then
     # Tokenizer encoder (skips, exit 77, when .cache/tokenizer/tokenizer.json is missing).
     tests/fuzz/run_tokenizer_fuzz.sh build-fuzz/tests/fuzz/tokenizer_fuzz . "${DSV4_FUZZ_SECONDS:-30}" || [ $? -eq 77 ]
 fi
+
+# The test suite last, so its summary closes the output.
+ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j "${JOBS:-$(nproc)}" "$@"
