@@ -88,31 +88,38 @@ def dotted(rec, path):
     return cur
 
 
-def step_ms(rec, field=None):
+def step_field(rec, field=None):
+    """(raw value, scale to ms) of the step-time field, or (None, None)."""
     if field:
-        v = pick(dotted(rec, field))
-        if v is not None and (field.endswith("_us") or field.endswith(".us")):
-            v /= 1000.0
-        return v
-    for k in STEP_KEYS_MS:
-        v = pick(rec.get(k))
-        if v is not None:
-            return v
-    for k in STEP_KEYS_US:
-        v = pick(rec.get(k))
-        if v is not None:
-            return v / 1000.0
-    return None
+        scale = 1e-3 if ("_us" in field or field.endswith(".us")) else 1.0
+        return dotted(rec, field), scale
+    for keys, scale in ((STEP_KEYS_MS, 1.0), (STEP_KEYS_US, 1e-3)):
+        for k in keys:
+            if pick(rec.get(k)) is not None:
+                return rec[k], scale
+    return None, None
 
 
-def spread_ms(rec):
-    for lo, hi in (("p10_ms", "p90_ms"), ("step_ms_p10", "step_ms_p90"), ("min_ms", "max_ms")):
+def step_ms(rec, field=None):
+    v, scale = step_field(rec, field)
+    v = pick(v)
+    return None if v is None else v * scale
+
+
+def spread_ms(rec, field=None):
+    """(p10, p90) in ms: from p10_ms/p90_ms-style siblings or from the step field's dict."""
+    for lo, hi in (("p10_ms", "p90_ms"), ("step_ms_p10", "step_ms_p90")):
         if isinstance(rec.get(lo), (int, float)) and isinstance(rec.get(hi), (int, float)):
             return float(rec[lo]), float(rec[hi])
+    v, scale = step_field(rec, field)
+    if isinstance(v, dict) and isinstance(v.get("p10"), (int, float)) and isinstance(v.get("p90"), (int, float)):
+        return v["p10"] * scale, v["p90"] * scale
     return None
 
 
 def status_ok(rec):
+    if rec.get("skipped"):
+        return False
     s = rec.get("status", "ok")
     return s in ("ok", "pass", "passed", True, None)
 
@@ -126,26 +133,9 @@ def fmt(x, nd=3):
     return "-" if x is None else f"{x:.{nd}f}"
 
 
-def main():
-    ap = argparse.ArgumentParser(description="dsv4 vs transformers decode step ratio")
-    ap.add_argument("--dsv4", required=True, help="dsv4 proxy-bench JSON")
-    ap.add_argument("--peer", required=True, help="tools/peer/transformers_decode.py JSON")
-    ap.add_argument("--dsv4-field", default=None, help="dsv4 step-time field (dotted path), if not auto-found")
-    ap.add_argument("--impls", default=None, help="peer experts implementations to show (default: all present)")
-    ap.add_argument("--md", action="store_true", help="print a Markdown table")
-    ap.add_argument("--json-out", default=None, help="also write the joined rows as JSON")
-    args = ap.parse_args()
-
-    try:
-        ddoc = load(args.dsv4)
-    except (OSError, ValueError) as e:
-        print(f"warning: cannot read dsv4 JSON {args.dsv4}: {e}", file=sys.stderr)
-        ddoc = {}
-    try:
-        pdoc = load(args.peer)
-    except (OSError, ValueError) as e:
-        print(f"warning: cannot read peer JSON {args.peer}: {e}", file=sys.stderr)
-        pdoc = {}
+def join(ddoc, pdoc, dsv4_field=None, want_impls=None):
+    """Rows joined on (batch, context): dsv4 ms, and per peer experts implementation its ms and the
+    ratio. Returns (rows, impls, drecs, dtop, precs, ptop)."""
     drecs, dtop = records_of(ddoc)
     precs, ptop = records_of(pdoc)
 
@@ -155,11 +145,12 @@ def main():
         b, l = first_int(r, BATCH_KEYS), first_int(r, CONTEXT_KEYS)
         if b is None or l is None:
             continue
-        ms = step_ms(r, args.dsv4_field)
+        ms = step_ms(r, dsv4_field)
         if not status_ok(r) or ms is None:
-            dsv4_bad[(b, l)] = str(r.get("skip_reason") or r.get("reason") or r.get("status") or "no step time")
+            dsv4_bad[(b, l)] = str(r.get("skip_reason") or r.get("skipped") or r.get("reason") or r.get("status")
+                                   or "no step time")
             continue
-        dsv4[(b, l)] = (ms, depth_of(r, dtop), r)
+        dsv4[(b, l)] = (ms, depth_of(r, dtop), spread_ms(r, dsv4_field))
 
     peer = {}    # (impl, b, l) -> rec
     impls = []
@@ -171,8 +162,8 @@ def main():
         if impl not in impls:
             impls.append(impl)
         peer[(impl, b, l)] = r
-    if args.impls:
-        impls = [s.strip() for s in args.impls.split(",") if s.strip()]
+    if want_impls:
+        impls = list(want_impls)
 
     keys = sorted({k for k in dsv4} | set(dsv4_bad) | {(b, l) for (_, b, l) in peer})
     rows = []
@@ -181,6 +172,7 @@ def main():
         d = dsv4.get((b, l))
         row["dsv4_ms"] = d[0] if d else None
         row["dsv4_depth"] = d[1] if d else None
+        row["dsv4_p10_p90"] = list(d[2]) if d and d[2] else None
         if not d:
             row["dsv4_missing"] = dsv4_bad.get((b, l), "no dsv4 point")
         for impl in impls:
@@ -208,17 +200,91 @@ def main():
             row[key + "_ratio_per_layer"] = per_layer
         rows.append(row)
 
-    head = ["batch", "context", "dsv4 ms"]
+    return rows, impls, drecs, dtop, precs, ptop
+
+
+def selftest():
+    """The join on small built-in documents in both files' shapes; exit status 1 on a mismatch."""
+    ddoc = {"layers": 3, "points": [
+        {"batch": 1, "context": 1024, "step_us": {"median": 1000.0, "p10": 990.0, "p90": 1010.0}},
+        {"batch": 8, "context": 8192, "step_us": {"median": 2000.0}},
+        {"batch": 64, "context": 8192, "skipped": "time budget"}]}
+    pdoc = {"depth": 3, "records": [
+        {"batch": 1, "context": 1024, "experts_impl": "grouped_mm", "status": "ok", "median_ms": 30.0,
+         "p10_ms": 29.0, "p90_ms": 31.0},
+        {"batch": 1, "context": 1024, "experts_impl": "eager", "status": "ok", "median_ms": 40.0},
+        {"batch": 8, "context": 8192, "experts_impl": "grouped_mm", "status": "skipped", "skip_reason": "budget"},
+        {"batch": 32, "context": 1024, "experts_impl": "eager", "status": "ok", "median_ms": 50.0}]}
+    rows, impls, *_ = join(ddoc, pdoc)
+    by = {(r["batch"], r["context"]): r for r in rows}
+    checks = [
+        (impls == ["grouped_mm", "eager"], "implementations in file order"),
+        (abs(by[(1, 1024)]["dsv4_ms"] - 1.0) < 1e-9, "dsv4 step_us.median converted to ms"),
+        (by[(1, 1024)]["dsv4_p10_p90"] == [0.99, 1.01], "dsv4 spread from step_us p10/p90"),
+        (abs(by[(1, 1024)]["hf_grouped_mm_ratio"] - 30.0) < 1e-9, "ratio = peer / dsv4"),
+        (abs(by[(1, 1024)]["hf_eager_ratio"] - 40.0) < 1e-9, "ratio per implementation"),
+        (by[(8, 8192)]["hf_grouped_mm_ratio"] is None and "budget" in by[(8, 8192)]["hf_grouped_mm_missing"],
+         "skipped peer point has no ratio and says why"),
+        (by[(64, 8192)]["dsv4_ms"] is None and by[(64, 8192)]["dsv4_missing"] == "time budget",
+         "skipped dsv4 point says why"),
+        (by[(32, 1024)]["dsv4_missing"] == "no dsv4 point" and by[(32, 1024)]["hf_eager_ms"] == 50.0,
+         "peer-only point kept"),
+    ]
+    ddoc2 = {"points": [{"batch": 1, "context": "1K", "layers": 6, "step_ms_median": 2.0}]}
+    rows2, *_ = join(ddoc2, pdoc)
+    r2 = {(r["batch"], r["context"]): r for r in rows2}[(1, 1024)]
+    checks.append((r2["hf_grouped_mm_ratio_per_layer"] and abs(r2["hf_grouped_mm_ratio"] - 30.0) < 1e-9,
+                   "different depths compare per-layer time"))
+    bad = [msg for ok, msg in checks if not ok]
+    for msg in bad:
+        print("FAIL:", msg)
+    print(f"ratio.py selftest: {len(checks) - len(bad)}/{len(checks)} passed")
+    return 1 if bad else 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description="dsv4 vs transformers decode step ratio")
+    ap.add_argument("--dsv4", help="dsv4 proxy-bench JSON")
+    ap.add_argument("--peer", help="tools/peer/transformers_decode.py JSON")
+    ap.add_argument("--dsv4-field", default=None, help="dsv4 step-time field (dotted path), if not auto-found")
+    ap.add_argument("--impls", default=None, help="peer experts implementations to show (default: all present)")
+    ap.add_argument("--md", action="store_true", help="print a Markdown table")
+    ap.add_argument("--json-out", default=None, help="also write the joined rows as JSON")
+    ap.add_argument("--selftest", action="store_true", help="check the join on built-in samples and exit")
+    args = ap.parse_args()
+    if args.selftest:
+        return selftest()
+    if not args.dsv4 or not args.peer:
+        ap.error("--dsv4 and --peer are required")
+
+    try:
+        ddoc = load(args.dsv4)
+    except (OSError, ValueError) as e:
+        print(f"warning: cannot read dsv4 JSON {args.dsv4}: {e}", file=sys.stderr)
+        ddoc = {}
+    try:
+        pdoc = load(args.peer)
+    except (OSError, ValueError) as e:
+        print(f"warning: cannot read peer JSON {args.peer}: {e}", file=sys.stderr)
+        pdoc = {}
+    want = [x.strip() for x in args.impls.split(",") if x.strip()] if args.impls else None
+    rows, impls, drecs, dtop, precs, ptop = join(ddoc, pdoc, args.dsv4_field, want)
+
+    head = ["batch", "context", "dsv4 ms (p10-p90)"]
     for impl in impls:
         head += [f"HF[{impl}] ms (p10-p90)", f"ratio[{impl}]"]
     lines = []
     for row in rows:
-        dcell = fmt(row["dsv4_ms"]) if row["dsv4_ms"] is not None else f"- ({row.get('dsv4_missing', '')})"[:60]
+        if row["dsv4_ms"] is None:
+            dcell = f"- ({row.get('dsv4_missing', '')})"[:60]
+        else:
+            sp = row.get("dsv4_p10_p90")
+            dcell = fmt(row["dsv4_ms"]) + (f" ({sp[0]:.3f}-{sp[1]:.3f})" if sp else "")
         cells = [str(row["batch"]), str(row["context"]), dcell]
         for impl in impls:
             key = f"hf_{impl}"
             if row.get(key + "_ms") is None:
-                cells += [f"- ({row.get(key + '_missing', '')})", "-"]
+                cells += [f"- ({row.get(key + '_missing', '')[:48]})", "-"]
                 continue
             sp = row.get(key + "_p10_p90")
             cells.append(fmt(row[key + "_ms"]) + (f" ({sp[0]:.3f}-{sp[1]:.3f})" if sp else ""))

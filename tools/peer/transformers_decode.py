@@ -185,6 +185,19 @@ def percentile(xs, q):
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
+def predict_prefill_s(history, b, ctx):
+    """Predicted prefill seconds for b x ctx from earlier points [(b, ctx, seconds), ...].
+
+    Uses the point with the most tokens (fixed per-forward overheads amortised best) and scales by
+    tokens x (1 + ctx/4096) (eager attention's per-token work grows with the context), x1.3 margin.
+    None without history."""
+    if not history:
+        return None
+    hb, hl, hs = max(history, key=lambda h: h[0] * h[1])
+    rate = hs / (hb * hl * (1 + hl / 4096))
+    return rate * b * ctx * (1 + ctx / 4096) * 1.3 + 2.0
+
+
 def expected_experts(b, e=256, k=6):
     return e * (1.0 - (1.0 - k / e) ** b)
 
@@ -557,13 +570,11 @@ def main():
         return 1
 
     deadline = T0 + args.time_budget_s
-    # Slowest observed prefill cost per token, normalised by (1 + context/4096) because eager
-    # attention's per-token work grows with the context; used to skip points that cannot finish.
-    s_per_tok = None
+    history = []  # (batch, context, prefill seconds) of the points run, to skip those that cannot finish
     for b, l in points:
         base = dict(batch=b, context=l, depth=args.layers, layer_types=doc["layer_types"], attn_impl="eager")
         left = deadline - time.time()
-        pred = None if s_per_tok is None else s_per_tok * b * l * (1 + l / 4096) * 1.3 + 3.0
+        pred = predict_prefill_s(history, b, l)
         if left <= 0 or (pred is not None and pred > left):
             why = (f"time budget: {max(left, 0):.0f} s left, predicted prefill {pred:.0f} s"
                    if pred is not None else "time budget spent")
@@ -576,8 +587,7 @@ def main():
             recs = run_point(hf, model, args, b, l, ok_impls, notes, deadline)
             for r in recs:
                 doc["records"].append(dict(base, **r))
-            rate = recs[0]["prefill_s"] / (b * l * (1 + l / 4096))
-            s_per_tok = rate if s_per_tok is None else max(s_per_tok, rate)
+            history.append((b, l, recs[0]["prefill_s"]))
         except Exception as e:  # noqa: BLE001
             oom = isinstance(e, torch.cuda.OutOfMemoryError)
             timeout = isinstance(e, TimeoutError)
