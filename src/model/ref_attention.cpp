@@ -48,7 +48,7 @@ void RefModel::attention(int l, const SeqStateView& st, const float* x, int64_t 
         const int64_t p = start_pos + t;
         for (int h = 0; h < H; ++h) ref::apply_rope(&q[(size_t(t) * H + h) * D], D, rope, p);
         ref::apply_rope(&kv[size_t(t) * D], D, rope, p);
-        if (num_.kv_fp8) ref::fp8_qdq_blocks(&kv[size_t(t) * D], cfg_.nope_dim(), 64);
+        if (num_.kv_fp8) ref::kv_cache_qdq(&kv[size_t(t) * D], D, cfg_.rope_dim);
     }
 
     // Compressor projections (f32), batched over the chunk.
@@ -98,7 +98,7 @@ void RefModel::attention(int l, const SeqStateView& st, const float* x, int64_t 
                                      &cv[size_t(t) * wd], g, p, entry.data())) {
                 const int64_t w = p / r;
                 finish_entry(entry.data(), D, L.compressor.norm, eps, rope_compress_, w * r);
-                if (num_.kv_fp8) ref::fp8_qdq_blocks(entry.data(), cfg_.nope_dim(), 64);
+                if (num_.kv_fp8) ref::kv_cache_qdq(entry.data(), D, cfg_.rope_dim);
                 std::memcpy(st.comp_row(l, w), entry.data(), sizeof(float) * D);
             }
         }

@@ -11,17 +11,13 @@
 namespace dsv4 {
 
 float* SeqStateView::comp_row(int layer, int64_t w) const {
-    const LayerStateLayout& s = layout->layers[layer];
     const int64_t page = token_pages[layout->row_page(layer, w)];
-    return pool + page * layout->page_elems + s.row_offset +
-           layout->row_slot(layer, w) * layout->row_dim_main;
+    return pool + page * layout->page_elems + layout->comp_row_in_page(layer, w);
 }
 
 float* SeqStateView::index_row(int layer, int64_t w) const {
-    const LayerStateLayout& s = layout->layers[layer];
     const int64_t page = token_pages[layout->row_page(layer, w)];
-    return pool + page * layout->page_elems + s.idx_row_offset +
-           layout->row_slot(layer, w) * layout->row_dim_index;
+    return pool + page * layout->page_elems + layout->index_row_in_page(layer, w);
 }
 
 RefModel::RefModel(ModelConfig cfg, ModelWeights weights, RefNumerics numerics)

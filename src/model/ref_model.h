@@ -48,7 +48,8 @@ struct RefForwardOptions {
 // Quantisation simulation of the DeepSeek reference (spec §2.12). Off = transformers' FP32
 // semantics (the golden tests); on = the cached values the model was trained to expect.
 struct RefNumerics {
-    bool kv_fp8 = false;       // window K=V and main compressed rows: FP8 QDQ of the nope dims (block 64)
+    bool kv_fp8 = false;       // window K=V and main compressed rows: FP8 QDQ of the nope dims (block 64),
+                               // RoPE dims rounded to BF16 (ref::kv_cache_qdq; = the FP8 584-byte row)
     bool indexer_fp4 = false;  // indexer queries and keys: Hadamard rotation + FP4 QDQ (block 32)
 };
 

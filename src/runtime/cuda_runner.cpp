@@ -9,6 +9,7 @@
 #include <cstring>
 #include <map>
 
+#include "kernels/cuda/attention/sparse_decode.h"
 #include "kernels/cuda/ops/attn_variants.h"
 #include "kernels/cuda/ops/ops.h"
 #include "model/checkpoint.h"
@@ -33,6 +34,13 @@ struct Workspace {
     int64_t* start_pos;
     int64_t *gate_off, *gate_len;
     int64_t max_rows = 0;
+    // Fast decode attention (sparse_decode): row lists, bf16 q / out, split partials.
+    void *qb = nullptr, *ob = nullptr;
+    int64_t* row_offs = nullptr;
+    int32_t* row_start = nullptr;
+    float* sd_ws = nullptr;
+    int64_t row_cap = 0;        // entries of row_offs
+    int64_t sd_seq_splits = 0;  // batch x splits the split workspace holds
 };
 
 // Host copy of a step plan (pinned staging is not needed at these sizes).
@@ -75,6 +83,7 @@ private:
     cuda::PagePool pool_;
     cudaStream_t stream_ = nullptr;
     const cuda::AttnVariant* variant_ = nullptr;
+    bool fast_attn_ = false;
     int n_sms_ = 1;
     int pt_stride_ = 0;
     int n_gate_ranges_ = 0;
@@ -96,15 +105,23 @@ Status CudaRunner::init(const Checkpoint* ckpt) {
         if (!found) return invalid_argument("unknown attention variant '{}'", opt_.attn_variant);
     }
     if (const char* g = std::getenv("DSV4_CUDA_GRAPHS"); g && std::strcmp(g, "0") == 0) opt_.use_graphs = false;
-    if (const char* k = std::getenv("DSV4_KV_ROWS"); k && *k) opt_.kv_rows = k;
-    if (opt_.kv_rows != "f32" && opt_.kv_rows != "bf16")
-        return invalid_argument("compressed-row dtype '{}' (expected f32 or bf16)", opt_.kv_rows);
-    pool_.row_bf16 = opt_.kv_rows == "bf16";
+    if (const char* f = std::getenv("DSV4_FAST_KERNELS"); f && std::strcmp(f, "0") == 0) opt_.fast_attention = false;
 
-    // Page pool.
+    // Page pool (4-byte words; rows in the layout's format, kv_rows resolved by make_cuda_runner).
     pool_.page_elems = layout_.page_elems;
     pool_.n_state_pages = layout_.n_state_pages;
     pool_.page_tokens = layout_.page_tokens;
+    auto fmt = [](const KvRowSpec& r, int64_t words) {
+        return cuda::RowFormat{int32_t(r.fmt), r.dim, r.rope_dim, int32_t(words)};
+    };
+    pool_.main = fmt(layout_.main_row, layout_.row_words_main);
+    pool_.index = fmt(layout_.index_row, layout_.row_words_index);
+    const KvRowFormat rows = layout_.row_format;
+    // The fast kernel reads bf16 [512] rows (16-byte aligned: index rows must keep that) or the
+    // 584-byte fp8 rows (8-byte aligned), 64 heads or a multiple of its 16-head tiles.
+    fast_attn_ = opt_.fast_attention && cfg_.head_dim == cuda::kKvHeadDim && cfg_.n_heads % 16 == 0 &&
+                 ((rows == KvRowFormat::kBf16 && cfg_.index_head_dim % 8 == 0) ||
+                  (rows == KvRowFormat::kFp8 && layout_.main_row.bytes() == cuda::kKvFp8RowBytes));
     DSV4_ASSIGN_OR_RETURN(pool_.base, arena_.alloc_n<float>(size_t(opt_.n_pages) * size_t(layout_.page_elems)));
     pt_stride_ = int(layout_.pages_for_tokens(opt_.max_context));
 
@@ -154,8 +171,27 @@ Status CudaRunner::init(const Checkpoint* ckpt) {
     DSV4_RETURN_IF_ERROR(F(ws_.sh, Tm * I));
     DSV4_RETURN_IF_ERROR(F(ws_.ys, Tm * d));
     DSV4_RETURN_IF_ERROR(F(ws_.scores, Bm * size_t(ws_.max_rows)));
-    DSV4_RETURN_IF_ERROR(F(ws_.part_acc, Bm * H * splits * D));
-    DSV4_RETURN_IF_ERROR(F(ws_.part_ml, Bm * H * splits * 2));
+    const size_t old_path = fast_attn_ ? 0 : 1;  // the CUDA-core kernel's split partials
+    DSV4_RETURN_IF_ERROR(F(ws_.part_acc, std::max<size_t>(1, old_path * Bm * H * splits * D)));
+    DSV4_RETURN_IF_ERROR(F(ws_.part_ml, std::max<size_t>(1, old_path * Bm * H * splits * 2)));
+    if (fast_attn_) {
+        // Rows per sequence: the window plus the largest compressed set (CSA top-k, HCA all rows).
+        int64_t max_comp = 0;
+        for (int l = 0; l < cfg_.n_layers; ++l) {
+            const int r = cfg_.compress_ratio(l);
+            if (r > 0)
+                max_comp = std::max<int64_t>(max_comp, cfg_.layer_types[l] == AttnType::kCSA
+                                                           ? int64_t(cfg_.index_topk)
+                                                           : opt_.max_context / r + 1);
+        }
+        ws_.row_cap = int64_t(Bm) * (cfg_.sliding_window + max_comp);
+        ws_.sd_seq_splits = std::max<int64_t>(int64_t(Bm), 2 * n_sms_);  // batch x splits <= max(batch, target CTAs)
+        DSV4_ASSIGN_OR_RETURN(ws_.qb, arena_.alloc(Bm * H * D * 2));
+        DSV4_ASSIGN_OR_RETURN(ws_.ob, arena_.alloc(Bm * H * D * 2));
+        DSV4_ASSIGN_OR_RETURN(ws_.row_offs, arena_.alloc_n<int64_t>(size_t(ws_.row_cap)));
+        DSV4_RETURN_IF_ERROR(Ii(ws_.row_start, Bm + 1));
+        DSV4_RETURN_IF_ERROR(F(ws_.sd_ws, cuda::sparse_decode_workspace_floats(int(ws_.sd_seq_splits), int(H), 1)));
+    }
     DSV4_RETURN_IF_ERROR(F(ws_.hn, Bm * d));
     DSV4_RETURN_IF_ERROR(F(ws_.logits, Bm * V));
     DSV4_RETURN_IF_ERROR(Ii(ws_.ids, Tm * K));
@@ -193,9 +229,13 @@ Status CudaRunner::init(const Checkpoint* ckpt) {
     ws_.gate_len = static_cast<int64_t*>(pl);
     DSV4_CU(cudaDeviceSynchronize());
     if (opt_.verbose) {
-        std::fprintf(stderr, "dsv4 cuda: %d SMs, weights: %s; pool %lld pages x %lld B; graphs %s; compressed rows %s\n%s", n_sms_,
-                     w_.summary.c_str(), (long long)opt_.n_pages, (long long)layout_.page_bytes,
-                     opt_.use_graphs ? "on" : "off", opt_.kv_rows.c_str(), cuda::attn_variant_table(*variant_).c_str());
+        std::fprintf(stderr,
+                     "dsv4 cuda: %d SMs, weights: %s; pool %lld pages x %lld B; graphs %s; KV rows %s (%lld B); "
+                     "decode attention %s\n%s",
+                     n_sms_, w_.summary.c_str(), (long long)opt_.n_pages, (long long)layout_.page_bytes,
+                     opt_.use_graphs ? "on" : "off", kv_row_format_name(rows), (long long)layout_.main_row.bytes(),
+                     fast_attn_ ? "sparse_decode (sm90 mma)" : "attn_decode (CUDA cores)",
+                     fast_attn_ ? "" : cuda::attn_variant_table(*variant_).c_str());
     }
     return Status::ok();
 }
@@ -330,13 +370,13 @@ Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, 
     ka.rope_dim = R;
     ka.eps = eps;
     if (r > 0) {
-        ka.comp[0] = {r, D, csa, S.comp_kv_offset, S.comp_gate_offset, S.row_offset, D, ws_.cv, ws_.cg, L.comp.ape,
-                      L.comp.norm};
+        ka.comp[0] = {r, D, csa, S.comp_kv_offset, S.comp_gate_offset, S.row_offset, pool_.main, ws_.cv, ws_.cg,
+                      L.comp.ape, L.comp.norm};
         ka.n_comp = 1;
     }
     if (csa) {
-        ka.comp[1] = {r, ID, true, S.idx_kv_offset, S.idx_gate_offset, S.idx_row_offset, ID, ws_.iv, ws_.ig,
-                      L.idx_comp.ape, L.idx_comp.norm};
+        ka.comp[1] = {r, ID, true, S.idx_kv_offset, S.idx_gate_offset, S.idx_row_offset, pool_.index, ws_.iv,
+                      ws_.ig, L.idx_comp.ape, L.idx_comp.norm};
         ka.n_comp = 2;
     }
     cuda::IndexerArgs ia;
@@ -370,11 +410,51 @@ Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, 
     aa.part_acc = ws_.part_acc;
     aa.part_ml = ws_.part_ml;
     aa.out = ws_.o;
+    // Fast path: row lists -> sparse_decode (bf16 q / out) -> f32 with inverse RoPE.
+    cuda::RowListArgs ra;
+    cuda::SparseDecodeArgs sa;
+    if (fast_attn_) {
+        ra.W = cfg_.sliding_window;
+        ra.ratio = r;
+        ra.csa = csa;
+        ra.ring_off = S.ring_offset;
+        ra.row_off = S.row_offset;
+        ra.topk = aa.topk;
+        ra.sel = ws_.sel;
+        ra.n_sel = ws_.n_sel;
+        ra.unit_bytes = pool_.main.fmt == int32_t(KvRowFormat::kFp8) ? 1 : 2;
+        ra.offsets = ws_.row_offs;
+        ra.row_start = ws_.row_start;
+        ra.capacity = ws_.row_cap;
+        sa.q = ws_.qb;
+        sa.kv_pool = pool_.base;
+        sa.row_offsets = ws_.row_offs;
+        sa.row_start = ws_.row_start;
+        sa.sink = L.attn_sink;
+        sa.out = ws_.ob;
+        sa.workspace = ws_.sd_ws;
+        sa.format = ra.unit_bytes == 1 ? cuda::KvFormat::kFp8 : cuda::KvFormat::kBf16;
+        sa.batch = sp.n_seqs;
+        sa.n_heads = H;
+        sa.max_rows = int(cfg_.sliding_window + (r == 0 ? 0 : csa ? int64_t(aa.topk) : opt_.max_context / r));
+        sa.scale = aa.scale;
+        const int64_t sd_splits = cuda::sparse_decode_splits_for(sa);
+        if (int64_t(sa.batch) * sd_splits > ws_.sd_seq_splits)
+            return error(StatusCode::kInternal, "sparse_decode: {} sequences x {} splits exceed the workspace ({})",
+                         sa.batch, sd_splits, ws_.sd_seq_splits);
+    }
     for (int t = 0; t < max_t; ++t) {
-        ka.t = ia.t = aa.t = t;
+        ka.t = ia.t = aa.t = ra.t = t;
         DSV4_CU(cuda::kv_step(sp, pool_, ka, st));
         if (csa) DSV4_CU(cuda::indexer_topk(sp, pool_, ia, st));
-        DSV4_CU(cuda::attn_decode(sp, pool_, aa, *variant_, splits, st));
+        if (fast_attn_) {
+            DSV4_CU(cuda::build_row_lists(sp, pool_, ra, st));
+            DSV4_CU(cuda::q_rows_bf16(sp, t, ws_.q, H * D, ws_.qb, st));
+            DSV4_RETURN_IF_ERROR(cuda::sparse_decode_launch(sa, st));
+            DSV4_CU(cuda::attn_out_rows(sp, t, ws_.ob, H, D, rope, R, ws_.o, st));
+        } else {
+            DSV4_CU(cuda::attn_decode(sp, pool_, aa, *variant_, splits, st));
+        }
     }
     const int G = cfg_.o_groups, orank = cfg_.o_lora_rank, hpg = H / G;
     DSV4_CU(cuda::linear(L.wo_a, -1, ws_.o, int64_t(H) * D, orank, int64_t(hpg) * D, ws_.z, int64_t(G) * orank, T,
@@ -498,7 +578,9 @@ Result<std::unique_ptr<ModelRunner>> make_cuda_runner(std::shared_ptr<const RefM
                                                       const CudaRunnerOptions& opt_in) {
     if (!cuda_device_available()) return error(StatusCode::kUnavailable, "no CUDA device");
     CudaRunnerOptions opt = opt_in;
-    DSV4_ASSIGN_OR_RETURN(KvLayout layout, KvLayout::make(model->config(), opt.page_tokens, 4));
+    if (const char* k = std::getenv("DSV4_KV_ROWS"); k && *k) opt.kv_rows = k;
+    DSV4_ASSIGN_OR_RETURN(KvRowFormat rows, parse_kv_row_format(opt.kv_rows));
+    DSV4_ASSIGN_OR_RETURN(KvLayout layout, KvLayout::make(model->config(), opt.page_tokens, 4, rows));
     if (opt.n_pages <= 0) opt.n_pages = 64 * layout.pages_for_tokens(4096);
     if (opt.n_pages < layout.n_state_pages + 1)
         return invalid_argument("page pool of {} pages cannot hold one sequence", opt.n_pages);

@@ -3,8 +3,10 @@
 // built when DSV4_HAVE_CUDA.
 //
 // Same semantics as RefRunner (src/runtime/ref_runner.h): f32 activations, every op of the CPU
-// reference, KV state in the same KvLayout page model (state pages + token pages, f32 elements)
-// but in one device pool addressed through per-sequence page tables on the device. A step is
+// reference, KV state in the same KvLayout page model (state pages + token pages of 4-byte words;
+// K=V rows in the kv_rows format, so pages shrink with fp8/bf16 rows) but in one device pool
+// addressed through per-sequence page tables on the device. With kv_rows "fp8" it matches
+// RefRunner with RefNumerics{kv_fp8 = true} (same cached values; indexer rows bf16). A step is
 // planned once (page tables, tokens, positions, split schedule) into fixed device buffers; steps
 // where every sequence decodes one token run as a CUDA graph captured per batch bucket (1, 2, 4,
 // ... max_seqs), padded sequences having n_tok 0 (B03). Prefill chunks run eagerly: projections
@@ -28,8 +30,13 @@ struct CudaRunnerOptions {
     int64_t max_context = 65536;  // positions per sequence
     bool use_graphs = true;       // DSV4_CUDA_GRAPHS=0 turns graphs off
     std::string attn_variant;     // "" : DSV4_ATTN_VARIANT or the default
-    std::string kv_rows = "f32";  // compressed-row dtype: "f32" (exact) or "bf16"; DSV4_KV_ROWS overrides.
-                                  // The reference FP8 584-byte row layout is not implemented here.
+    std::string kv_rows = "fp8";  // K=V row storage (window ring + main compressed rows), model/kv_rows.h:
+                                  // "fp8" (the reference FP8 layout, 584 B/row at head_dim 512; indexer rows
+                                  // bf16), "bf16", or "f32" (exact: what the exactness tests use).
+                                  // DSV4_KV_ROWS overrides.
+    bool fast_attention = true;   // decode attention through kernels/cuda/attention/sparse_decode (needs
+                                  // head_dim 512, heads % 16 == 0, bf16 or fp8 rows); DSV4_FAST_KERNELS=0
+                                  // turns it off (the CUDA-core attn_decode path then runs).
     bool verbose = true;          // print the weight summary and the variant table at start-up
 };
 

@@ -37,6 +37,7 @@ Result<std::unique_ptr<ModelRunner>> make_model_runner(const RunnerOptions& opt)
         CudaRunnerOptions co;
         co.page_tokens = opt.page_tokens;
         co.n_pages = opt.n_pages;
+        if (!opt.kv_rows.empty()) co.kv_rows = opt.kv_rows;
         return make_cuda_runner(cmodel, opt.model == "tiny" ? std::string() : opt.model, co);
 #else
         return error(StatusCode::kUnimplemented, "backend 'cuda' is not available in this build (no nvcc)");

@@ -16,6 +16,7 @@ struct RunnerOptions {
     int64_t n_pages = 0;          // 0: a default sized for the model and backend
     uint64_t seed = 0;            // seed of the built-in tiny model's weights
     RefNumerics numerics;         // CPU reference: quantisation simulation of the DeepSeek reference
+    std::string kv_rows;          // cuda: K=V row storage "fp8" | "bf16" | "f32" ("": the backend default, fp8)
 };
 
 Result<std::unique_ptr<ModelRunner>> make_model_runner(const RunnerOptions& opt);

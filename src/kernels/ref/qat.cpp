@@ -24,6 +24,11 @@ void fp8_qdq_blocks(float* x, int64_t n, int block) {
     qdq_blocks(x, n, block, 448.0f, 1e-4f, f32_to_fp8e4m3, fp8e4m3_to_f32);
 }
 
+void kv_cache_qdq(float* x, int64_t dim, int64_t rope_dim) {
+    fp8_qdq_blocks(x, dim - rope_dim, 64);
+    for (int64_t i = dim - rope_dim; i < dim; ++i) x[i] = round_bf16(x[i]);
+}
+
 void fp4_qdq_blocks(float* x, int64_t n, int block) {
     qdq_blocks(x, n, block, 6.0f, 6.0f * std::ldexp(1.0f, -126), f32_to_fp4e2m1, fp4e2m1_to_f32);
 }

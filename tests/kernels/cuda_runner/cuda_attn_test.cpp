@@ -61,7 +61,7 @@ struct World {
     }
     void build(bool integer_rows) {
         ASSERT_EQ(cudaMalloc(&pool, sizeof(float) * pe * n_pages), cudaSuccess);
-        pp = {pool, pe, 2, page_tokens};
+        pp = {pool, pe, 2, page_tokens, {0, D, R, D}, {0, ID, 0, ID}};  // f32 rows
         pt_stride = int(2 + 200 / page_tokens + 2);
         tables.assign(size_t(B) * pt_stride, 0);
         int32_t next = int32_t(n_pages - 1);

@@ -55,10 +55,10 @@ __global__ void attn_split_kernel(StepPlan plan, PagePool pool, AttnArgs a, int 
             float v;
             if (j < rs.n_win) {
                 const int64_t pos = rs.p - rs.n_win + 1 + j;
-                v = *state_ptr(pool, table, a.ring_off + (pos % a.W) * D + i);
+                v = ring_elem(pool, table, a.ring_off, pos % a.W, i);
             } else {
                 const int64_t w = a.csa ? a.sel[int64_t(s) * a.topk + (j - rs.n_win)] : (j - rs.n_win);
-                v = load_row(pool, table, a.ratio, a.row_off, D, w, i);
+                v = load_row(pool, table, a.ratio, a.row_off, pool.main, w, i);
             }
             tile[idx] = v;
         }

@@ -90,36 +90,104 @@ __device__ __forceinline__ float w_at(const WeightDesc& w, int e, int64_t n, int
 __device__ __forceinline__ float* state_ptr(const PagePool& p, const int32_t* table, int64_t e) {
     return p.base + int64_t(table[e / p.page_elems]) * p.page_elems + e % p.page_elems;
 }
-// Compressed row w (ratio r) of a sequence: token page address + the layer's row offset.
-__device__ __forceinline__ float* comp_row_ptr(const PagePool& p, const int32_t* table, int r, int64_t row_off,
-                                               int row_dim, int64_t w) {
+// Compressed row w (ratio r) of a sequence: token page address + the layer's row offset; rows
+// are `words` 4-byte words apart.
+__device__ __forceinline__ int64_t comp_row_word(const PagePool& p, const int32_t* table, int r, int64_t row_off,
+                                                 int words, int64_t w) {
     const int64_t tokpos = w * r;
     const int64_t page = table[p.n_state_pages + tokpos / p.page_tokens];
     const int64_t slot = r <= p.page_tokens ? (tokpos % p.page_tokens) / r : 0;
-    return p.base + page * p.page_elems + row_off + slot * row_dim;
+    return page * p.page_elems + row_off + slot * words;
+}
+__device__ __forceinline__ float* comp_row_ptr(const PagePool& p, const int32_t* table, int r, int64_t row_off,
+                                               int words, int64_t w) {
+    return p.base + comp_row_word(p, table, r, row_off, words, w);
 }
 
-// Element i of compressed row w (f32 or bf16 storage, PagePool::row_bf16).
-__device__ __forceinline__ float load_row(const PagePool& p, const int32_t* table, int r, int64_t row_off, int row_dim,
-                                          int64_t w, int i) {
-    const int64_t tokpos = w * r;
-    const int64_t page = table[p.n_state_pages + tokpos / p.page_tokens];
-    const int64_t slot = r <= p.page_tokens ? (tokpos % p.page_tokens) / r : 0;
-    const float* base = p.base + page * p.page_elems + row_off;
-    if (p.row_bf16) return __uint_as_float(uint32_t(reinterpret_cast<const uint16_t*>(base)[slot * row_dim + i]) << 16);
-    return base[slot * row_dim + i];
+__device__ __forceinline__ float bf16_bits_f32(uint16_t b) { return __uint_as_float(uint32_t(b) << 16); }
+
+// Element i of one stored row (model/kv_rows.h formats).
+__device__ __forceinline__ float row_elem(const float* row, const RowFormat& f, int i) {
+    if (f.fmt == 0) return row[i];
+    const uint8_t* b = reinterpret_cast<const uint8_t*>(row);
+    if (f.fmt == 1) return bf16_bits_f32(reinterpret_cast<const uint16_t*>(b)[i]);
+    const int n = f.dim - f.rope_dim;
+    if (i < n) return e4m3_f32(b[i]) * ue8m0_f32(b[n + 2 * f.rope_dim + i / 64]);
+    return bf16_bits_f32(reinterpret_cast<const uint16_t*>(b + n)[i - n]);
 }
-__device__ __forceinline__ void store_row(const PagePool& p, const int32_t* table, int r, int64_t row_off, int row_dim,
-                                          int64_t w, int i, float v) {
-    const int64_t tokpos = w * r;
-    const int64_t page = table[p.n_state_pages + tokpos / p.page_tokens];
-    const int64_t slot = r <= p.page_tokens ? (tokpos % p.page_tokens) / r : 0;
-    float* base = p.base + page * p.page_elems + row_off;
-    if (p.row_bf16) {
-        reinterpret_cast<__nv_bfloat16*>(base)[slot * row_dim + i] = __float2bfloat16_rn(v);
-    } else {
-        base[slot * row_dim + i] = v;
+
+// Element i of compressed row w.
+__device__ __forceinline__ float load_row(const PagePool& p, const int32_t* table, int r, int64_t row_off,
+                                          const RowFormat& f, int64_t w, int i) {
+    return row_elem(comp_row_ptr(p, table, r, row_off, f.words, w), f, i);
+}
+// Element i of window ring slot `slot` (f32 rows may straddle state pages: addressed per element).
+__device__ __forceinline__ float ring_elem(const PagePool& p, const int32_t* table, int64_t ring_off, int64_t slot,
+                                           int i) {
+    const RowFormat& f = p.main;
+    if (f.fmt == 0) return *state_ptr(p, table, ring_off + slot * f.words + i);
+    return row_elem(state_ptr(p, table, ring_off + slot * f.words), f, i);
+}
+
+// UE8M0 exponent byte of the smallest power of two >= x (0 for x <= 0), as core/dtype ue8m0_ceil.
+__device__ __forceinline__ uint8_t ue8m0_ceil_dev(float x) {
+    if (!(x > 0.0f)) return 0;
+    int e;
+    const float m = frexpf(x, &e);
+    int b = (m == 0.5f ? e - 1 : e) + 127;
+    b = b < 0 ? 0 : (b > 254 ? 254 : b);
+    return uint8_t(b);
+}
+// f32 -> e4m3fn code, round to nearest even, saturating at 448, NaN -> 0x7f: the same steps as
+// core/dtype f32_to_fp8e4m3, so that GPU and CPU rows agree bit for bit.
+__device__ __forceinline__ uint8_t f32_e4m3_dev(float f) {
+    if (isnan(f)) return 0x7f;
+    const uint8_t sign = signbit(f) ? 0x80 : 0x00;
+    const float a = fabsf(f);
+    if (a >= 448.0f) return sign | 0x7e;
+    if (a < 0.015625f) return sign | uint8_t(rintf(a * 512.0f));  // subnormal quantum 2^-9
+    int e;
+    const float m = frexpf(a, &e);
+    float k = rintf((2.0f * m - 1.0f) * 8.0f);
+    int ex = e - 1 + 7;
+    if (k >= 8.0f) {
+        k = 0.0f;
+        ++ex;
     }
+    if (ex > 15 || (ex == 15 && k > 6.0f)) return sign | 0x7e;
+    return sign | uint8_t((ex << 3) | int(k));
+}
+
+// Block-cooperative write of one row v[f.dim] (shared memory, complete before the call) to the
+// contiguous row `dst` in format f. Every thread of the block must call it (it synchronises for
+// fp8 rows); dst is complete for the block after it returns.
+__device__ __forceinline__ void store_row_block(const float* v, float* dst, const RowFormat& f) {
+    __shared__ uint8_t scales[64];  // nope <= 4096 dims
+    if (f.fmt == 0) {
+        for (int i = threadIdx.x; i < f.dim; i += blockDim.x) dst[i] = v[i];
+        return;
+    }
+    uint8_t* b = reinterpret_cast<uint8_t*>(dst);
+    if (f.fmt == 1) {
+        for (int i = threadIdx.x; i < f.dim; i += blockDim.x)
+            reinterpret_cast<__nv_bfloat16*>(b)[i] = __float2bfloat16_rn(v[i]);
+        for (int i = 2 * f.dim + threadIdx.x; i < 4 * f.words; i += blockDim.x) b[i] = 0;
+        return;
+    }
+    const int n = f.dim - f.rope_dim, nb = (n + 63) / 64, so = n + 2 * f.rope_dim;
+    for (int k = threadIdx.x; k < nb; k += blockDim.x) {
+        float amax = 1e-4f;
+        for (int i = 64 * k; i < min(n, 64 * k + 64); ++i) amax = fmaxf(amax, fabsf(v[i]));
+        const uint8_t e = ue8m0_ceil_dev(amax / 448.0f);
+        scales[k] = e;
+        b[so + k] = e;
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) b[i] = f32_e4m3_dev(v[i] / ue8m0_f32(scales[i / 64]));
+    for (int i = threadIdx.x; i < f.rope_dim; i += blockDim.x)
+        reinterpret_cast<__nv_bfloat16*>(b + n)[i] = __float2bfloat16_rn(v[n + i]);
+    for (int i = so + nb + threadIdx.x; i < 4 * f.words; i += blockDim.x) b[i] = 0;
+    __syncthreads();
 }
 
 __device__ __forceinline__ float silu_f(float x) { return x * (1.0f / (1.0f + expf(-x))); }

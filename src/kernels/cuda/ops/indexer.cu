@@ -41,7 +41,7 @@ __global__ void indexer_kernel(StepPlan plan, PagePool pool, IndexerArgs a) {
         double acc = 0.0;
         for (int h = 0; h < a.IH; ++h) {
             double dot = 0.0;
-            for (int i = lane; i < a.ID; i += 32) dot += double(q[h * a.ID + i]) * load_row(pool, table, a.ratio, a.idx_row_off, a.ID, w, i);
+            for (int i = lane; i < a.ID; i += 32) dot += double(q[h * a.ID + i]) * load_row(pool, table, a.ratio, a.idx_row_off, pool.index, w, i);
             dot = warp_sum_d(dot);
             acc += double(hw[h]) * fmax(0.0, dot);
         }

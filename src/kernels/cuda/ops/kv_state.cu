@@ -1,5 +1,6 @@
-// Decode-time state on the GPU (spec §3): state reset, the sliding-window ring write and the
-// gated-pooling compressors (token-at-a-time state machine of src/kernels/ref/compressor.cpp),
+// Decode-time state on the GPU (spec §3): state reset, the sliding-window ring write (rows in the
+// pool's format: f32, bf16 or the FP8 584-byte layout, model/kv_rows.h) and the gated-pooling
+// compressors (token-at-a-time state machine of src/kernels/ref/compressor.cpp),
 // emitting a normalised, roped compressed row exactly when a window closes ((p+1) % r == 0).
 // Thread roles: one CTA (256 threads) per sequence handles its token step t; threads stride the
 // state rows / channels; a block reduction gives the entry's RMSNorm.
@@ -66,7 +67,7 @@ __device__ void compressor_step(const CompressorArgs& c, const PagePool& pool, c
     const int64_t w = p / r;
     for (int i = threadIdx.x; i < rope_dim / 2; i += blockDim.x) rope_pair(entry, dim, rope_dim, inv_freq, w * r, i, false);
     __syncthreads();
-    for (int ch = threadIdx.x; ch < dim; ch += blockDim.x) store_row(pool, table, r, c.row_off, c.row_dim, w, ch, entry[ch]);
+    store_row_block(entry, comp_row_ptr(pool, table, r, c.row_off, c.fmt.words, w), c.fmt);
     if (c.overlap) {
         for (int64_t i = threadIdx.x; i < int64_t(r) * width; i += blockDim.x) {
             *state_ptr(pool, table, c.kv_off + i) = *state_ptr(pool, table, c.kv_off + int64_t(r) * width + i);
@@ -74,6 +75,14 @@ __device__ void compressor_step(const CompressorArgs& c, const PagePool& pool, c
         }
     }
     __syncthreads();
+}
+
+__global__ void write_rows_kernel(const float* src, const int64_t* dst_words, float* base, RowFormat f) {
+    extern __shared__ float v[];
+    const int64_t r = blockIdx.x;
+    for (int i = threadIdx.x; i < f.dim; i += blockDim.x) v[i] = src[r * f.dim + i];
+    __syncthreads();
+    store_row_block(v, base + dst_words[r], f);
 }
 
 __global__ void kv_step_kernel(StepPlan plan, PagePool pool, KvStepArgs a) {
@@ -84,8 +93,15 @@ __global__ void kv_step_kernel(StepPlan plan, PagePool pool, KvStepArgs a) {
     const int32_t* table = plan.page_table + int64_t(s) * plan.pt_stride;
     const int64_t tok = plan.tok_begin[s] + a.t;
     const int64_t p = plan.start_pos[s] + a.t;
-    for (int i = threadIdx.x; i < a.D; i += blockDim.x)
-        *state_ptr(pool, table, a.ring_off + (p % a.W) * a.D + i) = a.kv[tok * a.D + i];
+    const int64_t ring_row = a.ring_off + (p % a.W) * pool.main.words;
+    if (pool.main.fmt == 0) {  // f32 ring rows may straddle state pages
+        for (int i = threadIdx.x; i < a.D; i += blockDim.x) *state_ptr(pool, table, ring_row + i) = a.kv[tok * a.D + i];
+    } else {  // packed rows lie inside one page (KvLayout)
+        for (int i = threadIdx.x; i < a.D; i += blockDim.x) entry[i] = a.kv[tok * a.D + i];
+        __syncthreads();
+        store_row_block(entry, state_ptr(pool, table, ring_row), pool.main);
+        __syncthreads();
+    }
     for (int c = 0; c < a.n_comp; ++c)
         compressor_step(a.comp[c], pool, table, tok, p, a.rope_inv_freq, a.rope_dim, a.eps, entry, red);
 }
@@ -103,9 +119,17 @@ cudaError_t reset_state(const StepPlan& plan, const PagePool& pool, int64_t stat
 
 cudaError_t kv_step(const StepPlan& plan, const PagePool& pool, const KvStepArgs& a, cudaStream_t st) {
     if (plan.n_seqs <= 0) return cudaSuccess;
-    int max_dim = 1;
+    int max_dim = a.D > 1 ? a.D : 1;  // the entry buffer also stages packed ring rows
     for (int c = 0; c < a.n_comp; ++c) max_dim = max_dim > a.comp[c].dim ? max_dim : a.comp[c].dim;
     kv_step_kernel<<<plan.n_seqs, 256, sizeof(float) * max_dim, st>>>(plan, pool, a);
+    return cudaGetLastError();
+}
+
+cudaError_t write_kv_rows(const float* src, int64_t n, const int64_t* dst_words, float* base, const RowFormat& f,
+                          cudaStream_t st) {
+    if (n <= 0) return cudaSuccess;
+    if (n > INT32_MAX || f.dim <= 0 || f.dim - f.rope_dim > 64 * 64) return cudaErrorInvalidValue;
+    write_rows_kernel<<<unsigned(n), 128, sizeof(float) * size_t(f.dim), st>>>(src, dst_words, base, f);
     return cudaGetLastError();
 }
 

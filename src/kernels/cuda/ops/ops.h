@@ -46,13 +46,24 @@ struct StepPlan {
     const int32_t* pos;          // [T] absolute positions
 };
 
-// The page pool: n_pages x page_elems f32 elements; state pages first in every page table.
+// Stored geometry of one cached row (model/kv_rows.h KvRowSpec flattened for device code).
+struct RowFormat {
+    int32_t fmt = 0;       // KvRowFormat: 0 f32, 1 bf16, 2 fp8 (nope e4m3 | rope bf16 | UE8M0 scales | pad)
+    int32_t dim = 0;       // values per row
+    int32_t rope_dim = 0;  // trailing dims kept bf16 by fp8 rows
+    int32_t words = 0;     // 4-byte words between consecutive rows (KvLayout::row_words_*)
+};
+
+// The page pool: n_pages x page_elems 4-byte words (KvLayout offsets); state pages first in every
+// page table. State (compressor) elements are f32; K=V rows (window ring + main compressed) are
+// stored in `main`, indexer rows in `index`. Non-f32 ring rows never straddle a page.
 struct PagePool {
     float* base = nullptr;
     int64_t page_elems = 0;
     int64_t n_state_pages = 0;
     int64_t page_tokens = 0;
-    int32_t row_bf16 = 0;  // compressed rows stored as bf16 (packed from the same row offsets) instead of f32
+    RowFormat main;   // window ring rows and main compressed rows
+    RowFormat index;  // indexer rows
 };
 
 // ---- linear.cu -----------------------------------------------------------------------------
@@ -100,7 +111,7 @@ struct CompressorArgs {
     bool overlap = false;
     int64_t kv_off = 0, gate_off = 0;  // state area offsets
     int64_t row_off = 0;               // token page offset of this compressor's rows
-    int row_dim = 0;                   // stored row width (== dim)
+    RowFormat fmt;                     // stored row format (fmt.dim == dim)
     const float* kv = nullptr;         // [T, kappa*dim] projected kv
     const float* gate = nullptr;       // [T, kappa*dim] projected gate (ape not yet added)
     const float* ape = nullptr;        // [ratio, kappa*dim]
@@ -119,6 +130,15 @@ struct KvStepArgs {
 };
 // Token step t of every sequence: ring write, compressor pushes, compressed rows at window ends.
 cudaError_t kv_step(const StepPlan& plan, const PagePool& pool, const KvStepArgs& a, cudaStream_t st);
+
+// Writes n rows of format f from f32 values src [n, f.dim] (device) into the pool at word offsets
+// dst_words[n] (device, int64, from `base`; each row lies in one page; 8-byte aligned for bf16 /
+// fp8). Byte for byte what kv_step stores and what model/kv_rows.h encode_kv_row produces: the one
+// row writer for tests and for filling pools with synthetic data (the proxy benchmark). Word
+// offsets of a sequence's rows: KvLayout::ring_row / comp_row_in_page / index_row_in_page through
+// its page table (state area element e lives in page table[e / page_elems] at e % page_elems).
+cudaError_t write_kv_rows(const float* src, int64_t n, const int64_t* dst_words, float* base, const RowFormat& f,
+                          cudaStream_t st);
 
 // ---- indexer.cu -----------------------------------------------------------------------------
 struct IndexerArgs {
@@ -158,8 +178,36 @@ struct AttnArgs {
     float* out = nullptr;            // [T, H*D]
 };
 struct AttnVariant;
+// The old path: CUDA-core split-KV kernel reading rows of any format (DSV4_FAST_KERNELS=0, f32 rows,
+// head_dim != 512).
 cudaError_t attn_decode(const StepPlan& plan, const PagePool& pool, const AttnArgs& a, const AttnVariant& v,
                         int splits, cudaStream_t st);
+
+// ---- attn_rows.cu ---------------------------------------------------------------------------
+// Glue of the fast decode attention (kernels/cuda/attention/sparse_decode.h) for token step t:
+// per-sequence row lists as CSR, q in bf16, and the bf16 output back to f32 with inverse RoPE.
+// All buffers have fixed capacity (graph-safe); a sequence with t >= n_tok (graph padding, B03)
+// gets zero rows and a zero q, and its output rows are not written.
+struct RowListArgs {
+    int t = 0, W = 0, ratio = 0;
+    bool csa = false;
+    int64_t ring_off = 0, row_off = 0;  // layer's ring (state area) and main row (token page) offsets
+    int topk = 0;
+    const int32_t* sel = nullptr;       // [B, topk] CSA selection (indexer_topk)
+    const int32_t* n_sel = nullptr;     // [B]
+    int unit_bytes = 1;                 // offset unit: 1 (fp8 rows: bytes), 2 (bf16 rows: elements)
+    int64_t* offsets = nullptr;         // out [capacity]: pool offsets of each row, sequence by sequence
+    int32_t* row_start = nullptr;       // out [B + 1]: CSR bounds
+    int64_t capacity = 0;               // rows beyond it are dropped (size it B x max rows per sequence)
+};
+// Rows of sequence s (query position p = start_pos + t): window slots (p - n_win + 1 .. p) mod W
+// oldest first, n_win = min(p + 1, W); then CSA: sel[s, 0 .. n_sel), HCA: w = 0 .. (p+1)/ratio.
+cudaError_t build_row_lists(const StepPlan& plan, const PagePool& pool, const RowListArgs& a, cudaStream_t st);
+// qb [B, hd] bf16 (RNE) = q[tok_begin[s] + t] (f32 [T, hd]); zeros for padded sequences.
+cudaError_t q_rows_bf16(const StepPlan& plan, int t, const float* q, int hd, void* qb, cudaStream_t st);
+// out[tok, h] (f32 [T, H*D]) = inverse RoPE at p of ob[s, h] (bf16 [B, H, D]); D <= 1024.
+cudaError_t attn_out_rows(const StepPlan& plan, int t, const void* ob, int H, int D, const float* inv_freq,
+                          int rope_dim, float* out, cudaStream_t st);
 
 // ---- moe.cu ---------------------------------------------------------------------------------
 struct MoeArgs {
