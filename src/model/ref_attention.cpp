@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/dtype.h"
 #include "kernels/ref/attention.h"
 #include "kernels/ref/compressor.h"
 #include "kernels/ref/qat.h"
@@ -114,6 +115,9 @@ void RefModel::attention(int l, const SeqStateView& st, const float* x, int64_t 
                     ref::hadamard(entry.data(), ID);
                     ref::fp4_qdq_blocks(entry.data(), ID, 32);
                 }
+                // The reference caches indexer keys as BF16 (spec §3.2): part of the cached-row numerics.
+                if (num_.kv_fp8)
+                    for (int64_t i = 0; i < ID; ++i) entry[size_t(i)] = round_bf16(entry[size_t(i)]);
                 std::memcpy(st.index_row(l, w), entry.data(), sizeof(float) * ID);
             }
         }

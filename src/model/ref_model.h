@@ -49,7 +49,8 @@ struct RefForwardOptions {
 // semantics (the golden tests); on = the cached values the model was trained to expect.
 struct RefNumerics {
     bool kv_fp8 = false;       // window K=V and main compressed rows: FP8 QDQ of the nope dims (block 64),
-                               // RoPE dims rounded to BF16 (ref::kv_cache_qdq; = the FP8 584-byte row)
+                               // RoPE dims rounded to BF16 (ref::kv_cache_qdq; = the FP8 584-byte row);
+                               // indexer keys rounded to BF16 (the reference caches them as BF16)
     bool indexer_fp4 = false;  // indexer queries and keys: Hadamard rotation + FP4 QDQ (block 32)
 };
 

@@ -492,10 +492,11 @@ TEST_P(CudaKvFp8Golden, Fp8RowsMatchReferenceQat) {
     std::printf("[kv fp8 golden %s] %d logit rows: max |diff| vs RefRunner{kv_fp8} %.3g (logit scale %.3g), greedy "
                 "mismatches %d\n",
                 GetParam().c_str(), c.n, c.worst, c.scale, c.greedy_mismatch);
-    // Observed (H200): tiny_f32 0.031 / tiny_quant 0.025 vs QAT effects 0.26 / 0.26 (top-4 CSA
-    // selections flip with bf16 indexer rows); tiny_real_window 6.3e-4 (top-512 >= rows: the same
-    // rows; what remains is the FP8 rounding of last-bit f32 differences) vs 0.37.
-    EXPECT_LT(c.worst, 0.25 * effect.worst);
+    // Both sides cache the same values (FP8 main rows, BF16 indexer keys); what remains is the
+    // FP8/BF16 rounding of last-bit f32 differences (first H200 run, before the CPU reference rounded
+    // indexer keys to BF16: tiny_f32 0.031 / tiny_quant 0.025 from flipped top-4 selections;
+    // tiny_real_window 6.3e-4) against QAT effects of 0.26 / 0.26 / 0.37.
+    EXPECT_LT(c.worst, 0.05 * effect.worst);
     EXPECT_EQ(c.greedy_mismatch, 0);
     if (GetParam() == "tiny_real_window") EXPECT_LT(c.worst, 1e-3);
 }
