@@ -12,6 +12,7 @@
 #include "kernels/cuda/ops/attn_variants.h"
 #include "kernels/cuda/ops/ops.h"
 #include "model/checkpoint.h"
+#include "runtime/cuda_fast_table.h"
 #include "runtime/cuda_weights.h"
 
 namespace dsv4 {
@@ -196,6 +197,7 @@ Status CudaRunner::init(const Checkpoint* ckpt) {
         std::fprintf(stderr, "dsv4 cuda: %d SMs, weights: %s; pool %lld pages x %lld B; graphs %s; compressed rows %s\n%s", n_sms_,
                      w_.summary.c_str(), (long long)opt_.n_pages, (long long)layout_.page_bytes,
                      opt_.use_graphs ? "on" : "off", opt_.kv_rows.c_str(), cuda::attn_variant_table(*variant_).c_str());
+        std::fprintf(stderr, "%s", cuda_fast_kernel_table(w_, cfg_).c_str());
     }
     return Status::ok();
 }
