@@ -110,7 +110,7 @@ TEST(CudaFastOps, LinearDispatchMatchesFp64AndCorrectFirst) {
         {cuda::WFmt::kFp8E8M0, 4096, 512, 13, 1},  {cuda::WFmt::kFp8E8M0, 256, 1024, 37, 1},
         {cuda::WFmt::kFp8E8M0, 256, 512, 3, 4},    {cuda::WFmt::kFp8E8M0, 512, 1024, 21, 8},
         {cuda::WFmt::kBF16, 512, 1024, 1, 1},      {cuda::WFmt::kBF16, 16, 1024, 3, 1},
-        {cuda::WFmt::kBF16, 1024, 256, 9, 1},      {cuda::WFmt::kBF16, 4096, 512, 19, 1},
+        {cuda::WFmt::kBF16, 1024, 512, 9, 1},      {cuda::WFmt::kBF16, 4096, 512, 19, 1},
     };
     uint32_t seed = 10;
     for (const LinearCase& c : cases) {
@@ -174,6 +174,7 @@ TEST(CudaFastOps, LinearDispatchDeclines) {
     EXPECT_NE(decl(cuda::WFmt::kFp8E8M0, 1024, 1024, 0, 0, 1024, 2048, false), "");  // strided y
     EXPECT_NE(decl(cuda::WFmt::kFp8E8M0, 64, 128, 0, 0, 128, 64, false), "");        // tiny K
     EXPECT_NE(decl(cuda::WFmt::kBF16, 512, 128, 0, 0, 128, 512, false), "");         // tiny K
+    EXPECT_NE(decl(cuda::WFmt::kBF16, 1024, 256, 0, 0, 256, 1024, false), "");       // K % 512 != 0
     EXPECT_NE(decl(cuda::WFmt::kF32, 1024, 1024, 0, 0, 1024, 1024, false), "");
     EXPECT_NE(decl(cuda::WFmt::kFp8F32, 1024, 1024, 0, 0, 1024, 1024, false), "");
     EXPECT_NE(decl(cuda::WFmt::kMxfp4, 1024, 1024, 0, 0, 1024, 1024, false), "");
@@ -189,8 +190,9 @@ std::vector<double> moe_ref(const std::vector<float>& x, const std::vector<float
                             std::vector<int32_t>& ids_out) {
     std::vector<double> out(size_t(T) * d);
     ids_out.assign(size_t(T) * K, -1);
-    std::vector<double> h(I);
+    std::vector<double> h(I), xb(d);
     for (int t = 0; t < T; ++t) {
+        for (int j = 0; j < d; ++j) xb[j] = round_bf16(x[size_t(t) * d + j]);
         std::vector<double> s(E);
         for (int e = 0; e < E; ++e) s[e] = std::sqrt(std::log1p(std::exp(double(logits[size_t(t) * E + e]))));
         std::vector<int> ids(K);
@@ -217,9 +219,8 @@ std::vector<double> moe_ref(const std::vector<float>& x, const std::vector<float
                 double g = 0, u = 0;
                 const size_t row = (size_t(e) * I + i) * d;
                 for (int j = 0; j < d; ++j) {
-                    const double xv = round_bf16(x[size_t(t) * d + j]);
-                    g += w1[row + j] * xv;
-                    u += w3[row + j] * xv;
+                    g += w1[row + j] * xb[j];
+                    u += w3[row + j] * xb[j];
                 }
                 g = std::min(g, double(lim));
                 u = std::clamp(u, -double(lim), double(lim));
@@ -245,26 +246,28 @@ TEST(CudaFastOps, MoeDispatchMatchesFp64AndCorrectFirst) {
     SKIP_WITHOUT_GPU();
     const int d = 1024, I = 1024, V = 97;
     const float lim = 10.0f, rscale = 1.5f;
-    const MoeCase cases[] = {{16, 4, 1, false}, {16, 4, 13, true}, {40, 6, 5, false}, {8, 2, 37, true}, {64, 8, 3, false}};
+    const MoeCase cases[] = {{16, 4, 1, false}, {16, 4, 13, true}, {40, 6, 5, false}, {8, 2, 37, true}, {12, 8, 3, false}};
     uint32_t seed = 100;
+    // Experts stacked [E, N, K/2] as the runner uploads them (each case takes the first E); std 0.2
+    // so the clamp is exercised.
+    const int kMaxE = 40;
+    std::vector<uint8_t> p1, s1, p3, s3, p2, s2;
+    std::vector<float> w1, w3, w2;
+    for (int e = 0; e < kMaxE; ++e) {
+        for (int which = 0; which < 3; ++which) {
+            const bool down = which == 2;
+            const QMat q = quantise(randn(size_t(d) * I, seed++, down ? 0.05f : 0.2f), down ? d : I, down ? I : d,
+                                    cuda::WFmt::kMxfp4);
+            auto& P = which == 0 ? p1 : which == 1 ? p3 : p2;
+            auto& S = which == 0 ? s1 : which == 1 ? s3 : s2;
+            auto& W = which == 0 ? w1 : which == 1 ? w3 : w2;
+            P.insert(P.end(), q.data.begin(), q.data.end());
+            S.insert(S.end(), q.scale.begin(), q.scale.end());
+            W.insert(W.end(), q.deq.begin(), q.deq.end());
+        }
+    }
     for (const MoeCase& c : cases) {
         const int E = c.E, K = c.K, T = c.T;
-        // Experts stacked [E, N, K/2] as the runner uploads them; std 0.2 so the clamp is exercised.
-        std::vector<uint8_t> p1, s1, p3, s3, p2, s2;
-        std::vector<float> w1, w3, w2;
-        for (int e = 0; e < E; ++e) {
-            for (int which = 0; which < 3; ++which) {
-                const bool down = which == 2;
-                const QMat q = quantise(randn(size_t(d) * I, seed++, down ? 0.05f : 0.2f), down ? d : I, down ? I : d,
-                                        cuda::WFmt::kMxfp4);
-                auto& P = which == 0 ? p1 : which == 1 ? p3 : p2;
-                auto& S = which == 0 ? s1 : which == 1 ? s3 : s2;
-                auto& W = which == 0 ? w1 : which == 1 ? w3 : w2;
-                P.insert(P.end(), q.data.begin(), q.data.end());
-                S.insert(S.end(), q.scale.begin(), q.scale.end());
-                W.insert(W.end(), q.deq.begin(), q.deq.end());
-            }
-        }
         const auto x = randn(size_t(T) * d, seed++);
         const auto logits = randn(size_t(T) * E, seed++);
         const auto bias = randn(E, seed++, 0.1f);

@@ -5,11 +5,10 @@
 //
 // The fast path is taken when DSV4_FAST_KERNELS is not "0" and the call is legal for it:
 //   linear: weight kFp8E8M0 or kBF16, not accumulate, y contiguous (ldy == N), plain or grouped
-//     with group_in == K (the wo_a form), a dense_gemv variant legal for (N, K) (K % 512 == 0 for
-//     FP8, % 256 for BF16, N per group a multiple of the CTA's rows), x 16-byte aligned and
-//     ldx % 8 == 0.
+//     with group_in == K (the wo_a form), K % 512 == 0, a dense_gemv variant legal for (N, K) (N per
+//     group a multiple of the CTA's rows), x 16-byte aligned and ldx % 8 == 0.
 //   moe: routed experts kMxfp4 stacked [E, N, K/2] (+ scales [E, N, K/32]), d and I multiples of
-//     1024 with a legal expert variant, E <= 1024, top_k <= 8, d % 4 == 0.
+//     512 with a legal expert variant for both GEMVs, E <= 1024, top_k <= 8.
 // The decision depends on formats and shapes only (and pointer alignment), never on the batch,
 // so a captured graph and an eager step take the same path. Host-only header.
 #pragma once
