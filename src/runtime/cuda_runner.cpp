@@ -13,6 +13,7 @@
 #include "kernels/cuda/ops/attn_variants.h"
 #include "kernels/cuda/ops/ops.h"
 #include "model/checkpoint.h"
+#include "runtime/cuda_fast_table.h"
 #include "runtime/cuda_weights.h"
 
 namespace dsv4 {
@@ -236,6 +237,7 @@ Status CudaRunner::init(const Checkpoint* ckpt) {
                      opt_.use_graphs ? "on" : "off", kv_row_format_name(rows), (long long)layout_.main_row.bytes(),
                      fast_attn_ ? "sparse_decode (sm90 mma)" : "attn_decode (CUDA cores)",
                      fast_attn_ ? "" : cuda::attn_variant_table(*variant_).c_str());
+        std::fprintf(stderr, "%s", cuda_fast_kernel_table(w_, cfg_).c_str());
     }
     return Status::ok();
 }

@@ -2,6 +2,8 @@
 // else the smallest token chunk that covers n_tokens), launch.
 #include "kernels/cuda/gemm/dense_gemv.h"
 
+#include <cstdint>
+
 #include "kernels/cuda/gemm/dense_gemv_sm90.h"
 
 namespace dsv4::cuda {
@@ -58,6 +60,8 @@ Status dense_gemv_launch(const DenseGemvArgs& a, cudaStream_t stream) {
     if (!a.x || !a.w || !a.y || (a.format == WeightFormat::kFp8Block && !a.w_scale))
         return invalid_argument("dense_gemv: null pointer argument");
     if (a.N <= 0 || a.K <= 0 || a.groups <= 0) return invalid_argument("dense_gemv: bad shape");
+    if (reinterpret_cast<uintptr_t>(a.x) % 16 != 0 || a.x_stride % 8 != 0)
+        return invalid_argument("dense_gemv: x must be 16-byte aligned with x_stride % 8 == 0 (got {})", a.x_stride);
     const int v = dense_gemv_select_variant(a);
     if (v < 0 || v >= dense_gemv_variant_count() || !dense_gemv_legal(v, a))
         return invalid_argument("dense_gemv: no legal variant for N={} K={} (variant {})", a.N, a.K, v);

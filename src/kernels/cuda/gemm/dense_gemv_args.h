@@ -12,7 +12,8 @@ namespace dsv4::cuda {
 enum class WeightFormat { kBf16, kFp8Block };
 
 struct DenseGemvArgs {
-    const void* x = nullptr;          // [n_tokens, x_stride] bf16
+    const void* x = nullptr;          // [n_tokens, x_stride] bf16, or f32 when x_f32
+    bool x_f32 = false;               // f32 x (rounded to bf16 while staged; x_stride % 4 == 0, 16-B aligned)
     const void* w = nullptr;          // [groups * N, K] bf16 or fp8 e4m3
     const uint8_t* w_scale = nullptr; // fp8: [ceil(groups*N/128), K/128] UE8M0; bf16: unused
     void* y = nullptr;                // [n_tokens, groups * N] bf16, or f32 when out_f32

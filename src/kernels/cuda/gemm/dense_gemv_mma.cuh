@@ -29,7 +29,7 @@ __global__ void __launch_bounds__(NW * 32) dense_gemv_mma_kernel(DenseGemvArgs a
     const int grp = cta_row / a.N;
     const int n0 = cta_row + warp * 16;
     const int64_t xstride = a.x_stride ? a.x_stride : int64_t(a.groups) * K;
-    const __nv_bfloat16* x = static_cast<const __nv_bfloat16*>(a.x) + int64_t(grp) * K;
+    const int64_t xbase = int64_t(grp) * K;  // element offset of this CTA's group in a token row
     const int64_t row_bytes = int64_t(K) * (FP8 ? 1 : 2);
     const unsigned char* wrow[2];
 #pragma unroll
@@ -55,7 +55,7 @@ __global__ void __launch_bounds__(NW * 32) dense_gemv_mma_kernel(DenseGemvArgs a
         }
     };
 
-    for (int t0 = 0; t0 < T; t0 += MT) {
+    for (int t0 = blockIdx.y * MT; t0 < T; t0 += gridDim.y * MT) {  // token chunks over blockIdx.y
         uint4 nraw[U][2][kLoads];
         float nsc[U];
         load_group(0, nraw, nsc);  // in flight while x is staged
@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(NW * 32) dense_gemv_mma_kernel(DenseGemvArgs a
         for (int i = tid; i < MT * (K / 8); i += NW * 32) {
             const int m = i / (K / 8), c = i % (K / 8);
             uint4 v = make_uint4(0, 0, 0, 0);
-            if (t0 + m < T) v = *reinterpret_cast<const uint4*>(x + (t0 + m) * xstride + c * 8);
+            if (t0 + m < T) v = dev::load_x8_bf16(a.x, a.x_f32, xbase + (t0 + m) * xstride + c * 8);
             *reinterpret_cast<uint4*>(xs + m * XS + c * 8) = v;
         }
         __syncthreads();

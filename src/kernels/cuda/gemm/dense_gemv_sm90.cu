@@ -27,17 +27,18 @@ __global__ void __launch_bounds__(NW * 32) dense_gemv_kernel(DenseGemvArgs a) {
     const int grp = cta_row / a.N;
     const int r0 = cta_row + warp * RPW;
     const int64_t xstride = a.x_stride ? a.x_stride : int64_t(a.groups) * K;
-    const __nv_bfloat16* x = static_cast<const __nv_bfloat16*>(a.x) + int64_t(grp) * K;
+    const int64_t xbase = int64_t(grp) * K;  // element offset of this CTA's group in a token row
     const unsigned char* w = static_cast<const unsigned char*>(a.w);
     const int64_t row_bytes = int64_t(K) * (FP8 ? 1 : 2);
     const int kblocks = K / 128;
 
-    for (int t0 = 0; t0 < T; t0 += MT) {
+    // Token chunks are spread over blockIdx.y (prefill); decode has one chunk.
+    for (int t0 = blockIdx.y * MT; t0 < T; t0 += gridDim.y * MT) {
         __syncthreads();
         for (int i = tid; i < MT * (K / 8); i += NW * 32) {
             const int m = i / (K / 8), c = i % (K / 8);
             uint4 v = make_uint4(0, 0, 0, 0);
-            if (t0 + m < T) v = *reinterpret_cast<const uint4*>(x + (t0 + m) * xstride + c * 8);
+            if (t0 + m < T) v = dev::load_x8_bf16(a.x, a.x_f32, xbase + (t0 + m) * xstride + c * 8);
             *reinterpret_cast<uint4*>(xs + m * K + c * 8) = v;
         }
         __syncthreads();
@@ -100,6 +101,12 @@ __global__ void __launch_bounds__(NW * 32) dense_gemv_kernel(DenseGemvArgs a) {
 
 using LaunchFn = cudaError_t (*)(const DenseGemvArgs&, cudaStream_t);
 
+// grid.y: one CTA row per chunk of mt tokens (capped; CTAs loop over the rest).
+inline unsigned token_chunks(int n_tokens, int mt) {
+    const int c = (n_tokens + mt - 1) / mt;
+    return unsigned(c < 1 ? 1 : (c > 1024 ? 1024 : c));
+}
+
 template <int NW, int RPW, int MT, int U, bool FP8>
 cudaError_t launch_fmt(const DenseGemvArgs& a, cudaStream_t s) {
     auto* k = dense_gemv_kernel<FP8, NW, RPW, MT, U>;
@@ -107,7 +114,7 @@ cudaError_t launch_fmt(const DenseGemvArgs& a, cudaStream_t s) {
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     if (e != cudaSuccess) return e;
     const int blocks = a.groups * a.N / (NW * RPW);
-    k<<<blocks, NW * 32, smem, s>>>(a);
+    k<<<dim3(blocks, token_chunks(a.n_tokens, MT)), NW * 32, smem, s>>>(a);
     return cudaGetLastError();
 }
 
@@ -123,7 +130,7 @@ cudaError_t launch_mma_fmt(const DenseGemvArgs& a, cudaStream_t s) {
     const size_t smem = size_t(8 * NTT) * (a.K + 8) * 2;
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     if (e != cudaSuccess) return e;
-    k<<<a.groups * a.N / (NW * 16), NW * 32, smem, s>>>(a);
+    k<<<dim3(a.groups * a.N / (NW * 16), token_chunks(a.n_tokens, 8 * NTT)), NW * 32, smem, s>>>(a);
     return cudaGetLastError();
 }
 template <int NW, int NTT, int U>

@@ -66,6 +66,16 @@ __device__ __forceinline__ float2 unpack_bf16x2(uint32_t v) {
     return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
 }
 
+// 8 activations at element offset i of x as 16 bytes of bf16: x is bf16, or f32 (when f32; rounded
+// to nearest even while staging, so f32 callers need no conversion kernel). i must be a multiple
+// of 8 and x 16-byte aligned.
+__device__ __forceinline__ uint4 load_x8_bf16(const void* x, bool f32, int64_t i) {
+    if (!f32) return *reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(x) + i);
+    const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(x) + i);
+    const float4 a = p[0], b = p[1];
+    return make_uint4(pack_bf16x2(a.x, a.y), pack_bf16x2(a.z, a.w), pack_bf16x2(b.x, b.y), pack_bf16x2(b.z, b.w));
+}
+
 // UE8M0 byte -> 2^(b-127); 255 is NaN, 0 is 2^-127 (a subnormal f32).
 __device__ __forceinline__ float ue8m0(uint32_t b) {
     if (b == 0) return __uint_as_float(0x00400000u);

@@ -2,6 +2,8 @@
 // DSV4_MOE_VARIANT, then the first legal entry), launches.
 #include "kernels/cuda/moe/moe.h"
 
+#include <cstdint>
+
 #include "kernels/cuda/moe/moe_sm90.h"
 
 namespace dsv4::cuda {
@@ -23,8 +25,8 @@ bool legal(int i, const MoeExpertArgs& a) {
 
 Status moe_route_launch(const MoeRouteArgs& a, cudaStream_t stream) {
     if (a.n_tokens <= 0) return Status::ok();
-    if (a.n_experts % 32 != 0 || a.n_experts > 1024 || a.top_k < 1 || a.top_k > 8 || a.top_k > a.n_experts)
-        return invalid_argument("moe_route: n_experts {} (multiple of 32, <= 1024), top_k {} (<= 8)",
+    if (a.n_experts < 1 || a.n_experts > 1024 || a.top_k < 1 || a.top_k > 8 || a.top_k > a.n_experts)
+        return invalid_argument("moe_route: n_experts {} (1 .. 1024), top_k {} (1 .. min(8, n_experts))",
                                 a.n_experts, a.top_k);
     if (!a.logits || !a.topk_ids || !a.topk_w || (a.tid2eid && !a.token_ids))
         return invalid_argument("moe_route: null pointer argument");
@@ -75,6 +77,7 @@ Status moe_expert_launch(const MoeExpertArgs& a, cudaStream_t stream) {
     if (a.mode == MoeExpertMode::kGateUp && (!a.w3 || !a.w3_scale || !a.perm_token || !a.perm_w))
         return invalid_argument("moe_expert: gate-up needs w3, perm_token and perm_w");
     if (a.mode == MoeExpertMode::kDown && !a.perm_dst) return invalid_argument("moe_expert: down needs perm_dst");
+    if (reinterpret_cast<uintptr_t>(a.x) % 16 != 0) return invalid_argument("moe_expert: x must be 16-byte aligned");
     if (a.active_experts && (!a.n_active || a.max_active < 0 || a.max_active > a.n_experts))
         return invalid_argument("moe_expert: compact grid needs n_active and 0 <= max_active <= n_experts");
     const int v = moe_expert_select_variant(a);

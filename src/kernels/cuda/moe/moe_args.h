@@ -15,7 +15,7 @@ struct MoeRouteArgs {
     int32_t* topk_ids = nullptr;       // [n_tokens, top_k] i32 out
     float* topk_w = nullptr;           // [n_tokens, top_k] f32 out
     int n_tokens = 0;
-    int n_experts = 256;               // multiple of 32, <= 1024
+    int n_experts = 256;               // <= 1024 (any count; lanes past it hold no expert)
     int top_k = 6;                     // <= 8
     float route_scale = 1.5f;
     bool norm_topk = true;
@@ -45,7 +45,8 @@ enum class MoeExpertMode { kGateUp, kDown };
 // kDown:   y[perm_dst[p], n] = h[p] w2^T; out = y [n_tokens * top_k, N] f32.
 struct MoeExpertArgs {
     MoeExpertMode mode = MoeExpertMode::kGateUp;
-    const void* x = nullptr;           // kGateUp: [n_tokens, K] bf16; kDown: [rows, K] bf16
+    const void* x = nullptr;           // kGateUp: [n_tokens, K] bf16 (f32 when x_f32); kDown: [rows, K] bf16
+    bool x_f32 = false;                // kGateUp only: f32 x, rounded to bf16 while staged (16-B aligned)
     const uint8_t* w1 = nullptr;       // kGateUp: w1; kDown: w2
     const uint8_t* w1_scale = nullptr;
     const uint8_t* w3 = nullptr;       // kGateUp only
@@ -73,6 +74,7 @@ struct MoeCombineArgs {
     const float* y = nullptr;          // [n_tokens, top_k, d] f32 expert outputs (weighted)
     const void* shared = nullptr;      // [n_tokens, d] bf16 shared-expert output, or null
     void* out = nullptr;               // [n_tokens, d] bf16
+    bool f32 = false;                  // shared and out are f32 instead (the f32 CUDA runner)
     int n_tokens = 0;
     int top_k = 6;
     int d = 4096;                      // multiple of 4

@@ -65,8 +65,6 @@ __global__ void __launch_bounds__(NW * 32) moe_expert_mma_kernel(MoeExpertArgs a
             wp[tile][h] = W + (int64_t(e) * N + row) * rb + 16 * t;
             sp[tile][h] = S + (int64_t(e) * N + row) * sb + t;
         }
-    const __nv_bfloat16* x = static_cast<const __nv_bfloat16*>(a.x);
-
     // Weight loads of one U-block group (issued one group ahead of its use).
     auto load_group = [&](int kb, uint4 (&raw)[U][2][2], uint32_t (&scb)[U][2][2]) {
 #pragma unroll
@@ -96,7 +94,7 @@ __global__ void __launch_bounds__(NW * 32) moe_expert_mma_kernel(MoeExpertArgs a
             if (t0 + m < count) {
                 const int p = off + t0 + m;
                 const int64_t src = GATEUP ? a.perm_token[p] : p;
-                v = *reinterpret_cast<const uint4*>(x + src * K + c * 8);
+                v = dev::load_x8_bf16(a.x, GATEUP && a.x_f32, src * K + c * 8);
             }
             *reinterpret_cast<uint4*>(xs + m * XS + c * 8) = v;
         }

@@ -50,8 +50,6 @@ __global__ void __launch_bounds__(NW * 32) moe_expert_kernel(MoeExpertArgs a) {
         sr[0] = a.w1_scale + (int64_t(e) * N + n0) * sb;
         sr[1] = sr[0] + sb;
     }
-    const __nv_bfloat16* x = static_cast<const __nv_bfloat16*>(a.x);
-
     for (int t0 = 0; t0 < count; t0 += MT) {
         __syncthreads();
         for (int i = tid; i < MT * (K / 8); i += NW * 32) {
@@ -60,7 +58,7 @@ __global__ void __launch_bounds__(NW * 32) moe_expert_kernel(MoeExpertArgs a) {
             if (t0 + m < count) {
                 const int p = off + t0 + m;
                 const int64_t src = GATEUP ? a.perm_token[p] : p;
-                v = *reinterpret_cast<const uint4*>(x + src * K + c * 8);
+                v = dev::load_x8_bf16(a.x, GATEUP && a.x_f32, src * K + c * 8);
             }
             *reinterpret_cast<uint4*>(xs + m * K + c * 8) = v;
         }

@@ -23,12 +23,17 @@ __global__ void __launch_bounds__(128) moe_route_kernel(MoeRouteArgs a) {
     const int lane = threadIdx.x & 31;
     const int t = blockIdx.x * 4 + (threadIdx.x >> 5);
     if (t >= a.n_tokens) return;
-    const int J = a.n_experts / 32;
+    const int J = (a.n_experts + 31) / 32;
     float s[kMaxExpertsPerLane], key[kMaxExpertsPerLane];
 #pragma unroll
     for (int j = 0; j < kMaxExpertsPerLane; ++j) {
         if (j >= J) break;
         const int e = lane + 32 * j;
+        if (e >= a.n_experts) {  // no expert: ranks below every real one (ties go to the lower index)
+            s[j] = 0.0f;
+            key[j] = -INFINITY;
+            continue;
+        }
         s[j] = sqrtf(softplus(a.logits[int64_t(t) * a.n_experts + e]));
         const float kv = s[j] + (a.bias ? a.bias[e] : 0.0f);
         key[j] = isnan(kv) ? -INFINITY : kv;
@@ -119,6 +124,30 @@ __global__ void __launch_bounds__(1024) moe_permute_kernel(MoePermuteArgs a) {
     }
 }
 
+// f32 variant: shared and out f32 (the f32 CUDA runner), same slot order.
+__global__ void __launch_bounds__(256) moe_combine_f32_kernel(MoeCombineArgs a) {
+    const int t = blockIdx.x;
+    const float* sh = static_cast<const float*>(a.shared);
+    for (int c = threadIdx.x; c < a.d / 4; c += blockDim.x) {
+        float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int k = 0; k < a.top_k; ++k) {
+            const float4 v = reinterpret_cast<const float4*>(a.y + (int64_t(t) * a.top_k + k) * a.d)[c];
+            s.x += v.x;
+            s.y += v.y;
+            s.z += v.z;
+            s.w += v.w;
+        }
+        if (sh) {
+            const float4 v = reinterpret_cast<const float4*>(sh + int64_t(t) * a.d)[c];
+            s.x += v.x;
+            s.y += v.y;
+            s.z += v.z;
+            s.w += v.w;
+        }
+        reinterpret_cast<float4*>(static_cast<float*>(a.out) + int64_t(t) * a.d)[c] = s;
+    }
+}
+
 __global__ void __launch_bounds__(256) moe_combine_kernel(MoeCombineArgs a) {
     const int t = blockIdx.x;
     const __nv_bfloat16* sh = static_cast<const __nv_bfloat16*>(a.shared);
@@ -156,7 +185,8 @@ cudaError_t moe_permute_run(const MoePermuteArgs& a, cudaStream_t stream) {
     return cudaGetLastError();
 }
 cudaError_t moe_combine_run(const MoeCombineArgs& a, cudaStream_t stream) {
-    moe_combine_kernel<<<a.n_tokens, 256, 0, stream>>>(a);
+    if (a.f32) moe_combine_f32_kernel<<<a.n_tokens, 256, 0, stream>>>(a);
+    else moe_combine_kernel<<<a.n_tokens, 256, 0, stream>>>(a);
     return cudaGetLastError();
 }
 

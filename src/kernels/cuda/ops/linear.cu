@@ -3,8 +3,10 @@
 // tokens (blockIdx.y tile); lanes stride K and reduce with shuffles.
 // Shared memory: none. Bound: weight bandwidth at decode (each weight element is read once per
 // token tile and dequantised in registers); compute-light. Not a tensor-core GEMM: prefill of
-// large models wants the issue-7 grouped GEMM.
+// large models wants the issue-7 grouped GEMM. cuda::linear (fast_path.cpp) sends FP8/BF16
+// decode shapes to the weight-streaming GEMV (kernels/cuda/gemm) and everything else here.
 #include "kernels/cuda/ops/common.cuh"
+#include "kernels/cuda/ops/simt.h"
 
 namespace dsv4::cuda {
 
@@ -62,8 +64,8 @@ __global__ void embed_kernel(WeightDesc w, const int32_t* __restrict__ tokens, i
 }
 }  // namespace
 
-cudaError_t linear(const WeightDesc& w, int expert, const float* x, int64_t ldx, int n_per_group, int64_t group_in,
-                   float* y, int64_t ldy, int T, bool accumulate, cudaStream_t st) {
+cudaError_t linear_simt(const WeightDesc& w, int expert, const float* x, int64_t ldx, int n_per_group, int64_t group_in,
+                        float* y, int64_t ldy, int T, bool accumulate, cudaStream_t st) {
     if (T <= 0 || w.N <= 0) return cudaSuccess;
     dim3 grid((w.N + kWarps - 1) / kWarps, (T + kTT - 1) / kTT);
     linear_kernel<<<grid, kWarps * 32, 0, st>>>(w, expert, x, ldx, n_per_group > 0 ? n_per_group : w.N, group_in, y,

@@ -8,7 +8,10 @@
 // and cursors by atomics), one thread for the E-long scan; expert GEMMs — grid (expert, column
 // tile), warp per output column looping over the expert's tokens, lanes striding K.
 // Shared memory: none. Bound: expert weight bandwidth at decode.
+// cuda::moe_experts / moe_combine (fast_path.cpp) use the MXFP4 decode kernels (kernels/cuda/moe)
+// when they are legal and these kernels otherwise.
 #include "kernels/cuda/ops/common.cuh"
+#include "kernels/cuda/ops/simt.h"
 
 namespace dsv4::cuda {
 
@@ -130,7 +133,7 @@ __global__ void combine_kernel(MoeArgs a, const float* shared, float* out) {
 }
 }  // namespace
 
-cudaError_t moe_experts(const MoeArgs& a, cudaStream_t st) {
+cudaError_t moe_experts_simt(const MoeArgs& a, cudaStream_t st) {
     if (a.T <= 0) return cudaSuccess;
     route_kernel<<<(a.T + 127) / 128, 128, 0, st>>>(a);
     DSV4_LAUNCH_RET();
@@ -148,7 +151,7 @@ cudaError_t moe_experts(const MoeArgs& a, cudaStream_t st) {
     return cudaGetLastError();
 }
 
-cudaError_t moe_combine(const MoeArgs& a, const float* shared, float* out, cudaStream_t st) {
+cudaError_t moe_combine_simt(const MoeArgs& a, const float* shared, float* out, cudaStream_t st) {
     if (a.T <= 0) return cudaSuccess;
     combine_kernel<<<a.T, 128, 0, st>>>(a, shared, out);
     return cudaGetLastError();

@@ -2,7 +2,8 @@
 // Host-only header, includable from the CPU build (no device code): plain structs of device
 // pointers and launch functions returning cudaError_t (launch errors are checked right after
 // every launch). All activations are f32; weights stay in checkpoint formats (WeightDesc) and
-// are dequantised element by element inside the kernels.
+// are dequantised element by element inside the kernels, except where linear / moe_experts hand
+// decode shapes to the fast kernels (fast_path.h), which round activations to bf16.
 //
 // Step plan (device arrays written once per step, fixed capacity so that graphs can replay):
 //   seq arrays [B]: tok_begin, n_tok, start_pos, valid; page tables [B, pt_stride] int32.
@@ -69,6 +70,8 @@ struct PagePool {
 // ---- linear.cu -----------------------------------------------------------------------------
 // y[t, n] (+)= sum_k W[n, k] x[t, goff(n) + k], goff(n) = (n / n_per_group) * group_in (the grouped
 // output projection); plain linear: n_per_group = N, group_in = 0. x rows ldx apart, y rows ldy.
+// FP8-block (UE8M0) / BF16 weights of decode-GEMV shapes go to the fast weight-streaming GEMV with
+// x rounded to bf16 (fast_path.h; DSV4_FAST_KERNELS=0 forces the f32 kernel).
 cudaError_t linear(const WeightDesc& w, int expert, const float* x, int64_t ldx, int n_per_group,
                    int64_t group_in, float* y, int64_t ldy, int T, bool accumulate, cudaStream_t st);
 // out[T, d] = W row tokens[t] (embedding lookup, any WFmt) repeated `copies` times per token.
@@ -230,6 +233,8 @@ struct MoeArgs {
     WeightDesc w1, w3, w2;     // experts (expert_stride set)
 };
 // Routing, permutation, expert GEMMs (SwiGLU with clamp); leaves yp/slot for moe_combine.
+// Stacked MXFP4 experts of legal shapes take the fast decode kernels (fast_path.h: bf16 x and
+// hidden, f32 out; workspaces carved from these buffers); moe_combine follows the same decision.
 cudaError_t moe_experts(const MoeArgs& a, cudaStream_t st);
 // out[t] = sum_k yp[slot[t,k]] + shared[t].
 cudaError_t moe_combine(const MoeArgs& a, const float* shared, float* out, cudaStream_t st);

@@ -1,0 +1,214 @@
+// cuda::linear, moe_experts and moe_combine: the dispatch of fast_path.h.
+//
+// MoE workspaces of the fast path live in the MoeArgs buffers the CUDA runner already sizes for
+// the correct-first kernels (fixed addresses, no allocation: graph capture works):
+//   ids / wts          -> route's topk_ids / topk_w [T, K]
+//   counts [3E+1]      -> expert_count [E], expert_offset [E+1], active_experts [E]
+//   perm / slot [T*K]  -> perm_token / perm_dst
+//   h [T*K, I] f32     -> bf16 hidden [T*K, I] in its first half; perm_w [T*K] f32 and n_active
+//                         [1] i32 right after it (fits: I >= 1024)
+//   yp [T*K, d]        -> expert outputs in (t, k) order (perm_dst), read by the fast combine.
+#include "kernels/cuda/ops/fast_path.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/cuda/gemm/dense_gemv.h"
+#include "kernels/cuda/gemm/dense_gemv_sm90.h"
+#include "kernels/cuda/moe/moe.h"
+#include "kernels/cuda/moe/moe_sm90.h"
+#include "kernels/cuda/ops/simt.h"
+
+namespace dsv4::cuda {
+
+bool fast_kernels_enabled() {
+    const char* v = std::getenv("DSV4_FAST_KERNELS");
+    return !(v && std::strcmp(v, "0") == 0);
+}
+
+namespace {
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// DenseGemvArgs for the linear, without pointers; groups == 0 when the layout does not map.
+DenseGemvArgs gemv_args(const WeightDesc& w, int n_per_group, int64_t group_in, int64_t ldx, int T) {
+    DenseGemvArgs g;
+    g.format = w.fmt == WFmt::kBF16 ? WeightFormat::kBf16 : WeightFormat::kFp8Block;
+    g.x_f32 = true;
+    g.out_f32 = true;
+    g.n_tokens = T;
+    g.K = w.K;
+    g.x_stride = ldx;
+    if (n_per_group <= 0 || n_per_group == w.N) {
+        g.N = w.N;
+        g.groups = 1;
+    } else if (w.N % n_per_group == 0 && group_in == w.K) {
+        g.N = n_per_group;
+        g.groups = w.N / n_per_group;
+    } else {
+        g.groups = 0;
+    }
+    return g;
+}
+
+bool stacked(const WeightDesc& w, int64_t N, int64_t K) {
+    return w.fmt == WFmt::kMxfp4 && w.N == N && w.K == K && w.data && w.scale && w.expert_stride == N * K / 2 &&
+           w.scale_expert_stride == N * K / 32;
+}
+
+MoeExpertArgs expert_args(const MoeArgs& a, bool gate_up) {
+    MoeExpertArgs e;
+    e.mode = gate_up ? MoeExpertMode::kGateUp : MoeExpertMode::kDown;
+    e.n_experts = a.E;
+    e.N = gate_up ? a.I : a.d;
+    e.K = gate_up ? a.d : a.I;
+    e.swiglu_limit = a.limit;
+    e.n_rows = a.T * a.K;
+    return e;
+}
+
+// Fast-path workspace views carved from the MoeArgs buffers (see the file comment).
+struct MoeFastWs {
+    int32_t *count, *offset, *active, *n_active;
+    void* h;  // bf16 [T*K, I]
+    float* perm_w;
+};
+MoeFastWs moe_ws(const MoeArgs& a) {
+    MoeFastWs w;
+    w.count = a.counts;
+    w.offset = a.counts + a.E;
+    w.active = a.counts + 2 * a.E + 1;
+    w.h = a.h;
+    const int64_t rows = int64_t(a.T) * a.K;
+    w.perm_w = a.h + (rows * a.I + 1) / 2;
+    w.n_active = reinterpret_cast<int32_t*>(w.perm_w + rows);
+    return w;
+}
+
+}  // namespace
+
+std::string linear_fast_decline(const WeightDesc& w, int n_per_group, int64_t group_in, int64_t ldx, int64_t ldy,
+                                bool accumulate) {
+    if (w.fmt != WFmt::kFp8E8M0 && w.fmt != WFmt::kBF16) return std::string("format ") + wfmt_name(w.fmt);
+    if (accumulate) return "accumulating";
+    if (ldy != w.N) return "strided output";
+    if (ldx % 8 != 0) return "x row stride not a multiple of 8";
+    const DenseGemvArgs g = gemv_args(w, n_per_group, group_in, ldx, 1);
+    if (g.groups == 0) return "grouped layout does not map";
+    // Decode-GEMV shapes only: the tensor-core variants are legal from K % 128 == 0 on, but small
+    // matrices gain nothing and the tiny goldens must keep running the kernels they were checked with.
+    if (w.K % 512 != 0) return "K % 512 != 0";
+    if (dense_gemv_select_variant(g) < 0)
+        return "no legal dense_gemv variant for N=" + std::to_string(g.N) + " K=" + std::to_string(g.K);
+    return "";
+}
+
+std::string moe_fast_decline(const MoeArgs& a) {
+    if (!stacked(a.w1, a.I, a.d) || !stacked(a.w3, a.I, a.d) || !stacked(a.w2, a.d, a.I))
+        return std::string("experts ") + wfmt_name(a.w1.fmt) + " (fast path: stacked mxfp4)";
+    if (a.E < 1 || a.E > 1024 || a.K < 1 || a.K > 8 || a.K > a.E) return "E/top_k out of range";
+    if (a.tid2eid && !a.tokens) return "hash routing without token ids";
+    if (a.d % 512 != 0 || a.I % 512 != 0) return "d or I not a multiple of 512";
+    for (bool gate_up : {true, false}) {
+        MoeExpertArgs e = expert_args(a, gate_up);
+        e.n_rows = 1;
+        if (moe_expert_select_variant(e) < 0)
+            return "no legal expert variant for N=" + std::to_string(e.N) + " K=" + std::to_string(e.K);
+    }
+    return "";
+}
+
+cudaError_t linear(const WeightDesc& w, int expert, const float* x, int64_t ldx, int n_per_group, int64_t group_in,
+                   float* y, int64_t ldy, int T, bool accumulate, cudaStream_t st) {
+    if (T <= 0 || w.N <= 0) return cudaSuccess;
+    if (fast_kernels_enabled() && aligned16(x) && linear_fast_decline(w, n_per_group, group_in, ldx, ldy, accumulate).empty()) {
+        DenseGemvArgs g = gemv_args(w, n_per_group, group_in, ldx, T);
+        const int64_t e = expert > 0 ? expert : 0;
+        g.x = x;
+        g.w = static_cast<const uint8_t*>(w.data) + e * w.expert_stride;
+        g.w_scale = w.fmt == WFmt::kFp8E8M0 ? static_cast<const uint8_t*>(w.scale) + e * w.scale_expert_stride : nullptr;
+        g.y = y;
+        const int v = dense_gemv_select_variant(g);
+        if (v >= 0 && dense_gemv_legal(v, g)) return sm90::dense_gemv_run(g, v, st);
+    }
+    return linear_simt(w, expert, x, ldx, n_per_group, group_in, y, ldy, T, accumulate, st);
+}
+
+cudaError_t moe_experts(const MoeArgs& a, cudaStream_t st) {
+    if (a.T <= 0) return cudaSuccess;
+    if (!fast_kernels_enabled() || !aligned16(a.x) || !moe_fast_decline(a).empty()) return moe_experts_simt(a, st);
+    const MoeFastWs ws = moe_ws(a);
+    MoeRouteArgs r;
+    r.logits = a.logits;
+    r.bias = a.tid2eid ? nullptr : a.bias;
+    r.tid2eid = a.tid2eid;
+    r.token_ids = a.tokens;
+    r.topk_ids = a.ids;
+    r.topk_w = a.wts;
+    r.n_tokens = a.T;
+    r.n_experts = a.E;
+    r.top_k = a.K;
+    r.route_scale = a.route_scale;
+    r.norm_topk = a.norm_topk;
+    cudaError_t err = sm90::moe_route_run(r, st);
+    if (err != cudaSuccess) return err;
+    MoePermuteArgs p;
+    p.topk_ids = a.ids;
+    p.topk_w = a.wts;
+    p.expert_count = ws.count;
+    p.expert_offset = ws.offset;
+    p.perm_token = a.perm;
+    p.perm_dst = a.slot;
+    p.perm_w = ws.perm_w;
+    p.active_experts = ws.active;
+    p.n_active = ws.n_active;
+    p.n_tokens = a.T;
+    p.n_experts = a.E;
+    p.top_k = a.K;
+    if ((err = sm90::moe_permute_run(p, st)) != cudaSuccess) return err;
+    for (bool gate_up : {true, false}) {
+        MoeExpertArgs e = expert_args(a, gate_up);
+        const WeightDesc& w = gate_up ? a.w1 : a.w2;
+        e.x = gate_up ? static_cast<const void*>(a.x) : ws.h;
+        e.x_f32 = gate_up;
+        e.w1 = static_cast<const uint8_t*>(w.data);
+        e.w1_scale = static_cast<const uint8_t*>(w.scale);
+        if (gate_up) {
+            e.w3 = static_cast<const uint8_t*>(a.w3.data);
+            e.w3_scale = static_cast<const uint8_t*>(a.w3.scale);
+        }
+        e.expert_count = ws.count;
+        e.expert_offset = ws.offset;
+        e.perm_token = a.perm;
+        e.perm_dst = a.slot;
+        e.perm_w = ws.perm_w;
+        e.active_experts = ws.active;
+        e.n_active = ws.n_active;
+        e.max_active = std::min(a.E, a.T * a.K);
+        e.out = gate_up ? ws.h : static_cast<void*>(a.yp);
+        const int v = moe_expert_select_variant(e);
+        if (v < 0) return cudaErrorInvalidValue;  // moe_fast_decline checked legality: not reached
+        if ((err = sm90::moe_expert_run(e, v, st)) != cudaSuccess) return err;
+    }
+    return cudaSuccess;
+}
+
+cudaError_t moe_combine(const MoeArgs& a, const float* shared, float* out, cudaStream_t st) {
+    if (a.T <= 0) return cudaSuccess;
+    // Same decision as moe_experts (same arguments), so yp is in the layout the experts wrote.
+    if (!fast_kernels_enabled() || !aligned16(a.x) || !moe_fast_decline(a).empty())
+        return moe_combine_simt(a, shared, out, st);
+    MoeCombineArgs c;
+    c.y = a.yp;
+    c.shared = shared;
+    c.out = out;
+    c.f32 = true;
+    c.n_tokens = a.T;
+    c.top_k = a.K;
+    c.d = a.d;
+    return sm90::moe_combine_run(c, st);
+}
+
+}  // namespace dsv4::cuda

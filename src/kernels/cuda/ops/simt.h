@@ -1,0 +1,16 @@
+// The correct-first CUDA-core kernels behind cuda::linear / moe_experts / moe_combine (linear.cu,
+// moe.cu): any WFmt, f32 activations, weights dequantised element by element. fast_path.cpp calls
+// them whenever the fast decode kernels are off (DSV4_FAST_KERNELS=0) or not legal for a call.
+// Same arguments and semantics as the ops.h entry points. Host-only header.
+#pragma once
+
+#include "kernels/cuda/ops/ops.h"
+
+namespace dsv4::cuda {
+
+cudaError_t linear_simt(const WeightDesc& w, int expert, const float* x, int64_t ldx, int n_per_group,
+                        int64_t group_in, float* y, int64_t ldy, int T, bool accumulate, cudaStream_t st);
+cudaError_t moe_experts_simt(const MoeArgs& a, cudaStream_t st);
+cudaError_t moe_combine_simt(const MoeArgs& a, const float* shared, float* out, cudaStream_t st);
+
+}  // namespace dsv4::cuda
