@@ -533,7 +533,8 @@ Status CudaRunner::fetch_outputs(const ForwardBatch& batch, bool honour_sample, 
                                     cudaMemcpyDeviceToHost, stream_));
     }
     DSV4_CU(cudaStreamSynchronize(stream_));
-    for (size_t i = 0; i < host_rows.size(); ++i) out.logits.emplace_back(host.begin() + i * V, host.begin() + (i + 1) * V);
+    for (size_t i = 0; i < host_rows.size(); ++i)
+        out.logits.emplace_back(host.begin() + i * V, host.begin() + (i + 1) * V);
     for (int r : dev_rows) out.tokens.push_back(ids[size_t(r)]);
     return Status::ok();
 }
