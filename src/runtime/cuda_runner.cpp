@@ -65,8 +65,16 @@ public:
     const KvLayout& kv_layout() const override { return layout_; }
     int64_t n_pages() const override { return opt_.n_pages; }
     Status forward(const ForwardBatch& batch, std::vector<std::vector<float>>& logits) override;
+    bool supports_device_sample(DeviceSample m) const override {
+        return m == DeviceSample::kNone || m == DeviceSample::kGreedy;
+    }
+    Status forward_sampled(const ForwardBatch& batch, StepOutput& out) override;
 
 private:
+    // The step itself; honour_sample: kGreedy rows come back as argmax ids (cuda::argmax_rows).
+    Status execute(const ForwardBatch& batch, bool honour_sample, StepOutput& out);
+    // Copies the step's logits rows / device-sampled ids (rows of ws_.logits, batch order) out.
+    Status fetch_outputs(const ForwardBatch& batch, bool honour_sample, int R, StepOutput& out);
     Status plan(const ForwardBatch& batch, bool decode_graph, HostPlan& hp) const;
     Status upload_plan(const HostPlan& hp);
     Status run_step(int B, int T, int max_t, int R);
@@ -89,6 +97,7 @@ private:
     int pt_stride_ = 0;
     int n_gate_ranges_ = 0;
     std::map<int, cudaGraphExec_t> graphs_;
+    int32_t* sampled_ = nullptr;  // [max_seqs] device-sampled ids (allocated on first use)
 };
 
 Status CudaRunner::init(const Checkpoint* ckpt) {
@@ -534,6 +543,20 @@ Status CudaRunner::run_step(int B, int T, int max_t, int R) {
 }
 
 Status CudaRunner::forward(const ForwardBatch& batch, std::vector<std::vector<float>>& logits) {
+    StepOutput out;
+    out.logits = std::move(logits);
+    Status s = execute(batch, false, out);
+    logits = std::move(out.logits);
+    return s;
+}
+
+Status CudaRunner::forward_sampled(const ForwardBatch& batch, StepOutput& out) {
+    out.logits.clear();
+    out.tokens.clear();
+    return execute(batch, true, out);
+}
+
+Status CudaRunner::execute(const ForwardBatch& batch, bool honour_sample, StepOutput& out) {
     if (batch.seqs.empty()) return Status::ok();
     bool decode = opt_.use_graphs;
     for (const auto& c : batch.seqs) decode = decode && c.tokens.size() == 1;
@@ -559,12 +582,42 @@ Status CudaRunner::forward(const ForwardBatch& batch, std::vector<std::vector<fl
     } else {
         DSV4_RETURN_IF_ERROR(run_step(hp.B, hp.T, hp.max_t, hp.R));
     }
+    return fetch_outputs(batch, honour_sample, hp.R, out);
+}
+
+Status CudaRunner::fetch_outputs(const ForwardBatch& batch, bool honour_sample, int R, StepOutput& out) {
     const size_t V = size_t(cfg_.vocab_size);
-    std::vector<float> host(size_t(hp.R) * V);
-    if (hp.R > 0)
+    std::vector<int> host_rows, dev_rows;  // indices into the R logits rows
+    for (const auto& c : batch.seqs) {
+        if (!c.want_logits) continue;
+        const int r = int(host_rows.size() + dev_rows.size());
+        if (honour_sample && c.sample == DeviceSample::kGreedy) dev_rows.push_back(r);
+        else if (honour_sample && c.sample != DeviceSample::kNone)
+            return invalid_argument("sequence {}: device sample mode {} is not supported", c.seq_id, int(c.sample));
+        else host_rows.push_back(r);
+    }
+    std::vector<int32_t> ids;
+    if (!dev_rows.empty()) {
+        if (!sampled_) {
+            DSV4_ASSIGN_OR_RETURN(sampled_, arena_.alloc_n<int32_t>(size_t(opt_.max_seqs)));
+        }
+        DSV4_CU(cuda::argmax_rows(ws_.logits, R, int64_t(V), sampled_, stream_));
+        ids.resize(size_t(R));
+        DSV4_CU(cudaMemcpyAsync(ids.data(), sampled_, ids.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+    }
+    // Host rows: one copy when they are all the rows, else one per row.
+    std::vector<float> host(host_rows.size() * V);
+    if (int(host_rows.size()) == R && R > 0) {
         DSV4_CU(cudaMemcpyAsync(host.data(), ws_.logits, host.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    } else {
+        for (size_t i = 0; i < host_rows.size(); ++i)
+            DSV4_CU(cudaMemcpyAsync(host.data() + i * V, ws_.logits + size_t(host_rows[i]) * V, V * sizeof(float),
+                                    cudaMemcpyDeviceToHost, stream_));
+    }
     DSV4_CU(cudaStreamSynchronize(stream_));
-    for (int r = 0; r < hp.R; ++r) logits.emplace_back(host.begin() + r * V, host.begin() + (r + 1) * V);
+    for (size_t i = 0; i < host_rows.size(); ++i)
+        out.logits.emplace_back(host.begin() + i * V, host.begin() + (i + 1) * V);
+    for (int r : dev_rows) out.tokens.push_back(ids[size_t(r)]);
     return Status::ok();
 }
 

@@ -8,6 +8,15 @@
 
 namespace dsv4 {
 
+// What a runner returns for a want_logits row: the logits (the host samples), or a token id it
+// sampled itself where the logits live (a GPU runner: only 4 bytes per sequence cross PCIe instead
+// of vocab_size f32). A mode is only set when ModelRunner::supports_device_sample(mode) says so.
+enum class DeviceSample : uint8_t {
+    kNone = 0,    // return the vocab_size f32 logits row
+    kGreedy = 1,  // return argmax of the logits: lowest id on ties, NaN skipped, 0 if all NaN
+                  // (exactly sample_token's greedy result when sample_is_plain_argmax holds)
+};
+
 // One sequence's slice of work in a step: a prefill chunk (many tokens) or a decode step (one).
 struct SeqChunk {
     int64_t seq_id = 0;                  // engine-wide unique id of the sequence
@@ -15,6 +24,7 @@ struct SeqChunk {
     int64_t start_pos = 0;               // absolute position of tokens[0]; 0 = a new sequence
     bool want_logits = true;             // produce logits for the last token of the chunk
     std::span<const int32_t> page_table; // pages owned by the sequence, in KvLayout order
+    DeviceSample sample = DeviceSample::kNone;  // with want_logits: logits row or sampled token
 };
 
 struct ForwardBatch {

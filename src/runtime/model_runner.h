@@ -13,6 +13,13 @@
 
 namespace dsv4 {
 
+// Result of ModelRunner::forward_sampled: per want_logits sequence, in batch order, either one
+// logits row (SeqChunk::sample == kNone) or one sampled token id (any other mode).
+struct StepOutput {
+    std::vector<std::vector<float>> logits;  // [n rows with sample kNone][vocab_size] f32
+    std::vector<int32_t> tokens;             // [n rows with sample != kNone] ids in [0, vocab)
+};
+
 class ModelRunner {
 public:
     virtual ~ModelRunner() = default;
@@ -23,7 +30,24 @@ public:
     // Runs one step. For every seq with want_logits, appends one row of vocab_size f32 logits
     // (for its last token) to `logits`, in batch order. Errors: a token id outside the vocabulary,
     // a page table too short for start_pos + n_tokens.
+    // SeqChunk::sample is ignored here: every want_logits sequence gets logits.
     virtual Status forward(const ForwardBatch& batch, std::vector<std::vector<float>>& logits) = 0;
+
+    // Device-side sampling modes this runner honours in forward_sampled (kNone always).
+    virtual bool supports_device_sample(DeviceSample mode) const { return mode == DeviceSample::kNone; }
+
+    // Runs one step like forward(), but a want_logits sequence whose `sample` is not kNone gets a
+    // token id in out.tokens instead of a logits row in out.logits (both in batch order; `out` is
+    // cleared first). Default (host-path runners): forward(), rejecting any device request.
+    // Errors: those of forward(); a mode that supports_device_sample() denies (kInvalidArgument).
+    virtual Status forward_sampled(const ForwardBatch& batch, StepOutput& out) {
+        out.logits.clear();
+        out.tokens.clear();
+        for (const auto& c : batch.seqs)
+            if (c.want_logits && c.sample != DeviceSample::kNone)
+                return invalid_argument("sequence {}: this runner does not sample on the device", c.seq_id);
+        return forward(batch, out.logits);
+    }
 };
 
 }  // namespace dsv4

@@ -79,6 +79,14 @@ void PenaltyState::reset(std::span<const int32_t> prompt, std::span<const int32_
     for (int32_t t : output) ++output_counts_[t];
 }
 
+bool sample_is_plain_argmax(const SamplingParams& params, const SampleContext& ctx) {
+    if (!params.greedy() || params.has_penalties() || params.logprobs >= 0) return false;
+    // Stop masking changes the argmax only if there is something to mask.
+    const bool masks = ctx.suppress_stops && ((!params.ignore_eos && ctx.eos_token >= 0) ||
+                                              !params.stop_token_ids.empty());
+    return !masks;
+}
+
 SampleResult sample_token(std::span<float> logits, const SamplingParams& params,
                           const PenaltyState& penalties, const SampleContext& ctx) {
     SampleResult res;

@@ -45,6 +45,12 @@ struct SampleContext {
     int32_t eos_token = -1;
 };
 
+// True when sample_token(logits, params, penalties, ctx) is exactly the argmax of the unmodified
+// logits (lowest id on ties, NaN skipped) and needs nothing else from them: greedy, no penalties,
+// no logprobs, no stop masking in effect. Such a token may be picked wherever the logits are
+// (ModelRunner device sampling, DeviceSample::kGreedy) with the same result.
+bool sample_is_plain_argmax(const SamplingParams& params, const SampleContext& ctx);
+
 // `logits` is modified in place (penalties, masking) to avoid a copy per step.
 SampleResult sample_token(std::span<float> logits, const SamplingParams& params,
                           const PenaltyState& penalties, const SampleContext& ctx);

@@ -165,9 +165,29 @@ StepStats EngineCore::step() {
         return st;
     }
 
+    const int32_t eos = int32_t(runner_.config().eos_token_id);
+    auto sample_context = [&](const Sequence* seq) {
+        const int64_t pos = seq->n_output();
+        return SampleContext{
+            .seed = seq->seed,
+            .stream = uint64_t(seq->choice),
+            .position = pos,
+            .suppress_stops = pos < seq->params.min_tokens,
+            .eos_token = eos,
+        };
+    };
+    // Plain-greedy rows are sampled by the runner when it can (no logits copy); every other row
+    // needs the host sampler (penalties, masks, logprobs, random draws).
+    const bool dev_greedy =
+        cfg_.device_sampling && runner_.supports_device_sample(DeviceSample::kGreedy);
     ForwardBatch batch;
     batch.seqs.reserve(plan.chunks.size());
+    int64_t n_host_rows = 0, n_dev_rows = 0;
     for (const auto& c : plan.chunks) {
+        const bool dev = c.want_logits && dev_greedy &&
+                         sample_is_plain_argmax(c.seq->params, sample_context(c.seq));
+        n_dev_rows += dev;
+        n_host_rows += c.want_logits && !dev;
         batch.seqs.push_back(SeqChunk{
             .seq_id = c.seq->seq_id,
             .tokens = std::span<const int32_t>(c.seq->tokens).subspan(size_t(c.start),
@@ -175,17 +195,21 @@ StepStats EngineCore::step() {
             .start_pos = c.start,
             .want_logits = c.want_logits,
             .page_table = c.seq->pages,
+            .sample = dev ? DeviceSample::kGreedy : DeviceSample::kNone,
         });
     }
-    std::vector<std::vector<float>> logits;
+    StepOutput out;
     const auto t1 = Clock::now();
-    Status fs = runner_.forward(batch, logits);
+    Status fs = runner_.forward_sampled(batch, out);
     st.forward_us = us_since(t1);
-    int64_t n_want = 0;
-    for (const auto& c : plan.chunks) n_want += c.want_logits;
-    if (fs.is_ok() && int64_t(logits.size()) != n_want)
-        fs = error(StatusCode::kInternal, "runner returned {} logit rows for {} sequences",
-                   logits.size(), n_want);
+    if (fs.is_ok() && (int64_t(out.logits.size()) != n_host_rows ||
+                       int64_t(out.tokens.size()) != n_dev_rows))
+        fs = error(StatusCode::kInternal,
+                   "runner returned {} logit rows and {} sampled tokens for {} and {}",
+                   out.logits.size(), out.tokens.size(), n_host_rows, n_dev_rows);
+    for (int32_t t : out.tokens)
+        if (fs.is_ok() && (t < 0 || t >= runner_.config().vocab_size))
+            fs = error(StatusCode::kInternal, "runner sampled token id {} outside the vocabulary", t);
     if (!fs.is_ok()) {
         // The batch's state is unknown now: fail exactly the sequences that were in it.
         for (const auto& c : plan.chunks) fail(c.seq, "model step failed: " + fs.message());
@@ -195,21 +219,19 @@ StepStats EngineCore::step() {
     sched_.commit(plan);
 
     const auto t2 = Clock::now();
-    const int32_t eos = int32_t(runner_.config().eos_token_id);
-    size_t row = 0;
-    for (const auto& c : plan.chunks) {
+    size_t row = 0, dev_row = 0;
+    for (size_t i = 0; i < plan.chunks.size(); ++i) {
+        const auto& c = plan.chunks[i];
         if (!c.want_logits) continue;
         Sequence* seq = c.seq;
-        auto& lrow = logits[row++];
         const int64_t pos = seq->n_output();
-        const SampleContext sctx{
-            .seed = seq->seed,
-            .stream = uint64_t(seq->choice),
-            .position = pos,
-            .suppress_stops = pos < seq->params.min_tokens,
-            .eos_token = eos,
-        };
-        SampleResult r = sample_token(lrow, seq->params, seq->penalties, sctx);
+        SampleResult r;
+        if (batch.seqs[i].sample != DeviceSample::kNone) {
+            r.token = out.tokens[dev_row++];  // logprob unused: logprobs were not requested
+            ++st.n_device_sampled;
+        } else {
+            r = sample_token(out.logits[row++], seq->params, seq->penalties, sample_context(seq));
+        }
         const auto now = Clock::now();
         if (pos == 0) {
             seq->first_token = now;

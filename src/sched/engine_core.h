@@ -24,6 +24,8 @@ struct EngineConfig {
     int64_t max_context = 0;         // prompt + output tokens; 0 = model max_position_embeddings
     uint64_t page_shuffle_seed = 0;  // != 0: permute physical pages (layout-invariance tests)
     uint64_t default_seed = 0;       // seeds requests without one (0 = from std::random_device)
+    bool device_sampling = true;     // let a runner that can (ModelRunner::supports_device_sample)
+                                     // pick plain-greedy tokens itself instead of returning logits
 };
 
 struct GenRequest {
@@ -40,6 +42,7 @@ struct StepStats {
     int64_t n_prefill_tokens = 0;
     int64_t n_decode_tokens = 0;
     int64_t n_preempted = 0;
+    int64_t n_device_sampled = 0;  // tokens the runner sampled itself (no logits row came back)
     int64_t schedule_us = 0;
     int64_t forward_us = 0;
     int64_t sample_us = 0;

@@ -123,14 +123,19 @@ Status run_generate(const GenerateArgs& a) {
     int64_t pos = 0;
     const auto t0 = std::chrono::steady_clock::now();
     double ttft_s = 0;
+    // Plain greedy is sampled where the logits are when the runner can (no logits copy).
+    const bool dev_greedy = runner->supports_device_sample(DeviceSample::kGreedy);
     for (int64_t i = 0; i < a.max_tokens; ++i) {
-        ForwardBatch batch;
-        batch.seqs.push_back(SeqChunk{1, chunk, pos, true, table});
-        std::vector<std::vector<float>> logits;
-        DSV4_RETURN_IF_ERROR(runner->forward(batch, logits));
-        pos += int64_t(chunk.size());
         SampleContext ctx{a.seed, 0, i, false, int32_t(cfg.eos_token_id)};
-        const SampleResult s = sample_token(logits[0], sp, penalties, ctx);
+        const bool dev = dev_greedy && sample_is_plain_argmax(sp, ctx);
+        ForwardBatch batch;
+        batch.seqs.push_back(SeqChunk{1, chunk, pos, true, table, dev ? DeviceSample::kGreedy : DeviceSample::kNone});
+        StepOutput out;
+        DSV4_RETURN_IF_ERROR(runner->forward_sampled(batch, out));
+        pos += int64_t(chunk.size());
+        SampleResult s;
+        if (dev) s.token = out.tokens.at(0);
+        else s = sample_token(out.logits.at(0), sp, penalties, ctx);
         if (i == 0) ttft_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         output.push_back(s.token);
         penalties.add_output(s.token);
