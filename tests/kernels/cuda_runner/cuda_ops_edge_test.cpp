@@ -154,7 +154,10 @@ TEST(CudaOpsEdge, CompressorsInKvStepMatchReference) {
                 next -= 5 + (i % 3) * 1000;  // scattered, descending, far apart
             }
         bp.fill_canary(0);  // the padding sequence's page table points at page 0
-        cuda::PagePool pool{bp.base, BigPool::pe, n_state_pages, BigPool::page_tokens, cc.bf16_rows ? 1 : 0};
+        // bf16 rows are packed two per 4-byte word (ring rows too); f32 rows one per word.
+        const cuda::RowFormat mainf = cc.bf16_rows ? cuda::RowFormat{1, D, R, D / 2} : cuda::RowFormat{0, D, R, D};
+        const cuda::RowFormat idxf = cc.bf16_rows ? cuda::RowFormat{1, ID, R, ID / 2} : cuda::RowFormat{0, ID, R, ID};
+        cuda::PagePool pool{bp.base, BigPool::pe, n_state_pages, BigPool::page_tokens, mainf, idxf};
         std::mt19937 g(11 + r + cc.bf16_rows);
         const auto ape = randn(size_t(r) * mwd, g, 0.5f), iape = randn(size_t(r) * iwd, g, 0.5f);
         auto norm = randn(D, g, 0.2f), inorm = randn(ID, g, 0.2f);
@@ -207,10 +210,10 @@ TEST(CudaOpsEdge, CompressorsInKvStepMatchReference) {
             plan.pos = S(dev(ps));
             cuda::KvStepArgs ka;
             ka.W = W, ka.D = D, ka.ring_off = ring_off, ka.kv = S(dev(kv));
-            ka.comp[0] = {r, D, cc.csa, ckv_off, cg_off, row_off, D, S(dev(cv)), S(dev(cg)), dape, dnorm};
+            ka.comp[0] = {r, D, cc.csa, ckv_off, cg_off, row_off, mainf, S(dev(cv)), S(dev(cg)), dape, dnorm};
             ka.n_comp = 1;
             if (cc.csa) {
-                ka.comp[1] = {r, ID, true, ikv_off, ig_off, idx_row_off, ID, S(dev(iv)), S(dev(ig)), diape, dinorm};
+                ka.comp[1] = {r, ID, true, ikv_off, ig_off, idx_row_off, idxf, S(dev(iv)), S(dev(ig)), diape, dinorm};
                 ka.n_comp = 2;
             }
             ka.rope_inv_freq = dfreq, ka.rope_dim = R, ka.eps = eps;
@@ -263,7 +266,14 @@ TEST(CudaOpsEdge, CompressorsInKvStepMatchReference) {
                     }
                     EXPECT_EQ(bad, 0) << what << " state of seq " << s << " after stage " << stage;
                 };
-                cmp_state(ring_off, m.ring, "ring");
+                if (!cc.bf16_rows) {
+                    cmp_state(ring_off, m.ring, "ring");
+                } else {  // packed bf16 ring rows: the GPU stores round-to-nearest-even of the f32 kv
+                    int bad = 0;
+                    const auto* got = reinterpret_cast<const uint16_t*>(state.data() + ring_off);
+                    for (size_t i = 0; i < m.ring.size(); ++i) bad += got[i] != f32_to_bf16(m.ring[i]);
+                    EXPECT_EQ(bad, 0) << "bf16 ring of seq " << s << " after stage " << stage;
+                }
                 cmp_state(ckv_off, m.ckv, "compressor kv");
                 cmp_state(cg_off, m.cgate, "compressor gate");
                 if (cc.csa) cmp_state(ikv_off, m.ikv, "indexer kv"), cmp_state(ig_off, m.igate, "indexer gate");
@@ -770,7 +780,8 @@ TEST(CudaOpsEdge, IndexerTopkEdgeShapes) {
         plan.pt_stride = pt_stride;
         plan.tokens = F(dev(toks));
         plan.pos = F(dev(ps));
-        cuda::PagePool pool{bp.base, BigPool::pe, 1, BigPool::page_tokens, 0};
+        cuda::PagePool pool{bp.base, BigPool::pe, 1, BigPool::page_tokens, cuda::RowFormat{0, ID, 0, ID},
+                            cuda::RowFormat{0, ID, 0, ID}};
         const int64_t max_rows = 64;
         float* scores = nullptr;
         int32_t *sel = nullptr, *n_sel = nullptr;
