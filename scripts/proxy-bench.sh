@@ -16,21 +16,30 @@ BIN=${BIN:-build-proxy-bin}
 if [[ "${1:-}" == "--build" ]]; then
     cmake -S . -B build-proxy -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90a >/dev/null
     ninja -C build-proxy -j"${JOBS:-2}" dsv4-proxy-bench dsv4_cuda_tests
-    mkdir -p "$BIN/lib"
+    mkdir -p "$BIN"
     cp build-proxy/tools/dsv4/dsv4-proxy-bench build-proxy/tests/kernels/cuda_runner/dsv4_cuda_tests "$BIN"/
     strip "$BIN"/dsv4-proxy-bench "$BIN"/dsv4_cuda_tests || true
-    # Shared libraries the GPU machine may lack (OpenBLAS of the CPU reference the tests link).
+    # Shared libraries the GPU machine may lack (OpenBLAS of the CPU reference, linked by both),
+    # xz-compressed: OpenBLAS alone is 36 MB.
+    tmp=$(mktemp -d)
+    mkdir -p "$tmp/lib"
     for l in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0; do
         p=$(ldconfig -p | awk -v l="$l" '$1 == l {print $NF; exit}')
-        [[ -n "$p" ]] && cp -L "$p" "$BIN/lib/"
+        [[ -n "$p" ]] && cp -L "$p" "$tmp/lib/"
     done
+    tar -C "$tmp" -cJf "$BIN/blaslibs.tar.xz" lib
+    rm -rf "$tmp"
     git rev-parse HEAD > "$BIN"/git_sha
     ls -la "$BIN"
     exit 0
 fi
 OUT=${OUT:-/tmp/proxy-out}
 mkdir -p "$OUT"
-export LD_LIBRARY_PATH="$PWD/$BIN/lib:${LD_LIBRARY_PATH:-}"
+if ldd "$BIN/dsv4-proxy-bench" | grep -q "not found" && [[ -f "$BIN/blaslibs.tar.xz" ]]; then
+    LIBDIR=$(mktemp -d)
+    tar -C "$LIBDIR" -xJf "$BIN/blaslibs.tar.xz"
+    export LD_LIBRARY_PATH="$LIBDIR/lib:${LD_LIBRARY_PATH:-}"
+fi
 export DSV4_GIT_SHA=$(cat "$BIN"/git_sha 2>/dev/null || git rev-parse HEAD 2>/dev/null || echo unknown)
 {
     date -u
