@@ -24,7 +24,7 @@ if [[ "${1:-}" == "--build" ]]; then
     tmp=$(mktemp -d)
     mkdir -p "$tmp/lib"
     for l in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0; do
-        p=$(ldconfig -p | awk -v l="$l" '$1 == l {print $NF; exit}')
+        p=$(ldconfig -p | awk -v l="$l" '$1 == l && !f {print $NF; f = 1}')
         [[ -n "$p" ]] && cp -L "$p" "$tmp/lib/"
     done
     tar -C "$tmp" -cJf "$BIN/blaslibs.tar.xz" lib
