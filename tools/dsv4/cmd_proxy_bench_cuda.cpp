@@ -323,26 +323,14 @@ int run_proxy_bench(const ProxyBenchOptions& o) {
                 "43L_ms", "%roof43");
     std::mt19937 rng(uint32_t(o.seed));
     int exit_code = 0;
-    for (int L : contexts) {
-        const int64_t P = layout.pages_for_tokens(int64_t(L) + 1);
-        int fit_b = 0;
-        for (int B : batches)
-            if (int64_t(B) * P <= n_pages) fit_b = B;
-        if (fit_b == 0) {
-            std::printf("context %d: no batch fits the pool (batch %d needs %lld pages, %.1f GB)\n", L, batches.front(),
-                        (long long)(int64_t(batches.front()) * P), double(batches.front()) * P * layout.page_bytes / 1e9);
-            continue;
-        }
-        const auto t_fill = Clock::now();
-        if (Status st = fill_synthetic_context(runner.pool_info(), layout, cfg, fit_b, L, o.seed * 7919 + uint64_t(L));
-            !st.is_ok()) {
-            std::fprintf(stderr, "proxy-bench: %s\n", st.message().c_str());
-            return 3;
-        }
-        std::printf("context %d: filled %d sequences (%lld pages, %.1f GB) in %.2f s\n", L, fit_b,
-                    (long long)(int64_t(fit_b) * P), double(fit_b) * double(P) * double(layout.page_bytes) / 1e9,
-                    std::chrono::duration<double>(Clock::now() - t_fill).count());
-        for (int B : batches) {
+    // Batch-major order (every context of a batch, then the next batch), so that a time budget cuts
+    // the costly large batches rather than whole contexts. Each point re-fills its B sequences at
+    // its context (cheap: the fill writes at HBM speed).
+    double slowest_us = 0;
+    int slowest_b = 1;
+    for (int B : batches) {
+        for (int L : contexts) {
+            const int64_t P = layout.pages_for_tokens(int64_t(L) + 1);
             json pt{{"batch", B}, {"context", L}};
             if (int64_t(B) * P > n_pages) {
                 std::printf("%6d %6d  skipped: needs %lld pages (%.1f GB of KV pool), the pool has %lld\n", B, L,
@@ -352,12 +340,25 @@ int run_proxy_bench(const ProxyBenchOptions& o) {
                 J["points"].push_back(pt);
                 continue;
             }
-            if (o.time_budget_s > 0 && elapsed() > o.time_budget_s) {
-                std::printf("%6d %6d  skipped: time budget of %.0f s used\n", B, L, o.time_budget_s);
+            // Predicted cost of this point: the slowest step seen so far scaled by batch, times the
+            // launches of a point (forward + warm-up + reps, step and head graphs; head counted as a step).
+            const double predict_s = slowest_us * 1e-6 * std::max(1.0, double(B) / std::max(slowest_b, 1)) *
+                                     (2.0 * (o.reps + o.warmup) + 1.0);
+            if (o.time_budget_s > 0 && elapsed() + predict_s > o.time_budget_s) {
+                std::printf("%6d %6d  skipped: time budget of %.0f s (%.0f s used, this point ~%.0f s)\n", B, L,
+                            o.time_budget_s, elapsed(), predict_s);
                 pt["skipped"] = "time budget";
                 J["points"].push_back(pt);
                 continue;
             }
+            const auto t_fill = Clock::now();
+            if (Status st = fill_synthetic_context(runner.pool_info(), layout, cfg, B, L, o.seed * 7919 + uint64_t(L));
+                !st.is_ok()) {
+                std::fprintf(stderr, "proxy-bench: %s\n", st.message().c_str());
+                return 3;
+            }
+            pt["fill_s"] = std::chrono::duration<double>(Clock::now() - t_fill).count();
+            pt["kv_pool_bytes"] = double(B) * double(P) * double(layout.page_bytes);
             std::vector<std::vector<int32_t>> tables(static_cast<size_t>(B)), toks(static_cast<size_t>(B));
             ForwardBatch batch;
             for (int q = 0; q < B; ++q) {
@@ -388,6 +389,7 @@ int run_proxy_bench(const ProxyBenchOptions& o) {
             const Spread st = spread(tr->step_us), hd = spread(tr->head_us);
             const StepBytesModel m = step_bytes_model(cfg, got, rows, B, L, hot);
             const StepBytesModel m43 = step_bytes_model(cfg43, wb43, rows43, B, L, hot);
+            if (st.med > slowest_us) slowest_us = st.med, slowest_b = B;
             const double sec = st.med * 1e-6;
             const double gbs = m.total() / sec / 1e9;
             const double layer_us = (st.med - hd.med) / cfg.n_layers;
