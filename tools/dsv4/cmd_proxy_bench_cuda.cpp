@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -225,8 +226,11 @@ int run_proxy_bench(const ProxyBenchOptions& o) {
     cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
     const double copy_gbs = measure_copy_gbs(s);
     const double gemm_tf = o.gemm_peak ? measure_gemm_tflops(s) : 0.0;
-    std::printf("ceilings (this run): copy kernel %.0f GB/s (read + write); cuBLAS bf16 GEMM %.0f TFLOP/s\n", copy_gbs,
-                gemm_tf);
+    if (o.gemm_peak)
+        std::printf("ceilings (this run): copy kernel %.0f GB/s (read + write); cuBLAS bf16 GEMM %.0f TFLOP/s\n",
+                    copy_gbs, gemm_tf);
+    else
+        std::printf("ceilings (this run): copy kernel %.0f GB/s (read + write); GEMM peak not measured\n", copy_gbs);
     if (copy_gbs <= 0) return 3;
 
     // Memory plan: weights (exact, from the model) + workspace estimate + reserve; the rest is pool.
@@ -326,8 +330,7 @@ int run_proxy_bench(const ProxyBenchOptions& o) {
     // Batch-major order (every context of a batch, then the next batch), so that a time budget cuts
     // the costly large batches rather than whole contexts. Each point re-fills its B sequences at
     // its context (cheap: the fill writes at HBM speed).
-    double slowest_us = 0;
-    int slowest_b = 1;
+    std::map<int, std::pair<int, double>> last_at;  // context -> (batch, median step us) last measured
     for (int B : batches) {
         for (int L : contexts) {
             const int64_t P = layout.pages_for_tokens(int64_t(L) + 1);
@@ -340,10 +343,14 @@ int run_proxy_bench(const ProxyBenchOptions& o) {
                 J["points"].push_back(pt);
                 continue;
             }
-            // Predicted cost of this point: the slowest step seen so far scaled by batch, times the
-            // launches of a point (forward + warm-up + reps, step and head graphs; head counted as a step).
-            const double predict_s = slowest_us * 1e-6 * std::max(1.0, double(B) / std::max(slowest_b, 1)) *
-                                     (2.0 * (o.reps + o.warmup) + 1.0);
+            // Predicted cost of this point: the last step measured at this context scaled linearly by
+            // batch (conservative: weights are shared across the batch), times the launches of a point
+            // (forward + warm-up + reps of the step and head graphs, the head counted as a step).
+            const auto seen = last_at.find(L);
+            const double predict_s = seen == last_at.end()
+                                         ? 0.0
+                                         : seen->second.second * 1e-6 * double(B) / seen->second.first *
+                                               (2.0 * (o.reps + o.warmup) + 1.0);
             if (o.time_budget_s > 0 && elapsed() + predict_s > o.time_budget_s) {
                 std::printf("%6d %6d  skipped: time budget of %.0f s (%.0f s used, this point ~%.0f s)\n", B, L,
                             o.time_budget_s, elapsed(), predict_s);
@@ -389,7 +396,7 @@ int run_proxy_bench(const ProxyBenchOptions& o) {
             const Spread st = spread(tr->step_us), hd = spread(tr->head_us);
             const StepBytesModel m = step_bytes_model(cfg, got, rows, B, L, hot);
             const StepBytesModel m43 = step_bytes_model(cfg43, wb43, rows43, B, L, hot);
-            if (st.med > slowest_us) slowest_us = st.med, slowest_b = B;
+            last_at[L] = {B, st.med};
             const double sec = st.med * 1e-6;
             const double gbs = m.total() / sec / 1e9;
             const double layer_us = (st.med - hd.med) / cfg.n_layers;
