@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 
 #include "kernels/cuda/attention/sparse_decode.h"
@@ -14,6 +15,7 @@
 #include "kernels/cuda/ops/ops.h"
 #include "model/checkpoint.h"
 #include "runtime/cuda_fast_table.h"
+#include "runtime/cuda_bench_runner.h"
 #include "runtime/cuda_weights.h"
 
 namespace dsv4 {
@@ -51,16 +53,20 @@ struct HostPlan {
     std::vector<int64_t> start_pos;
 };
 
-class CudaRunner final : public ModelRunner {
+// Where init() takes the weights from when not from the RefModel/checkpoint (synthetic weights).
+using WeightSource = std::function<Result<DevWeights>(DeviceArena&)>;
+
+class CudaRunner final : public CudaBenchRunner {
 public:
     CudaRunner(std::shared_ptr<const RefModel> model, KvLayout layout, CudaRunnerOptions opt)
         : model_(std::move(model)), cfg_(model_->config()), layout_(std::move(layout)), opt_(std::move(opt)) {}
     ~CudaRunner() override {
         for (auto& [b, g] : graphs_) cudaGraphExecDestroy(g);
+        for (auto& [b, g] : head_graphs_) cudaGraphExecDestroy(g);
         if (stream_) cudaStreamDestroy(stream_);
     }
 
-    Status init(const Checkpoint* ckpt);
+    Status init(const Checkpoint* ckpt, WeightSource source = {});
     const ModelConfig& config() const override { return cfg_; }
     const KvLayout& kv_layout() const override { return layout_; }
     int64_t n_pages() const override { return opt_.n_pages; }
@@ -70,11 +76,26 @@ public:
     }
     Status forward_sampled(const ForwardBatch& batch, StepOutput& out) override;
 
+    // Bench hooks (cuda_bench_runner.h).
+    CudaPoolInfo pool_info() const override {
+        return {pool_.base, layout_.page_bytes, opt_.n_pages, opt_.kv_rows};
+    }
+    Result<DecodeGraphTiming> time_decode_graph(const ForwardBatch& batch, int warmup, int reps) override;
+    std::string variant_table() const override {
+        return std::string("decode attention: ") +
+               (fast_attn_ ? "sparse_decode (sm90 mma; DSV4_ATTN_VARIANT / heuristic)\n" : "attn_decode (CUDA cores)\n") +
+               (fast_attn_ ? std::string() : cuda::attn_variant_table(*variant_)) + cuda_fast_kernel_table(w_, cfg_);
+    }
+    size_t device_bytes() const override { return arena_.bytes(); }
+
 private:
     // The step itself; honour_sample: kGreedy rows come back as argmax ids (cuda::argmax_rows).
     Status execute(const ForwardBatch& batch, bool honour_sample, StepOutput& out);
     // Copies the step's logits rows / device-sampled ids (rows of ws_.logits, batch order) out.
     Status fetch_outputs(const ForwardBatch& batch, bool honour_sample, int R, StepOutput& out);
+    // The decode graph of bucket B (captured on first use; the plan must be uploaded).
+    Result<cudaGraphExec_t> decode_graph(int B);
+    Status run_head(int T, int R);
     Status plan(const ForwardBatch& batch, bool decode_graph, HostPlan& hp) const;
     Status upload_plan(const HostPlan& hp);
     Status run_step(int B, int T, int max_t, int R);
@@ -98,14 +119,19 @@ private:
     int n_gate_ranges_ = 0;
     std::map<int, cudaGraphExec_t> graphs_;
     int32_t* sampled_ = nullptr;  // [max_seqs] device-sampled ids (allocated on first use)
+    std::map<int, cudaGraphExec_t> head_graphs_;  // bench: non-layer work alone, per bucket
 };
 
-Status CudaRunner::init(const Checkpoint* ckpt) {
+Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
     DSV4_CU(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     int dev = 0;
     DSV4_CU(cudaGetDevice(&dev));
     DSV4_CU(cudaDeviceGetAttribute(&n_sms_, cudaDevAttrMultiProcessorCount, dev));
-    DSV4_ASSIGN_OR_RETURN(w_, upload_weights(*model_, ckpt, arena_));
+    if (source) {
+        DSV4_ASSIGN_OR_RETURN(w_, source(arena_));
+    } else {
+        DSV4_ASSIGN_OR_RETURN(w_, upload_weights(*model_, ckpt, arena_));
+    }
 
     variant_ = &cuda::attn_variant_from_env();
     if (!opt_.attn_variant.empty()) {
@@ -564,21 +590,8 @@ Status CudaRunner::execute(const ForwardBatch& batch, bool honour_sample, StepOu
     DSV4_RETURN_IF_ERROR(plan(batch, decode, hp));
     DSV4_RETURN_IF_ERROR(upload_plan(hp));
     if (decode) {
-        auto it = graphs_.find(hp.B);
-        if (it == graphs_.end()) {
-            cudaGraph_t g = nullptr;
-            DSV4_CU(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-            Status s = run_step(hp.B, hp.T, 1, hp.B);
-            cudaError_t e = cudaStreamEndCapture(stream_, &g);
-            DSV4_RETURN_IF_ERROR(s);
-            DSV4_CU(e);
-            cudaGraphExec_t ge = nullptr;
-            e = cudaGraphInstantiate(&ge, g, 0);
-            cudaGraphDestroy(g);
-            DSV4_CU(e);
-            it = graphs_.emplace(hp.B, ge).first;
-        }
-        DSV4_CU(cudaGraphLaunch(it->second, stream_));
+        DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, decode_graph(hp.B));
+        DSV4_CU(cudaGraphLaunch(ge, stream_));
     } else {
         DSV4_RETURN_IF_ERROR(run_step(hp.B, hp.T, hp.max_t, hp.R));
     }
@@ -621,6 +634,83 @@ Status CudaRunner::fetch_outputs(const ForwardBatch& batch, bool honour_sample, 
     return Status::ok();
 }
 
+Result<cudaGraphExec_t> CudaRunner::decode_graph(int B) {
+    auto it = graphs_.find(B);
+    if (it != graphs_.end()) return it->second;
+    cudaGraph_t g = nullptr;
+    DSV4_CU(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    Status s = run_step(B, B, 1, B);
+    cudaError_t e = cudaStreamEndCapture(stream_, &g);
+    DSV4_RETURN_IF_ERROR(s);
+    DSV4_CU(e);
+    cudaGraphExec_t ge = nullptr;
+    e = cudaGraphInstantiate(&ge, g, 0);
+    cudaGraphDestroy(g);
+    DSV4_CU(e);
+    graphs_.emplace(B, ge);
+    return ge;
+}
+
+// The non-layer work of a step (run_step without the layers): embedding, mHC head, LM head.
+Status CudaRunner::run_head(int T, int R) {
+    const int n = cfg_.hc_mult, d = cfg_.hidden_size;
+    const float eps = float(cfg_.rms_norm_eps);
+    DSV4_CU(cuda::embed(w_.embed, ws_.tokens, T, n, ws_.X, stream_));
+    const cuda::MhcArgs ha{w_.hc_head.fn, w_.hc_head.base, w_.hc_head.scale, w_.norm, n, d, 0, float(cfg_.hc_eps), eps};
+    DSV4_CU(cuda::mhc_head(ws_.X, ws_.logit_rows, R, ha, ws_.hn, stream_));
+    DSV4_CU(cuda::linear(w_.head, -1, ws_.hn, d, 0, 0, ws_.logits, cfg_.vocab_size, R, false, stream_));
+    return Status::ok();
+}
+
+Result<DecodeGraphTiming> CudaRunner::time_decode_graph(const ForwardBatch& batch, int warmup, int reps) {
+    for (const auto& c : batch.seqs)
+        if (c.tokens.size() != 1) return invalid_argument("time_decode_graph: sequence {} has {} tokens, not 1", c.seq_id, c.tokens.size());
+    if (batch.seqs.empty() || reps <= 0) return invalid_argument("time_decode_graph: empty batch or no replays");
+    HostPlan hp;
+    DSV4_RETURN_IF_ERROR(plan(batch, true, hp));
+    DSV4_RETURN_IF_ERROR(upload_plan(hp));
+    DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t step, decode_graph(hp.B));
+    auto hit = head_graphs_.find(hp.B);
+    if (hit == head_graphs_.end()) {
+        cudaGraph_t g = nullptr;
+        DSV4_CU(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+        Status s = run_head(hp.T, hp.B);
+        cudaError_t e = cudaStreamEndCapture(stream_, &g);
+        DSV4_RETURN_IF_ERROR(s);
+        DSV4_CU(e);
+        cudaGraphExec_t ge = nullptr;
+        e = cudaGraphInstantiate(&ge, g, 0);
+        cudaGraphDestroy(g);
+        DSV4_CU(e);
+        hit = head_graphs_.emplace(hp.B, ge).first;
+    }
+    cudaEvent_t e0 = nullptr, e1 = nullptr;
+    DSV4_CU(cudaEventCreate(&e0));
+    DSV4_CU(cudaEventCreate(&e1));
+    DecodeGraphTiming out;
+    out.bucket = hp.B;
+    auto time = [&](cudaGraphExec_t ge, std::vector<double>& into) -> Status {
+        for (int i = 0; i < warmup; ++i) DSV4_CU(cudaGraphLaunch(ge, stream_));
+        DSV4_CU(cudaStreamSynchronize(stream_));
+        for (int r = 0; r < reps; ++r) {
+            DSV4_CU(cudaEventRecord(e0, stream_));
+            DSV4_CU(cudaGraphLaunch(ge, stream_));
+            DSV4_CU(cudaEventRecord(e1, stream_));
+            DSV4_CU(cudaEventSynchronize(e1));
+            float ms = 0;
+            DSV4_CU(cudaEventElapsedTime(&ms, e0, e1));
+            into.push_back(1000.0 * ms);
+        }
+        return Status::ok();
+    };
+    Status s = time(step, out.step_us);
+    if (s.is_ok()) s = time(hit->second, out.head_us);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    DSV4_RETURN_IF_ERROR(s);
+    return out;
+}
+
 }  // namespace
 
 bool cuda_device_available() {
@@ -648,6 +738,33 @@ Result<std::unique_ptr<ModelRunner>> make_cuda_runner(std::shared_ptr<const RefM
         DSV4_RETURN_IF_ERROR(runner->init(&ckpt));
     }
     return std::unique_ptr<ModelRunner>(std::move(runner));
+}
+
+}  // namespace dsv4
+
+namespace dsv4 {
+
+Result<std::unique_ptr<CudaBenchRunner>> make_cuda_runner_synthetic(const ModelConfig& cfg,
+                                                                     const SyntheticWeightsOptions& wopt,
+                                                                     const CudaRunnerOptions& opt_in,
+                                                                     ProxyWeightBytes* bytes) {
+    if (!cuda_device_available()) return error(StatusCode::kUnavailable, "no CUDA device");
+    DSV4_RETURN_IF_ERROR(cfg.validate());
+    CudaRunnerOptions opt = opt_in;
+    if (const char* k = std::getenv("DSV4_KV_ROWS"); k && *k) opt.kv_rows = k;
+    DSV4_ASSIGN_OR_RETURN(KvRowFormat rows, parse_kv_row_format(opt.kv_rows));
+    DSV4_ASSIGN_OR_RETURN(KvLayout layout, KvLayout::make(cfg, opt.page_tokens, 4, rows));
+    if (opt.n_pages <= 0) opt.n_pages = 64 * layout.pages_for_tokens(4096);
+    if (opt.n_pages < layout.n_state_pages + 1)
+        return invalid_argument("page pool of {} pages cannot hold one sequence", opt.n_pages);
+    if (opt.n_pages > INT32_MAX) return invalid_argument("page pool of {} pages: ids must fit int32", opt.n_pages);
+    // The RefModel only carries the config here: no host weights.
+    auto model = std::make_shared<const RefModel>(cfg, ModelWeights{});
+    auto runner = std::make_unique<CudaRunner>(std::move(model), std::move(layout), opt);
+    DSV4_RETURN_IF_ERROR(runner->init(nullptr, [&](DeviceArena& arena) {
+        return make_synthetic_weights(cfg, wopt, arena, bytes);
+    }));
+    return std::unique_ptr<CudaBenchRunner>(std::move(runner));
 }
 
 }  // namespace dsv4

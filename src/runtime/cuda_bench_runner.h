@@ -1,0 +1,52 @@
+// The CUDA runner built without host weights, plus the hooks the Flash proxy benchmark needs
+// (`dsv4 proxy-bench`, ../shared/docs/perf-method.md): synthetic weights generated on the GPU
+// (runtime/synthetic_weights.h), the device page pool for synthetic context fills, and CUDA-event
+// timing of decode-graph replays. Host-only header; CUDA builds only.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "runtime/cuda_runner.h"
+#include "runtime/synthetic_weights.h"
+
+namespace dsv4 {
+
+// The runner's device page pool (KvLayout pages of layout.page_bytes, ids [0, n_pages)).
+struct CudaPoolInfo {
+    void* base = nullptr;
+    int64_t page_bytes = 0;
+    int64_t n_pages = 0;
+    std::string kv_rows;  // compressed-row storage: "f32" or "bf16" (CudaRunnerOptions::kv_rows)
+};
+
+// Per-replay device times (CUDA events around each graph launch, no host work inside), in
+// microseconds. `head_us`: a graph of the step's non-layer work alone (embedding, mHC head,
+// final norm, LM head) at the same bucket, for the per-layer split.
+struct DecodeGraphTiming {
+    int bucket = 0;  // graph batch bucket the step ran in
+    std::vector<double> step_us, head_us;
+};
+
+class CudaBenchRunner : public ModelRunner {
+public:
+    virtual CudaPoolInfo pool_info() const = 0;
+    // Plans `batch` (every sequence one token) once, captures (or reuses) its bucket's decode
+    // graph, launches it `warmup` times, then times `reps` replays one by one. The replays re-run
+    // the same step (same positions): state writes repeat, the values stay finite.
+    // Errors: a sequence with more than one token; plan errors as forward().
+    virtual Result<DecodeGraphTiming> time_decode_graph(const ForwardBatch& batch, int warmup, int reps) = 0;
+    virtual std::string variant_table() const = 0;  // the active attention variant (printable)
+    virtual size_t device_bytes() const = 0;        // everything the runner allocated
+};
+
+// A CUDA runner over synthetic weights for `cfg` (no RefModel weights, no checkpoint). `bytes`
+// (optional) receives the weight bytes by category. Errors: no CUDA device, out of memory, the
+// options' errors as make_cuda_runner.
+Result<std::unique_ptr<CudaBenchRunner>> make_cuda_runner_synthetic(const ModelConfig& cfg,
+                                                                     const SyntheticWeightsOptions& wopt,
+                                                                     const CudaRunnerOptions& opt,
+                                                                     ProxyWeightBytes* bytes = nullptr);
+
+}  // namespace dsv4

@@ -1,0 +1,36 @@
+// Synthetic seeded weights of a DeepSeek-V4 model generated directly on the GPU in the checkpoint's
+// own formats (the Flash proxy of ../shared/docs/perf-method.md): no host weights, no checkpoint.
+// Formats (spec §4.1, §4.2): FP8 e4m3 block-128 + UE8M0 scales for the attention projections,
+// shared expert and indexer wq_b; MXFP4 + UE8M0 1x32 scales for the routed experts; BF16 for the
+// embedding, LM head, router, compressors and indexer weights_proj; f32 vectors (norms, mHC,
+// sinks, ape, router bias) and int32 tid2eid, as the CUDA runner holds them. Magnitudes are set so
+// that every projection maps unit-RMS inputs to about unit-RMS outputs (finite logits at any depth).
+// Routing: router weights random and bias zero, so tokens spread over experts about uniformly;
+// `skewed` adds a large bias to experts [0, hot_experts) so that learned layers pick only among
+// them (and hash layers' tid2eid draws from them too). CUDA builds only.
+#pragma once
+
+#include <cstdint>
+
+#include "core/status.h"
+#include "model/config.h"
+#include "model/flash_proxy.h"
+#include "runtime/cuda_weights.h"
+
+namespace dsv4 {
+
+struct SyntheticWeightsOptions {
+    uint64_t seed = 1;
+    bool skewed = false;
+    int hot_experts = 32;  // experts favoured by `skewed`
+    float hot_bias = 16.0f;  // router bias of hot experts (scores are sqrt(softplus) ~ 0..3)
+    // Experts a token can be routed to: n_routed_experts, or hot_experts when skewed.
+    int routable(const ModelConfig& cfg) const { return skewed ? hot_experts : cfg.n_routed_experts; }
+};
+
+// Generates and allocates every tensor of `cfg` in `arena`. `bytes` (optional) receives the bytes
+// allocated per category (equal to proxy_weight_bytes(cfg) by construction; tested).
+Result<DevWeights> make_synthetic_weights(const ModelConfig& cfg, const SyntheticWeightsOptions& opt,
+                                          DeviceArena& arena, ProxyWeightBytes* bytes = nullptr);
+
+}  // namespace dsv4

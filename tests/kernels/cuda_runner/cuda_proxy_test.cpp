@@ -1,0 +1,246 @@
+// The Flash proxy path of the CUDA runner at reduced shapes: synthetic weights generated on the GPU
+// (byte tally == the bytes model), a synthetic context fill, graph replay == eager execution for
+// one decode step, finite and non-degenerate logits, and the bench timing hook. Plus the synthetic
+// generators' value ranges (valid codes, never NaN). Label `cuda`; skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstring>
+#include <set>
+
+#include "kernels/cuda/synth/synth.h"
+#include "model/flash_proxy.h"
+#include "runtime/cuda_bench_runner.h"
+#include "runtime/synthetic_context.h"
+
+namespace dsv4 {
+namespace {
+
+// Flash proxy layer kinds at small shapes (the benchmark uses flash_proxy_config unchanged).
+ModelConfig reduced_proxy() {
+    FlashProxySpec sp{3, {AttnType::kSliding, AttnType::kCSA, AttnType::kHCA}, 1};
+    ModelConfig c = *flash_proxy_config(sp);
+    c.vocab_size = 1000;
+    c.hidden_size = 256;
+    c.n_heads = 8;
+    c.head_dim = 128;
+    c.q_lora_rank = 128;
+    c.o_lora_rank = 64;
+    c.o_groups = 2;
+    c.index_n_heads = 4;
+    c.index_head_dim = 64;
+    c.index_topk = 16;
+    c.n_routed_experts = 16;
+    c.n_experts_per_tok = 2;
+    c.moe_intermediate_size = 128;
+    EXPECT_TRUE(c.validate().is_ok());
+    return c;
+}
+
+struct Proxy {
+    std::unique_ptr<CudaBenchRunner> runner;
+    ProxyWeightBytes bytes;
+};
+
+Proxy make_proxy(const ModelConfig& cfg, bool graphs, const std::string& rows) {
+    CudaRunnerOptions o;
+    o.n_pages = 1024;
+    o.max_seqs = 8;
+    o.max_tokens = 64;
+    o.max_context = 4096;
+    o.use_graphs = graphs;
+    o.kv_rows = rows;
+    o.verbose = false;
+    SyntheticWeightsOptions w;
+    w.seed = 11;
+    Proxy p;
+    auto r = make_cuda_runner_synthetic(cfg, w, o, &p.bytes);
+    EXPECT_TRUE(r.is_ok()) << r.status().message();
+    if (r.is_ok()) p.runner = std::move(*r);
+    return p;
+}
+
+// One decode step of B sequences at position L after a synthetic fill; logits [B][V].
+std::vector<std::vector<float>> step(CudaBenchRunner& r, const ModelConfig& cfg, int B, int64_t L) {
+    EXPECT_TRUE(fill_synthetic_context(r.pool_info(), r.kv_layout(), cfg, B, L, 5).is_ok());
+    std::vector<std::vector<int32_t>> tables, toks;
+    for (int s = 0; s < B; ++s) {
+        tables.push_back(synthetic_page_table(r.kv_layout(), s, L));
+        toks.push_back({int32_t((97 * s + 13) % cfg.vocab_size)});
+    }
+    ForwardBatch b;
+    for (int s = 0; s < B; ++s) b.seqs.push_back(SeqChunk{s, toks[size_t(s)], L, true, tables[size_t(s)]});
+    std::vector<std::vector<float>> logits;
+    const Status st = r.forward(b, logits);
+    EXPECT_TRUE(st.is_ok()) << st.message();
+    return logits;
+}
+
+TEST(CudaProxy, GraphReplayEqualsEagerWithFiniteLogits) {
+    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+    const ModelConfig cfg = reduced_proxy();
+    for (const std::string rows : {"f32", "bf16"}) {
+        Proxy g = make_proxy(cfg, true, rows), e = make_proxy(cfg, false, rows);
+        ASSERT_TRUE(g.runner && e.runner);
+        const ProxyWeightBytes want = proxy_weight_bytes(cfg);
+        EXPECT_EQ(g.bytes.streamed, want.streamed);
+        EXPECT_EQ(g.bytes.experts, want.experts);
+        EXPECT_EQ(g.bytes.embed, want.embed);
+        EXPECT_EQ(g.bytes.tables, want.tables);
+        EXPECT_EQ(g.bytes.streamed_params, want.streamed_params);
+        // B = 3 runs in the bucket-4 graph (one padded sequence); context 1000: 250 CSA rows
+        // (> top-k 16), 7 HCA rows, a full window ring.
+        const int B = 3;
+        const int64_t L = 1000;
+        const auto lg = step(*g.runner, cfg, B, L);
+        const auto le = step(*e.runner, cfg, B, L);
+        ASSERT_EQ(lg.size(), size_t(B));
+        ASSERT_EQ(le.size(), size_t(B));
+        double worst = 0, sum = 0, sum2 = 0;
+        int64_t n = 0, nonfinite = 0;
+        for (int s = 0; s < B; ++s) {
+            ASSERT_EQ(lg[s].size(), size_t(cfg.vocab_size));
+            for (size_t i = 0; i < lg[s].size(); ++i) {
+                nonfinite += !std::isfinite(lg[s][i]);
+                worst = std::max(worst, double(std::fabs(lg[s][i] - le[s][i])));
+                sum += lg[s][i];
+                sum2 += double(lg[s][i]) * lg[s][i];
+                ++n;
+            }
+        }
+        const double sd = std::sqrt(std::max(0.0, sum2 / n - (sum / n) * (sum / n)));
+        std::printf("[proxy %s] graph vs eager max |diff| %.3g, logit sd %.3g\n", rows.c_str(), worst, sd);
+        EXPECT_EQ(nonfinite, 0);
+        EXPECT_GT(sd, 1e-3);  // not degenerate
+        EXPECT_LE(worst, 1e-4 * std::max(1.0, sd));
+        // Different sequences (different tokens and context values) give different logits.
+        EXPECT_NE(lg[0], lg[1]);
+
+        ForwardBatch b;
+        std::vector<std::vector<int32_t>> tables, toks;
+        for (int s = 0; s < B; ++s) {
+            tables.push_back(synthetic_page_table(g.runner->kv_layout(), s, L));
+            toks.push_back({int32_t(s)});
+        }
+        for (int s = 0; s < B; ++s) b.seqs.push_back(SeqChunk{s, toks[size_t(s)], L, true, tables[size_t(s)]});
+        auto t = g.runner->time_decode_graph(b, 1, 5);
+        ASSERT_TRUE(t.is_ok()) << t.status().message();
+        EXPECT_EQ(t->bucket, 4);
+        ASSERT_EQ(t->step_us.size(), 5u);
+        ASSERT_EQ(t->head_us.size(), 5u);
+        for (double v : t->step_us) EXPECT_GT(v, 0.0);
+        for (double v : t->head_us) EXPECT_GT(v, 0.0);
+    }
+}
+
+TEST(CudaProxy, FillErrorsWhenThePoolIsTooSmall) {
+    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+    const ModelConfig cfg = reduced_proxy();
+    Proxy p = make_proxy(cfg, true, "f32");
+    ASSERT_TRUE(p.runner);
+    const Status s = fill_synthetic_context(p.runner->pool_info(), p.runner->kv_layout(), cfg, 8, 100000, 1);
+    EXPECT_EQ(s.code(), StatusCode::kResourceExhausted);
+}
+
+template <class T>
+std::vector<T> download(const void* d, size_t n) {
+    std::vector<T> h(n);
+    EXPECT_EQ(cudaMemcpy(h.data(), d, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return h;
+}
+float bf16_f32(uint16_t b) {
+    uint32_t u = uint32_t(b) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+
+TEST(CudaProxy, SyntheticGeneratorsGiveValidCodes) {
+    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+    namespace sy = cuda::synth;
+    const int64_t n = 1 << 16;
+    void* buf = nullptr;
+    ASSERT_EQ(cudaMalloc(&buf, 8 * n), cudaSuccess);
+    // e4m3: never NaN (0x7f / 0xff), exponent field 5..8, both signs.
+    ASSERT_EQ(sy::fill_e4m3(buf, n, 3, nullptr), cudaSuccess);
+    auto e = download<uint8_t>(buf, n);
+    int neg = 0;
+    for (uint8_t b : e) {
+        ASSERT_NE(b & 0x7f, 0x7f);
+        const int ex = (b >> 3) & 15;
+        ASSERT_GE(ex, 5);
+        ASSERT_LE(ex, 8);
+        neg += b >> 7;
+    }
+    EXPECT_GT(neg, n / 3);
+    EXPECT_LT(neg, 2 * n / 3);
+    // UE8M0 within the asked range; same seed, same bytes.
+    ASSERT_EQ(sy::fill_ue8m0(buf, n, 4, 119, 120, nullptr), cudaSuccess);
+    auto s1 = download<uint8_t>(buf, n);
+    for (uint8_t b : s1) ASSERT_TRUE(b == 119 || b == 120);
+    ASSERT_EQ(sy::fill_ue8m0(buf, n, 4, 119, 120, nullptr), cudaSuccess);
+    EXPECT_EQ(download<uint8_t>(buf, n), s1);
+    // MXFP4 bytes use all 16 codes.
+    ASSERT_EQ(sy::fill_mxfp4(buf, n, 5, nullptr), cudaSuccess);
+    std::set<int> codes;
+    for (uint8_t b : download<uint8_t>(buf, n)) codes.insert(b & 15), codes.insert(b >> 4);
+    EXPECT_EQ(codes.size(), 16u);
+    // bf16 uniform in [-amp, amp), non-zero in the bulk.
+    ASSERT_EQ(sy::fill_bf16(buf, n, 6, 0.5f, nullptr), cudaSuccess);
+    int zeros = 0;
+    for (uint16_t b : download<uint16_t>(buf, n)) {
+        const float v = bf16_f32(b);
+        ASSERT_TRUE(std::isfinite(v));
+        ASSERT_LE(std::fabs(v), 0.5f);
+        zeros += v == 0.0f;
+    }
+    EXPECT_LT(zeros, 16);
+    // tid2eid: k distinct experts per row, within the hot set.
+    ASSERT_EQ(sy::fill_tid2eid(static_cast<int32_t*>(buf), 1000, 6, 32, 7, nullptr), cudaSuccess);
+    auto t = download<int32_t>(buf, 6000);
+    std::set<int> used;
+    for (int v = 0; v < 1000; ++v) {
+        std::set<int> row(t.begin() + 6 * v, t.begin() + 6 * v + 6);
+        ASSERT_EQ(row.size(), 6u);
+        for (int x : row) ASSERT_TRUE(x >= 0 && x < 32);
+        used.insert(row.begin(), row.end());
+    }
+    EXPECT_EQ(used.size(), 32u);
+    // FP8 584-byte rows: valid e4m3 codes, finite bf16 RoPE dims, scales 124..128, zero pad.
+    ASSERT_EQ(cudaMemset(buf, 0xff, 8 * n), cudaSuccess);
+    int32_t* ids = nullptr;
+    sy::KvFillRegion* reg = nullptr;
+    ASSERT_EQ(cudaMalloc(&ids, 2 * sizeof(int32_t)), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&reg, sizeof(sy::KvFillRegion)), cudaSuccess);
+    const int32_t hid[2] = {0, 2};
+    const sy::KvFillRegion r{64, 584, 20, 512, sy::KvFillKind::kFp8Row584};
+    ASSERT_EQ(cudaMemcpy(ids, hid, sizeof(hid), cudaMemcpyHostToDevice), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(reg, &r, sizeof(r), cudaMemcpyHostToDevice), cudaSuccess);
+    const int64_t page_bytes = 64 + 20 * 584 + 8;
+    ASSERT_EQ(sy::fill_kv_pages(buf, page_bytes, ids, 2, reg, 1, 9, nullptr), cudaSuccess);
+    auto pg = download<uint8_t>(buf, size_t(3 * page_bytes));
+    for (int p : {0, 2}) {
+        const uint8_t* page = pg.data() + p * page_bytes;
+        EXPECT_EQ(page[0], 0xff);  // outside the region: untouched
+        for (int row = 0; row < 20; ++row) {
+            const uint8_t* q = page + 64 + row * 584;
+            for (int i = 0; i < 448; ++i) ASSERT_NE(q[i] & 0x7f, 0x7f);
+            for (int i = 0; i < 64; ++i) {
+                uint16_t b;
+                std::memcpy(&b, q + 448 + 2 * i, 2);
+                ASSERT_TRUE(std::isfinite(bf16_f32(b)));
+            }
+            for (int i = 0; i < 7; ++i) ASSERT_TRUE(q[576 + i] >= 124 && q[576 + i] <= 128);
+            ASSERT_EQ(q[583], 0);
+        }
+    }
+    EXPECT_EQ(pg[size_t(page_bytes) + 100], 0xff);  // page 1 not in the list
+    cudaFree(ids);
+    cudaFree(reg);
+    cudaFree(buf);
+}
+
+}  // namespace
+}  // namespace dsv4

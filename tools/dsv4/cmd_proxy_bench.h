@@ -1,0 +1,35 @@
+// `dsv4 proxy-bench`: decode throughput of the DeepSeek-V4-Flash proxy measured through the CUDA
+// runner (what `dsv4 serve --backend cuda` runs): real Flash per-layer shapes at a chosen depth,
+// synthetic weights generated on the GPU in checkpoint formats, sequences pre-filled to a context
+// length, decode steps timed as CUDA-graph replays against the bytes-moved model and the copy
+// bandwidth measured in the same run (../shared/docs/perf-method.md, docs/perf/proxy-bench.md).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace dsv4::cli {
+
+struct ProxyBenchOptions {
+    std::string json = "proxy_bench.json";
+    int layers = 20;
+    std::string layer_types;  // "" = default schedule (2 sliding, then CSA/HCA alternating)
+    int hash_layers = 3;
+    std::vector<int> batches{1, 8, 32, 64, 128, 256, 512};
+    std::vector<int> contexts{1024, 8192, 32768};
+    int reps = 20;     // timed graph replays per point (>= 20 for the reported spread)
+    int warmup = 3;
+    bool skewed = false;
+    int hot_experts = 32;
+    std::string kv_rows = "fp8";  // KV row storage of the runner: fp8, bf16 or f32
+    uint64_t seed = 1;
+    double reserve_gb = 3.0;      // device memory left free besides weights, workspace and pool
+    double time_budget_s = 0;     // > 0: skip remaining points once the run has taken this long
+    bool gemm_peak = true;        // measure the cuBLAS bf16 GEMM peak (TFLOP/s reference)
+};
+
+// Runs the benchmark; returns a process exit code. Without CUDA it prints why and returns 2.
+int run_proxy_bench(const ProxyBenchOptions& o);
+
+}  // namespace dsv4::cli
