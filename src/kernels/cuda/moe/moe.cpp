@@ -47,7 +47,12 @@ Status moe_combine_launch(const MoeCombineArgs& a, cudaStream_t stream) {
 int moe_expert_variant_count() { return sm90::moe_expert_count(); }
 KernelParams moe_expert_variant_params(int i) { return sm90::moe_expert_params(i); }
 std::string moe_expert_variant_name(int i) {
-    return variant_name(sm90::moe_expert_is_mma(i) ? "moe_mxfp4_mma" : "moe_mxfp4_gemv", sm90::moe_expert_params(i));
+    const int dq = sm90::moe_expert_dequant(i);
+    const char* op = dq == 1 ? "moe_mxfp4_mma_bitdq"
+                     : dq == 2 ? "moe_mxfp4_mma_bitdqc"
+                     : sm90::moe_expert_is_mma(i) ? "moe_mxfp4_mma"
+                                                  : "moe_mxfp4_gemv";
+    return variant_name(op, sm90::moe_expert_params(i));
 }
 
 int moe_expert_select_variant(const MoeExpertArgs& a) {
