@@ -632,10 +632,15 @@ int run_decode_bench(const DecodeBenchOptions& o) {
                 // Env DSV4_MOE_SWEEP (comma-separated canonical names) limits the sweep to those
                 // variants, to save device time; unset = every variant.
                 std::vector<int> vs;
-                const std::string only = env_or("DSV4_MOE_SWEEP");
-                for (int i = 0; i < moe_expert_variant_count(); ++i)
-                    if (only.empty() || ("," + only + ",").find("," + moe_expert_variant_name(i) + ",") != std::string::npos)
-                        vs.push_back(i);
+                std::string only = env_or("DSV4_MOE_SWEEP");
+                only.insert(only.begin(), ',');
+                only.push_back(',');
+                for (int i = 0; i < moe_expert_variant_count(); ++i) {
+                    std::string key = moe_expert_variant_name(i);
+                    key.insert(key.begin(), ',');
+                    key.push_back(',');
+                    if (only == ",," || only.find(key) != std::string::npos) vs.push_back(i);
+                }
                 const int n = int(vs.size());
                 for (int r = 0; r < o.rounds; ++r)
                     for (int i = 0; i < n; ++i) {

@@ -10,7 +10,7 @@
 //   pieces of x from shared memory, so the dot products are unchanged.
 // Dequantisation: e2m1 nibble pair -> fp16 bit placement -> f32 x (UE8M0 * 2^14) -> bf16x2,
 //   exact (e2m1 x 2^k is representable in bf16).
-// Dequantisation, DQ = 1 or 2 ("bitdq" / "bitdqc" variants, ledger-moeperf E6): no float conversions. Each
+// Dequantisation, DQ = 1..3 ("bitdq" / "bitdqc" / "bitdqp" variants, ledger-moeperf E6, E7): no float conversions. Each
 //   32-bit word of codes (8 values, physical k 8c..8c+7) yields four bf16x2 words pairing k j and
 //   j+4 (j = 0..3): shift the word so nibbles j and j+4 sit at bits 12-15 / 28-31, keep the sign
 //   bit and move the 3 magnitude bits to bf16 bits 6-8 (value e2m1 * 2^-126, code 1 a bf16
@@ -70,8 +70,11 @@ __device__ __forceinline__ void dequant16_bits(const uint4 v, uint32_t s, uint32
     }
 }
 
-template <bool GATEUP, int NW, int NTT, int U, int DQ = 0>
-__global__ void __launch_bounds__(NW * 32) moe_expert_mma_kernel(MoeExpertArgs a) {
+// DQ: 0 f32 dequant; 1 conversion-free with swizzled x reads; 2 conversion-free, natural x reads,
+// x re-paired in registers; 3 conversion-free, x re-paired once in shared memory after staging.
+// MINB: minimum CTAs per SM for the register allocator (__launch_bounds__).
+template <bool GATEUP, int NW, int NTT, int U, int DQ = 0, int MINB = 1>
+__global__ void __launch_bounds__(NW * 32, MINB) moe_expert_mma_kernel(MoeExpertArgs a) {
     constexpr int MT = 8 * NTT;
     extern __shared__ __align__(16) unsigned char smem[];
     __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem);
@@ -137,6 +140,18 @@ __global__ void __launch_bounds__(NW * 32) moe_expert_mma_kernel(MoeExpertArgs a
             *reinterpret_cast<uint4*>(xs + m * XS + c * 8) = v;
         }
         __syncthreads();
+        if constexpr (DQ == 3) {
+            // Re-pair the staged rows in place: 8 values (k 0..7) -> words (0,4) (1,5) (2,6) (3,7),
+            // the order dequant16_bits produces, so the inner loop reads B fragments as they are.
+            const int rows = min(MT, count - t0);
+            for (int i = tid; i < rows * (K / 8); i += NW * 32) {
+                uint4* px = reinterpret_cast<uint4*>(xs + (i / (K / 8)) * XS + (i % (K / 8)) * 8);
+                const uint4 v = *px;
+                *px = make_uint4(__byte_perm(v.x, v.z, 0x5410), __byte_perm(v.x, v.z, 0x7632),
+                                 __byte_perm(v.y, v.w, 0x5410), __byte_perm(v.y, v.w, 0x7632));
+            }
+            __syncthreads();
+        }
 
         float acc[2][NTT][4];
 #pragma unroll
@@ -165,7 +180,7 @@ __global__ void __launch_bounds__(NW * 32) moe_expert_mma_kernel(MoeExpertArgs a
 #pragma unroll
                 for (int j = 0; j < NTT; ++j) {
                     const uint4* xp = reinterpret_cast<const uint4*>(xs + (j * 8 + g) * XS + k + 32 * t);
-                    if constexpr (DQ == 0) {
+                    if constexpr (DQ == 0 || DQ == 3) {
 #pragma unroll
                         for (int q = 0; q < 4; ++q) {
                             const uint4 v = xp[q];
