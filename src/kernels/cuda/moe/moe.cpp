@@ -65,7 +65,9 @@ int moe_expert_select_variant(const MoeExpertArgs& a) {
     // the E5 choices). Older rule (ledger E3, E5) as the fallback for shapes it cannot take.
     for (int i = 0; i < n; ++i) {
         const KernelParams p = sm90::moe_expert_params(i);
-        if (sm90::moe_expert_dequant(i) == 2 && p.warps == 4 && p.block_t == 8 && legal(i, a)) return i;
+        if (sm90::moe_expert_dequant(i) == 2 && sm90::moe_expert_min_blocks(i) == 1 && p.warps == 4 && p.block_t == 8 &&
+            legal(i, a))
+            return i;
     }
     const bool many = a.n_rows >= 32;
     for (int i = 0; i < n; ++i) {

@@ -19,9 +19,10 @@
 //   to (k j, k j+4) with byte permutes, and read with a chunk order swapped for lanes t = 2, 3
 //   so the 8 lanes of a quarter-warp hit 32 distinct banks (rows are K + 8 bf16 apart).
 // Shared memory: x [8*NTT][K + 8] bf16 of the current token chunk (padded rows).
-// Bound: meant to be HBM-bound up to ~8*NTT rows per expert; last measured (ledger E5): batch
-//   64, 201 experts x 13.4 MB in 1.73 ms = 1.56 TB/s, ~40% of the copy bandwidth (dequant and
-//   the shared-memory x reads are not overlapped with the weight stream well enough yet).
+// Bound: meant to be HBM-bound up to ~8*NTT rows per expert. Measured (ledger E5): DQ = 0 at
+//   batch 64, 201 experts x 13.4 MB in 1.73 ms = 1.56 TB/s, ~40% of copy, issue-bound by the
+//   dequant; (ledger-moeperf E6): DQ = 2 in 1.01 ms = 2.66 TB/s, 68% of copy, still issue-bound
+//   (16 extra selects per 128 k cost 3-5%).
 #pragma once
 
 #include "kernels/cuda/gemm/device_util.cuh"
