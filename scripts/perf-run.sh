@@ -6,6 +6,7 @@
 # `run` with carry ["build-perf-bin"]): the GPU machine has no PCRE2, so the full project does
 # not configure there. Usage on the GPU machine:
 #   scripts/perf-run.sh [decode-bench flags...]      e.g. --sections attn,moe --batches 1,64
+# Env DSV4_MOE_SWEEP=<comma-separated canonical names> limits the moe_sweep section to those variants.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=build-perf-bin

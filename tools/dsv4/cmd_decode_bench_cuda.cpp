@@ -629,10 +629,22 @@ int run_decode_bench(const DecodeBenchOptions& o) {
         if (has(o.sections, "moe_sweep"))
             for (int B : {1, 8, 64, 256}) {
                 json pt;
-                const int n = moe_expert_variant_count();
+                // Env DSV4_MOE_SWEEP (comma-separated canonical names) limits the sweep to those
+                // variants, to save device time; unset = every variant.
+                std::vector<int> vs;
+                std::string only = env_or("DSV4_MOE_SWEEP");
+                only.insert(only.begin(), ',');
+                only.push_back(',');
+                for (int i = 0; i < moe_expert_variant_count(); ++i) {
+                    std::string key = moe_expert_variant_name(i);
+                    key.insert(key.begin(), ',');
+                    key.push_back(',');
+                    if (only == ",," || only.find(key) != std::string::npos) vs.push_back(i);
+                }
+                const int n = int(vs.size());
                 for (int r = 0; r < o.rounds; ++r)
                     for (int i = 0; i < n; ++i) {
-                        const int v = (r % 2) ? n - 1 - i : i;
+                        const int v = vs[(r % 2) ? n - 1 - i : i];
                         MoePoint p = bench_moe(layers, B, v, false, 1, o.reps, copy, s, 600 + r);
                         pt[moe_expert_variant_name(v)]["median_us"].push_back(p.us);
                         pt[moe_expert_variant_name(v)]["pct_copy"].push_back(p.j["pct_copy"]);

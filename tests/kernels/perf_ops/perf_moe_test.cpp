@@ -85,6 +85,8 @@ TEST(PerfMoe, RouteScoresHashAndNaN) {
 struct MoeCase {
     int T;
     bool skewed;
+    int s_lo = 118, s_hi = 121;  // UE8M0 bytes of w1/w3 (w2: one higher); > 128 takes the rare
+                                 // two-multiply path of the conversion-free (bitdq) dequant
 };
 
 // Full expert path: permute -> gate-up -> down -> combine (+ shared), vs CPU.
@@ -115,8 +117,10 @@ void run_expert_case(MoeCase c, uint32_t seed) {
         return v;
     };
     std::vector<uint8_t> w1 = rnd_bytes(size_t(E) * I * d / 2, 0, 255), w3 = rnd_bytes(size_t(E) * I * d / 2, 0, 255);
-    std::vector<uint8_t> s1 = rnd_bytes(size_t(E) * I * d / 32, 118, 121), s3 = rnd_bytes(size_t(E) * I * d / 32, 118, 121);
-    std::vector<uint8_t> w2 = rnd_bytes(size_t(E) * d * I / 2, 0, 255), s2 = rnd_bytes(size_t(E) * d * I / 32, 119, 122);
+    std::vector<uint8_t> s1 = rnd_bytes(size_t(E) * I * d / 32, c.s_lo, c.s_hi),
+                         s3 = rnd_bytes(size_t(E) * I * d / 32, c.s_lo, c.s_hi);
+    std::vector<uint8_t> w2 = rnd_bytes(size_t(E) * d * I / 2, 0, 255),
+                         s2 = rnd_bytes(size_t(E) * d * I / 32, c.s_lo + 1, c.s_hi + 1);
 
     // CPU reference (bf16 rounding of h as in the reference: weight multiplied in before W2).
     // Dequantise each used expert once.
@@ -256,6 +260,7 @@ TEST(PerfMoe, ExpertPathAllVariants) {
     run_expert_case({1, false}, 100);
     run_expert_case({5, false}, 200);
     run_expert_case({11, true}, 300);  // 11 rows on each of 6 experts: chunk loop + tail
+    run_expert_case({3, false, 0, 134}, 400);  // scales 2^-127 .. 2^8: subnormal and > 2^1 paths
 }
 
 }  // namespace

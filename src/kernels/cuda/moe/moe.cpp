@@ -49,7 +49,12 @@ Status moe_combine_launch(const MoeCombineArgs& a, cudaStream_t stream) {
 int moe_expert_variant_count() { return sm90::moe_expert_count(); }
 KernelParams moe_expert_variant_params(int i) { return sm90::moe_expert_params(i); }
 std::string moe_expert_variant_name(int i) {
-    return variant_name(sm90::moe_expert_is_mma(i) ? "moe_mxfp4_mma" : "moe_mxfp4_gemv", sm90::moe_expert_params(i));
+    // bitdq: conversion-free dequant with swizzled x reads; bitdqc: natural x reads; bitdqp: x
+    // re-paired in shared memory (ledger-moeperf E6, E7); _mbN: register cap for N CTAs per SM.
+    static const char* const kDq[] = {"moe_mxfp4_mma", "moe_mxfp4_mma_bitdq", "moe_mxfp4_mma_bitdqc", "moe_mxfp4_mma_bitdqp"};
+    std::string op = sm90::moe_expert_is_mma(i) ? kDq[sm90::moe_expert_dequant(i)] : "moe_mxfp4_gemv";
+    if (sm90::moe_expert_min_blocks(i) > 1) op += "_mb" + std::to_string(sm90::moe_expert_min_blocks(i));
+    return variant_name(op, sm90::moe_expert_params(i));
 }
 
 int moe_expert_select_variant(const MoeExpertArgs& a) {
@@ -57,8 +62,15 @@ int moe_expert_select_variant(const MoeExpertArgs& a) {
     const int n = moe_expert_variant_count();
     const int forced = variant_from_env("DSV4_MOE_VARIANT", n, [](int i) { return moe_expert_variant_name(i); });
     if (forced >= 0 && legal(forced, a)) return forced;
-    // Heuristic (docs/perf/ledger.md E3, E5): CUDA-core GEMV with 2 tokens per pass at batch 1
-    // (6 rows: the tensor-core grid has too few CTAs); tensor cores, 4 warps, from 32 rows on.
+    // Heuristic (ledger-moeperf E6): the conversion-free tensor-core kernel, 4 warps, 8 tokens
+    // per pass, natural x-read order wins at every measured batch (1, 8, 64, 256: -35..-42% vs
+    // the E5 choices). Older rule (ledger E3, E5) as the fallback for shapes it cannot take.
+    for (int i = 0; i < n; ++i) {
+        const KernelParams p = sm90::moe_expert_params(i);
+        if (sm90::moe_expert_dequant(i) == 2 && sm90::moe_expert_min_blocks(i) == 1 && p.warps == 4 && p.block_t == 8 &&
+            legal(i, a))
+            return i;
+    }
     const bool many = a.n_rows >= 32;
     for (int i = 0; i < n; ++i) {
         const KernelParams p = sm90::moe_expert_params(i);

@@ -10,10 +10,19 @@
 //   pieces of x from shared memory, so the dot products are unchanged.
 // Dequantisation: e2m1 nibble pair -> fp16 bit placement -> f32 x (UE8M0 * 2^14) -> bf16x2,
 //   exact (e2m1 x 2^k is representable in bf16).
+// Dequantisation, DQ = 1..3 ("bitdq" / "bitdqc" / "bitdqp" variants, ledger-moeperf E6, E7): no float conversions. Each
+//   32-bit word of codes (8 values, physical k 8c..8c+7) yields four bf16x2 words pairing k j and
+//   j+4 (j = 0..3): shift the word so nibbles j and j+4 sit at bits 12-15 / 28-31, keep the sign
+//   bit and move the 3 magnitude bits to bf16 bits 6-8 (value e2m1 * 2^-126, code 1 a bf16
+//   subnormal), then one bf16x2 multiply by 2^(s-1) applies the UE8M0 scale 2^(s-127) and the
+//   2^126 fix-up at once (exact; a second multiply only for s > 128). x fragments are re-paired
+//   to (k j, k j+4) with byte permutes, and read with a chunk order swapped for lanes t = 2, 3
+//   so the 8 lanes of a quarter-warp hit 32 distinct banks (rows are K + 8 bf16 apart).
 // Shared memory: x [8*NTT][K + 8] bf16 of the current token chunk (padded rows).
-// Bound: meant to be HBM-bound up to ~8*NTT rows per expert; last measured (ledger E5): batch
-//   64, 201 experts x 13.4 MB in 1.73 ms = 1.56 TB/s, ~40% of the copy bandwidth (dequant and
-//   the shared-memory x reads are not overlapped with the weight stream well enough yet).
+// Bound: meant to be HBM-bound up to ~8*NTT rows per expert. Measured (ledger E5): DQ = 0 at
+//   batch 64, 201 experts x 13.4 MB in 1.73 ms = 1.56 TB/s, ~40% of copy, issue-bound by the
+//   dequant; (ledger-moeperf E6): DQ = 2 in 1.01 ms = 2.66 TB/s, 68% of copy, still issue-bound
+//   (16 extra selects per 128 k cost 3-5%).
 #pragma once
 
 #include "kernels/cuda/gemm/device_util.cuh"
@@ -34,8 +43,39 @@ __device__ __forceinline__ void dequant16(const uint4 v, float sc, uint32_t (&o)
         }
 }
 
-template <bool GATEUP, int NW, int NTT, int U>
-__global__ void __launch_bounds__(NW * 32) moe_expert_mma_kernel(MoeExpertArgs a) {
+// DQ = 1: 16 bytes of e2m1 (physical k order) with UE8M0 byte s -> 16 bf16x2 words, word 4c + j
+// = (k 8c + j, k 8c + j + 4) times 2^(s-127). Exact: e2m1 * 2^(s-127) is a bf16 value (for s = 0 a
+// subnormal), and bf16 multiplies keep subnormal inputs (PTX mul/fma .bf16x2 have no .ftz).
+__device__ __forceinline__ void dequant16_bits(const uint4 v, uint32_t s, uint32_t (&o)[16]) {
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+    const uint32_t e1 = min(s, 128u) + 126u;  // bf16 exponent field of 2^(min(s,128) - 1)
+    const uint32_t f1 = (e1 << 7) | (e1 << 23);
+    const __nv_bfloat162 m1 = *reinterpret_cast<const __nv_bfloat162*>(&f1);
+#pragma unroll
+    for (int c = 0; c < 4; ++c)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const uint32_t q = w[c] << (4 * (3 - j));
+            uint32_t b = (q & 0x80008000u) | ((q & 0x70007000u) >> 6);
+            __nv_bfloat162 r = __hmul2(*reinterpret_cast<__nv_bfloat162*>(&b), m1);
+            o[4 * c + j] = *reinterpret_cast<uint32_t*>(&r);
+        }
+    if (s > 128u) {  // rare: 2^(s-1) is not a finite bf16; apply the rest 2^(s-128) (NaN for 255)
+        const uint32_t f2 = s == 255u ? 0x7fc07fc0u : (((s - 1u) << 7) | ((s - 1u) << 23));
+        const __nv_bfloat162 m2 = *reinterpret_cast<const __nv_bfloat162*>(&f2);
+#pragma unroll
+        for (int i = 0; i < 16; ++i) {
+            __nv_bfloat162 r = __hmul2(*reinterpret_cast<__nv_bfloat162*>(&o[i]), m2);
+            o[i] = *reinterpret_cast<uint32_t*>(&r);
+        }
+    }
+}
+
+// DQ: 0 f32 dequant; 1 conversion-free with swizzled x reads; 2 conversion-free, natural x reads,
+// x re-paired in registers; 3 conversion-free, x re-paired once in shared memory after staging.
+// MINB: minimum CTAs per SM for the register allocator (__launch_bounds__).
+template <bool GATEUP, int NW, int NTT, int U, int DQ = 0, int MINB = 1>
+__global__ void __launch_bounds__(NW * 32, MINB) moe_expert_mma_kernel(MoeExpertArgs a) {
     constexpr int MT = 8 * NTT;
     extern __shared__ __align__(16) unsigned char smem[];
     __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem);
@@ -99,6 +139,18 @@ __global__ void __launch_bounds__(NW * 32) moe_expert_mma_kernel(MoeExpertArgs a
             *reinterpret_cast<uint4*>(xs + m * XS + c * 8) = v;
         }
         __syncthreads();
+        if constexpr (DQ == 3) {
+            // Re-pair the staged rows in place: 8 values (k 0..7) -> words (0,4) (1,5) (2,6) (3,7),
+            // the order dequant16_bits produces, so the inner loop reads B fragments as they are.
+            const int rows = min(MT, count - t0);
+            for (int i = tid; i < rows * (K / 8); i += NW * 32) {
+                uint4* px = reinterpret_cast<uint4*>(xs + (i / (K / 8)) * XS + (i % (K / 8)) * 8);
+                const uint4 v = *px;
+                *px = make_uint4(__byte_perm(v.x, v.z, 0x5410), __byte_perm(v.x, v.z, 0x7632),
+                                 __byte_perm(v.y, v.w, 0x5410), __byte_perm(v.y, v.w, 0x7632));
+            }
+            __syncthreads();
+        }
 
         float acc[2][NTT][4];
 #pragma unroll
@@ -127,20 +179,42 @@ __global__ void __launch_bounds__(NW * 32) moe_expert_mma_kernel(MoeExpertArgs a
 #pragma unroll
                 for (int j = 0; j < NTT; ++j) {
                     const uint4* xp = reinterpret_cast<const uint4*>(xs + (j * 8 + g) * XS + k + 32 * t);
+                    if constexpr (DQ == 0 || DQ == 3) {
 #pragma unroll
-                    for (int q = 0; q < 4; ++q) {
-                        const uint4 v = xp[q];
-                        xb[j][4 * q] = v.x;
-                        xb[j][4 * q + 1] = v.y;
-                        xb[j][4 * q + 2] = v.z;
-                        xb[j][4 * q + 3] = v.w;
+                        for (int q = 0; q < 4; ++q) {
+                            const uint4 v = xp[q];
+                            xb[j][4 * q] = v.x;
+                            xb[j][4 * q + 1] = v.y;
+                            xb[j][4 * q + 2] = v.z;
+                            xb[j][4 * q + 3] = v.w;
+                        }
+                    } else {
+                        // Lanes t = 2, 3 read their chunks in the order 2, 3, 0, 1 (bank spread);
+                        // DQ = 2 keeps the natural order (2-way conflicts), for A/B only.
+                        const int sw = DQ == 1 ? (t & 2) : 0;
+                        uint4 v[4];
+#pragma unroll
+                        for (int q = 0; q < 4; ++q) v[q] = xp[q ^ sw];
+#pragma unroll
+                        for (int c = 0; c < 4; ++c) {
+                            const uint4 ch = sw ? v[c ^ 2] : v[c];  // physical chunk c
+                            xb[j][4 * c] = __byte_perm(ch.x, ch.z, 0x5410);
+                            xb[j][4 * c + 1] = __byte_perm(ch.x, ch.z, 0x7632);
+                            xb[j][4 * c + 2] = __byte_perm(ch.y, ch.w, 0x5410);
+                            xb[j][4 * c + 3] = __byte_perm(ch.y, ch.w, 0x7632);
+                        }
                     }
                 }
 #pragma unroll
                 for (int tile = 0; tile < 2; ++tile) {
                     uint32_t d0[16], d1[16];
-                    dequant16(cur[u][tile][0], dev::ue8m0(csc[u][tile][0]) * dev::kE2m1Fix, d0);
-                    dequant16(cur[u][tile][1], dev::ue8m0(csc[u][tile][1]) * dev::kE2m1Fix, d1);
+                    if constexpr (DQ == 0) {
+                        dequant16(cur[u][tile][0], dev::ue8m0(csc[u][tile][0]) * dev::kE2m1Fix, d0);
+                        dequant16(cur[u][tile][1], dev::ue8m0(csc[u][tile][1]) * dev::kE2m1Fix, d1);
+                    } else {
+                        dequant16_bits(cur[u][tile][0], csc[u][tile][0], d0);
+                        dequant16_bits(cur[u][tile][1], csc[u][tile][1], d1);
+                    }
 #pragma unroll
                     for (int s = 0; s < 8; ++s) {
                         const uint32_t af[4] = {d0[2 * s], d1[2 * s], d0[2 * s + 1], d1[2 * s + 1]};

@@ -151,9 +151,9 @@ cudaError_t launch(const MoeExpertArgs& a, cudaStream_t s) {
                                             : launch_mode<false, NW, MT, U>(a, s);
 }
 
-template <bool GATEUP, int NW, int NTT, int U>
+template <bool GATEUP, int NW, int NTT, int U, int DQ, int MINB>
 cudaError_t launch_mma_mode(const MoeExpertArgs& a, cudaStream_t s) {
-    auto* k = moe_mma::moe_expert_mma_kernel<GATEUP, NW, NTT, U>;
+    auto* k = moe_mma::moe_expert_mma_kernel<GATEUP, NW, NTT, U, DQ, MINB>;
     const size_t smem = size_t(8 * NTT) * (a.K + 8) * 2;
     cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     if (e != cudaSuccess) return e;
@@ -164,25 +164,27 @@ cudaError_t launch_mma_mode(const MoeExpertArgs& a, cudaStream_t s) {
     return cudaGetLastError();
 }
 
-template <int NW, int NTT, int U>
+template <int NW, int NTT, int U, int DQ, int MINB>
 cudaError_t launch_mma(const MoeExpertArgs& a, cudaStream_t s) {
-    return a.mode == MoeExpertMode::kGateUp ? launch_mma_mode<true, NW, NTT, U>(a, s)
-                                            : launch_mma_mode<false, NW, NTT, U>(a, s);
+    return a.mode == MoeExpertMode::kGateUp ? launch_mma_mode<true, NW, NTT, U, DQ, MINB>(a, s)
+                                            : launch_mma_mode<false, NW, NTT, U, DQ, MINB>(a, s);
 }
 
 struct Entry {
     KernelParams params;
     LaunchFn fn;
     bool mma;
+    int dq;     // tensor-core dequant (moe_expert_mma.cuh DQ): 0 via f32, 1..3 conversion-free
+    int minb;   // tensor-core: minimum CTAs per SM asked of the register allocator
 };
 template <int NW, int MT, int U>
 constexpr Entry entry() {
-    return {{MT, 2, NW, U, 0}, &launch<NW, MT, U>, false};
+    return {{MT, 2, NW, U, 0}, &launch<NW, MT, U>, false, 0, 1};
 }
 // Tensor-core entries: block_t = tokens per pass (8 per n-tile), block_h = 16 rows per warp tile.
-template <int NW, int NTT, int U>
+template <int NW, int NTT, int U, int DQ = 0, int MINB = 1>
 constexpr Entry entry_mma() {
-    return {{8 * NTT, 16, NW, U, 0}, &launch_mma<NW, NTT, U>, true};
+    return {{8 * NTT, 16, NW, U, 0}, &launch_mma<NW, NTT, U, DQ, MINB>, true, DQ, MINB};
 }
 
 // The one list: instantiates and registers. First entry = default.
@@ -195,6 +197,16 @@ const Entry kTable[] = {
     entry_mma<4, 1, 2>(),
     entry_mma<8, 1, 2>(),
     entry_mma<4, 2, 2>(),
+    // Conversion-free dequant (ledger-moeperf E6).
+    entry_mma<4, 1, 2, 1>(),
+    entry_mma<8, 1, 2, 1>(),
+    entry_mma<2, 1, 2, 1>(),
+    entry_mma<8, 2, 2, 1>(),
+    entry_mma<4, 1, 2, 2>(),
+    // E7: x re-paired in shared memory (no detectable change but -2% at batch 1). The register-
+    // capped entries measured there (entry_mma<4, 1, 2, 2, 3 or 4>, <8, 1, 2, 2, 2>: no change /
+    // +50-90% / +30-65%, spills) are not instantiated any more.
+    entry_mma<4, 1, 2, 3>(),
 };
 
 }  // namespace
@@ -202,6 +214,8 @@ const Entry kTable[] = {
 int moe_expert_count() { return int(sizeof(kTable) / sizeof(kTable[0])); }
 KernelParams moe_expert_params(int i) { return kTable[i].params; }
 bool moe_expert_is_mma(int i) { return kTable[i].mma; }
+int moe_expert_dequant(int i) { return kTable[i].dq; }
+int moe_expert_min_blocks(int i) { return kTable[i].minb; }
 cudaError_t moe_expert_run(const MoeExpertArgs& a, int variant, cudaStream_t stream) {
     return kTable[variant].fn(a, stream);
 }

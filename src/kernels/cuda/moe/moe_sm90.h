@@ -15,6 +15,8 @@ cudaError_t moe_combine_run(const MoeCombineArgs& a, cudaStream_t stream);
 int moe_expert_count();
 KernelParams moe_expert_params(int i);
 bool moe_expert_is_mma(int i);  // tensor-core (mma.sync) entry
+int moe_expert_dequant(int i);     // tensor-core dequant (moe_expert_mma.cuh DQ): 0 via f32, 1..3 conversion-free
+int moe_expert_min_blocks(int i);  // tensor-core: __launch_bounds__ minimum CTAs per SM
 cudaError_t moe_expert_run(const MoeExpertArgs& a, int variant, cudaStream_t stream);
 
 }  // namespace dsv4::cuda::sm90
