@@ -15,5 +15,6 @@ void register_bench(CLI::App& app, CommandContext& ctx);
 void register_tokenize(CLI::App& app, CommandContext& ctx);
 void register_serve(CLI::App& app, CommandContext& ctx);
 void register_decode_bench(CLI::App& app, CommandContext& ctx);
+void register_plan(CLI::App& app, CommandContext& ctx);
 
 }  // namespace dsv4::cli
