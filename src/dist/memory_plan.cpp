@@ -48,6 +48,7 @@ Result<MemoryPlan> make_memory_plan(const ModelConfig& cfg, const PlanOptions& o
 
 namespace {
 std::string gib(double b) { return fmt::format("{:.2f} GiB", b / double(1ull << 30)); }
+std::string mib(double b) { return fmt::format("{:.2f} MiB", b / double(1ull << 20)); }
 }  // namespace
 
 std::string format_memory_plan(const ModelConfig& cfg, const MemoryPlan& p) {
@@ -65,8 +66,8 @@ std::string format_memory_plan(const ModelConfig& cfg, const MemoryPlan& p) {
     s += fmt::format(
         "KV ({} rows): {} B/token average, fixed {} per sequence (window {} + compressor state {}); one "
         "sequence at {} tokens: {}\n",
-        kv_row_format_name(o.kv_rows), fmt::format("{:.2f}", p.kv.per_token), gib(double(p.kv.fixed())),
-        gib(double(p.kv.window)), gib(double(p.kv.compressor_state)), o.context, gib(double(p.seq_bytes)));
+        kv_row_format_name(o.kv_rows), fmt::format("{:.2f}", p.kv.per_token), mib(double(p.kv.fixed())),
+        mib(double(p.kv.window)), mib(double(p.kv.compressor_state)), o.context, mib(double(p.seq_bytes)));
     s += fmt::format("{:>4} {:>10} {:>12} {:>12} {:>12} {:>12} {:>6} {:>12} {:>12} {:>9}\n", "rank", "experts",
                      "replicated", "experts", "attn-split", "weights", "seqs", "KV", "free", "max seqs");
     for (const RankPlan& r : p.ranks)
