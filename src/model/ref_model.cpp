@@ -89,7 +89,7 @@ Status RefModel::forward(const SeqStateView& st, std::span<const int32_t> tokens
                 attention(l, st, xn.data(), T, start_pos, opt, y.data());
                 dump(p + "attn_out", y, {T, d});
             } else {
-                moe(l, xn.data(), tokens, y.data());
+                DSV4_RETURN_IF_ERROR(moe(l, xn.data(), tokens, opt, y.data()));
                 dump(p + "ffn_out", y, {T, d});
             }
             for (int64_t t = 0; t < T; ++t)

@@ -39,10 +39,18 @@ struct SeqStateView {
 using DumpFn = std::function<void(const std::string& name, std::span<const float> data,
                                   std::vector<int64_t> shape)>;
 
+// Routed-expert hook (expert parallelism, src/dist): called once per MoE layer with the chunk's
+// routing; must add sum_k weights[t*K+k] * expert_{ids[t*K+k]}(x_t) to out[t] (the shared expert is
+// added by the model afterwards). x: [T, d] MoE input (ffn_norm applied); ids: [T, K] global expert
+// ids; weights: [T, K] routing weights (scale and normalisation applied); out: [T, d], zeroed.
+using RoutedMoeFn = std::function<Status(int layer, const float* x, int64_t T, std::span<const int32_t> ids,
+                                         std::span<const float> weights, float* out)>;
+
 struct RefForwardOptions {
     bool all_logits = false;  // logits for every token of the chunk, not just the last
     bool want_logits = true;
     DumpFn dump;              // optional
+    RoutedMoeFn routed_moe;   // optional: empty = every routed expert computed here
 };
 
 // Quantisation simulation of the DeepSeek reference (spec §2.12). Off = transformers' FP32
@@ -62,6 +70,11 @@ public:
     const ModelConfig& config() const { return cfg_; }
     const ModelWeights& weights() const { return w_; }
 
+    // One routed expert of one layer on one token (spec §2.9): y[d] += W2 (weight *
+    // silu(min(W1 x, lim)) * clip(W3 x, -lim, lim)). x: [d]. The building block of the
+    // expert-parallel path (src/dist), identical arithmetic to the local path.
+    void routed_expert(int layer, int expert, const float* x, float weight, float* y) const;
+
     // Runs tokens[T] at positions start_pos..start_pos+T-1. start_pos == 0 resets the state.
     // logits: [T or 1, vocab] f32 (per options). Errors: token id outside [0, vocab).
     Status forward(const SeqStateView& st, std::span<const int32_t> tokens, int64_t start_pos,
@@ -71,8 +84,9 @@ private:
     // x: attention input [T, d] (attn_norm applied); out: [T, d].
     void attention(int layer, const SeqStateView& st, const float* x, int64_t T, int64_t start_pos,
                    const RefForwardOptions& opt, float* out) const;
-    // x: MoE input [T, d] (ffn_norm applied); out: [T, d].
-    void moe(int layer, const float* x, std::span<const int32_t> tokens, float* out) const;
+    // x: MoE input [T, d] (ffn_norm applied); out: [T, d]. Errors: those of opt.routed_moe.
+    Status moe(int layer, const float* x, std::span<const int32_t> tokens, const RefForwardOptions& opt,
+               float* out) const;
     void reset_state(const SeqStateView& st) const;
 
     ModelConfig cfg_;

@@ -28,7 +28,14 @@ void swiglu_expert(const ExpertWeights& e, const float* x, int d, int I, float l
 }
 }  // namespace
 
-void RefModel::moe(int l, const float* x, std::span<const int32_t> tokens, float* out) const {
+void RefModel::routed_expert(int layer, int expert, const float* x, float weight, float* y) const {
+    std::vector<float> a, b;
+    swiglu_expert(w_.layers[layer].experts[expert], x, cfg_.hidden_size, cfg_.moe_intermediate_size,
+                  float(cfg_.swiglu_limit), weight, y, a, b);
+}
+
+Status RefModel::moe(int l, const float* x, std::span<const int32_t> tokens, const RefForwardOptions& opt,
+                     float* out) const {
     const LayerWeights& L = w_.layers[l];
     const int d = cfg_.hidden_size, E = cfg_.n_routed_experts, K = cfg_.n_experts_per_tok;
     const int I = cfg_.moe_intermediate_size;
@@ -36,11 +43,11 @@ void RefModel::moe(int l, const float* x, std::span<const int32_t> tokens, float
     const int64_t T = int64_t(tokens.size());
     std::vector<float> logits(size_t(T) * E);
     ref::linear(x, L.gate.data(), logits.data(), T, E, d);
-    std::vector<float> a, b, sel_scores(static_cast<size_t>(E));
+    // Routing of the whole chunk first: ids [T, K] and weights [T, K].
+    std::vector<int32_t> ids(size_t(T) * K);
+    std::vector<float> weights(size_t(T) * K);
+    std::vector<float> sel_scores(static_cast<size_t>(E));
     for (int64_t t = 0; t < T; ++t) {
-        const float* xt = x + size_t(t) * d;
-        float* yt = out + size_t(t) * d;
-        std::fill(yt, yt + d, 0.0f);
         std::vector<float> s(static_cast<size_t>(E));
         for (int e = 0; e < E; ++e) s[e] = std::sqrt(ref::softplus(logits[size_t(t) * E + e]));
         std::vector<int32_t> chosen;
@@ -52,15 +59,29 @@ void RefModel::moe(int l, const float* x, std::span<const int32_t> tokens, float
         }
         double sum = 0.0;
         for (int32_t e : chosen) sum += std::isfinite(s[e]) ? s[e] : 0.0f;
-        for (int32_t e : chosen) {
+        for (int k = 0; k < K; ++k) {
+            const int32_t e = chosen[k];
             float wgt = float(cfg_.routed_scaling_factor);
             if (cfg_.norm_topk_prob) wgt *= float(s[e] / (sum + 1e-20));
             else wgt *= s[e];
             if (!std::isfinite(wgt)) wgt = 0.0f;  // NaN router logits must not poison the output (B12)
-            swiglu_expert(L.experts[e], xt, d, I, limit, wgt, yt, a, b);
+            ids[size_t(t) * K + k] = e;
+            weights[size_t(t) * K + k] = wgt;
         }
-        swiglu_expert(L.shared, xt, d, I, limit, 1.0f, yt, a, b);
     }
+    std::fill(out, out + size_t(T) * d, 0.0f);
+    std::vector<float> a, b;
+    if (opt.routed_moe) {
+        DSV4_RETURN_IF_ERROR(opt.routed_moe(l, x, T, ids, weights, out));
+    } else {
+        for (int64_t t = 0; t < T; ++t)
+            for (int k = 0; k < K; ++k)
+                swiglu_expert(L.experts[ids[size_t(t) * K + k]], x + size_t(t) * d, d, I, limit,
+                              weights[size_t(t) * K + k], out + size_t(t) * d, a, b);
+    }
+    for (int64_t t = 0; t < T; ++t)
+        swiglu_expert(L.shared, x + size_t(t) * d, d, I, limit, 1.0f, out + size_t(t) * d, a, b);
+    return Status::ok();
 }
 
 }  // namespace dsv4

@@ -16,5 +16,6 @@ void register_tokenize(CLI::App& app, CommandContext& ctx);
 void register_serve(CLI::App& app, CommandContext& ctx);
 void register_decode_bench(CLI::App& app, CommandContext& ctx);
 void register_proxy_bench(CLI::App& app, CommandContext& ctx);
+void register_plan(CLI::App& app, CommandContext& ctx);
 
 }  // namespace dsv4::cli
