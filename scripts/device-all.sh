@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Everything the GPU machine is needed for, in as few device calls as possible: the `cuda` tests
+# (CUDA runner and ops vs the CPU reference and the transformers goldens; kernel variants vs fp64),
+# the Flash proxy decode benchmark through the CUDA runner (issue 7), and the transformers peer at
+# the same depth with the ratio table. Results under $OUT; a short summary last.
+#
+# The GPU machine has no PCRE2 and no network, so binaries are built here and carried:
+#   scripts/device-all.sh --build                    # here: build-cuda/ -> build-all-bin/
+#   run(command="scripts/device-all.sh tests proxy", carry=["build-all-bin"], timeout_s=540)
+#   run(command="scripts/device-all.sh peer", carry=["build-all-bin"], timeout_s=300)
+# Stages: tests (dsv4_cuda_tests + dsv4_perf_ops_tests), proxy (20-layer sweep, PROXY_TIME_BUDGET
+# seconds, default 240), peer (3-layer proxy + transformers eager + tools/peer/ratio.py,
+# PEER_TIME_BUDGET default 100).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BIN:-build-all-bin}
+if [[ "${1:-}" == "--build" ]]; then
+    set -e
+    cmake -S . -B build-cuda -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a >/dev/null
+    ninja -C build-cuda -j"${JOBS:-2}" dsv4_cuda_tests dsv4_perf_ops_tests dsv4-proxy-bench
+    rm -rf "$BIN" && mkdir -p "$BIN"
+    cp build-cuda/tests/kernels/cuda_runner/dsv4_cuda_tests build-cuda/tests/kernels/perf_ops/dsv4_perf_ops_tests \
+        build-cuda/tools/dsv4/dsv4-proxy-bench "$BIN"/
+    strip "$BIN"/* || true
+    tmp=$(mktemp -d) && mkdir -p "$tmp/lib"
+    for l in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0; do
+        p=$(ldconfig -p | awk -v l="$l" '$1 == l && !f {print $NF; f = 1}')
+        [[ -n "$p" ]] && cp -L "$p" "$tmp/lib/"
+    done
+    tar -C "$tmp" -cJf "$BIN/blaslibs.tar.xz" lib && rm -rf "$tmp"
+    git rev-parse HEAD > "$BIN"/git_sha
+    du -sh "$BIN"
+    exit 0
+fi
+OUT=${OUT:-/tmp/device-all}
+mkdir -p "$OUT"
+if ldd "$BIN/dsv4_cuda_tests" | grep -q "not found"; then
+    LIBDIR=$(mktemp -d) && tar -C "$LIBDIR" -xJf "$BIN/blaslibs.tar.xz"
+    export LD_LIBRARY_PATH="$LIBDIR/lib:${LD_LIBRARY_PATH:-}"
+fi
+export DSV4_GOLDEN_DIR="$PWD/tests/data/golden"
+export DSV4_GIT_SHA=$(cat "$BIN"/git_sha 2>/dev/null || echo unknown)
+{
+    date -u
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit,temperature.gpu --format=csv
+    echo "git sha (build): $DSV4_GIT_SHA"
+} > "$OUT/env.txt" 2>&1
+SUMMARY=()
+for stage in "$@"; do
+    T0=$(date +%s)
+    case "$stage" in
+    tests)
+        "$BIN"/dsv4_cuda_tests --gtest_output=json:"$OUT/cuda_tests.json" > "$OUT/cuda_tests.log" 2>&1
+        rc1=$?
+        "$BIN"/dsv4_perf_ops_tests > "$OUT/perf_ops_tests.log" 2>&1
+        rc2=$?
+        SUMMARY+=("tests: dsv4_cuda_tests rc=$rc1 ($(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/cuda_tests.log" | tr '\n' ' ')); perf_ops rc=$rc2 ($(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/perf_ops_tests.log" | tr '\n' ' '))")
+        grep -E "^\[  FAILED|Failure|Expected|Which is|actual" "$OUT/cuda_tests.log" "$OUT/perf_ops_tests.log" | head -40
+        ;;
+    proxy)
+        "$BIN"/dsv4-proxy-bench proxy-bench --json "$OUT/proxy20.json" --time-budget "${PROXY_TIME_BUDGET:-240}" \
+            ${PROXY_ARGS:-} > "$OUT/proxy20.txt" 2>&1
+        SUMMARY+=("proxy (20 layers): rc=$?")
+        tail -n 45 "$OUT/proxy20.txt"
+        ;;
+    peer)
+        "$BIN"/dsv4-proxy-bench proxy-bench --layers 3 --layer-types sliding,csa,hca --hash-layers 1 \
+            --batches "${PEER_BATCHES:-1,8,32,64}" --contexts 1024,8192 --json "$OUT/proxy3.json" \
+            --time-budget 60 > "$OUT/proxy3.txt" 2>&1
+        rc1=$?
+        tail -n 20 "$OUT/proxy3.txt"
+        PYTHONUNBUFFERED=1 timeout "$(( ${PEER_TIME_BUDGET:-100} + 60 ))" python3 tools/peer/transformers_decode.py \
+            --layers 3 --layer-types sliding,csa,hca --hash-layers 1 \
+            --points "${PEER_POINTS:-1x1024,8x1024,32x1024,64x1024,1x8192,8x8192}" --experts-impls grouped_mm \
+            --time-budget-s "${PEER_TIME_BUDGET:-100}" --out "$OUT/peer_transformers.json" > "$OUT/peer.txt" 2>&1
+        rc2=$?
+        tail -n 15 "$OUT/peer.txt"
+        python3 tools/peer/ratio.py --dsv4 "$OUT/proxy3.json" --peer "$OUT/peer_transformers.json" --md \
+            > "$OUT/ratio.md" 2>&1
+        cat "$OUT/ratio.md"
+        SUMMARY+=("peer: proxy3 rc=$rc1, transformers rc=$rc2")
+        ;;
+    *) echo "unknown stage '$stage'"; exit 2 ;;
+    esac
+    SUMMARY+=("  ($stage: $(( $(date +%s) - T0 )) s)")
+done
+echo "================ summary"
+cat "$OUT/env.txt"
+printf '%s\n' "${SUMMARY[@]}"
