@@ -10,7 +10,7 @@
 #   run(command="scripts/device-all.sh peer", carry=["build-all-bin"], timeout_s=300)
 # Stages: tests (dsv4_cuda_tests + dsv4_perf_ops_tests), proxy (20-layer sweep, PROXY_TIME_BUDGET
 # seconds, default 240), peer (3-layer proxy + transformers eager + tools/peer/ratio.py,
-# PEER_TIME_BUDGET default 100).
+# PEER_TIME_BUDGET default 100), profile (nsys per-kernel table of the 3-layer proxy step).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-build-all-bin}
@@ -79,6 +79,25 @@ for stage in "$@"; do
             > "$OUT/ratio.md" 2>&1
         cat "$OUT/ratio.md"
         SUMMARY+=("peer: proxy3 rc=$rc1, transformers rc=$rc2")
+        ;;
+    profile)
+        # Per-kernel times of one decode step (3-layer proxy, batch 1 and 64 at 8K) with Nsight Systems.
+        NSYS=$(command -v nsys || ls /usr/local/cuda*/bin/nsys /opt/nvidia/nsight-systems*/bin/nsys 2>/dev/null | head -1)
+        if [[ -z "$NSYS" ]]; then
+            SUMMARY+=("profile: nsys not found")
+        else
+            for B in ${PROFILE_BATCHES:-1 64}; do
+                "$NSYS" profile --cuda-graph-trace=node -o "$OUT/prof_b$B" --force-overwrite true \
+                    "$BIN"/dsv4-proxy-bench proxy-bench --layers 3 --layer-types sliding,csa,hca --hash-layers 1 \
+                    --batches "$B" --contexts 8192 --reps 5 --warmup 1 --no-gemm-peak > "$OUT/prof_b$B.log" 2>&1
+                "$NSYS" stats --report cuda_gpu_kern_sum --format csv "$OUT/prof_b$B.nsys-rep" \
+                    > "$OUT/kern_sum_b$B.csv" 2>/dev/null
+                rm -f "$OUT/prof_b$B.nsys-rep" "$OUT/prof_b$B.sqlite"
+                echo "== kernels, batch $B (top 25 by total time)"
+                head -n 26 "$OUT/kern_sum_b$B.csv" | cut -c1-220
+            done
+            SUMMARY+=("profile: $NSYS")
+        fi
         ;;
     *) echo "unknown stage '$stage'"; exit 2 ;;
     esac

@@ -1,20 +1,41 @@
 // Lightning indexer (spec §2.8) scores over a sequence's compressed index rows and an exact,
 // deterministic top-k (B08): rank(i) = #{j : key_j > key_i or (key_j == key_i and j < i)}, NaN
-// keys ranking as -inf (B12); i is selected at position rank(i) when rank(i) < k. Same selection
-// and order as ref::topk_indices. Also the greedy argmax used for sampling.
-// Thread roles: one CTA (256 threads) per sequence; warps score rows (lanes split the head dim,
-// double accumulation like the reference), then every thread ranks candidates.
-// Shared memory: 32 doubles. Bound: the rank pass is O(n^2) compares per sequence — fine for the
-// row counts of the tests (hundreds), a radix select is needed for million-token contexts.
+// keys ranking as -inf (B12), -0 equal to +0; i is selected at position rank(i) when rank(i) < k.
+// Same selection and order as ref::topk_indices. Also the greedy argmax used for sampling.
+//
+// Scores: grid (B, key chunks of kKeysPerCta); the token's queries [IH, ID] sit in shared memory
+// (rows padded to ID + 1 floats: lanes on different heads hit different banks); a warp stages one
+// key row and each lane owns heads lane, lane + 32, ... (double accumulation like the reference),
+// one warp reduction per key. Chunks past a sequence's n_c exit at once, so the grid can be sized
+// for the longest context at graph-capture time.
+// Top-k: one CTA per row. A 4-pass 8-bit radix select finds the k-th largest key T (keys mapped to
+// order-preserving uint32); rows above T and the lowest-index ties at T are gathered (k of them),
+// then ranked among themselves — any row that beats a selected row is itself selected, so that
+// rank is the global rank. O(n) passes + O(k^2 / threads) ranking; k above kRadixMaxK (a shared-
+// memory bound) falls back to the O(n^2) rank pass.
 #include "kernels/cuda/ops/common.cuh"
 
 namespace dsv4::cuda {
 
 namespace {
+constexpr int kKeysPerCta = 64;
+constexpr int kScoreThreads = 256;
+constexpr int kTopkThreads = 1024;
+constexpr int kRadixMaxK = 2048;
+
 __device__ __forceinline__ float topk_key(float s) { return isnan(s) ? kNegInf : s; }
 
-// Ranks scores[n] and writes the k best indices into idx[k], best first.
-__device__ void block_topk(const float* scores, int n, int k, int32_t* idx) {
+// Order-preserving map float -> uint32 (larger float, larger key); -0 folds onto +0 so that the
+// two compare equal as floats do.
+__device__ __forceinline__ uint32_t ordered_key(float s) {
+    s = topk_key(s);
+    if (s == 0.0f) s = 0.0f;
+    const uint32_t b = __float_as_uint(s);
+    return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+}
+
+// O(n^2) rank pass: ranks scores[n] and writes the k best indices into idx[k], best first.
+__device__ void block_topk_rank(const float* scores, int n, int k, int32_t* idx) {
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         const float ki = topk_key(scores[i]);
         int rank = 0;
@@ -26,30 +47,124 @@ __device__ void block_topk(const float* scores, int n, int k, int32_t* idx) {
     }
 }
 
-__global__ void indexer_kernel(StepPlan plan, PagePool pool, IndexerArgs a) {
-    const int s = blockIdx.x;
-    if (a.t >= plan.n_tok[s]) return;
-    const int32_t* table = plan.page_table + int64_t(s) * plan.pt_stride;
-    const int64_t tok = plan.tok_begin[s] + a.t;
-    const int64_t p = plan.start_pos[s] + a.t;
-    const int64_t n_c = (p + 1) / a.ratio;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    float* scores = a.scores + int64_t(s) * a.max_rows;
-    const float* q = a.q + tok * int64_t(a.IH) * a.ID;
-    const float* hw = a.w + tok * a.IH;
-    for (int64_t w = warp; w < n_c; w += nw) {
-        double acc = 0.0;
-        for (int h = 0; h < a.IH; ++h) {
-            double dot = 0.0;
-            for (int i = lane; i < a.ID; i += 32) dot += double(q[h * a.ID + i]) * load_row(pool, table, a.ratio, a.idx_row_off, pool.index, w, i);
-            dot = warp_sum_d(dot);
-            acc += double(hw[h]) * fmax(0.0, dot);
+// Radix-select top-k (k <= kRadixMaxK, k <= n); all threads of the block take part.
+__device__ void block_topk_radix(const float* scores, int n, int k, int32_t* idx) {
+    __shared__ uint32_t hist[256];
+    __shared__ uint32_t s_prefix, s_mask;
+    __shared__ int s_krem, s_gt, s_base;
+    __shared__ int warp_cnt[kTopkThreads / 32];
+    __shared__ uint32_t ck[kRadixMaxK];
+    __shared__ int32_t ci[kRadixMaxK];
+    if (threadIdx.x == 0) s_prefix = 0, s_mask = 0, s_krem = k, s_gt = 0, s_base = 0;
+    for (int shift = 24; shift >= 0; shift -= 8) {
+        for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
+        __syncthreads();
+        const uint32_t prefix = s_prefix, mask = s_mask;
+        for (int i = threadIdx.x; i < n; i += blockDim.x) {
+            const uint32_t u = ordered_key(scores[i]);
+            if ((u & mask) == prefix) atomicAdd(&hist[(u >> shift) & 255u], 1u);
         }
-        if (lane == 0) scores[w] = float(acc);
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            int cum = 0, b = 255;
+            for (; b > 0; --b) {
+                if (cum + int(hist[b]) >= s_krem) break;
+                cum += int(hist[b]);
+            }
+            s_krem -= cum;
+            s_prefix = prefix | (uint32_t(b) << shift);
+            s_mask = mask | (255u << shift);
+        }
+        __syncthreads();
+    }
+    const uint32_t T = s_prefix;  // the k-th largest key; s_krem rows equal to T are still needed
+    const int krem = s_krem;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const uint32_t u = ordered_key(scores[i]);
+        if (u > T) {
+            const int pos = atomicAdd(&s_gt, 1);
+            ck[pos] = u, ci[pos] = i;
+        }
     }
     __syncthreads();
+    const int n_gt = k - krem;  // == s_gt
+    // Ties at T in index order: block-wide exclusive scan of the tie flags, chunk by chunk.
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int c0 = 0; c0 < n && s_base < krem; c0 += blockDim.x) {
+        const int i = c0 + threadIdx.x;
+        const bool tie = i < n && ordered_key(scores[i]) == T;
+        const unsigned m = __ballot_sync(0xffffffffu, tie);
+        if (lane == 0) warp_cnt[warp] = __popc(m);
+        __syncthreads();
+        int before = s_base;
+        for (int w = 0; w < warp; ++w) before += warp_cnt[w];
+        before += __popc(m & ((1u << lane) - 1u));
+        if (tie && before < krem) ck[n_gt + before] = T, ci[n_gt + before] = i;
+        __syncthreads();
+        if (threadIdx.x == 0)
+            for (int w = 0; w < nw; ++w) s_base += warp_cnt[w];
+        __syncthreads();
+    }
+    // Rank among the k selected rows (keys distinct as (key, index) pairs).
+    for (int c = threadIdx.x; c < k; c += blockDim.x) {
+        const uint32_t u = ck[c];
+        const int32_t i = ci[c];
+        int rank = 0;
+        for (int d = 0; d < k; ++d) rank += (ck[d] > u) || (ck[d] == u && ci[d] < i);
+        idx[rank] = i;
+    }
+}
+
+__device__ void block_topk(const float* scores, int n, int k, int32_t* idx) {
+    if (k > n) k = n;
+    if (k <= 0) return;
+    if (k <= kRadixMaxK && blockDim.x == kTopkThreads) block_topk_radix(scores, n, k, idx);
+    else block_topk_rank(scores, n, k, idx);
+}
+
+__global__ void indexer_score_kernel(StepPlan plan, PagePool pool, IndexerArgs a) {
+    const int s = blockIdx.x;
+    if (a.t >= plan.n_tok[s]) return;
+    const int64_t p = plan.start_pos[s] + a.t;
+    const int64_t n_c = (p + 1) / a.ratio;
+    const int64_t w0 = int64_t(blockIdx.y) * kKeysPerCta;
+    if (w0 >= n_c) return;
+    extern __shared__ float sm[];
+    const int ldq = a.ID + 1;
+    float* qs = sm;                                   // [IH, ID + 1]
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    float* kw = sm + int64_t(a.IH) * ldq + int64_t(warp) * a.ID;  // this warp's key row [ID]
+    const int64_t tok = plan.tok_begin[s] + a.t;
+    const float* q = a.q + tok * int64_t(a.IH) * a.ID;
+    const float* hw = a.w + tok * a.IH;
+    for (int i = threadIdx.x; i < a.IH * a.ID; i += blockDim.x) qs[(i / a.ID) * ldq + i % a.ID] = q[i];
+    __syncthreads();
+    const int32_t* table = plan.page_table + int64_t(s) * plan.pt_stride;
+    float* scores = a.scores + int64_t(s) * a.max_rows;
+    const int64_t w_end = n_c < w0 + kKeysPerCta ? n_c : w0 + kKeysPerCta;
+    for (int64_t w = w0 + warp; w < w_end; w += nw) {
+        for (int i = lane; i < a.ID; i += 32) kw[i] = load_row(pool, table, a.ratio, a.idx_row_off, pool.index, w, i);
+        __syncwarp();
+        double acc = 0.0;
+        for (int h = lane; h < a.IH; h += 32) {
+            const float* qh = qs + h * ldq;
+            double dot = 0.0;
+            for (int i = 0; i < a.ID; ++i) dot += double(qh[i]) * double(kw[i]);
+            acc += double(hw[h]) * fmax(0.0, dot);
+        }
+        acc = warp_sum_d(acc);
+        if (lane == 0) scores[w] = float(acc);
+        __syncwarp();
+    }
+}
+
+__global__ void indexer_topk_kernel(StepPlan plan, IndexerArgs a) {
+    const int s = blockIdx.x;
+    if (a.t >= plan.n_tok[s]) return;
+    const int64_t p = plan.start_pos[s] + a.t;
+    const int64_t n_c = (p + 1) / a.ratio;
     const int k = int(n_c < int64_t(a.topk) ? n_c : int64_t(a.topk));
-    block_topk(scores, int(n_c), k, a.sel + int64_t(s) * a.topk);
+    block_topk(a.scores + int64_t(s) * a.max_rows, int(n_c), k, a.sel + int64_t(s) * a.topk);
     if (threadIdx.x == 0) a.n_sel[s] = k;
 }
 
@@ -85,14 +200,22 @@ __global__ void argmax_kernel(const float* logits, int64_t V, int32_t* out) {
 }  // namespace
 
 cudaError_t indexer_topk(const StepPlan& plan, const PagePool& pool, const IndexerArgs& a, cudaStream_t st) {
-    if (plan.n_seqs <= 0) return cudaSuccess;
-    indexer_kernel<<<plan.n_seqs, 256, 0, st>>>(plan, pool, a);
+    if (plan.n_seqs <= 0 || a.max_rows <= 0) return cudaSuccess;
+    const size_t smem = sizeof(float) * (size_t(a.IH) * size_t(a.ID + 1) + size_t(kScoreThreads / 32) * size_t(a.ID));
+    if (smem > 48 * 1024) {
+        const cudaError_t e = cudaFuncSetAttribute(indexer_score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   int(smem));
+        if (e != cudaSuccess) return e;
+    }
+    const dim3 grid(unsigned(plan.n_seqs), unsigned((a.max_rows + kKeysPerCta - 1) / kKeysPerCta));
+    indexer_score_kernel<<<grid, kScoreThreads, smem, st>>>(plan, pool, a);
+    indexer_topk_kernel<<<plan.n_seqs, kTopkThreads, 0, st>>>(plan, a);
     return cudaGetLastError();
 }
 
 cudaError_t topk_rows(const float* scores, int R, int n, int k, int32_t* idx, cudaStream_t st) {
     if (R <= 0 || k <= 0) return cudaSuccess;
-    topk_rows_kernel<<<R, 256, 0, st>>>(scores, n, k, idx);
+    topk_rows_kernel<<<R, kTopkThreads, 0, st>>>(scores, n, k, idx);
     return cudaGetLastError();
 }
 
