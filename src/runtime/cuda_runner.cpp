@@ -16,6 +16,7 @@
 #include "model/checkpoint.h"
 #include "runtime/cuda_fast_table.h"
 #include "runtime/cuda_bench_runner.h"
+#include "runtime/op_profile.h"
 #include "runtime/cuda_weights.h"
 
 namespace dsv4 {
@@ -120,6 +121,10 @@ private:
     std::map<int, cudaGraphExec_t> graphs_;
     int32_t* sampled_ = nullptr;  // [max_seqs] device-sampled ids (allocated on first use)
     std::map<int, cudaGraphExec_t> head_graphs_;  // bench: non-layer work alone, per bucket
+    OpProfile* prof_ = nullptr;                   // bench: op marks while capturing a profiled step
+    void mark(const char* label) {
+        if (prof_) prof_->mark(label, stream_);
+    }
 };
 
 Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
@@ -376,19 +381,23 @@ Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, 
     const bool csa = cfg_.layer_types[l] == AttnType::kCSA;
     const float* rope = r == 0 ? w_.rope_main : w_.rope_compress;
     cudaStream_t st = stream_;
+    mark("q: wq_a+norm+wq_b+rope");
     DSV4_CU(cuda::linear(L.wq_a, -1, ws_.xn, d, 0, 0, ws_.qlat_raw, qr, T, false, st));
     DSV4_CU(cuda::norm_rope(ws_.qlat_raw, qr, ws_.qlat, qr, T, qr, true, L.q_norm, eps, nullptr, 0, ws_.pos, 1, false, st));
     DSV4_CU(cuda::linear(L.wq_b, -1, ws_.qlat, qr, 0, 0, ws_.q, int64_t(H) * D, T, false, st));
     DSV4_CU(cuda::norm_rope(ws_.q, D, ws_.q, D, T * H, D, true, nullptr, eps, rope, R, ws_.pos, H, false, st));
+    mark("kv: wkv+norm+rope");
     DSV4_CU(cuda::linear(L.wkv, -1, ws_.xn, d, 0, 0, ws_.kv_raw, D, T, false, st));
     DSV4_CU(cuda::norm_rope(ws_.kv_raw, D, ws_.kv, D, T, D, true, L.kv_norm, eps, rope, R, ws_.pos, 1, false, st));
     const int IH = cfg_.index_n_heads, ID = cfg_.index_head_dim;
     const int kappa = csa ? 2 : 1;
     if (r > 0) {
+        mark("compressor proj");
         DSV4_CU(cuda::linear(L.comp.wkv, -1, ws_.xn, d, 0, 0, ws_.cv, kappa * D, T, false, st));
         DSV4_CU(cuda::linear(L.comp.wgate, -1, ws_.xn, d, 0, 0, ws_.cg, kappa * D, T, false, st));
     }
     if (csa) {
+        mark("indexer proj");
         DSV4_CU(cuda::linear(L.idx_comp.wkv, -1, ws_.xn, d, 0, 0, ws_.iv, 2 * ID, T, false, st));
         DSV4_CU(cuda::linear(L.idx_comp.wgate, -1, ws_.xn, d, 0, 0, ws_.ig, 2 * ID, T, false, st));
         DSV4_CU(cuda::linear(L.idx_wq_b, -1, ws_.qlat, qr, 0, 0, ws_.iq, int64_t(IH) * ID, T, false, st));
@@ -482,18 +491,25 @@ Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, 
     }
     for (int t = 0; t < max_t; ++t) {
         ka.t = ia.t = aa.t = ra.t = t;
+        mark("kv_step (ring+compressors)");
         DSV4_CU(cuda::kv_step(sp, pool_, ka, st));
+        mark("indexer score+topk");
         if (csa) DSV4_CU(cuda::indexer_topk(sp, pool_, ia, st));
         if (fast_attn_) {
+            mark("attn row lists + q bf16");
             DSV4_CU(cuda::build_row_lists(sp, pool_, ra, st));
             DSV4_CU(cuda::q_rows_bf16(sp, t, ws_.q, H * D, ws_.qb, st));
+            mark("sparse_decode");
             DSV4_RETURN_IF_ERROR(cuda::sparse_decode_launch(sa, st));
+            mark("attn out (inv rope)");
             DSV4_CU(cuda::attn_out_rows(sp, t, ws_.ob, H, D, rope, R, ws_.o, st));
         } else {
+            mark("attn_decode");
             DSV4_CU(cuda::attn_decode(sp, pool_, aa, *variant_, splits, st));
         }
     }
     const int G = cfg_.o_groups, orank = cfg_.o_lora_rank, hpg = H / G;
+    mark("wo_a+wo_b");
     DSV4_CU(cuda::linear(L.wo_a, -1, ws_.o, int64_t(H) * D, orank, int64_t(hpg) * D, ws_.z, int64_t(G) * orank, T,
                          false, st));
     DSV4_CU(cuda::linear(L.wo_b, -1, ws_.z, int64_t(G) * orank, 0, 0, ws_.y, d, T, false, st));
@@ -505,6 +521,7 @@ Status CudaRunner::moe(int l, int T) {
     const int d = cfg_.hidden_size, E = cfg_.n_routed_experts, I = cfg_.moe_intermediate_size;
     const float lim = float(cfg_.swiglu_limit);
     cudaStream_t st = stream_;
+    mark("router gate");
     DSV4_CU(cuda::linear(L.gate, -1, ws_.xn, d, 0, 0, ws_.glog, E, T, false, st));
     cuda::MoeArgs a;
     a.T = T;
@@ -531,11 +548,14 @@ Status CudaRunner::moe(int l, int T) {
     a.w1 = L.ex_w1;
     a.w3 = L.ex_w3;
     a.w2 = L.ex_w2;
+    mark("routed experts");
     DSV4_CU(cuda::moe_experts(a, st));
+    mark("shared expert");
     DSV4_CU(cuda::linear(L.sh_w1, -1, ws_.xn, d, 0, 0, ws_.sa, I, T, false, st));
     DSV4_CU(cuda::linear(L.sh_w3, -1, ws_.xn, d, 0, 0, ws_.sb, I, T, false, st));
     DSV4_CU(cuda::swiglu(ws_.sa, ws_.sb, ws_.sh, int64_t(T) * I, lim, st));
     DSV4_CU(cuda::linear(L.sh_w2, -1, ws_.sh, I, 0, 0, ws_.ys, d, T, false, st));
+    mark("moe combine");
     DSV4_CU(cuda::moe_combine(a, ws_.ys, ws_.y, st));
     return Status::ok();
 }
@@ -546,6 +566,7 @@ Status CudaRunner::run_step(int B, int T, int max_t, int R) {
     const int n = cfg_.hc_mult, d = cfg_.hidden_size;
     const float eps = float(cfg_.rms_norm_eps);
     const int splits = cuda::attn_splits(*variant_, B, cfg_.n_heads, n_sms_);
+    mark("reset+embed");
     DSV4_CU(cuda::reset_state(sp, pool_, layout_.state_elems, ws_.gate_off, ws_.gate_len, n_gate_ranges_, st));
     DSV4_CU(cuda::embed(w_.embed, ws_.tokens, T, n, ws_.X, st));
     for (int l = 0; l < cfg_.n_layers; ++l) {
@@ -554,17 +575,21 @@ Status CudaRunner::run_step(int B, int T, int max_t, int R) {
             const DevMhc& m = site == 0 ? L.hc_attn : L.hc_ffn;
             const cuda::MhcArgs ma{m.fn, m.base, m.scale, site == 0 ? L.attn_norm : L.ffn_norm, n, d,
                                    cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps), eps};
+            mark("mhc_pre+norm");
             DSV4_CU(cuda::mhc_pre(ws_.X, T, ma, ws_.coeffs, ws_.xn, st));
             if (site == 0) DSV4_RETURN_IF_ERROR(attention(l, sp, T, max_t, splits));
             else DSV4_RETURN_IF_ERROR(moe(l, T));
+            mark("mhc_post");
             DSV4_CU(cuda::mhc_post(ws_.X, ws_.y, ws_.coeffs, T, n, d, st));
         }
     }
+    mark("head (mhc+norm+lm_head)");
     if (R > 0) {
         const cuda::MhcArgs ha{w_.hc_head.fn, w_.hc_head.base, w_.hc_head.scale, w_.norm, n, d, 0, float(cfg_.hc_eps), eps};
         DSV4_CU(cuda::mhc_head(ws_.X, ws_.logit_rows, R, ha, ws_.hn, st));
         DSV4_CU(cuda::linear(w_.head, -1, ws_.hn, d, 0, 0, ws_.logits, cfg_.vocab_size, R, false, st));
     }
+    mark("end");
     return Status::ok();
 }
 
@@ -705,6 +730,30 @@ Result<DecodeGraphTiming> CudaRunner::time_decode_graph(const ForwardBatch& batc
     };
     Status s = time(step, out.step_us);
     if (s.is_ok()) s = time(hit->second, out.head_us);
+    if (const char* p = std::getenv("DSV4_OP_PROFILE"); s.is_ok() && p && std::strcmp(p, "1") == 0) {
+        // A second capture of the same step with event marks; 1 warm-up + 5 profiled replays.
+        OpProfile prof;
+        cudaGraph_t g = nullptr;
+        cudaGraphExec_t ge = nullptr;
+        s = cuda_ok(prof.reserve(4096), "event pool");
+        if (s.is_ok()) s = cuda_ok(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "capture");
+        if (s.is_ok()) {
+            prof_ = &prof;
+            Status rs = run_step(hp.B, hp.B, 1, hp.B);
+            prof_ = nullptr;
+            cudaError_t e = cudaStreamEndCapture(stream_, &g);
+            s = rs.is_ok() ? cuda_ok(e, "end capture") : rs;
+        }
+        if (s.is_ok()) s = cuda_ok(cudaGraphInstantiate(&ge, g, 0), "instantiate");
+        for (int r = 0; s.is_ok() && r < 6; ++r) {
+            s = cuda_ok(cudaGraphLaunch(ge, stream_), "launch");
+            if (s.is_ok()) s = cuda_ok(cudaStreamSynchronize(stream_), "sync");
+            if (s.is_ok() && r > 0) s = cuda_ok(prof.accumulate(), "event times");
+        }
+        if (ge) cudaGraphExecDestroy(ge);
+        if (g) cudaGraphDestroy(g);
+        if (s.is_ok()) std::fprintf(stderr, "[batch %d] %s", hp.B, prof.table(5).c_str());
+    }
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     DSV4_RETURN_IF_ERROR(s);
