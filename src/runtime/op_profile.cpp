@@ -24,7 +24,9 @@ cudaError_t OpProfile::reserve(size_t n) {
 void OpProfile::mark(const char* label, cudaStream_t st) {
     if (n_used_ >= events_.size()) return;
     labels_[n_used_] = label;
-    if (cudaEventRecord(events_[n_used_], st) == cudaSuccess) ++n_used_;
+    // External: inside stream capture a plain record only expresses a dependency; this flag makes it
+    // an event-record node that really records (and times) when the graph replays.
+    if (cudaEventRecordWithFlags(events_[n_used_], st, cudaEventRecordExternal) == cudaSuccess) ++n_used_;
 }
 
 cudaError_t OpProfile::accumulate() {

@@ -238,39 +238,48 @@ TEST(CudaOps, MhcPrePostHead) {
     ASSERT_EQ(cudaMalloc(&coeffs, sizeof(float) * T * 24), cudaSuccess);
     ASSERT_EQ(cudaMalloc(&xn, sizeof(float) * T * d), cudaSuccess);
     ASSERT_EQ(cudaMalloc(&hn, sizeof(float) * T * d), cudaSuccess);
-    const cuda::MhcArgs a{dfn, dbase, dscale, dnorm, n, d, 20, 1e-6f, 1e-6f};
-    ASSERT_EQ(cuda::mhc_pre(dX, T, a, coeffs, xn, nullptr), cudaSuccess);
-    const auto gxn = host(xn, size_t(T) * d);
-    ASSERT_EQ(cuda::mhc_post(dX, dy, coeffs, T, n, d, nullptr), cudaSuccess);
-    const auto gX = host(dX, X.size());
+    // Both forms: one CTA per token, and the dot products spread over (token, mix) CTAs (mix_ws).
+    double* dmix = nullptr;
+    ASSERT_EQ(cudaMalloc(&dmix, sizeof(double) * T * (mix + 1)), cudaSuccess);
     std::vector<int32_t> rows = {4, 0, 2};
     int32_t* drows = dev(rows);
-    const cuda::MhcArgs ha{dhfn, dhbase, dhscale, dnorm, n, d, 0, 1e-6f, 1e-6f};
-    ASSERT_EQ(cuda::mhc_head(dX, drows, 3, ha, hn, nullptr), cudaSuccess);
-    const auto ghn = host(hn, size_t(3) * d);
-    double e_pre = 0, e_post = 0, e_head = 0;
-    std::vector<float> Xc = X;
-    const ref::MhcParams mp{fn.data(), base.data(), scale.data(), n, d, 20, 1e-6f, 1e-6f};
-    for (int t = 0; t < T; ++t) {
-        ref::MhcCoeffs c;
-        ref::mhc_coeffs(&Xc[size_t(t) * n * d], mp, c);
-        std::vector<float> u(d), want(d);
-        ref::mhc_collapse(&Xc[size_t(t) * n * d], c, n, d, u.data());
-        ref::rms_norm(u.data(), norm.data(), want.data(), 1, d, 1e-6f);
-        for (int i = 0; i < d; ++i) e_pre = std::max(e_pre, double(std::fabs(want[i] - gxn[size_t(t) * d + i])));
-        ref::mhc_expand(&Xc[size_t(t) * n * d], &y[size_t(t) * d], c, n, d);
+    for (int use_ws = 0; use_ws < 2; ++use_ws) {
+        SCOPED_TRACE(use_ws ? "mix workspace" : "one CTA per token");
+        ASSERT_EQ(cudaMemcpy(dX, X.data(), sizeof(float) * X.size(), cudaMemcpyHostToDevice), cudaSuccess);
+        const cuda::MhcArgs a{dfn, dbase, dscale, dnorm, n, d, 20, 1e-6f, 1e-6f, use_ws ? dmix : nullptr};
+        ASSERT_EQ(cuda::mhc_pre(dX, T, a, coeffs, xn, nullptr), cudaSuccess);
+        const auto gxn = host(xn, size_t(T) * d);
+        ASSERT_EQ(cuda::mhc_post(dX, dy, coeffs, T, n, d, nullptr), cudaSuccess);
+        const auto gX = host(dX, X.size());
+        const cuda::MhcArgs ha{dhfn, dhbase, dhscale, dnorm, n, d, 0, 1e-6f, 1e-6f, use_ws ? dmix : nullptr};
+        ASSERT_EQ(cuda::mhc_head(dX, drows, 3, ha, hn, nullptr), cudaSuccess);
+        const auto ghn = host(hn, size_t(3) * d);
+        double e_pre = 0, e_post = 0, e_head = 0;
+        std::vector<float> Xc = X;
+        const ref::MhcParams mp{fn.data(), base.data(), scale.data(), n, d, 20, 1e-6f, 1e-6f};
+        for (int t = 0; t < T; ++t) {
+            ref::MhcCoeffs c;
+            ref::mhc_coeffs(&Xc[size_t(t) * n * d], mp, c);
+            std::vector<float> u(d), want(d);
+            ref::mhc_collapse(&Xc[size_t(t) * n * d], c, n, d, u.data());
+            ref::rms_norm(u.data(), norm.data(), want.data(), 1, d, 1e-6f);
+            for (int i = 0; i < d; ++i) e_pre = std::max(e_pre, double(std::fabs(want[i] - gxn[size_t(t) * d + i])));
+            ref::mhc_expand(&Xc[size_t(t) * n * d], &y[size_t(t) * d], c, n, d);
+        }
+        for (size_t i = 0; i < X.size(); ++i) e_post = std::max(e_post, double(std::fabs(Xc[i] - gX[i])));
+        for (int r = 0; r < 3; ++r) {
+            std::vector<float> h(d), want(d);
+            ref::mhc_head(&Xc[size_t(rows[r]) * n * d], hfn.data(), hbase.data(), hscale.data(), n, d, 1e-6f, 1e-6f, h.data());
+            ref::rms_norm(h.data(), norm.data(), want.data(), 1, d, 1e-6f);
+            for (int i = 0; i < d; ++i) e_head = std::max(e_head, double(std::fabs(want[i] - ghn[size_t(r) * d + i])));
+        }
+        std::printf("[op mhc%s] pre+norm max |err| %.3g, post %.3g, head+norm %.3g\n", use_ws ? " mix-ws" : "", e_pre, e_post,
+                        e_head);
+        EXPECT_LT(e_pre, 1e-4);
+        EXPECT_LT(e_post, 1e-4);
+        EXPECT_LT(e_head, 1e-4);
     }
-    for (size_t i = 0; i < X.size(); ++i) e_post = std::max(e_post, double(std::fabs(Xc[i] - gX[i])));
-    for (int r = 0; r < 3; ++r) {
-        std::vector<float> h(d), want(d);
-        ref::mhc_head(&Xc[size_t(rows[r]) * n * d], hfn.data(), hbase.data(), hscale.data(), n, d, 1e-6f, 1e-6f, h.data());
-        ref::rms_norm(h.data(), norm.data(), want.data(), 1, d, 1e-6f);
-        for (int i = 0; i < d; ++i) e_head = std::max(e_head, double(std::fabs(want[i] - ghn[size_t(r) * d + i])));
-    }
-    std::printf("[op mhc] pre+norm max |err| %.3g, post %.3g, head+norm %.3g\n", e_pre, e_post, e_head);
-    EXPECT_LT(e_pre, 1e-4);
-    EXPECT_LT(e_post, 1e-4);
-    EXPECT_LT(e_head, 1e-4);
+    cudaFree(dmix);
     for (void* p : {(void*)dX, (void*)dfn, (void*)dbase, (void*)dscale, (void*)dnorm, (void*)dy, (void*)dhfn,
                     (void*)dhbase, (void*)dhscale, (void*)coeffs, (void*)xn, (void*)hn, (void*)drows})
         cudaFree(p);

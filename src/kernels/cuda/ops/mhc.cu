@@ -1,5 +1,9 @@
 // mHC (spec §2.2) fused with the RMSNorm it feeds: mixing logits, Sinkhorn, collapse and norm in
 // one CTA per token; the expand as a separate elementwise pass; the final head collapse + norm.
+// With a mix workspace (MhcArgs::mix_ws) the (2+n)n mixing dot products over n*d and the sum of
+// squares run first over T x ((2+n)n + 1) CTAs (mhc_mix_kernel): one CTA per token would stream the
+// 1.5 MB f32 mixing matrix of a Flash layer through a single SM (measured: 228 us per call at batch 1,
+// half of the whole decode step).
 // Thread roles: 256 threads per token; warps compute the (2+n)n mixing dot products over n*d
 // (double accumulation like the reference), thread 0 runs the Sinkhorn iterations on the n x n
 // matrix in shared memory, then all threads collapse and normalise.
@@ -14,6 +18,20 @@ constexpr int kMaxMix = 80;  // (2+n)n for n <= 8
 
 __device__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
 
+// mix[row, r] = fn[r] . X[t] for r < n_mix, mix[row, n_mix] = |X[t]|^2 (double); grid (rows, n_mix + 1).
+__global__ void mhc_mix_kernel(const float* __restrict__ X, const int32_t* __restrict__ rows, MhcArgs a, int n_mix) {
+    __shared__ double red[32];
+    const int64_t width = int64_t(a.n) * a.d;
+    const int64_t t = rows ? rows[blockIdx.x] : blockIdx.x;
+    const float* x = X + t * width;
+    const int r = blockIdx.y;
+    const float* f = r < n_mix ? a.fn + int64_t(r) * width : x;
+    double acc = 0.0;
+    for (int64_t i = threadIdx.x; i < width; i += blockDim.x) acc += double(f[i]) * x[i];
+    acc = block_sum_d(acc, red);
+    if (threadIdx.x == 0) a.mix_ws[int64_t(blockIdx.x) * (n_mix + 1) + r] = acc;
+}
+
 // X: [T, n, d]; coeffs: [T, 24] (pre n, post n, comb n*n); xn: [T, d]. head: rows != null.
 template <bool kHead>
 __global__ void mhc_kernel(const float* __restrict__ X, const int32_t* __restrict__ rows, MhcArgs a,
@@ -27,17 +45,23 @@ __global__ void mhc_kernel(const float* __restrict__ X, const int32_t* __restric
     const int64_t t = kHead ? rows[blockIdx.x] : blockIdx.x;
     const float* x = X + t * width;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    double ss = 0.0;
-    for (int64_t i = threadIdx.x; i < width; i += blockDim.x) ss += double(x[i]) * x[i];
-    ss = block_sum_d(ss, red);
-    const float rho = 1.0f / sqrtf(float(ss / double(width)) + a.rms_eps);
     const int n_mix = kHead ? n : (2 + n) * n;
-    for (int r = warp; r < n_mix; r += nw) {
-        double acc = 0.0;
-        const float* f = a.fn + int64_t(r) * width;
-        for (int64_t i = lane; i < width; i += 32) acc += double(f[i]) * x[i];
-        acc = warp_sum_d(acc);
-        if (lane == 0) m[r] = float(acc) * rho;
+    if (a.mix_ws) {  // dot products precomputed by mhc_mix_kernel
+        const double* mw = a.mix_ws + int64_t(blockIdx.x) * (n_mix + 1);
+        const float rho = 1.0f / sqrtf(float(mw[n_mix] / double(width)) + a.rms_eps);
+        for (int r = threadIdx.x; r < n_mix; r += blockDim.x) m[r] = float(mw[r]) * rho;
+    } else {
+        double ss = 0.0;
+        for (int64_t i = threadIdx.x; i < width; i += blockDim.x) ss += double(x[i]) * x[i];
+        ss = block_sum_d(ss, red);
+        const float rho = 1.0f / sqrtf(float(ss / double(width)) + a.rms_eps);
+        for (int r = warp; r < n_mix; r += nw) {
+            double acc = 0.0;
+            const float* f = a.fn + int64_t(r) * width;
+            for (int64_t i = lane; i < width; i += 32) acc += double(f[i]) * x[i];
+            acc = warp_sum_d(acc);
+            if (lane == 0) m[r] = float(acc) * rho;
+        }
     }
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -88,11 +112,12 @@ __global__ void mhc_kernel(const float* __restrict__ X, const int32_t* __restric
 }
 
 // X: [T, n, d] in place; y: [T, d]; coeffs: [T, 2n + n*n]
+// Grid (T, ceil(d / blockDim)): one thread per (token, feature).
 __global__ void mhc_post_kernel(float* X, const float* __restrict__ y, const float* __restrict__ coeffs, int n, int d) {
     const int64_t t = blockIdx.x;
     const float* c = coeffs + t * (2 * n + n * n);
     float* x = X + t * int64_t(n) * d;
-    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+    for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < d; i += gridDim.y * blockDim.x) {
         float xs[8];
         for (int j = 0; j < n; ++j) xs[j] = x[int64_t(j) * d + i];
         const float yv = y[t * d + i];
@@ -108,18 +133,21 @@ __global__ void mhc_post_kernel(float* X, const float* __restrict__ y, const flo
 cudaError_t mhc_pre(const float* X, int T, const MhcArgs& a, float* coeffs, float* xn, cudaStream_t st) {
     if (T <= 0) return cudaSuccess;
     if (a.n > 8) return cudaErrorInvalidValue;
+    const int n_mix = (2 + a.n) * a.n;
+    if (a.mix_ws) mhc_mix_kernel<<<dim3(unsigned(T), unsigned(n_mix + 1)), 256, 0, st>>>(X, nullptr, a, n_mix);
     mhc_kernel<false><<<T, 256, sizeof(float) * a.d, st>>>(X, nullptr, a, coeffs, xn);
     return cudaGetLastError();
 }
 
 cudaError_t mhc_post(float* X, const float* y, const float* coeffs, int T, int n, int d, cudaStream_t st) {
     if (T <= 0) return cudaSuccess;
-    mhc_post_kernel<<<T, 256, 0, st>>>(X, y, coeffs, n, d);
+    mhc_post_kernel<<<dim3(unsigned(T), unsigned((d + 255) / 256)), 256, 0, st>>>(X, y, coeffs, n, d);
     return cudaGetLastError();
 }
 
 cudaError_t mhc_head(const float* X, const int32_t* rows, int R, const MhcArgs& a, float* out, cudaStream_t st) {
     if (R <= 0) return cudaSuccess;
+    if (a.mix_ws) mhc_mix_kernel<<<dim3(unsigned(R), unsigned(a.n + 1)), 256, 0, st>>>(X, rows, a, a.n);
     mhc_kernel<true><<<R, 256, sizeof(float) * a.d, st>>>(X, rows, a, nullptr, out);
     return cudaGetLastError();
 }

@@ -95,6 +95,8 @@ struct MhcArgs {
     const float* norm;   // [d] weight of the RMSNorm fed by the collapse
     int n, d, sinkhorn_iters;
     float hc_eps, rms_eps;
+    double* mix_ws = nullptr;  // optional [T, (2+n)n + 1] workspace: the mixing dot products then run
+                               // over T x ((2+n)n + 1) CTAs instead of one CTA per token
 };
 // Per token: Sinkhorn coefficients of X[t] (stored to coeffs [T, 24]), u = collapse, xn = rmsnorm(u).
 cudaError_t mhc_pre(const float* X, int T, const MhcArgs& a, float* coeffs, float* xn, cudaStream_t st);
