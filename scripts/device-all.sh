@@ -10,7 +10,8 @@
 #   run(command="scripts/device-all.sh peer", carry=["build-all-bin"], timeout_s=300)
 # Stages: tests (dsv4_cuda_tests + dsv4_perf_ops_tests), proxy (20-layer sweep, PROXY_TIME_BUDGET
 # seconds, default 240), peer (3-layer proxy + transformers eager + tools/peer/ratio.py,
-# PEER_TIME_BUDGET default 100), profile (nsys per-kernel table of the 3-layer proxy step).
+# PEER_TIME_BUDGET default 100), sanitize (compute-sanitizer memcheck + racecheck on reduced shapes),
+# profile (nsys per-kernel table of the 3-layer proxy step, when nsys exists).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-build-all-bin}
@@ -79,6 +80,24 @@ for stage in "$@"; do
             > "$OUT/ratio.md" 2>&1
         cat "$OUT/ratio.md"
         SUMMARY+=("peer: proxy3 rc=$rc1, transformers rc=$rc2")
+        ;;
+    sanitize)
+        # compute-sanitizer on reduced shapes: every op-level suite (old and fast kernels, row lists,
+        # radix top-k, mHC workspace) plus one graph-replay runner test.
+        if ! command -v compute-sanitizer > /dev/null; then
+            SUMMARY+=("sanitize: compute-sanitizer not found")
+        else
+            F='CudaOps.*:CudaOpsPaged.*:CudaOpsEdge.*:CudaFastOps.*:RowLists.*:KvRows.*:CudaRunner.GraphReplayEqualsEager'
+            timeout "${MEMCHECK_S:-240}" compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN"/dsv4_cuda_tests \
+                --gtest_filter="$F" > "$OUT/memcheck.log" 2>&1
+            m=$?
+            timeout "${RACECHECK_S:-180}" compute-sanitizer --tool racecheck --error-exitcode 9 "$BIN"/dsv4_cuda_tests \
+                --gtest_filter='CudaOps.Mhc*:CudaOps.Topk*:CudaOpsPaged.*:CudaOpsEdge.Indexer*:CudaOpsEdge.Topk*:RowLists.*' \
+                > "$OUT/racecheck.log" 2>&1
+            r=$?
+            tail -n 3 "$OUT/memcheck.log" "$OUT/racecheck.log"
+            SUMMARY+=("sanitize: memcheck rc=$m, racecheck rc=$r (124 = timed out)")
+        fi
         ;;
     profile)
         # Per-kernel times of one decode step (3-layer proxy, batch 1 and 64 at 8K) with Nsight Systems.
