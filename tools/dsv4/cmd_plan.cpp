@@ -23,7 +23,7 @@ struct PlanArgs {
     std::string model = "flash";
     int64_t context = 8192;
     int64_t batch = 0;
-    std::string kv_rows = "bf16";
+    std::string kv_rows = "fp8";  // the CUDA runner's default row format
     double gpu_gib = 140.0;
     double reserve_gib = 8.0;
 };
