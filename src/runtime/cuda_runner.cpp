@@ -97,7 +97,10 @@ private:
     Status fetch_outputs(const ForwardBatch& batch, bool honour_sample, int R, StepOutput& out);
     // The decode graph of bucket B (captured on first use; the plan must be uploaded).
     Result<cudaGraphExec_t> decode_graph(int B);
+    // Captures what `body` launches on stream_ and instantiates it (the caller owns the result).
+    Result<cudaGraphExec_t> capture(const std::function<Status()>& body);
     Status run_head(int T, int R);
+    Status lm_head(int R);  // mHC head + final norm + LM head for R logit rows
     Status plan(const ForwardBatch& batch, bool decode_graph, HostPlan& hp) const;
     Status upload_plan(const HostPlan& hp);
     Status run_step(int B, int T, int max_t, int R);
@@ -586,12 +589,7 @@ Status CudaRunner::run_step(int B, int T, int max_t, int R) {
         }
     }
     mark("head (mhc+norm+lm_head)");
-    if (R > 0) {
-        const cuda::MhcArgs ha{w_.hc_head.fn, w_.hc_head.base, w_.hc_head.scale, w_.norm, n, d, 0, float(cfg_.hc_eps), eps,
-                           ws_.mhc_mix};
-        DSV4_CU(cuda::mhc_head(ws_.X, ws_.logit_rows, R, ha, ws_.hn, st));
-        DSV4_CU(cuda::linear(w_.head, -1, ws_.hn, d, 0, 0, ws_.logits, cfg_.vocab_size, R, false, st));
-    }
+    if (R > 0) DSV4_RETURN_IF_ERROR(lm_head(R));
     mark("end");
     return Status::ok();
 }
@@ -662,12 +660,10 @@ Status CudaRunner::fetch_outputs(const ForwardBatch& batch, bool honour_sample, 
     return Status::ok();
 }
 
-Result<cudaGraphExec_t> CudaRunner::decode_graph(int B) {
-    auto it = graphs_.find(B);
-    if (it != graphs_.end()) return it->second;
+Result<cudaGraphExec_t> CudaRunner::capture(const std::function<Status()>& body) {
     cudaGraph_t g = nullptr;
     DSV4_CU(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-    Status s = run_step(B, B, 1, B);
+    Status s = body();
     cudaError_t e = cudaStreamEndCapture(stream_, &g);
     DSV4_RETURN_IF_ERROR(s);
     DSV4_CU(e);
@@ -675,20 +671,30 @@ Result<cudaGraphExec_t> CudaRunner::decode_graph(int B) {
     e = cudaGraphInstantiate(&ge, g, 0);
     cudaGraphDestroy(g);
     DSV4_CU(e);
+    return ge;
+}
+
+Result<cudaGraphExec_t> CudaRunner::decode_graph(int B) {
+    auto it = graphs_.find(B);
+    if (it != graphs_.end()) return it->second;
+    DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, capture([&] { return run_step(B, B, 1, B); }));
     graphs_.emplace(B, ge);
     return ge;
 }
 
-// The non-layer work of a step (run_step without the layers): embedding, mHC head, LM head.
-Status CudaRunner::run_head(int T, int R) {
+Status CudaRunner::lm_head(int R) {
     const int n = cfg_.hc_mult, d = cfg_.hidden_size;
-    const float eps = float(cfg_.rms_norm_eps);
-    DSV4_CU(cuda::embed(w_.embed, ws_.tokens, T, n, ws_.X, stream_));
-    const cuda::MhcArgs ha{w_.hc_head.fn, w_.hc_head.base, w_.hc_head.scale, w_.norm, n, d, 0, float(cfg_.hc_eps), eps,
-                           ws_.mhc_mix};
+    const cuda::MhcArgs ha{w_.hc_head.fn, w_.hc_head.base, w_.hc_head.scale, w_.norm, n, d, 0, float(cfg_.hc_eps),
+                           float(cfg_.rms_norm_eps), ws_.mhc_mix};
     DSV4_CU(cuda::mhc_head(ws_.X, ws_.logit_rows, R, ha, ws_.hn, stream_));
     DSV4_CU(cuda::linear(w_.head, -1, ws_.hn, d, 0, 0, ws_.logits, cfg_.vocab_size, R, false, stream_));
     return Status::ok();
+}
+
+// The non-layer work of a step (run_step without the layers): embedding, mHC head, LM head.
+Status CudaRunner::run_head(int T, int R) {
+    DSV4_CU(cuda::embed(w_.embed, ws_.tokens, T, cfg_.hc_mult, ws_.X, stream_));
+    return lm_head(R);
 }
 
 Result<DecodeGraphTiming> CudaRunner::time_decode_graph(const ForwardBatch& batch, int warmup, int reps) {
@@ -701,16 +707,7 @@ Result<DecodeGraphTiming> CudaRunner::time_decode_graph(const ForwardBatch& batc
     DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t step, decode_graph(hp.B));
     auto hit = head_graphs_.find(hp.B);
     if (hit == head_graphs_.end()) {
-        cudaGraph_t g = nullptr;
-        DSV4_CU(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-        Status s = run_head(hp.T, hp.B);
-        cudaError_t e = cudaStreamEndCapture(stream_, &g);
-        DSV4_RETURN_IF_ERROR(s);
-        DSV4_CU(e);
-        cudaGraphExec_t ge = nullptr;
-        e = cudaGraphInstantiate(&ge, g, 0);
-        cudaGraphDestroy(g);
-        DSV4_CU(e);
+        DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, capture([&] { return run_head(hp.T, hp.B); }));
         hit = head_graphs_.emplace(hp.B, ge).first;
     }
     cudaEvent_t e0 = nullptr, e1 = nullptr;
@@ -737,25 +734,21 @@ Result<DecodeGraphTiming> CudaRunner::time_decode_graph(const ForwardBatch& batc
     if (const char* p = std::getenv("DSV4_OP_PROFILE"); s.is_ok() && p && std::strcmp(p, "1") == 0) {
         // A second capture of the same step with event marks; 1 warm-up + 5 profiled replays.
         OpProfile prof;
-        cudaGraph_t g = nullptr;
         cudaGraphExec_t ge = nullptr;
         s = cuda_ok(prof.reserve(4096), "event pool");
-        if (s.is_ok()) s = cuda_ok(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "capture");
         if (s.is_ok()) {
             prof_ = &prof;
-            Status rs = run_step(hp.B, hp.B, 1, hp.B);
+            auto captured = capture([&] { return run_step(hp.B, hp.B, 1, hp.B); });
             prof_ = nullptr;
-            cudaError_t e = cudaStreamEndCapture(stream_, &g);
-            s = rs.is_ok() ? cuda_ok(e, "end capture") : rs;
+            if (captured.is_ok()) ge = *captured;
+            else s = captured.status();
         }
-        if (s.is_ok()) s = cuda_ok(cudaGraphInstantiate(&ge, g, 0), "instantiate");
         for (int r = 0; s.is_ok() && r < 6; ++r) {
             s = cuda_ok(cudaGraphLaunch(ge, stream_), "launch");
             if (s.is_ok()) s = cuda_ok(cudaStreamSynchronize(stream_), "sync");
             if (s.is_ok() && r > 0) s = cuda_ok(prof.accumulate(), "event times");
         }
         if (ge) cudaGraphExecDestroy(ge);
-        if (g) cudaGraphDestroy(g);
         if (s.is_ok()) std::fprintf(stderr, "[batch %d] %s", hp.B, prof.table(5).c_str());
     }
     cudaEventDestroy(e0);
