@@ -18,6 +18,38 @@ constexpr int kMaxMix = 80;  // (2+n)n for n <= 8
 
 __device__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
 
+// Sinkhorn normalisation (spec §2.2) of the N x N matrix C (shared memory) in registers, same
+// operation order as the generic loop below (bit-identical): the serial loop on shared memory
+// took tens of microseconds per call (every access a shared-memory round trip).
+template <int N>
+__device__ void sinkhorn_in_registers(float* C, int iters, float eps) {
+    float c[N * N];
+#pragma unroll
+    for (int i = 0; i < N * N; ++i) c[i] = C[i];
+    for (int it = 0; it < iters; ++it) {
+        if (it > 0) {
+#pragma unroll
+            for (int j = 0; j < N; ++j) {
+                float s = 0.0f;
+#pragma unroll
+                for (int k = 0; k < N; ++k) s += c[j * N + k];
+#pragma unroll
+                for (int k = 0; k < N; ++k) c[j * N + k] /= (s + eps);
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < N; ++k) {
+            float s = 0.0f;
+#pragma unroll
+            for (int j = 0; j < N; ++j) s += c[j * N + k];
+#pragma unroll
+            for (int j = 0; j < N; ++j) c[j * N + k] /= (s + eps);
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < N * N; ++i) C[i] = c[i];
+}
+
 // mix[row, r] = fn[r] . X[t] for r < n_mix, mix[row, n_mix] = |X[t]|^2 (double); grid (rows, n_mix + 1).
 __global__ void mhc_mix_kernel(const float* __restrict__ X, const int32_t* __restrict__ rows, MhcArgs a, int n_mix) {
     __shared__ double red[32];
@@ -78,7 +110,8 @@ __global__ void mhc_kernel(const float* __restrict__ X, const int32_t* __restric
                 for (int k = 0; k < n; ++k) sum += (C[j * n + k] = expf(C[j * n + k] - mx));
                 for (int k = 0; k < n; ++k) C[j * n + k] = C[j * n + k] / sum + a.hc_eps;
             }
-            for (int it = 0; it < a.sinkhorn_iters; ++it) {
+            if (n == 4) sinkhorn_in_registers<4>(C, a.sinkhorn_iters, a.hc_eps);
+            else for (int it = 0; it < a.sinkhorn_iters; ++it) {
                 if (it > 0)
                     for (int j = 0; j < n; ++j) {
                         float s = 0.0f;
