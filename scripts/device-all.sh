@@ -11,18 +11,22 @@
 # Stages: tests (dsv4_cuda_tests + dsv4_perf_ops_tests), proxy (20-layer sweep, PROXY_TIME_BUDGET
 # seconds, default 240), peer (3-layer proxy + transformers eager + tools/peer/ratio.py,
 # PEER_TIME_BUDGET default 100), sanitize (compute-sanitizer memcheck + racecheck on reduced shapes),
-# profile (nsys per-kernel table of the 3-layer proxy step, when nsys exists).
+# opprof (DSV4_OP_PROFILE per-op table, OPPROF_BATCHES), serve (generate cuda vs cpu + HTTP serve --backend cuda), profile (nsys per-kernel table of the 3-layer proxy step, when nsys exists).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-build-all-bin}
 if [[ "${1:-}" == "--build" ]]; then
     set -e
     cmake -S . -B build-cuda -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a >/dev/null
-    ninja -C build-cuda -j"${JOBS:-2}" dsv4_cuda_tests dsv4_perf_ops_tests dsv4-proxy-bench
+    ninja -C build-cuda -j"${JOBS:-2}" dsv4_cuda_tests dsv4_perf_ops_tests dsv4-proxy-bench dsv4
     rm -rf "$BIN" && mkdir -p "$BIN"
     cp build-cuda/tests/kernels/cuda_runner/dsv4_cuda_tests build-cuda/tests/kernels/perf_ops/dsv4_perf_ops_tests \
-        build-cuda/tools/dsv4/dsv4-proxy-bench "$BIN"/
-    strip "$BIN"/* || true
+        build-cuda/tools/dsv4/dsv4-proxy-bench build-cuda/tools/dsv4/dsv4 "$BIN"/
+    # The serve stage needs the tokenizer; the GPU machine has no network to fetch it.
+    TOK=${DSV4_TOKENIZER:-.cache/tokenizer/tokenizer.json}
+    [[ -f "$TOK" ]] && xz -9 -c "$TOK" > "$BIN"/tokenizer.json.xz
+    strip "$BIN"/dsv4* || true
+    xz -T2 -6 "$BIN"/dsv4  # only the serve stage needs it; keeps the carried folder under 64 MiB
     tmp=$(mktemp -d) && mkdir -p "$tmp/lib"
     for l in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0; do
         p=$(ldconfig -p | awk -v l="$l" '$1 == l && !f {print $NF; f = 1}')
@@ -98,6 +102,23 @@ for stage in "$@"; do
             tail -n 3 "$OUT/memcheck.log" "$OUT/racecheck.log"
             SUMMARY+=("sanitize: memcheck rc=$m, racecheck rc=$r (124 = timed out)")
         fi
+        ;;
+    serve)
+        # dsv4 generate on cuda vs cpu (greedy text identical) and dsv4 serve --backend cuda over HTTP.
+        SD=$(mktemp -d)
+        cp scripts/gpu-serve-check.sh "$SD"/
+        xz -dc "$BIN"/dsv4.xz > "$SD"/dsv4 && chmod +x "$SD"/dsv4
+        xz -dc "$BIN"/tokenizer.json.xz > "$SD"/tokenizer.json
+        OUT="$OUT" bash "$SD"/gpu-serve-check.sh > "$OUT/serve_check.log" 2>&1
+        grep -E "rc=|IDENTICAL|models:|chat:|stream chunks|metrics lines" "$OUT/serve_check.log" | cut -c1-300
+        SUMMARY+=("serve: $(grep -c 'GREEDY TEXT IDENTICAL' "$OUT/serve_check.log") identical-text line(s), chat $(grep -c '^chat:' "$OUT/serve_check.log")")
+        ;;
+    opprof)
+        # Where the decode step goes, per op class (DSV4_OP_PROFILE=1: a second, event-marked capture).
+        DSV4_OP_PROFILE=1 "$BIN"/dsv4-proxy-bench proxy-bench --batches "${OPPROF_BATCHES:-1,64}" \
+            --contexts "${OPPROF_CONTEXTS:-8192}" --reps 5 --no-gemm-peak ${PROXY_ARGS:-} > "$OUT/opprof.txt" 2>&1
+        SUMMARY+=("opprof: rc=$?")
+        tail -n 70 "$OUT/opprof.txt"
         ;;
     profile)
         # Per-kernel times of one decode step (3-layer proxy, batch 1 and 64 at 8K) with Nsight Systems.
