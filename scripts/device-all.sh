@@ -11,7 +11,7 @@
 # Stages: tests (dsv4_cuda_tests + dsv4_perf_ops_tests), proxy (20-layer sweep, PROXY_TIME_BUDGET
 # seconds, default 240), peer (3-layer proxy + transformers eager + tools/peer/ratio.py,
 # PEER_TIME_BUDGET default 100), sanitize (compute-sanitizer memcheck + racecheck on reduced shapes),
-# opprof (DSV4_OP_PROFILE per-op table, OPPROF_BATCHES), serve (generate cuda vs cpu + HTTP serve --backend cuda), profile (nsys per-kernel table of the 3-layer proxy step, when nsys exists).
+# opprof (DSV4_OP_PROFILE per-op table, OPPROF_BATCHES), ncu (per-kernel table, NCU_BATCHES), serve (generate cuda vs cpu + HTTP serve --backend cuda), profile (nsys per-kernel table of the 3-layer proxy step, when nsys exists).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-build-all-bin}
@@ -119,6 +119,24 @@ for stage in "$@"; do
             --contexts "${OPPROF_CONTEXTS:-8192}" --reps 5 --no-gemm-peak ${PROXY_ARGS:-} > "$OUT/opprof.txt" 2>&1
         SUMMARY+=("opprof: rc=$?")
         tail -n 70 "$OUT/opprof.txt"
+        ;;
+    ncu)
+        # Per-kernel durations of the 3-layer proxy step (every graph node of one replay, plus the set-up
+        # kernels, which the table names separately) with Nsight Compute; NCU_BATCHES, default "1 64".
+        NCU=$(command -v ncu || ls /usr/local/cuda*/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+        if [[ -z "$NCU" ]]; then
+            SUMMARY+=("ncu: not found")
+        else
+            for B in ${NCU_BATCHES:-1 64}; do
+                timeout "${NCU_S:-150}" "$NCU" --graph-profiling node --metrics gpu__time_duration.sum --csv \
+                    "$BIN"/dsv4-proxy-bench proxy-bench --layers 3 --layer-types sliding,csa,hca --hash-layers 1 \
+                    --batches "$B" --contexts 8192 --reps 1 --warmup 0 --no-gemm-peak > "$OUT/ncu_b$B.csv" 2>&1
+                echo "== ncu kernels, 3-layer proxy, batch $B, 8K (rc $?)"
+                python3 tools/prof/ncu_summary.py "$OUT/ncu_b$B.csv" --top 45 | tee "$OUT/ncu_b$B.txt"
+                xz -f "$OUT/ncu_b$B.csv"
+            done
+            SUMMARY+=("ncu: $NCU")
+        fi
         ;;
     profile)
         # Per-kernel times of one decode step (3-layer proxy, batch 1 and 64 at 8K) with Nsight Systems.

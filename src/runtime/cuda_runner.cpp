@@ -37,7 +37,8 @@ struct Workspace {
     int32_t *tok_begin, *n_tok, *page_table, *tokens, *pos;
     int64_t* start_pos;
     int64_t *gate_off, *gate_len;
-    double* mhc_mix = nullptr;  // [max(T, B), (2+n)n + 1] mHC mixing dot products (MhcArgs::mix_ws)
+    double* mhc_mix = nullptr;  // [mhc_mix_rows, (2+n)n + 1] mHC mixing dot products (MhcArgs::mix_ws)
+    int64_t mhc_mix_rows = 0;   // max(T, 32 B): decode steps split each token's n*d reduction in 32 chunks
     int64_t max_rows = 0;
     // Fast decode attention (sparse_decode): row lists, bf16 q / out, split partials.
     void *qb = nullptr, *ob = nullptr;
@@ -193,7 +194,8 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
     DSV4_RETURN_IF_ERROR(F(ws_.X, Tm * n * d));
     DSV4_RETURN_IF_ERROR(F(ws_.xn, Tm * d));
     DSV4_RETURN_IF_ERROR(F(ws_.coeffs, Tm * (2 * n + n * n)));
-    DSV4_ASSIGN_OR_RETURN(ws_.mhc_mix, arena_.alloc_n<double>(std::max(Tm, Bm) * ((2 + n) * n + 1)));
+    ws_.mhc_mix_rows = int64_t(std::max(Tm, 32 * Bm));
+    DSV4_ASSIGN_OR_RETURN(ws_.mhc_mix, arena_.alloc_n<double>(size_t(ws_.mhc_mix_rows) * ((2 + n) * n + 1)));
     DSV4_RETURN_IF_ERROR(F(ws_.y, Tm * d));
     DSV4_RETURN_IF_ERROR(F(ws_.qlat_raw, Tm * qr));
     DSV4_RETURN_IF_ERROR(F(ws_.qlat, Tm * qr));
@@ -579,7 +581,8 @@ Status CudaRunner::run_step(int B, int T, int max_t, int R) {
         for (int site = 0; site < 2; ++site) {
             const DevMhc& m = site == 0 ? L.hc_attn : L.hc_ffn;
             const cuda::MhcArgs ma{m.fn, m.base, m.scale, site == 0 ? L.attn_norm : L.ffn_norm, n, d,
-                                   cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps), eps, ws_.mhc_mix};
+                                   cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps), eps, ws_.mhc_mix,
+                                   ws_.mhc_mix_rows};
             mark("mhc_pre+norm");
             DSV4_CU(cuda::mhc_pre(ws_.X, T, ma, ws_.coeffs, ws_.xn, st));
             if (site == 0) DSV4_RETURN_IF_ERROR(attention(l, sp, T, max_t, splits));
@@ -685,7 +688,7 @@ Result<cudaGraphExec_t> CudaRunner::decode_graph(int B) {
 Status CudaRunner::lm_head(int R) {
     const int n = cfg_.hc_mult, d = cfg_.hidden_size;
     const cuda::MhcArgs ha{w_.hc_head.fn, w_.hc_head.base, w_.hc_head.scale, w_.norm, n, d, 0, float(cfg_.hc_eps),
-                           float(cfg_.rms_norm_eps), ws_.mhc_mix};
+                           float(cfg_.rms_norm_eps), ws_.mhc_mix, ws_.mhc_mix_rows};
     DSV4_CU(cuda::mhc_head(ws_.X, ws_.logit_rows, R, ha, ws_.hn, stream_));
     DSV4_CU(cuda::linear(w_.head, -1, ws_.hn, d, 0, 0, ws_.logits, cfg_.vocab_size, R, false, stream_));
     return Status::ok();

@@ -220,9 +220,9 @@ TEST(CudaOpsPaged, IndexerTopkExactWithTies) {
     cudaFree(dq), cudaFree(dw), cudaFree(scores), cudaFree(sel), cudaFree(n_sel);
 }
 
-TEST(CudaOps, MhcPrePostHead) {
-    SKIP_WITHOUT_GPU();
-    const int n = 4, d = 96, T = 5, mix = (2 + n) * n;
+// d = 96: one chunk; d = 1000: n d = 4000 splits into 8 chunks of 512 (the last partial).
+void check_mhc(int d) {
+    const int n = 4, T = 5, mix = (2 + n) * n;
     std::mt19937 g(9);
     std::normal_distribution<float> nd(0.f, 1.f);
     auto rv = [&](size_t k, float s) {
@@ -238,20 +238,23 @@ TEST(CudaOps, MhcPrePostHead) {
     ASSERT_EQ(cudaMalloc(&coeffs, sizeof(float) * T * 24), cudaSuccess);
     ASSERT_EQ(cudaMalloc(&xn, sizeof(float) * T * d), cudaSuccess);
     ASSERT_EQ(cudaMalloc(&hn, sizeof(float) * T * d), cudaSuccess);
-    // Both forms: one CTA per token, and the dot products spread over (token, mix) CTAs (mix_ws).
+    // Three forms: one CTA per token; the dot products over (token, mix) CTAs (workspace of T
+    // rows); and over (token, chunk) CTAs (workspace of 32 T rows).
     double* dmix = nullptr;
-    ASSERT_EQ(cudaMalloc(&dmix, sizeof(double) * T * (mix + 1)), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dmix, sizeof(double) * 32 * T * (mix + 1)), cudaSuccess);
     std::vector<int32_t> rows = {4, 0, 2};
     int32_t* drows = dev(rows);
-    for (int use_ws = 0; use_ws < 2; ++use_ws) {
-        SCOPED_TRACE(use_ws ? "mix workspace" : "one CTA per token");
+    for (int use_ws = 0; use_ws < 3; ++use_ws) {
+        SCOPED_TRACE(use_ws == 0 ? "one CTA per token" : use_ws == 1 ? "mix workspace" : "chunked mix workspace");
+        const int64_t ws_rows = use_ws == 2 ? 32 * T : T;
         ASSERT_EQ(cudaMemcpy(dX, X.data(), sizeof(float) * X.size(), cudaMemcpyHostToDevice), cudaSuccess);
-        const cuda::MhcArgs a{dfn, dbase, dscale, dnorm, n, d, 20, 1e-6f, 1e-6f, use_ws ? dmix : nullptr};
+        const cuda::MhcArgs a{dfn, dbase, dscale, dnorm, n, d, 20, 1e-6f, 1e-6f, use_ws ? dmix : nullptr, ws_rows};
+        if (use_ws == 2) EXPECT_EQ(cuda::mhc_mix_chunks(T, a, false), (n * d + 511) / 512);
         ASSERT_EQ(cuda::mhc_pre(dX, T, a, coeffs, xn, nullptr), cudaSuccess);
         const auto gxn = host(xn, size_t(T) * d);
         ASSERT_EQ(cuda::mhc_post(dX, dy, coeffs, T, n, d, nullptr), cudaSuccess);
         const auto gX = host(dX, X.size());
-        const cuda::MhcArgs ha{dhfn, dhbase, dhscale, dnorm, n, d, 0, 1e-6f, 1e-6f, use_ws ? dmix : nullptr};
+        const cuda::MhcArgs ha{dhfn, dhbase, dhscale, dnorm, n, d, 0, 1e-6f, 1e-6f, use_ws ? dmix : nullptr, ws_rows};
         ASSERT_EQ(cuda::mhc_head(dX, drows, 3, ha, hn, nullptr), cudaSuccess);
         const auto ghn = host(hn, size_t(3) * d);
         double e_pre = 0, e_post = 0, e_head = 0;
@@ -273,8 +276,8 @@ TEST(CudaOps, MhcPrePostHead) {
             ref::rms_norm(h.data(), norm.data(), want.data(), 1, d, 1e-6f);
             for (int i = 0; i < d; ++i) e_head = std::max(e_head, double(std::fabs(want[i] - ghn[size_t(r) * d + i])));
         }
-        std::printf("[op mhc%s] pre+norm max |err| %.3g, post %.3g, head+norm %.3g\n", use_ws ? " mix-ws" : "", e_pre, e_post,
-                        e_head);
+        std::printf("[op mhc d=%d%s] pre+norm max |err| %.3g, post %.3g, head+norm %.3g\n", d,
+                    use_ws == 1 ? " mix-ws" : use_ws == 2 ? " mix-ws chunked" : "", e_pre, e_post, e_head);
         EXPECT_LT(e_pre, 1e-4);
         EXPECT_LT(e_post, 1e-4);
         EXPECT_LT(e_head, 1e-4);
@@ -283,6 +286,12 @@ TEST(CudaOps, MhcPrePostHead) {
     for (void* p : {(void*)dX, (void*)dfn, (void*)dbase, (void*)dscale, (void*)dnorm, (void*)dy, (void*)dhfn,
                     (void*)dhbase, (void*)dhscale, (void*)coeffs, (void*)xn, (void*)hn, (void*)drows})
         cudaFree(p);
+}
+
+TEST(CudaOps, MhcPrePostHead) {
+    SKIP_WITHOUT_GPU();
+    check_mhc(96);
+    check_mhc(1000);
 }
 
 }  // namespace

@@ -736,19 +736,23 @@ TEST(CudaOpsEdge, SwigluClamp) {
 // Indexer scores + top-k on edge shapes; exact top-k at the B08 sizes.
 // =============================================================================================
 
-TEST(CudaOpsEdge, IndexerTopkEdgeShapes) {
-    SKIP_WITHOUT_GPU();
-    constexpr int r = 4, IH = 4, ID = 32, K = 16;
-    BigPool bp;
+struct IndexerCase {
+    int IH, ID, K;
+    std::vector<int> batches;
+    std::vector<int64_t> pos_cycle;  // positions of the sequences, cycled
+};
+
+// Small heads (the old per-key form's shapes) and the Flash indexer (64 heads x 128, top-512, up
+// to 2102 candidates: the tiled scorer, several 64-key tiles, the last one partial).
+void check_indexer_case(BigPool& bp, const IndexerCase& ic, int& seqs, int& ties_total) {
+    const int r = 4, IH = ic.IH, ID = ic.ID, K = ic.K;
     const int64_t idx_row_off = 100;  // not aligned to anything
-    int seqs = 0, ties_total = 0;
-    for (int B : {1, 33}) {
-        std::mt19937 g(71 + B);
-        // Positions give n_c = 0 (B03), 1 (first row), 15, 16 (= top-k), 17 and 60 candidates.
-        const std::vector<int64_t> pos_cycle = {2, 3, 63, 64, 71, 240, 0};
+    const int64_t max_pos = *std::max_element(ic.pos_cycle.begin(), ic.pos_cycle.end());
+    for (int B : ic.batches) {
+        std::mt19937 g(71 + B + IH);
         std::vector<int64_t> pos(B);
-        for (int s = 0; s < B; ++s) pos[s] = B == 1 ? 71 : pos_cycle[s % pos_cycle.size()];
-        const int pt_stride = int(1 + 240 / BigPool::page_tokens + 1);
+        for (int s = 0; s < B; ++s) pos[s] = B == 1 ? ic.pos_cycle[4 % ic.pos_cycle.size()] : ic.pos_cycle[s % ic.pos_cycle.size()];
+        const int pt_stride = int(1 + max_pos / BigPool::page_tokens + 1);
         std::vector<int32_t> tables(size_t(B) * pt_stride, 0);
         std::vector<std::vector<float>> rows(B);
         int32_t next = int32_t(BigPool::n_pages - 1);
@@ -782,7 +786,7 @@ TEST(CudaOpsEdge, IndexerTopkEdgeShapes) {
         plan.pos = F(dev(ps));
         cuda::PagePool pool{bp.base, BigPool::pe, 1, BigPool::page_tokens, cuda::RowFormat{0, ID, 0, ID},
                             cuda::RowFormat{0, ID, 0, ID}};
-        const int64_t max_rows = 64;
+        const int64_t max_rows = (max_pos + 1) / r + 64;
         float* scores = nullptr;
         int32_t *sel = nullptr, *n_sel = nullptr;
         ASSERT_EQ(cudaMalloc(&scores, sizeof(float) * B * max_rows), cudaSuccess);
@@ -825,9 +829,21 @@ TEST(CudaOpsEdge, IndexerTopkEdgeShapes) {
             }
         }
     }
-    std::printf("[op indexer top-k edge] %d sequences (batch 1 and 33; 0, 1, 15, 16, 17, 60 candidates for top-%d), "
-                "%d tied scores: selections identical to the CPU and across 3 runs\n",
-                seqs, K, ties_total);
+}
+
+TEST(CudaOpsEdge, IndexerTopkEdgeShapes) {
+    SKIP_WITHOUT_GPU();
+    BigPool bp;
+    int seqs = 0, ties = 0;
+    // n_c = 0 (B03), 1 (first row), 15, 16 (= top-k), 17 and 60 candidates for top-16.
+    check_indexer_case(bp, {4, 32, 16, {1, 33}, {2, 3, 63, 64, 71, 240, 0}}, seqs, ties);
+    std::printf("[op indexer top-k edge] %d sequences (batch 1 and 33; 0, 1, 15, 16, 17, 60 candidates for top-16), "
+                "%d tied scores: selections identical to the CPU and across 3 runs\n", seqs, ties);
+    seqs = 0, ties = 0;
+    // Flash indexer shape: n_c = 0, 1, 64, 65, 66, 513, 514, 2102 candidates for top-512.
+    check_indexer_case(bp, {64, 128, 512, {1, 9}, {2, 3, 255, 259, 8407, 2051, 2055, 263, 0}}, seqs, ties);
+    std::printf("[op indexer top-k edge] Flash shape 64 x 128: %d sequences (0 .. 2102 candidates for top-512), "
+                "%d tied scores: selections identical to the CPU and across 3 runs\n", seqs, ties);
 }
 
 TEST(CudaOpsEdge, TopkExactAtB08Sizes) {

@@ -3,7 +3,8 @@
 // keys ranking as -inf (B12), -0 equal to +0; i is selected at position rank(i) when rank(i) < k.
 // Same selection and order as ref::topk_indices. Also the greedy argmax used for sampling.
 //
-// Scores: grid (B, key chunks of kKeysPerCta); the token's queries [IH, ID] sit in shared memory
+// Scores (IH <= 64, ID <= 128: the tiled double GEMM below, indexer_score_tiled_kernel; otherwise):
+// grid (B, key chunks of kKeysPerCta); the token's queries [IH, ID] sit in shared memory
 // (rows padded to ID + 1 floats: lanes on different heads hit different banks); a warp stages one
 // key row and each lane owns heads lane, lane + 32, ... (double accumulation like the reference),
 // one warp reduction per key. Chunks past a sequence's n_c exit at once, so the grid can be sized
@@ -158,6 +159,85 @@ __global__ void indexer_score_kernel(StepPlan plan, PagePool pool, IndexerArgs a
     }
 }
 
+// Tiled form of the scores for IH <= 64 heads, ID <= 128: a CTA scores 64 keys against all heads
+// as a small double GEMM [64 heads x ID] x [ID x 64 keys]. Thread (ty, tx) of 16 x 16 owns heads
+// 4ty..4ty+3 and keys tx, tx+16, tx+32, tx+48 (16 accumulators: one broadcast 32-B load of q and
+// four conflict-free 8-B loads of k per 16 DFMA). q and k are converted to double once, in shared
+// memory. Why: the warp-per-key form converts every operand f32 -> f64 inside the inner loop and
+// was issue-bound at ~122 us per CSA layer at batch 1 (8K context) and ~650 us at batch 64.
+// Padded heads (h >= IH) have q = 0 and weight 0, contributing exactly 0. Each head's dot is summed
+// over i in order with exact products (f32 x f32 fits a double), as the reference does; the sum
+// over heads is regrouped (4 per thread, then 16 partials in order), a difference far below the
+// final rounding to f32.
+constexpr int kTileKeys = 64, kTileHeads = 64, kTileMaxID = 128;
+constexpr int kQStride = kTileHeads + 2;  // doubles per i row of q (16-B aligned rows)
+constexpr int kKStride = kTileKeys + 1;   // doubles per i row of k (fewer bank conflicts on the transpose)
+constexpr size_t kTileSmem = sizeof(double) * (size_t(kTileMaxID) * kQStride + size_t(kTileMaxID) * kKStride +
+                                               size_t(16) * kTileKeys);
+
+__global__ void __launch_bounds__(256) indexer_score_tiled_kernel(StepPlan plan, PagePool pool, IndexerArgs a) {
+    const int s = blockIdx.x;
+    if (a.t >= plan.n_tok[s]) return;
+    const int64_t p = plan.start_pos[s] + a.t;
+    const int64_t n_c = (p + 1) / a.ratio;
+    const int64_t w0 = int64_t(blockIdx.y) * kTileKeys;
+    if (w0 >= n_c) return;
+    extern __shared__ __align__(16) double dsm[];
+    double* qs = dsm;                              // [ID][kQStride]: qs[i][h]
+    double* ks = qs + kTileMaxID * kQStride;       // [ID][kKStride]: ks[i][key]
+    double* red = ks + kTileMaxID * kKStride;      // [16][64]
+    const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
+    const int ID = a.ID, IH = a.IH;
+    const int64_t tok = plan.tok_begin[s] + a.t;
+    const float* q = a.q + tok * int64_t(IH) * ID;
+    for (int j = tid; j < kTileHeads * ID; j += 256) {
+        const int h = j / ID, i = j % ID;
+        qs[i * kQStride + h] = h < IH ? double(q[int64_t(h) * ID + i]) : 0.0;
+    }
+    const int32_t* table = plan.page_table + int64_t(s) * plan.pt_stride;
+    const int64_t n_keys = n_c - w0 < kTileKeys ? n_c - w0 : kTileKeys;
+    for (int j = tid; j < kTileKeys * ID; j += 256) {
+        const int key = j / ID, i = j % ID;
+        ks[i * kKStride + key] =
+            key < n_keys ? double(load_row(pool, table, a.ratio, a.idx_row_off, pool.index, w0 + key, i)) : 0.0;
+    }
+    __syncthreads();
+    double acc[4][4];
+#pragma unroll
+    for (int h = 0; h < 4; ++h)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) acc[h][k] = 0.0;
+    for (int i = 0; i < ID; ++i) {
+        const double2 q01 = *reinterpret_cast<const double2*>(qs + i * kQStride + 4 * ty);
+        const double2 q23 = *reinterpret_cast<const double2*>(qs + i * kQStride + 4 * ty + 2);
+        const double qv[4] = {q01.x, q01.y, q23.x, q23.y};
+        double kv[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) kv[k] = ks[i * kKStride + tx + 16 * k];
+#pragma unroll
+        for (int h = 0; h < 4; ++h)
+#pragma unroll
+            for (int k = 0; k < 4; ++k) acc[h][k] = fma(qv[h], kv[k], acc[h][k]);
+    }
+    const float* hw = a.w + tok * IH;
+    double part[4] = {0.0, 0.0, 0.0, 0.0};
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+        const int head = 4 * ty + h;
+        const double wh = head < IH ? double(hw[head]) : 0.0;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) part[k] += wh * fmax(0.0, acc[h][k]);
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) red[ty * kTileKeys + tx + 16 * k] = part[k];
+    __syncthreads();
+    if (tid < n_keys) {
+        double sc = 0.0;
+        for (int g = 0; g < 16; ++g) sc += red[g * kTileKeys + tid];
+        a.scores[int64_t(s) * a.max_rows + w0 + tid] = float(sc);
+    }
+}
+
 __global__ void indexer_topk_kernel(StepPlan plan, IndexerArgs a) {
     const int s = blockIdx.x;
     if (a.t >= plan.n_tok[s]) return;
@@ -201,6 +281,15 @@ __global__ void argmax_kernel(const float* logits, int64_t V, int32_t* out) {
 
 cudaError_t indexer_topk(const StepPlan& plan, const PagePool& pool, const IndexerArgs& a, cudaStream_t st) {
     if (plan.n_seqs <= 0 || a.max_rows <= 0) return cudaSuccess;
+    if (a.IH <= kTileHeads && a.ID <= kTileMaxID) {
+        const cudaError_t e = cudaFuncSetAttribute(indexer_score_tiled_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   int(kTileSmem));
+        if (e != cudaSuccess) return e;
+        const dim3 grid(unsigned(plan.n_seqs), unsigned((a.max_rows + kTileKeys - 1) / kTileKeys));
+        indexer_score_tiled_kernel<<<grid, 256, kTileSmem, st>>>(plan, pool, a);
+        indexer_topk_kernel<<<plan.n_seqs, kTopkThreads, 0, st>>>(plan, a);
+        return cudaGetLastError();
+    }
     const size_t smem = sizeof(float) * (size_t(a.IH) * size_t(a.ID + 1) + size_t(kScoreThreads / 32) * size_t(a.ID));
     if (smem > 48 * 1024) {
         const cudaError_t e = cudaFuncSetAttribute(indexer_score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,

@@ -5,8 +5,9 @@
 // 1.5 MB f32 mixing matrix of a Flash layer through a single SM (measured: 228 us per call at batch 1,
 // half of the whole decode step).
 // Thread roles: 256 threads per token; warps compute the (2+n)n mixing dot products over n*d
-// (double accumulation like the reference), thread 0 runs the Sinkhorn iterations on the n x n
-// matrix in shared memory, then all threads collapse and normalise.
+// (double accumulation like the reference) unless a workspace holds them already, thread 0 runs
+// the Sinkhorn iterations on the n x n matrix (in registers for n = 4), then all threads collapse
+// and normalise.
 // Shared memory: d floats (collapsed row) + coefficients + 32 doubles. Bound: memory (X and fn are
 // read once per token); the Sinkhorn is a few hundred serial flops.
 #include "kernels/cuda/ops/common.cuh"
@@ -64,10 +65,52 @@ __global__ void mhc_mix_kernel(const float* __restrict__ X, const int32_t* __res
     if (threadIdx.x == 0) a.mix_ws[int64_t(blockIdx.x) * (n_mix + 1) + r] = acc;
 }
 
+// Chunked form, grid (rows, chunks): CTA (t, c) computes all NM + 1 partial sums over elements
+// [c*CH, min((c+1)*CH, n d)) of token t, written to ws[(t*chunks + c)*(NM+1) + r]; mhc_kernel adds
+// the chunks in order (deterministic). Why: the grid (rows, NM + 1) form runs 25 CTAs at batch 1,
+// each a long chain of dependent loads (measured: ~68 us per mhc_pre call on the 16384-wide Flash
+// row); here each thread issues NM + 1 independent loads per element and 32 CTAs share a token.
+constexpr int kMixThreads = 256;
+constexpr int kMixChunk = 512;
+template <int NM>
+__global__ void __launch_bounds__(kMixThreads) mhc_mix_chunk_kernel(const float* __restrict__ X,
+                                                                    const int32_t* __restrict__ rows, MhcArgs a) {
+    __shared__ double red[kMixThreads / 32][NM + 1];
+    const int64_t width = int64_t(a.n) * a.d;
+    const int64_t t = rows ? rows[blockIdx.x] : blockIdx.x;
+    const float* x = X + t * width;
+    const int64_t i0 = int64_t(blockIdx.y) * kMixChunk;
+    const int64_t i1 = i0 + kMixChunk < width ? i0 + kMixChunk : width;
+    double acc[NM + 1];
+#pragma unroll
+    for (int r = 0; r <= NM; ++r) acc[r] = 0.0;
+    for (int64_t i = i0 + threadIdx.x; i < i1; i += kMixThreads) {
+        const float xv = x[i];
+        float fv[NM];
+#pragma unroll
+        for (int r = 0; r < NM; ++r) fv[r] = __ldg(a.fn + int64_t(r) * width + i);
+#pragma unroll
+        for (int r = 0; r < NM; ++r) acc[r] += double(fv[r]) * xv;
+        acc[NM] += double(xv) * xv;
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int r = 0; r <= NM; ++r) {
+        const double v = warp_sum_d(acc[r]);
+        if (lane == 0) red[warp][r] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x <= NM) {
+        double s = 0.0;
+        for (int w = 0; w < kMixThreads / 32; ++w) s += red[w][threadIdx.x];
+        a.mix_ws[(int64_t(blockIdx.x) * gridDim.y + blockIdx.y) * (NM + 1) + threadIdx.x] = s;
+    }
+}
+
 // X: [T, n, d]; coeffs: [T, 24] (pre n, post n, comb n*n); xn: [T, d]. head: rows != null.
 template <bool kHead>
 __global__ void mhc_kernel(const float* __restrict__ X, const int32_t* __restrict__ rows, MhcArgs a,
-                           float* __restrict__ coeffs, float* __restrict__ xn) {
+                           float* __restrict__ coeffs, float* __restrict__ xn, int chunks) {
     extern __shared__ float u[];
     __shared__ double red[32];
     __shared__ float m[kMaxMix];
@@ -78,10 +121,18 @@ __global__ void mhc_kernel(const float* __restrict__ X, const int32_t* __restric
     const float* x = X + t * width;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int n_mix = kHead ? n : (2 + n) * n;
-    if (a.mix_ws) {  // dot products precomputed by mhc_mix_kernel
-        const double* mw = a.mix_ws + int64_t(blockIdx.x) * (n_mix + 1);
-        const float rho = 1.0f / sqrtf(float(mw[n_mix] / double(width)) + a.rms_eps);
-        for (int r = threadIdx.x; r < n_mix; r += blockDim.x) m[r] = float(mw[r]) * rho;
+    if (a.mix_ws) {  // dot products precomputed by mhc_mix_kernel / mhc_mix_chunk_kernel (chunks partials)
+        const double* mw = a.mix_ws + int64_t(blockIdx.x) * chunks * (n_mix + 1);
+        __shared__ double ss;
+        for (int r = threadIdx.x; r <= n_mix; r += blockDim.x) {
+            double v = 0.0;
+            for (int c = 0; c < chunks; ++c) v += mw[int64_t(c) * (n_mix + 1) + r];
+            if (r < n_mix) m[r] = float(v);
+            else ss = v;
+        }
+        __syncthreads();
+        const float rho = 1.0f / sqrtf(float(ss / double(width)) + a.rms_eps);
+        for (int r = threadIdx.x; r < n_mix; r += blockDim.x) m[r] *= rho;
     } else {
         double ss = 0.0;
         for (int64_t i = threadIdx.x; i < width; i += blockDim.x) ss += double(x[i]) * x[i];
@@ -163,12 +214,40 @@ __global__ void mhc_post_kernel(float* X, const float* __restrict__ y, const flo
 }
 }  // namespace
 
+int mhc_mix_chunks(int T, const MhcArgs& a, bool /*head*/) {
+    if (!a.mix_ws || a.n != 4 || T <= 0) return 1;
+    const int64_t width = int64_t(a.n) * a.d;
+    const int64_t want = (width + kMixChunk - 1) / kMixChunk;
+    const int64_t room = (a.mix_ws_rows > 0 ? a.mix_ws_rows : T) / T;
+    const int64_t c = want < room ? want : room;
+    return c < 2 ? 1 : int(c);
+}
+
+namespace {
+// Launches the mixing dot products (when a workspace is given); returns the chunk count used.
+cudaError_t launch_mix(const float* X, const int32_t* rows, int T, const MhcArgs& a, bool head, cudaStream_t st,
+                       int* chunks) {
+    *chunks = 1;
+    if (!a.mix_ws) return cudaSuccess;
+    const int n_mix = head ? a.n : (2 + a.n) * a.n;
+    const int c = mhc_mix_chunks(T, a, head);
+    if (c > 1) {
+        *chunks = c;
+        if (head) mhc_mix_chunk_kernel<4><<<dim3(unsigned(T), unsigned(c)), kMixThreads, 0, st>>>(X, rows, a);
+        else mhc_mix_chunk_kernel<24><<<dim3(unsigned(T), unsigned(c)), kMixThreads, 0, st>>>(X, rows, a);
+    } else {
+        mhc_mix_kernel<<<dim3(unsigned(T), unsigned(n_mix + 1)), 256, 0, st>>>(X, rows, a, n_mix);
+    }
+    return cudaGetLastError();
+}
+}  // namespace
+
 cudaError_t mhc_pre(const float* X, int T, const MhcArgs& a, float* coeffs, float* xn, cudaStream_t st) {
     if (T <= 0) return cudaSuccess;
     if (a.n > 8) return cudaErrorInvalidValue;
-    const int n_mix = (2 + a.n) * a.n;
-    if (a.mix_ws) mhc_mix_kernel<<<dim3(unsigned(T), unsigned(n_mix + 1)), 256, 0, st>>>(X, nullptr, a, n_mix);
-    mhc_kernel<false><<<T, 256, sizeof(float) * a.d, st>>>(X, nullptr, a, coeffs, xn);
+    int chunks = 1;
+    if (const cudaError_t e = launch_mix(X, nullptr, T, a, false, st, &chunks); e != cudaSuccess) return e;
+    mhc_kernel<false><<<T, 256, sizeof(float) * a.d, st>>>(X, nullptr, a, coeffs, xn, chunks);
     return cudaGetLastError();
 }
 
@@ -180,8 +259,9 @@ cudaError_t mhc_post(float* X, const float* y, const float* coeffs, int T, int n
 
 cudaError_t mhc_head(const float* X, const int32_t* rows, int R, const MhcArgs& a, float* out, cudaStream_t st) {
     if (R <= 0) return cudaSuccess;
-    if (a.mix_ws) mhc_mix_kernel<<<dim3(unsigned(R), unsigned(a.n + 1)), 256, 0, st>>>(X, rows, a, a.n);
-    mhc_kernel<true><<<R, 256, sizeof(float) * a.d, st>>>(X, rows, a, nullptr, out);
+    int chunks = 1;
+    if (const cudaError_t e = launch_mix(X, rows, R, a, true, st, &chunks); e != cudaSuccess) return e;
+    mhc_kernel<true><<<R, 256, sizeof(float) * a.d, st>>>(X, rows, a, nullptr, out, chunks);
     return cudaGetLastError();
 }
 

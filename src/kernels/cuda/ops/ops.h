@@ -95,9 +95,14 @@ struct MhcArgs {
     const float* norm;   // [d] weight of the RMSNorm fed by the collapse
     int n, d, sinkhorn_iters;
     float hc_eps, rms_eps;
-    double* mix_ws = nullptr;  // optional [T, (2+n)n + 1] workspace: the mixing dot products then run
-                               // over T x ((2+n)n + 1) CTAs instead of one CTA per token
+    double* mix_ws = nullptr;  // optional workspace of mix_ws_rows rows of (2+n)n + 1 doubles: the
+                               // mixing dot products then run over many CTAs instead of one per token
+    int64_t mix_ws_rows = 0;   // capacity of mix_ws in rows (0: T rows). With n == 4 and >= 2T rows the
+                               // n*d reduction is also split into chunks of 512 (mhc_mix_chunks)
 };
+// Number of n*d chunks per token the mixing dot products are split into for T tokens (1 when
+// the workspace has no room for more or n != 4); each chunk is one CTA of mhc_mix_chunk_kernel.
+int mhc_mix_chunks(int T, const MhcArgs& a, bool head);
 // Per token: Sinkhorn coefficients of X[t] (stored to coeffs [T, 24]), u = collapse, xn = rmsnorm(u).
 cudaError_t mhc_pre(const float* X, int T, const MhcArgs& a, float* coeffs, float* xn, cudaStream_t st);
 // X[t] = post * y[t] + comb^T X[t] in place.
