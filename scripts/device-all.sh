@@ -120,6 +120,20 @@ for stage in "$@"; do
         SUMMARY+=("opprof: rc=$?")
         tail -n 70 "$OUT/opprof.txt"
         ;;
+    ab)
+        # A/B of two environments on the 20-layer proxy, alternating A B A B (AB_ROUNDS rounds):
+        # AB_A / AB_B are space-separated VAR=value lists, AB_ARGS the proxy-bench points.
+        for ((i = 1; i <= ${AB_ROUNDS:-2}; ++i)); do
+            for side in A B; do
+                envs=$([[ $side == A ]] && echo "${AB_A:-}" || echo "${AB_B:-}")
+                env $envs "$BIN"/dsv4-proxy-bench proxy-bench --no-gemm-peak ${AB_ARGS:---batches 1,64 --contexts 8192 --reps 10} \
+                    --json "$OUT/ab_${side}$i.json" > "$OUT/ab_${side}$i.txt" 2>&1
+                echo "== $side$i ($envs): rc $?"
+                grep -E "^ +[0-9]+ +[0-9]+ +[0-9.]+ " "$OUT/ab_${side}$i.txt" | awk '{print "   batch", $1, "ctx", $2, "step_ms", $3, "p10", $4, "p90", $5}'
+            done
+        done
+        SUMMARY+=("ab: A='${AB_A:-}' B='${AB_B:-}'")
+        ;;
     ncu)
         # Per-kernel durations of the 3-layer proxy step (every graph node of one replay, plus the set-up
         # kernels, which the table names separately) with Nsight Compute; NCU_BATCHES, default "1 64".
@@ -128,7 +142,7 @@ for stage in "$@"; do
             SUMMARY+=("ncu: not found")
         else
             for B in ${NCU_BATCHES:-1 64}; do
-                timeout "${NCU_S:-150}" "$NCU" --graph-profiling node --metrics gpu__time_duration.sum --csv \
+                DSV4_CUDA_GRAPHS=${NCU_GRAPHS:-1} timeout "${NCU_S:-150}" "$NCU" --graph-profiling node --metrics gpu__time_duration.sum --csv \
                     "$BIN"/dsv4-proxy-bench proxy-bench --layers 3 --layer-types sliding,csa,hca --hash-layers 1 \
                     --batches "$B" --contexts 8192 --reps 1 --warmup 0 --no-gemm-peak > "$OUT/ncu_b$B.csv" 2>&1
                 echo "== ncu kernels, 3-layer proxy, batch $B, 8K (rc $?)"

@@ -66,6 +66,11 @@ public:
     ~CudaRunner() override {
         for (auto& [b, g] : graphs_) cudaGraphExecDestroy(g);
         for (auto& [b, g] : head_graphs_) cudaGraphExecDestroy(g);
+        for (cudaStream_t s : side_)
+            if (s) cudaStreamDestroy(s);
+        for (cudaEvent_t e : join_)
+            if (e) cudaEventDestroy(e);
+        if (fork_) cudaEventDestroy(fork_);
         if (stream_) cudaStreamDestroy(stream_);
     }
 
@@ -118,6 +123,23 @@ private:
     Workspace ws_{};
     cuda::PagePool pool_;
     cudaStream_t stream_ = nullptr;
+    // Fork/join of independent work inside a step: side streams wait for fork_ recorded on stream_,
+    // stream_ waits for join_[i] recorded on side_[i]. Under capture this makes graph branches.
+    static constexpr int kSideStreams = 3;
+    cudaStream_t side_[kSideStreams] = {};
+    cudaEvent_t fork_ = nullptr, join_[kSideStreams] = {};
+    Status fork(int n) {
+        DSV4_CU(cudaEventRecord(fork_, stream_));
+        for (int i = 0; i < n; ++i) DSV4_CU(cudaStreamWaitEvent(side_[i], fork_, 0));
+        return Status::ok();
+    }
+    Status join(int n) {
+        for (int i = 0; i < n; ++i) {
+            DSV4_CU(cudaEventRecord(join_[i], side_[i]));
+            DSV4_CU(cudaStreamWaitEvent(stream_, join_[i], 0));
+        }
+        return Status::ok();
+    }
     const cuda::AttnVariant* variant_ = nullptr;
     bool fast_attn_ = false;
     int n_sms_ = 1;
@@ -134,6 +156,14 @@ private:
 
 Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
     DSV4_CU(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    if (const char* e = std::getenv("DSV4_SIDE_STREAMS"); e && std::strcmp(e, "0") == 0) opt_.side_streams = false;
+    if (opt_.side_streams) {
+        for (int i = 0; i < kSideStreams; ++i) {
+            DSV4_CU(cudaStreamCreateWithFlags(&side_[i], cudaStreamNonBlocking));
+            DSV4_CU(cudaEventCreateWithFlags(&join_[i], cudaEventDisableTiming));
+        }
+        DSV4_CU(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+    }
     int dev = 0;
     DSV4_CU(cudaGetDevice(&dev));
     DSV4_CU(cudaDeviceGetAttribute(&n_sms_, cudaDevAttrMultiProcessorCount, dev));
@@ -388,32 +418,42 @@ Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, 
     const bool csa = cfg_.layer_types[l] == AttnType::kCSA;
     const float* rope = r == 0 ? w_.rope_main : w_.rope_compress;
     cudaStream_t st = stream_;
-    mark("q: wq_a+norm+wq_b+rope");
+    const int IH = cfg_.index_n_heads, ID = cfg_.index_head_dim;
+    const int kappa = csa ? 2 : 1;
+    // The projections of xn are independent until kv_step: q (then the indexer queries, which need
+    // q_lat) on stream_, kv / compressor / indexer compressor + weights on side streams. At batch 1
+    // each is a short, CTA-starved GEMV, so overlapping them fills the GPU.
+    const bool ov = opt_.side_streams;
+    const int n_side = !ov ? 0 : csa ? 3 : r > 0 ? 2 : 1;
+    cudaStream_t s_kv = ov ? side_[0] : st, s_comp = ov ? side_[1] : st, s_idx = ov ? side_[2] : st;
+    if (ov) DSV4_RETURN_IF_ERROR(fork(n_side));
+    mark(ov ? "q|kv|compressor|indexer proj (streams)" : "q: wq_a+norm+wq_b+rope");
     DSV4_CU(cuda::linear(L.wq_a, -1, ws_.xn, d, 0, 0, ws_.qlat_raw, qr, T, false, st));
     DSV4_CU(cuda::norm_rope(ws_.qlat_raw, qr, ws_.qlat, qr, T, qr, true, L.q_norm, eps, nullptr, 0, ws_.pos, 1, false, st));
     DSV4_CU(cuda::linear(L.wq_b, -1, ws_.qlat, qr, 0, 0, ws_.q, int64_t(H) * D, T, false, st));
     DSV4_CU(cuda::norm_rope(ws_.q, D, ws_.q, D, T * H, D, true, nullptr, eps, rope, R, ws_.pos, H, false, st));
-    mark("kv: wkv+norm+rope");
-    DSV4_CU(cuda::linear(L.wkv, -1, ws_.xn, d, 0, 0, ws_.kv_raw, D, T, false, st));
-    DSV4_CU(cuda::norm_rope(ws_.kv_raw, D, ws_.kv, D, T, D, true, L.kv_norm, eps, rope, R, ws_.pos, 1, false, st));
-    const int IH = cfg_.index_n_heads, ID = cfg_.index_head_dim;
-    const int kappa = csa ? 2 : 1;
-    if (r > 0) {
-        mark("compressor proj");
-        DSV4_CU(cuda::linear(L.comp.wkv, -1, ws_.xn, d, 0, 0, ws_.cv, kappa * D, T, false, st));
-        DSV4_CU(cuda::linear(L.comp.wgate, -1, ws_.xn, d, 0, 0, ws_.cg, kappa * D, T, false, st));
-    }
     if (csa) {
-        mark("indexer proj");
-        DSV4_CU(cuda::linear(L.idx_comp.wkv, -1, ws_.xn, d, 0, 0, ws_.iv, 2 * ID, T, false, st));
-        DSV4_CU(cuda::linear(L.idx_comp.wgate, -1, ws_.xn, d, 0, 0, ws_.ig, 2 * ID, T, false, st));
         DSV4_CU(cuda::linear(L.idx_wq_b, -1, ws_.qlat, qr, 0, 0, ws_.iq, int64_t(IH) * ID, T, false, st));
         DSV4_CU(cuda::norm_rope(ws_.iq, ID, ws_.iq, ID, T * IH, ID, false, nullptr, eps, w_.rope_compress, R, ws_.pos,
                                 IH, false, st));
-        DSV4_CU(cuda::linear(L.idx_wproj, -1, ws_.xn, d, 0, 0, ws_.iw, IH, T, false, st));
-        const float wscale = 1.0f / std::sqrt(float(ID)) / std::sqrt(float(IH));
-        DSV4_CU(cuda::scale_inplace(ws_.iw, int64_t(T) * IH, wscale, st));
     }
+    if (!ov) mark("kv: wkv+norm+rope");
+    DSV4_CU(cuda::linear(L.wkv, -1, ws_.xn, d, 0, 0, ws_.kv_raw, D, T, false, s_kv));
+    DSV4_CU(cuda::norm_rope(ws_.kv_raw, D, ws_.kv, D, T, D, true, L.kv_norm, eps, rope, R, ws_.pos, 1, false, s_kv));
+    if (r > 0) {
+        if (!ov) mark("compressor proj");
+        DSV4_CU(cuda::linear(L.comp.wkv, -1, ws_.xn, d, 0, 0, ws_.cv, kappa * D, T, false, s_comp));
+        DSV4_CU(cuda::linear(L.comp.wgate, -1, ws_.xn, d, 0, 0, ws_.cg, kappa * D, T, false, s_comp));
+    }
+    if (csa) {
+        if (!ov) mark("indexer proj");
+        DSV4_CU(cuda::linear(L.idx_comp.wkv, -1, ws_.xn, d, 0, 0, ws_.iv, 2 * ID, T, false, s_idx));
+        DSV4_CU(cuda::linear(L.idx_comp.wgate, -1, ws_.xn, d, 0, 0, ws_.ig, 2 * ID, T, false, s_idx));
+        DSV4_CU(cuda::linear(L.idx_wproj, -1, ws_.xn, d, 0, 0, ws_.iw, IH, T, false, s_idx));
+        const float wscale = 1.0f / std::sqrt(float(ID)) / std::sqrt(float(IH));
+        DSV4_CU(cuda::scale_inplace(ws_.iw, int64_t(T) * IH, wscale, s_idx));
+    }
+    if (ov) DSV4_RETURN_IF_ERROR(join(n_side));
     cuda::KvStepArgs ka;
     ka.W = cfg_.sliding_window;
     ka.D = D;

@@ -238,18 +238,20 @@ void check_mhc(int d) {
     ASSERT_EQ(cudaMalloc(&coeffs, sizeof(float) * T * 24), cudaSuccess);
     ASSERT_EQ(cudaMalloc(&xn, sizeof(float) * T * d), cudaSuccess);
     ASSERT_EQ(cudaMalloc(&hn, sizeof(float) * T * d), cudaSuccess);
-    // Three forms: one CTA per token; the dot products over (token, mix) CTAs (workspace of T
-    // rows); and over (token, chunk) CTAs (workspace of 32 T rows).
+    // Four forms: one CTA per token; the dot products over (token, mix) CTAs (workspace of T
+    // rows); over (token, chunk) CTAs (workspace of 32 T rows: chunks of 512); and over 3 wider
+    // chunks per token (workspace of 3 T rows, as a prefill step with a short workspace).
     double* dmix = nullptr;
     ASSERT_EQ(cudaMalloc(&dmix, sizeof(double) * 32 * T * (mix + 1)), cudaSuccess);
     std::vector<int32_t> rows = {4, 0, 2};
     int32_t* drows = dev(rows);
-    for (int use_ws = 0; use_ws < 3; ++use_ws) {
-        SCOPED_TRACE(use_ws == 0 ? "one CTA per token" : use_ws == 1 ? "mix workspace" : "chunked mix workspace");
-        const int64_t ws_rows = use_ws == 2 ? 32 * T : T;
+    for (int use_ws = 0; use_ws < 4; ++use_ws) {
+        SCOPED_TRACE(use_ws == 0 ? "one CTA per token" : use_ws == 1 ? "mix workspace" : use_ws == 2 ? "chunked mix workspace" : "3 wide chunks");
+        const int64_t ws_rows = use_ws == 2 ? 32 * T : use_ws == 3 ? 3 * T : T;
         ASSERT_EQ(cudaMemcpy(dX, X.data(), sizeof(float) * X.size(), cudaMemcpyHostToDevice), cudaSuccess);
         const cuda::MhcArgs a{dfn, dbase, dscale, dnorm, n, d, 20, 1e-6f, 1e-6f, use_ws ? dmix : nullptr, ws_rows};
         if (use_ws == 2) EXPECT_EQ(cuda::mhc_mix_chunks(T, a, false), (n * d + 511) / 512);
+        if (use_ws == 3) EXPECT_EQ(cuda::mhc_mix_chunks(T, a, false), n * d > 1024 ? 3 : 1);
         ASSERT_EQ(cuda::mhc_pre(dX, T, a, coeffs, xn, nullptr), cudaSuccess);
         const auto gxn = host(xn, size_t(T) * d);
         ASSERT_EQ(cuda::mhc_post(dX, dy, coeffs, T, n, d, nullptr), cudaSuccess);
@@ -277,7 +279,7 @@ void check_mhc(int d) {
             for (int i = 0; i < d; ++i) e_head = std::max(e_head, double(std::fabs(want[i] - ghn[size_t(r) * d + i])));
         }
         std::printf("[op mhc d=%d%s] pre+norm max |err| %.3g, post %.3g, head+norm %.3g\n", d,
-                    use_ws == 1 ? " mix-ws" : use_ws == 2 ? " mix-ws chunked" : "", e_pre, e_post, e_head);
+                    use_ws == 1 ? " mix-ws" : use_ws == 2 ? " mix-ws chunked" : use_ws == 3 ? " mix-ws 3 chunks" : "", e_pre, e_post, e_head);
         EXPECT_LT(e_pre, 1e-4);
         EXPECT_LT(e_post, 1e-4);
         EXPECT_LT(e_head, 1e-4);

@@ -195,12 +195,15 @@ TEST(CudaRunner, BatchedPaddedLargePageIds) {
 TEST(CudaRunner, GraphReplayEqualsEager) {
     SKIP_WITHOUT_GPU();
     auto model = tiny_model();
-    std::vector<std::vector<float>> out[2];
-    for (int graphs = 0; graphs < 2; ++graphs) {
+    // Runs: eager, graphs, graphs with the attention projections serialised on one stream (no
+    // side-stream fork/join): all three must agree bit for bit.
+    std::vector<std::vector<float>> out[3];
+    for (int graphs = 0; graphs < 3; ++graphs) {
         CudaRunnerOptions o;
         o.kv_rows = "f32";  // exact rows: the comparisons below are at f32 precision
         o.n_pages = 3000;
-        o.use_graphs = graphs == 1;
+        o.use_graphs = graphs >= 1;
+        o.side_streams = graphs != 2;
         o.verbose = false;
         auto gpu = make_cuda_runner(model, "", o);
         ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
@@ -216,10 +219,14 @@ TEST(CudaRunner, GraphReplayEqualsEager) {
         }
     }
     ASSERT_EQ(out[0].size(), out[1].size());
-    double worst = 0;
+    ASSERT_EQ(out[0].size(), out[2].size());
+    double worst = 0, worst_serial = 0;
     for (size_t i = 0; i < out[0].size(); ++i) worst = std::max(worst, max_abs(out[0][i], out[1][i]));
-    std::printf("[runner graph] graph vs eager max |diff| %.3g over %zu rows\n", worst, out[0].size());
+    for (size_t i = 0; i < out[0].size(); ++i) worst_serial = std::max(worst_serial, max_abs(out[1][i], out[2][i]));
+    std::printf("[runner graph] graph vs eager max |diff| %.3g, side streams vs one stream %.3g, over %zu rows\n",
+                worst, worst_serial, out[0].size());
     EXPECT_EQ(worst, 0.0);
+    EXPECT_EQ(worst_serial, 0.0);
 }
 
 // The BF16 compressed-row switch: rows rounded to bf16, everything else f32; close to the CPU

@@ -190,16 +190,41 @@ __global__ void __launch_bounds__(256) indexer_score_tiled_kernel(StepPlan plan,
     const int ID = a.ID, IH = a.IH;
     const int64_t tok = plan.tok_begin[s] + a.t;
     const float* q = a.q + tok * int64_t(IH) * ID;
-    for (int j = tid; j < kTileHeads * ID; j += 256) {
-        const int h = j / ID, i = j % ID;
-        qs[i * kQStride + h] = h < IH ? double(q[int64_t(h) * ID + i]) : 0.0;
-    }
+    // Staging: the 64 row addresses first (one page-table lookup per row, not per element), then
+    // batches of 8 independent loads per thread: element-at-a-time loads behind a table lookup
+    // were a chain of dependent round trips that dominated the tile.
+    __shared__ const float* rowp[kTileKeys];
     const int32_t* table = plan.page_table + int64_t(s) * plan.pt_stride;
     const int64_t n_keys = n_c - w0 < kTileKeys ? n_c - w0 : kTileKeys;
-    for (int j = tid; j < kTileKeys * ID; j += 256) {
-        const int key = j / ID, i = j % ID;
-        ks[i * kKStride + key] =
-            key < n_keys ? double(load_row(pool, table, a.ratio, a.idx_row_off, pool.index, w0 + key, i)) : 0.0;
+    if (tid < kTileKeys)
+        rowp[tid] = tid < n_keys ? comp_row_ptr(pool, table, a.ratio, a.idx_row_off, pool.index.words, w0 + tid) : nullptr;
+    constexpr int kBatch = 8;
+    for (int j0 = tid; j0 < kTileHeads * ID; j0 += 256 * kBatch) {
+        float v[kBatch];
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+            const int j = j0 + b * 256, h = j / ID;
+            v[b] = j < kTileHeads * ID && h < IH ? q[j] : 0.0f;
+        }
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+            const int j = j0 + b * 256;
+            if (j < kTileHeads * ID) qs[(j % ID) * kQStride + j / ID] = double(v[b]);
+        }
+    }
+    __syncthreads();
+    for (int j0 = tid; j0 < kTileKeys * ID; j0 += 256 * kBatch) {
+        float v[kBatch];
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+            const int j = j0 + b * 256, key = j / ID;
+            v[b] = j < kTileKeys * ID && key < n_keys ? row_elem(rowp[key], pool.index, j % ID) : 0.0f;
+        }
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+            const int j = j0 + b * 256;
+            if (j < kTileKeys * ID) ks[(j % ID) * kKStride + j / ID] = double(v[b]);
+        }
     }
     __syncthreads();
     double acc[4][4];

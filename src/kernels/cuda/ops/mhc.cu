@@ -16,6 +16,7 @@ namespace dsv4::cuda {
 
 namespace {
 constexpr int kMaxMix = 80;  // (2+n)n for n <= 8
+constexpr int kMaxMixChunks = 32;  // chunk partials per token (mhc_mix_chunks caps here)
 
 __device__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
 
@@ -66,21 +67,22 @@ __global__ void mhc_mix_kernel(const float* __restrict__ X, const int32_t* __res
 }
 
 // Chunked form, grid (rows, chunks): CTA (t, c) computes all NM + 1 partial sums over elements
-// [c*CH, min((c+1)*CH, n d)) of token t, written to ws[(t*chunks + c)*(NM+1) + r]; mhc_kernel adds
-// the chunks in order (deterministic). Why: the grid (rows, NM + 1) form runs 25 CTAs at batch 1,
+// [c*ch, min((c+1)*ch, n d)) of token t (ch = ceil(n d / chunks), >= kMixChunk), written to
+// ws[(t*chunks + c)*(NM+1) + r]; mhc_kernel adds the chunks in order (deterministic). Why: the grid (rows, NM + 1) form runs 25 CTAs at batch 1,
 // each a long chain of dependent loads (measured: ~68 us per mhc_pre call on the 16384-wide Flash
 // row); here each thread issues NM + 1 independent loads per element and 32 CTAs share a token.
 constexpr int kMixThreads = 256;
 constexpr int kMixChunk = 512;
 template <int NM>
 __global__ void __launch_bounds__(kMixThreads) mhc_mix_chunk_kernel(const float* __restrict__ X,
-                                                                    const int32_t* __restrict__ rows, MhcArgs a) {
+                                                                    const int32_t* __restrict__ rows, MhcArgs a,
+                                                                    int64_t ch) {
     __shared__ double red[kMixThreads / 32][NM + 1];
     const int64_t width = int64_t(a.n) * a.d;
     const int64_t t = rows ? rows[blockIdx.x] : blockIdx.x;
     const float* x = X + t * width;
-    const int64_t i0 = int64_t(blockIdx.y) * kMixChunk;
-    const int64_t i1 = i0 + kMixChunk < width ? i0 + kMixChunk : width;
+    const int64_t i0 = int64_t(blockIdx.y) * ch;
+    const int64_t i1 = i0 + ch < width ? i0 + ch : width;
     double acc[NM + 1];
 #pragma unroll
     for (int r = 0; r <= NM; ++r) acc[r] = 0.0;
@@ -120,13 +122,21 @@ __global__ void mhc_kernel(const float* __restrict__ X, const int32_t* __restric
     const int64_t t = kHead ? rows[blockIdx.x] : blockIdx.x;
     const float* x = X + t * width;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    const int n_mix = kHead ? n : (2 + n) * n;
-    if (a.mix_ws) {  // dot products precomputed by mhc_mix_kernel / mhc_mix_chunk_kernel (chunks partials)
-        const double* mw = a.mix_ws + int64_t(blockIdx.x) * chunks * (n_mix + 1);
+    const int n_mix = kHead ? n : (2 + n) * n, nm1 = n_mix + 1;
+    // Every global operand of the serial part below is staged here by many threads at once: read
+    // one at a time by thread 0 they formed a chain of dependent L2 round trips (~35 us per call).
+    __shared__ float sbase[kMaxMix], sscale[3];
+    for (int r = threadIdx.x; r < n_mix; r += blockDim.x) sbase[r] = a.base[r];
+    if (threadIdx.x < (kHead ? 1 : 3)) sscale[threadIdx.x] = a.scale[threadIdx.x];
+    if (a.mix_ws) {  // dot products precomputed by mhc_mix_kernel / mhc_mix_chunk_kernel (chunk partials)
+        __shared__ double part[kMaxMixChunks * 25 > kMaxMix + 1 ? kMaxMixChunks * 25 : kMaxMix + 1];
         __shared__ double ss;
+        const double* mw = a.mix_ws + int64_t(blockIdx.x) * chunks * nm1;
+        for (int j = threadIdx.x; j < chunks * nm1; j += blockDim.x) part[j] = mw[j];
+        __syncthreads();
         for (int r = threadIdx.x; r <= n_mix; r += blockDim.x) {
             double v = 0.0;
-            for (int c = 0; c < chunks; ++c) v += mw[int64_t(c) * (n_mix + 1) + r];
+            for (int c = 0; c < chunks; ++c) v += part[c * nm1 + r];
             if (r < n_mix) m[r] = float(v);
             else ss = v;
         }
@@ -147,20 +157,26 @@ __global__ void mhc_kernel(const float* __restrict__ X, const int32_t* __restric
         }
     }
     __syncthreads();
+    // pre (warp 0), post (warp 1) and the softmax rows of the comb logits (warp 2) in parallel.
+    if (threadIdx.x < n) pre[threadIdx.x] = sigmoid_f(m[threadIdx.x] * sscale[0] + sbase[threadIdx.x]) + a.hc_eps;
+    if (!kHead && threadIdx.x >= 32 && threadIdx.x < 32 + n) {
+        const int j = threadIdx.x - 32;
+        post[j] = 2.0f * sigmoid_f(m[n + j] * sscale[1] + sbase[n + j]);
+    }
+    if (!kHead && threadIdx.x >= 64 && threadIdx.x < 64 + n) {
+        const int j = threadIdx.x - 64;
+        float mx = kNegInf;
+        for (int k = 0; k < n; ++k) {
+            C[j * n + k] = m[2 * n + j * n + k] * sscale[2] + sbase[2 * n + j * n + k];
+            mx = fmaxf(mx, C[j * n + k]);
+        }
+        float sum = 0.0f;
+        for (int k = 0; k < n; ++k) sum += (C[j * n + k] = expf(C[j * n + k] - mx));
+        for (int k = 0; k < n; ++k) C[j * n + k] = C[j * n + k] / sum + a.hc_eps;
+    }
+    __syncthreads();
     if (threadIdx.x == 0) {
-        for (int j = 0; j < n; ++j) pre[j] = sigmoid_f(m[j] * a.scale[0] + a.base[j]) + a.hc_eps;
         if (!kHead) {
-            for (int j = 0; j < n; ++j) post[j] = 2.0f * sigmoid_f(m[n + j] * a.scale[1] + a.base[n + j]);
-            for (int j = 0; j < n; ++j) {
-                float mx = kNegInf;
-                for (int k = 0; k < n; ++k) {
-                    C[j * n + k] = m[2 * n + j * n + k] * a.scale[2] + a.base[2 * n + j * n + k];
-                    mx = fmaxf(mx, C[j * n + k]);
-                }
-                float sum = 0.0f;
-                for (int k = 0; k < n; ++k) sum += (C[j * n + k] = expf(C[j * n + k] - mx));
-                for (int k = 0; k < n; ++k) C[j * n + k] = C[j * n + k] / sum + a.hc_eps;
-            }
             if (n == 4) sinkhorn_in_registers<4>(C, a.sinkhorn_iters, a.hc_eps);
             else for (int it = 0; it < a.sinkhorn_iters; ++it) {
                 if (it > 0)
@@ -181,8 +197,10 @@ __global__ void mhc_kernel(const float* __restrict__ X, const int32_t* __restric
             for (int j = 0; j < n * n; ++j) c[2 * n + j] = C[j];
         }
     }
-    __syncthreads();
+    // No barrier: the collapse needs only pre[], so the other threads start it while thread 0
+    // runs the Sinkhorn iterations (block_sum_d below synchronises).
     double su = 0.0;
+#pragma unroll 4
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
         float acc = 0.0f;
         for (int j = 0; j < n; ++j) acc += pre[j] * x[int64_t(j) * d + i];
@@ -219,7 +237,8 @@ int mhc_mix_chunks(int T, const MhcArgs& a, bool /*head*/) {
     const int64_t width = int64_t(a.n) * a.d;
     const int64_t want = (width + kMixChunk - 1) / kMixChunk;
     const int64_t room = (a.mix_ws_rows > 0 ? a.mix_ws_rows : T) / T;
-    const int64_t c = want < room ? want : room;
+    int64_t c = want < room ? want : room;
+    if (c > kMaxMixChunks) c = kMaxMixChunks;
     return c < 2 ? 1 : int(c);
 }
 
@@ -233,8 +252,10 @@ cudaError_t launch_mix(const float* X, const int32_t* rows, int T, const MhcArgs
     const int c = mhc_mix_chunks(T, a, head);
     if (c > 1) {
         *chunks = c;
-        if (head) mhc_mix_chunk_kernel<4><<<dim3(unsigned(T), unsigned(c)), kMixThreads, 0, st>>>(X, rows, a);
-        else mhc_mix_chunk_kernel<24><<<dim3(unsigned(T), unsigned(c)), kMixThreads, 0, st>>>(X, rows, a);
+        // Fewer chunks than n d / 512 when the workspace is short (prefill): wider chunks, same cover.
+        const int64_t width = int64_t(a.n) * a.d, ch = (width + c - 1) / c;
+        if (head) mhc_mix_chunk_kernel<4><<<dim3(unsigned(T), unsigned(c)), kMixThreads, 0, st>>>(X, rows, a, ch);
+        else mhc_mix_chunk_kernel<24><<<dim3(unsigned(T), unsigned(c)), kMixThreads, 0, st>>>(X, rows, a, ch);
     } else {
         mhc_mix_kernel<<<dim3(unsigned(T), unsigned(n_mix + 1)), 256, 0, st>>>(X, rows, a, n_mix);
     }
