@@ -568,7 +568,18 @@ Status CudaRunner::moe(int l, int T) {
     const int d = cfg_.hidden_size, E = cfg_.n_routed_experts, I = cfg_.moe_intermediate_size;
     const float lim = float(cfg_.swiglu_limit);
     cudaStream_t st = stream_;
-    mark("router gate");
+    // The shared expert is independent of routing: on a side stream it overlaps the router and the
+    // routed experts (joined before the combine, which adds its output).
+    const bool ov = opt_.side_streams;
+    cudaStream_t s_sh = ov ? side_[0] : st;
+    if (ov) {
+        DSV4_RETURN_IF_ERROR(fork(1));
+        DSV4_CU(cuda::linear(L.sh_w1, -1, ws_.xn, d, 0, 0, ws_.sa, I, T, false, s_sh));
+        DSV4_CU(cuda::linear(L.sh_w3, -1, ws_.xn, d, 0, 0, ws_.sb, I, T, false, s_sh));
+        DSV4_CU(cuda::swiglu(ws_.sa, ws_.sb, ws_.sh, int64_t(T) * I, lim, s_sh));
+        DSV4_CU(cuda::linear(L.sh_w2, -1, ws_.sh, I, 0, 0, ws_.ys, d, T, false, s_sh));
+    }
+    mark(ov ? "router gate (shared expert on a side stream)" : "router gate");
     DSV4_CU(cuda::linear(L.gate, -1, ws_.xn, d, 0, 0, ws_.glog, E, T, false, st));
     cuda::MoeArgs a;
     a.T = T;
@@ -597,11 +608,16 @@ Status CudaRunner::moe(int l, int T) {
     a.w2 = L.ex_w2;
     mark("routed experts");
     DSV4_CU(cuda::moe_experts(a, st));
-    mark("shared expert");
-    DSV4_CU(cuda::linear(L.sh_w1, -1, ws_.xn, d, 0, 0, ws_.sa, I, T, false, st));
-    DSV4_CU(cuda::linear(L.sh_w3, -1, ws_.xn, d, 0, 0, ws_.sb, I, T, false, st));
-    DSV4_CU(cuda::swiglu(ws_.sa, ws_.sb, ws_.sh, int64_t(T) * I, lim, st));
-    DSV4_CU(cuda::linear(L.sh_w2, -1, ws_.sh, I, 0, 0, ws_.ys, d, T, false, st));
+    if (ov) {
+        mark("shared expert (join)");
+        DSV4_RETURN_IF_ERROR(join(1));
+    } else {
+        mark("shared expert");
+        DSV4_CU(cuda::linear(L.sh_w1, -1, ws_.xn, d, 0, 0, ws_.sa, I, T, false, st));
+        DSV4_CU(cuda::linear(L.sh_w3, -1, ws_.xn, d, 0, 0, ws_.sb, I, T, false, st));
+        DSV4_CU(cuda::swiglu(ws_.sa, ws_.sb, ws_.sh, int64_t(T) * I, lim, st));
+        DSV4_CU(cuda::linear(L.sh_w2, -1, ws_.sh, I, 0, 0, ws_.ys, d, T, false, st));
+    }
     mark("moe combine");
     DSV4_CU(cuda::moe_combine(a, ws_.ys, ws_.y, st));
     return Status::ok();

@@ -37,9 +37,9 @@ struct CudaRunnerOptions {
     bool fast_attention = true;   // decode attention through kernels/cuda/attention/sparse_decode (needs
                                   // head_dim 512, heads % 16 == 0, bf16 or fp8 rows); DSV4_FAST_KERNELS=0
                                   // turns it off (the CUDA-core attn_decode path then runs).
-    bool side_streams = true;     // the attention's independent projections (q | kv | compressor | indexer)
-                                  // on forked streams inside the step (graph branches); DSV4_SIDE_STREAMS=0
-                                  // serialises them on one stream
+    bool side_streams = true;     // independent work on forked streams inside the step (graph branches): the
+                                  // attention projections (q | kv | compressor | indexer) and the shared
+                                  // expert beside routing + routed experts; DSV4_SIDE_STREAMS=0 serialises
     bool verbose = true;          // print the weight summary and the variant table at start-up
 };
 

@@ -220,7 +220,8 @@ TEST(CudaOpsPaged, IndexerTopkExactWithTies) {
     cudaFree(dq), cudaFree(dw), cudaFree(scores), cudaFree(sel), cudaFree(n_sel);
 }
 
-// d = 96: one chunk; d = 1000: n d = 4000 splits into 8 chunks of 512 (the last partial).
+// d = 96: one chunk; d = 1000: n d = 4000 splits into 8 chunks of 512 (the last partial); d = 98:
+// not a multiple of 4, so mhc_kernel reads x and the norm weight from global memory.
 void check_mhc(int d) {
     const int n = 4, T = 5, mix = (2 + n) * n;
     std::mt19937 g(9);
@@ -292,8 +293,9 @@ void check_mhc(int d) {
 
 TEST(CudaOps, MhcPrePostHead) {
     SKIP_WITHOUT_GPU();
-    check_mhc(96);
-    check_mhc(1000);
+    check_mhc(96);    // x and the norm weight staged in shared memory
+    check_mhc(1000);  // staged, 8 mixing chunks
+    check_mhc(98);    // d % 4 != 0: read from global memory
 }
 
 }  // namespace

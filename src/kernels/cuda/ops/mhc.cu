@@ -112,8 +112,8 @@ __global__ void __launch_bounds__(kMixThreads) mhc_mix_chunk_kernel(const float*
 // X: [T, n, d]; coeffs: [T, 24] (pre n, post n, comb n*n); xn: [T, d]. head: rows != null.
 template <bool kHead>
 __global__ void mhc_kernel(const float* __restrict__ X, const int32_t* __restrict__ rows, MhcArgs a,
-                           float* __restrict__ coeffs, float* __restrict__ xn, int chunks) {
-    extern __shared__ float u[];
+                           float* __restrict__ coeffs, float* __restrict__ xn, int chunks, bool staged) {
+    extern __shared__ __align__(16) float u[];  // [d] collapse; staged: then x [n d], norm [d]
     __shared__ double red[32];
     __shared__ float m[kMaxMix];
     __shared__ float pre[8], post[8], C[64];
@@ -123,6 +123,35 @@ __global__ void mhc_kernel(const float* __restrict__ X, const int32_t* __restric
     const float* x = X + t * width;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int n_mix = kHead ? n : (2 + n) * n, nm1 = n_mix + 1;
+    // staged: the token's X row and the norm weight are copied to shared memory first, in batches
+    // of 8 independent 16-B loads per thread, so the collapse and the final scaling read no global
+    // memory. Without it, their loops (16 rounds of loads each at d = 4096, the norm weight cold in
+    // DRAM) were the bulk of a ~45 us call at batch 1.
+    float* xs = u + d;
+    float* ns = xs + width;
+    if (staged) {
+        auto copy4 = [&](const float* src, float* dst, int64_t n4) {
+            const float4* s4 = reinterpret_cast<const float4*>(src);
+            float4* d4 = reinterpret_cast<float4*>(dst);
+            for (int64_t j0 = threadIdx.x; j0 < n4; j0 += int64_t(blockDim.x) * 8) {
+                float4 v[8];
+#pragma unroll
+                for (int b = 0; b < 8; ++b) {
+                    const int64_t j = j0 + int64_t(b) * blockDim.x;
+                    if (j < n4) v[b] = s4[j];
+                }
+#pragma unroll
+                for (int b = 0; b < 8; ++b) {
+                    const int64_t j = j0 + int64_t(b) * blockDim.x;
+                    if (j < n4) d4[j] = v[b];
+                }
+            }
+        };
+        copy4(x, xs, width / 4);
+        copy4(a.norm, ns, d / 4);
+    }
+    const float* xc = staged ? xs : x;
+    const float* nc = staged ? ns : a.norm;
     // Every global operand of the serial part below is staged here by many threads at once: read
     // one at a time by thread 0 they formed a chain of dependent L2 round trips (~35 us per call).
     __shared__ float sbase[kMaxMix], sscale[3];
@@ -203,14 +232,14 @@ __global__ void mhc_kernel(const float* __restrict__ X, const int32_t* __restric
 #pragma unroll 4
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
         float acc = 0.0f;
-        for (int j = 0; j < n; ++j) acc += pre[j] * x[int64_t(j) * d + i];
+        for (int j = 0; j < n; ++j) acc += pre[j] * xc[int64_t(j) * d + i];
         u[i] = acc;
         su += double(acc) * acc;
     }
     su = block_sum_d(su, red);
     const float inv = 1.0f / sqrtf(float(su / double(d)) + a.rms_eps);
     float* o = xn + int64_t(blockIdx.x) * d;
-    for (int i = threadIdx.x; i < d; i += blockDim.x) o[i] = u[i] * inv * a.norm[i];
+    for (int i = threadIdx.x; i < d; i += blockDim.x) o[i] = u[i] * inv * nc[i];
 }
 
 // X: [T, n, d] in place; y: [T, d]; coeffs: [T, 2n + n*n]
@@ -243,6 +272,16 @@ int mhc_mix_chunks(int T, const MhcArgs& a, bool /*head*/) {
 }
 
 namespace {
+// Dynamic shared memory of mhc_kernel; *staged when x and the norm weight fit beside the collapse
+// (and are 16-B aligned for the vector copies).
+size_t mhc_smem(const float* X, const MhcArgs& a, bool* staged) {
+    const size_t plain = sizeof(float) * size_t(a.d);
+    const size_t full = sizeof(float) * (size_t(a.n) * a.d + 2 * size_t(a.d));
+    *staged = a.d % 4 == 0 && reinterpret_cast<uintptr_t>(X) % 16 == 0 && reinterpret_cast<uintptr_t>(a.norm) % 16 == 0 &&
+              full <= 160 * 1024;
+    return *staged ? full : plain;
+}
+
 // Launches the mixing dot products (when a workspace is given); returns the chunk count used.
 cudaError_t launch_mix(const float* X, const int32_t* rows, int T, const MhcArgs& a, bool head, cudaStream_t st,
                        int* chunks) {
@@ -267,8 +306,13 @@ cudaError_t mhc_pre(const float* X, int T, const MhcArgs& a, float* coeffs, floa
     if (T <= 0) return cudaSuccess;
     if (a.n > 8) return cudaErrorInvalidValue;
     int chunks = 1;
-    if (const cudaError_t e = launch_mix(X, nullptr, T, a, false, st, &chunks); e != cudaSuccess) return e;
-    mhc_kernel<false><<<T, 256, sizeof(float) * a.d, st>>>(X, nullptr, a, coeffs, xn, chunks);
+    cudaError_t e = launch_mix(X, nullptr, T, a, false, st, &chunks);
+    if (e != cudaSuccess) return e;
+    bool staged = false;
+    const size_t smem = mhc_smem(X, a, &staged);
+    if (staged && (e = cudaFuncSetAttribute(mhc_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem))) != cudaSuccess)
+        return e;
+    mhc_kernel<false><<<T, 256, smem, st>>>(X, nullptr, a, coeffs, xn, chunks, staged);
     return cudaGetLastError();
 }
 
@@ -281,8 +325,13 @@ cudaError_t mhc_post(float* X, const float* y, const float* coeffs, int T, int n
 cudaError_t mhc_head(const float* X, const int32_t* rows, int R, const MhcArgs& a, float* out, cudaStream_t st) {
     if (R <= 0) return cudaSuccess;
     int chunks = 1;
-    if (const cudaError_t e = launch_mix(X, rows, R, a, true, st, &chunks); e != cudaSuccess) return e;
-    mhc_kernel<true><<<R, 256, sizeof(float) * a.d, st>>>(X, rows, a, nullptr, out, chunks);
+    cudaError_t e = launch_mix(X, rows, R, a, true, st, &chunks);
+    if (e != cudaSuccess) return e;
+    bool staged = false;
+    const size_t smem = mhc_smem(X, a, &staged);
+    if (staged && (e = cudaFuncSetAttribute(mhc_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem))) != cudaSuccess)
+        return e;
+    mhc_kernel<true><<<R, 256, smem, st>>>(X, rows, a, nullptr, out, chunks, staged);
     return cudaGetLastError();
 }
 
