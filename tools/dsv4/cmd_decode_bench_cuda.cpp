@@ -14,6 +14,7 @@
 #include <fstream>
 #include <functional>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -728,8 +729,10 @@ int run_decode_bench(const DecodeBenchOptions& o) {
         if (shape_env.empty()) {
             shapes = {kGemvShapes[1], kGemvShapes[4], kGemvShapes[2]};  // wq_b, wo_b, wkv
         } else {
-            for (const GemvShape& sh : kGemvShapes)
-                if (("," + shape_env + ",").find(std::string(",") + sh.name + ",") != std::string::npos) shapes.push_back(sh);
+            std::stringstream ss(shape_env);  // in the order given
+            for (std::string name; std::getline(ss, name, ',');)
+                for (const GemvShape& sh : kGemvShapes)
+                    if (name == sh.name) shapes.push_back(sh);
             batches = o.batches;
         }
         const bool x_f32 = !shape_env.empty();
@@ -784,6 +787,8 @@ int run_decode_bench(const DecodeBenchOptions& o) {
                         std::snprintf(b, sizeof b, " %s=%.1f[%.1f-%.1f]", name.c_str(), sum / m.size(), lo, hi);
                     line += b;
                 }
+                std::printf("%s\n", line.c_str());  // as it comes: a cut-off run keeps its lines
+                std::fflush(stdout);
                 table.push_back(line);
                 save();
             }
