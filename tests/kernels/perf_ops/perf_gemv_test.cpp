@@ -157,6 +157,11 @@ TEST(PerfDenseGemv, HeuristicPicksKChunkAboveFourTokens) {
         const std::string name = dense_gemv_variant_name(dense_gemv_select_variant(a));
         EXPECT_EQ(name.rfind(T <= 4 ? "dense_gemv." : "dense_gemm_kc.", 0), 0u) << "T " << T << ": " << name;
     }
+    a.format = WeightFormat::kBf16;  // LM head: 32 rows per warp
+    a.N = 129280;
+    a.K = 4096;
+    a.n_tokens = 64;
+    EXPECT_EQ(dense_gemv_variant_name(dense_gemv_select_variant(a)), "dense_gemm_kc.bt64_bh32_w4_s2.sm90");
 }
 
 TEST(PerfDenseGemv, Bf16AllVariants) {

@@ -61,6 +61,7 @@ template cudaError_t dense_gemm_kc_launch<4, 2, 4>(const DenseGemvArgs&, cudaStr
 template cudaError_t dense_gemm_kc_launch<4, 1, 4>(const DenseGemvArgs&, cudaStream_t);
 template cudaError_t dense_gemm_kc_launch<4, 2, 8>(const DenseGemvArgs&, cudaStream_t);
 template cudaError_t dense_gemm_kc_launch<4, 1, 8>(const DenseGemvArgs&, cudaStream_t);
-template cudaError_t dense_gemm_kc_launch<8, 1, 16>(const DenseGemvArgs&, cudaStream_t);
+template cudaError_t dense_gemm_kc_launch<8, 1, 4>(const DenseGemvArgs&, cudaStream_t);
+template cudaError_t dense_gemm_kc_launch<8, 1, 8>(const DenseGemvArgs&, cudaStream_t);
 
 }  // namespace dsv4::cuda::sm90

@@ -38,14 +38,17 @@ int dense_gemv_select_variant(const DenseGemvArgs& a) {
     const int n = dense_gemv_variant_count();
     const int forced = variant_from_env("DSV4_GEMV_VARIANT", n, [](int i) { return dense_gemv_variant_name(i); });
     if (forced >= 0 && dense_gemv_legal(forced, a)) return forced;
-    // Heuristic (docs/perf/ledger.md E5, docs/perf/ledger-gemm-kchunk.md): CUDA cores with the
-    // smallest token chunk for n_tokens <= 4 (HBM-bound there, one weight pass). Above, the
-    // K-chunked tensor-core GEMM, which reads every weight once for up to 128 tokens: the
-    // smallest token tile that covers n_tokens (32, 64, 128; larger batches loop 128-token
-    // chunks over blockIdx.y, re-reading the weights from L2), 32 rows per warp for tall fp8
-    // matrices (>= 64 tiles of 128 rows; halves the x traffic from shared memory), 16 rows per
-    // warp otherwise (twice the row tiles; bf16 weights would lose their register prefetch).
-    // Short matrices are kept busy by the kernel's own split-K. The older kernels stay as fallbacks.
+    // Heuristic (docs/perf/ledger.md E5, docs/perf/ledger-gemm-kchunk.md, measured with f32 x on
+    // wo_a, wo_b, shared w1/w2, wq_a, wq_b, LM head at T = 1..256): CUDA cores with the smallest
+    // token chunk for n_tokens <= 4 (one weight pass at HBM speed; the K-chunked kernel costs
+    // 1.1-1.6x more at T = 1). From 5 tokens on, the K-chunked tensor-core GEMM, whose time is
+    // nearly flat from T = 1 to 8 and beat the older default at T = 8 on every shape but wq_b
+    // (tie): 32 tokens per pass up to 64 tokens (two passes at T = 33..64 were as fast as one
+    // 64-token pass on fp8: half the shared memory, more CTAs per SM), 64 per pass above; 16 rows
+    // per warp (more CTAs, 127 registers) except for tall bf16 matrices (the LM head), where 32
+    // rows per warp halve the x traffic from shared memory and win by 1.3-1.6x (and 64-token
+    // passes from 33 tokens on: 526 vs 648 us at T = 64). Short matrices are kept
+    // busy by the kernel's own split-K. The older kernels stay as fallbacks.
     const int rows = a.groups * a.N;
     const auto kind_of = [](int i) { return sm90::dense_gemv_kind(i); };
     auto pick = [&](sm90::GemvKind kind, int warps, int block_t, int block_h) {
@@ -62,11 +65,8 @@ int dense_gemv_select_variant(const DenseGemvArgs& a) {
     if (a.n_tokens <= 4) {
         v = pick(K::kSimt, 8, a.n_tokens <= 1 ? 1 : 4, 2);
     } else {
-        const bool tall = a.format == WeightFormat::kFp8Block && rows >= 8192;
-        if (a.n_tokens > 64) v = pick(K::kKChunk, 8, 128, 16);
-        if (v < 0 && a.n_tokens > 32) v = tall ? pick(K::kKChunk, 4, 64, 32) : -1;
-        if (v < 0 && a.n_tokens > 32) v = pick(K::kKChunk, 4, 64, 16);
-        if (v < 0) v = tall ? pick(K::kKChunk, 4, 32, 32) : -1;
+        const bool tall_bf16 = a.format == WeightFormat::kBf16 && rows >= 8192;
+        v = pick(K::kKChunk, 4, a.n_tokens <= (tall_bf16 ? 32 : 64) ? 32 : 64, tall_bf16 ? 32 : 16);
         if (v < 0) v = pick(K::kKChunk, 4, 32, 16);
         if (v < 0 && rows >= 4096)
             v = a.n_tokens > 8 && pick(K::kMma, 4, 16, 16) >= 0 ? pick(K::kMma, 4, 16, 16) : pick(K::kMma, 4, 8, 16);

@@ -176,10 +176,15 @@ const Entry kTable[] = {
     entry_kc<4, 1, 4>(),
     entry_kc<4, 2, 8>(),
     entry_kc<4, 1, 8>(),
-    entry_kc<8, 1, 16>(),
+    // 8 warps x 16 rows: the x chunk staged once for 128 rows (half the L2 -> shared traffic of
+    // the 4-warp tiles) at the 4-warp register count. Not yet measured; not in the heuristic.
+    entry_kc<8, 1, 4>(),
+    entry_kc<8, 1, 8>(),
 };
 // Measured and dropped: mma with 2 warps (32 rows per CTA) lost to 4 warps at every point
-// (docs/perf/ledger.md E5).
+// (docs/perf/ledger.md E5); K-chunk with 128 tokens per CTA (8 warps x 16 rows, 201 registers,
+// 128 KB of shared memory with f32 x: one CTA per SM) lost to 64-token passes at every point,
+// e.g. wo_b T = 128 155.5 vs 102.7 us (docs/perf/ledger-gemm-kchunk.md).
 
 }  // namespace
 
