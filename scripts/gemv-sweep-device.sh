@@ -2,13 +2,14 @@
 # gemm-kchunk device call: PerfDenseGemv tests (every variant vs fp64 CPU, determinism), the
 # dispatcher tests if carried, then the gemv sweep (old heuristic vs new vs every K-chunk variant,
 # f32 x as in the runtime). Binaries are xz-compressed (the carried folder must stay small).
-# Setup here: build dsv4_perf_ops_tests and dsv4-decode-bench (optionally dsv4_cuda_tests), strip,
-# `xz` them into /work/main/.gpu/<name>/ next to a copy of this script and `git rev-parse HEAD >
-# git_sha`; then run(command="cd .gpu/<name> && ./gemv-sweep-device.sh", carry=[".gpu/<name>"]).
+# Setup here: build dsv4_perf_ops_tests and dsv4-decode-bench (optionally dsv4_cuda_tests, with
+# libopenblas.so.0, libgfortran.so.5, libquadmath.so.0 xz-ed into lib/), strip, `xz` them into
+# /work/main/.gpu/<name>/ next to a copy of this script and `git rev-parse HEAD > git_sha`; then run(command="cd .gpu/<name> && ./gemv-sweep-device.sh", carry=[".gpu/<name>"]).
 # Env: SHAPES, VARIANTS, BATCHES, TEST_S, BENCH_S override the defaults below.
 cd "$(dirname "$0")"
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-for f in *.xz; do xz -dc "$f" > "${f%.xz}" && chmod +x "${f%.xz}"; done
+for f in *.xz lib/*.xz; do [[ -f "$f" ]] && xz -dc "$f" > "${f%.xz}" && chmod +x "${f%.xz}"; done
+export LD_LIBRARY_PATH=$PWD/lib:${LD_LIBRARY_PATH:-}  # dsv4_cuda_tests links OpenBLAS (lib/*.so.*.xz)
 { date -u; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv; echo "git sha: $(cat git_sha)"; } | tee "$OUT/env.txt"
 timeout ${TEST_S:-50} ./dsv4_perf_ops_tests --gtest_filter='PerfDenseGemv*' --gtest_output=json:"$OUT/tests.json" > "$OUT/tests.log" 2>&1
 echo "perf tests rc $?"
