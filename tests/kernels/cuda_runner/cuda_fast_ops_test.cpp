@@ -111,6 +111,9 @@ TEST(CudaFastOps, LinearDispatchMatchesFp64AndCorrectFirst) {
         {cuda::WFmt::kFp8E8M0, 256, 512, 3, 4},    {cuda::WFmt::kFp8E8M0, 512, 1024, 21, 8},
         {cuda::WFmt::kBF16, 512, 1024, 1, 1},      {cuda::WFmt::kBF16, 16, 1024, 3, 1},
         {cuda::WFmt::kBF16, 1024, 512, 9, 1},      {cuda::WFmt::kBF16, 4096, 512, 19, 1},
+        // K-chunked tensor-core GEMM (n_tokens > 4): 32/64/128-token tiles, split-K, grouped wo_a form.
+        {cuda::WFmt::kFp8E8M0, 1024, 4096, 100, 1}, {cuda::WFmt::kFp8E8M0, 512, 2048, 64, 8},
+        {cuda::WFmt::kFp8E8M0, 2048, 1024, 200, 1}, {cuda::WFmt::kBF16, 2048, 1024, 48, 1},
     };
     uint32_t seed = 10;
     for (const LinearCase& c : cases) {

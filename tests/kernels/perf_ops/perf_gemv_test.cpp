@@ -1,6 +1,11 @@
 // Dense weight-streaming GEMV (FP8 block-128 with UE8M0 scales, BF16) against an fp64 CPU
-// reference, for every variant, f32 and bf16 outputs, the grouped (wo_a) form, batch 1 and token
-// counts that are not multiples of the token chunk.
+// reference, for every variant, f32 and bf16 outputs, f32 and bf16 x (f32 x is rounded to bf16
+// by the kernels, so the reference rounds it too), x_stride != groups*K, the grouped (wo_a)
+// form, batch 1 and token counts that are not multiples of the token tile; every variant must
+// give bit-identical results on a second launch (no atomics).
+#include <algorithm>
+#include <thread>
+
 #include "kernels/cuda/gemm/dense_gemv.h"
 #include "tests/kernels/perf_ops/perf_test_util.h"
 
@@ -11,13 +16,24 @@ struct GemvCase {
     WeightFormat fmt;
     int T, N, K, groups;
     bool out_f32;
+    bool x_f32 = false;
+    int x_pad = 0;  // x_stride = groups * K + x_pad (multiple of 8)
 };
 
 void run_gemv(const GemvCase& c, uint32_t seed) {
     std::mt19937 g(seed);
     const int rows = c.groups * c.N;
-    const int64_t xs = int64_t(c.groups) * c.K;
+    const int64_t xs = int64_t(c.groups) * c.K + c.x_pad;
+    std::vector<float> x32;  // f32 x as given to the kernel (not bf16-representable)
     std::vector<float> x = randn_bf16(g, size_t(c.T) * xs);
+    if (c.x_f32) {
+        std::normal_distribution<float> d(0.0f, 1.0f);
+        x32.resize(x.size());
+        for (size_t i = 0; i < x.size(); ++i) {
+            x32[i] = d(g);
+            x[i] = round_bf16(x32[i]);
+        }
+    }
     std::vector<float> wf(size_t(rows) * c.K);
     std::vector<uint8_t> wq, sc;
     std::vector<uint16_t> wb;
@@ -40,14 +56,24 @@ void run_gemv(const GemvCase& c, uint32_t seed) {
         wb = to_bf16(wf);
     }
     std::vector<double> ref(size_t(c.T) * rows);
-    for (int t = 0; t < c.T; ++t)
-        for (int r = 0; r < rows; ++r) {
+    auto ref_rows = [&](int r0, int r1) {
+        for (int r = r0; r < r1; ++r) {
             const int grp = r / c.N;
-            double acc = 0;
-            for (int k = 0; k < c.K; ++k) acc += double(wf[size_t(r) * c.K + k]) * x[size_t(t) * xs + grp * c.K + k];
-            ref[size_t(t) * rows + r] = c.out_f32 ? acc : double(round_bf16(float(acc)));
+            for (int t = 0; t < c.T; ++t) {
+                double acc = 0;
+                for (int k = 0; k < c.K; ++k) acc += double(wf[size_t(r) * c.K + k]) * x[size_t(t) * xs + grp * c.K + k];
+                ref[size_t(t) * rows + r] = c.out_f32 ? acc : double(round_bf16(float(acc)));
+            }
         }
+    };
+    {  // the fp64 reference of the large shapes is the slow part of this test: spread over cores
+        const int nth = int(std::clamp(std::thread::hardware_concurrency(), 1u, 32u));
+        std::vector<std::thread> th;
+        for (int i = 0; i < nth; ++i) th.emplace_back(ref_rows, int(int64_t(rows) * i / nth), int(int64_t(rows) * (i + 1) / nth));
+        for (auto& h : th) h.join();
+    }
     DevBuf<uint16_t> d_x(to_bf16(x));
+    DevBuf<float> d_x32(c.x_f32 ? x32 : std::vector<float>{0});
     DevBuf<uint8_t> d_wq(c.fmt == WeightFormat::kFp8Block ? wq : std::vector<uint8_t>{0});
     DevBuf<uint8_t> d_sc(c.fmt == WeightFormat::kFp8Block ? sc : std::vector<uint8_t>{0});
     DevBuf<uint16_t> d_wb(c.fmt == WeightFormat::kBf16 ? wb : std::vector<uint16_t>{0});
@@ -55,7 +81,9 @@ void run_gemv(const GemvCase& c, uint32_t seed) {
     DevBuf<uint16_t> d_yb(size_t(c.T) * rows);
     for (int v = 0; v < dense_gemv_variant_count(); ++v) {
         DenseGemvArgs a;
-        a.x = d_x.p;
+        a.x = c.x_f32 ? static_cast<const void*>(d_x32.p) : d_x.p;
+        a.x_f32 = c.x_f32;
+        a.x_stride = xs;
         a.w = c.fmt == WeightFormat::kFp8Block ? static_cast<const void*>(d_wq.p) : d_wb.p;
         a.w_scale = d_sc.p;
         a.out_f32 = c.out_f32;
@@ -77,6 +105,10 @@ void run_gemv(const GemvCase& c, uint32_t seed) {
         const ErrStats e = compare(got, ref);
         EXPECT_EQ(e.nan_mismatch, 0);
         EXPECT_LT(e.rel_l2, c.out_f32 ? 1e-4 : 5e-3) << "T " << c.T << " N " << c.N << " K " << c.K;
+        ASSERT_TRUE(dense_gemv_launch(a, nullptr).is_ok());  // same launch again: bit-identical
+        CUDA_OK(cudaDeviceSynchronize());
+        const std::vector<float> again = c.out_f32 ? d_yf.download() : from_bf16(d_yb.download());
+        EXPECT_EQ(std::memcmp(got.data(), again.data(), got.size() * sizeof(float)), 0) << "not deterministic";
     }
 }
 
@@ -86,6 +118,50 @@ TEST(PerfDenseGemv, Fp8AllVariants) {
     run_gemv({WeightFormat::kFp8Block, 3, 256, 2048, 1, false}, 2);
     run_gemv({WeightFormat::kFp8Block, 13, 384, 512, 1, true}, 3);
     run_gemv({WeightFormat::kFp8Block, 5, 128, 1024, 4, true}, 4);  // grouped (wo_a form)
+}
+
+// Decode shapes of the K-chunked tensor-core GEMM: all token tiles (T 7..200 around 32/64/128),
+// grouped wo_a, K 1024..8192 (split-K ranks of 1..8 blocks), N up to 32768, f32 x with a padded
+// stride (the runtime's form), bf16 x.
+TEST(PerfDenseGemv, Fp8DecodeShapes) {
+    DSV4_REQUIRE_GPU();
+    run_gemv({WeightFormat::kFp8Block, 7, 1024, 2048, 1, false, true, 8}, 11);
+    run_gemv({WeightFormat::kFp8Block, 16, 32768, 1024, 1, true, true, 0}, 12);   // wq_b
+    run_gemv({WeightFormat::kFp8Block, 33, 1024, 1024, 8, true, true, 16}, 13);   // wo_a form
+    run_gemv({WeightFormat::kFp8Block, 64, 4096, 8192, 1, true, true, 8}, 14);    // wo_b
+    run_gemv({WeightFormat::kFp8Block, 64, 1024, 4096, 1, true, false, 0}, 15);   // wq_a
+    run_gemv({WeightFormat::kFp8Block, 100, 2048, 4096, 1, false, true, 0}, 16);  // shared w1
+    run_gemv({WeightFormat::kFp8Block, 128, 8192, 1024, 1, true, false, 24}, 17);
+    run_gemv({WeightFormat::kFp8Block, 200, 1024, 2048, 1, true, true, 8}, 18);
+    run_gemv({WeightFormat::kFp8Block, 1, 4096, 2048, 1, true, true, 8}, 19);     // shared w2
+}
+
+TEST(PerfDenseGemv, Bf16DecodeShapes) {
+    DSV4_REQUIRE_GPU();
+    run_gemv({WeightFormat::kBf16, 16, 2048, 4096, 1, true, true, 8}, 21);  // compressor form
+    run_gemv({WeightFormat::kBf16, 64, 4096, 1024, 1, true, true, 0}, 22);
+    run_gemv({WeightFormat::kBf16, 100, 1024, 2048, 1, false, false, 8}, 23);
+    run_gemv({WeightFormat::kBf16, 128, 8192, 512, 1, true, true, 0}, 24);   // LM head form (K cut)
+    run_gemv({WeightFormat::kBf16, 200, 512, 1024, 1, true, false, 0}, 25);
+}
+
+// The heuristic: CUDA cores at n_tokens <= 4, the K-chunked GEMM from 5 tokens on.
+TEST(PerfDenseGemv, HeuristicPicksKChunkAboveFourTokens) {
+    DenseGemvArgs a;
+    a.format = WeightFormat::kFp8Block;
+    a.x_f32 = true;
+    a.N = 4096;
+    a.K = 8192;
+    for (int T : {1, 4, 5, 8, 16, 33, 64, 100, 128, 256}) {
+        a.n_tokens = T;
+        const std::string name = dense_gemv_variant_name(dense_gemv_select_variant(a));
+        EXPECT_EQ(name.rfind(T <= 4 ? "dense_gemv." : "dense_gemm_kc.", 0), 0u) << "T " << T << ": " << name;
+    }
+    a.format = WeightFormat::kBf16;  // LM head: 32 rows per warp
+    a.N = 129280;
+    a.K = 4096;
+    a.n_tokens = 64;
+    EXPECT_EQ(dense_gemv_variant_name(dense_gemv_select_variant(a)), "dense_gemm_kc.bt64_bh32_w4_s2.sm90");
 }
 
 TEST(PerfDenseGemv, Bf16AllVariants) {

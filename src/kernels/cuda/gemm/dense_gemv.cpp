@@ -1,9 +1,10 @@
 // Host side of the dense weight-streaming GEMV: checks, variant choice (env DSV4_GEMV_VARIANT,
-// else the smallest token chunk that covers n_tokens), launch.
+// else the heuristic in dense_gemv_select_variant), launch.
 #include "kernels/cuda/gemm/dense_gemv.h"
 
 #include <cstdint>
 
+#include "kernels/cuda/gemm/dense_gemm_kc_sm90.h"
 #include "kernels/cuda/gemm/dense_gemv_sm90.h"
 
 namespace dsv4::cuda {
@@ -11,13 +12,19 @@ namespace dsv4::cuda {
 int dense_gemv_variant_count() { return sm90::dense_gemv_count(); }
 KernelParams dense_gemv_variant_params(int i) { return sm90::dense_gemv_params(i); }
 std::string dense_gemv_variant_name(int i) {
-    return variant_name(sm90::dense_gemv_is_mma(i) ? "dense_gemv_mma" : "dense_gemv", sm90::dense_gemv_params(i));
+    const sm90::GemvKind k = sm90::dense_gemv_kind(i);
+    const char* op = k == sm90::GemvKind::kKChunk ? "dense_gemm_kc" : k == sm90::GemvKind::kMma ? "dense_gemv_mma" : "dense_gemv";
+    return variant_name(op, sm90::dense_gemv_params(i));
 }
 
 bool dense_gemv_legal(int i, const DenseGemvArgs& a) {
     const KernelParams p = sm90::dense_gemv_params(i);
     const int rows_per_cta = p.warps * p.block_h;
-    if (sm90::dense_gemv_is_mma(i)) {
+    const sm90::GemvKind kind = sm90::dense_gemv_kind(i);
+    if (kind == sm90::GemvKind::kKChunk)
+        return a.N % rows_per_cta == 0 && a.K % 128 == 0 &&
+               sm90::dense_gemm_kc_smem(p.warps, p.block_h, p.block_t, a.x_f32) <= 232448;
+    if (kind == sm90::GemvKind::kMma) {
         const size_t smem = size_t(p.block_t) * (a.K + 8) * 2;
         return a.N % rows_per_cta == 0 && a.K % 128 == 0 && smem <= 232448;
     }
@@ -31,24 +38,40 @@ int dense_gemv_select_variant(const DenseGemvArgs& a) {
     const int n = dense_gemv_variant_count();
     const int forced = variant_from_env("DSV4_GEMV_VARIANT", n, [](int i) { return dense_gemv_variant_name(i); });
     if (forced >= 0 && dense_gemv_legal(forced, a)) return forced;
-    // Heuristic (docs/perf/ledger.md E5): CUDA cores with the smallest token chunk for
-    // n_tokens <= 4; above, tensor cores (4 warps, 16 tokens per pass when legal) for matrices
-    // of >= 4096 rows, CUDA cores with 8 tokens per pass for the short ones (CTA-starved either
-    // way; they need split-K).
+    // Heuristic (docs/perf/ledger.md E5, docs/perf/ledger-gemm-kchunk.md, measured with f32 x on
+    // wo_a, wo_b, shared w1/w2, wq_a, wq_b, LM head at T = 1..256): CUDA cores with the smallest
+    // token chunk for n_tokens <= 4 (one weight pass at HBM speed; the K-chunked kernel costs
+    // 1.1-1.6x more at T = 1). From 5 tokens on, the K-chunked tensor-core GEMM, whose time is
+    // nearly flat from T = 1 to 8 and beat the older default at T = 8 on every shape but wq_b
+    // (tie): 32 tokens per pass up to 64 tokens (two passes at T = 33..64 were as fast as one
+    // 64-token pass on fp8: half the shared memory, more CTAs per SM), 64 per pass above; 16 rows
+    // per warp (more CTAs, 127 registers) except for tall bf16 matrices (the LM head), where 32
+    // rows per warp halve the x traffic from shared memory and win by 1.3-1.6x (and 64-token
+    // passes from 33 tokens on: 526 vs 648 us at T = 64). Short matrices are kept
+    // busy by the kernel's own split-K. The older kernels stay as fallbacks.
     const int rows = a.groups * a.N;
-    auto pick = [&](bool mma, int warps, int block_t, int block_h) {
+    const auto kind_of = [](int i) { return sm90::dense_gemv_kind(i); };
+    auto pick = [&](sm90::GemvKind kind, int warps, int block_t, int block_h) {
         for (int i = 0; i < n; ++i) {
             const KernelParams p = sm90::dense_gemv_params(i);
-            if (sm90::dense_gemv_is_mma(i) == mma && p.warps == warps && p.block_t == block_t &&
-                p.block_h == block_h && dense_gemv_legal(i, a))
+            if (kind_of(i) == kind && p.warps == warps && p.block_t == block_t && p.block_h == block_h &&
+                dense_gemv_legal(i, a))
                 return i;
         }
         return -1;
     };
+    using K = sm90::GemvKind;
     int v = -1;
-    if (a.n_tokens <= 4) v = pick(false, 8, a.n_tokens <= 1 ? 1 : 4, 2);
-    else if (rows >= 4096) v = a.n_tokens > 8 && pick(true, 4, 16, 16) >= 0 ? pick(true, 4, 16, 16) : pick(true, 4, 8, 16);
-    if (v < 0) v = pick(false, 8, 8, 2);
+    if (a.n_tokens <= 4) {
+        v = pick(K::kSimt, 8, a.n_tokens <= 1 ? 1 : 4, 2);
+    } else {
+        const bool tall_bf16 = a.format == WeightFormat::kBf16 && rows >= 8192;
+        v = pick(K::kKChunk, 4, a.n_tokens <= (tall_bf16 ? 32 : 64) ? 32 : 64, tall_bf16 ? 32 : 16);
+        if (v < 0) v = pick(K::kKChunk, 4, 32, 16);
+        if (v < 0 && rows >= 4096)
+            v = a.n_tokens > 8 && pick(K::kMma, 4, 16, 16) >= 0 ? pick(K::kMma, 4, 16, 16) : pick(K::kMma, 4, 8, 16);
+    }
+    if (v < 0) v = pick(K::kSimt, 8, 8, 2);
     if (v >= 0) return v;
     for (int i = 0; i < n; ++i)
         if (dense_gemv_legal(i, a)) return i;

@@ -9,6 +9,7 @@
 //   Last measured (ledger E5): wo_b fp8 batch 1 14.3 us = 60% of copy bandwidth; LM head bf16
 //   batch 1 4.4 TB/s (113% of the read+write copy figure: a read-only stream).
 #include "kernels/cuda/gemm/dense_gemv_sm90.h"
+#include "kernels/cuda/gemm/dense_gemm_kc_sm90.h"
 #include "kernels/cuda/gemm/dense_gemv_mma.cuh"
 #include "kernels/cuda/gemm/weight_stream.cuh"
 
@@ -142,16 +143,23 @@ cudaError_t launch_mma(const DenseGemvArgs& a, cudaStream_t s) {
 struct Entry {
     KernelParams params;
     LaunchFn fn;
-    bool mma;
+    GemvKind kind;
 };
 template <int NW, int RPW, int MT, int U>
 constexpr Entry entry() {
-    return {{MT, RPW, NW, U, 0}, &launch<NW, RPW, MT, U>, false};
+    return {{MT, RPW, NW, U, 0}, &launch<NW, RPW, MT, U>, GemvKind::kSimt};
 }
 // Tensor-core entries: block_t = tokens per pass (8 per n-tile), block_h = 16 rows per warp.
 template <int NW, int NTT, int U>
 constexpr Entry entry_mma() {
-    return {{8 * NTT, 16, NW, U, 0}, &launch_mma<NW, NTT, U>, true};
+    return {{8 * NTT, 16, NW, U, 0}, &launch_mma<NW, NTT, U>, GemvKind::kMma};
+}
+// K-chunked tensor-core entries (dense_gemm_kc.cuh): block_t = tokens per CTA (all of the step
+// up to it), block_h = rows per warp (16 * MTL), stages = 2 (x double buffer), split = 0
+// (split-K cluster size chosen at launch from the shape).
+template <int NW, int MTL, int NTT>
+constexpr Entry entry_kc() {
+    return {{8 * NTT, 16 * MTL, NW, 2, 0}, &dense_gemm_kc_launch<NW, MTL, NTT>, GemvKind::kKChunk};
 }
 
 // The one list: instantiates and registers. block_t = tokens per pass, block_h = rows per
@@ -164,15 +172,25 @@ const Entry kTable[] = {
     entry<8, 4, 1, 2>(),
     entry_mma<4, 1, 2>(),
     entry_mma<4, 2, 2>(),
+    entry_kc<4, 2, 4>(),
+    entry_kc<4, 1, 4>(),
+    entry_kc<4, 2, 8>(),
+    entry_kc<4, 1, 8>(),
+    // 8 warps x 16 rows: the x chunk staged once for 128 rows (half the L2 -> shared traffic of
+    // the 4-warp tiles) at the 4-warp register count. Not yet measured; not in the heuristic.
+    entry_kc<8, 1, 4>(),
+    entry_kc<8, 1, 8>(),
 };
 // Measured and dropped: mma with 2 warps (32 rows per CTA) lost to 4 warps at every point
-// (docs/perf/ledger.md E5).
+// (docs/perf/ledger.md E5); K-chunk with 128 tokens per CTA (8 warps x 16 rows, 201 registers,
+// 128 KB of shared memory with f32 x: one CTA per SM) lost to 64-token passes at every point,
+// e.g. wo_b T = 128 155.5 vs 102.7 us (docs/perf/ledger-gemm-kchunk.md).
 
 }  // namespace
 
 int dense_gemv_count() { return int(sizeof(kTable) / sizeof(kTable[0])); }
 KernelParams dense_gemv_params(int i) { return kTable[i].params; }
-bool dense_gemv_is_mma(int i) { return kTable[i].mma; }
+GemvKind dense_gemv_kind(int i) { return kTable[i].kind; }
 cudaError_t dense_gemv_run(const DenseGemvArgs& a, int variant, cudaStream_t stream) {
     return kTable[variant].fn(a, stream);
 }

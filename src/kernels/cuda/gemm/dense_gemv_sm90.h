@@ -10,7 +10,10 @@ namespace dsv4::cuda::sm90 {
 
 int dense_gemv_count();
 KernelParams dense_gemv_params(int i);
-bool dense_gemv_is_mma(int i);  // tensor-core (mma.sync) entry
+// CUDA-core GEMV, tensor-core GEMV with x for the whole K staged (token chunks re-read the
+// weights), K-chunked tensor-core GEMM (all tokens up to block_t per weight pass).
+enum class GemvKind { kSimt, kMma, kKChunk };
+GemvKind dense_gemv_kind(int i);
 cudaError_t dense_gemv_run(const DenseGemvArgs& a, int variant, cudaStream_t stream);
 
 }  // namespace dsv4::cuda::sm90

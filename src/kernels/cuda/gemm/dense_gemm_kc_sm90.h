@@ -1,0 +1,24 @@
+// Launchers of the K-chunked tensor-core skinny GEMM (dense_gemm_kc.cuh) for the dense_gemv
+// registry (dense_gemv_sm90.cu). No Status across nvcc.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/gemm/dense_gemv_args.h"
+
+namespace dsv4::cuda::sm90 {
+
+// Split-K factor (cluster size along z) for `tiles` row tiles of a matrix with K/128 = nkb
+// blocks on `sms` SMs: doubles from 1 while fewer than 2 CTAs per SM would run, up to 8 and
+// while every rank keeps >= 2 blocks. Depends on the shape only (results are batch-invariant).
+int dense_gemm_kc_split(int tiles, int nkb, int sms);
+
+// Dynamic shared memory of a configuration (x f32 or bf16), for the legality check.
+int dense_gemm_kc_smem(int warps, int rows_per_warp, int tokens, bool x_f32);
+
+// Launch with NW warps, MTL m16 tiles per warp, MT = 8*NTT tokens per CTA. Shapes must be legal
+// (N % (16*NW*MTL) == 0, K % 128 == 0, x 16-byte aligned, x_stride % 8 == 0).
+template <int NW, int MTL, int NTT>
+cudaError_t dense_gemm_kc_launch(const DenseGemvArgs& a, cudaStream_t s);
+
+}  // namespace dsv4::cuda::sm90
