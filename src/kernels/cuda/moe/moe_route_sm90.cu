@@ -10,7 +10,8 @@
 // route+permute (small batches, ledger-moe-b1): one CTA routes every token (warp per token) into
 //          shared memory and permutes in the same launch: one kernel and one launch gap less per
 //          MoE layer, and slots in (token, k) order within each expert (deterministic).
-// combine: one CTA per token; fixed slot order, so the output is deterministic.
+// combine: grid (d / 1024, tokens), one float4 per thread; fixed slot order, so the output is
+//          deterministic.
 #include <cmath>
 
 #include "kernels/cuda/gemm/device_util.cuh"
@@ -220,52 +221,52 @@ __global__ void __launch_bounds__(1024) moe_route_permute_kernel(MoeRouteArgs r,
 
 // f32 variant: shared and out f32 (the f32 CUDA runner), same slot order.
 __global__ void __launch_bounds__(256) moe_combine_f32_kernel(MoeCombineArgs a) {
-    const int t = blockIdx.x;
     const float* sh = static_cast<const float*>(a.shared);
-    for (int c = threadIdx.x; c < a.d / 4; c += blockDim.x) {
-        float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
-        for (int k = 0; k < a.top_k; ++k) {
-            const float4 v = reinterpret_cast<const float4*>(a.y + (int64_t(t) * a.top_k + k) * a.d)[c];
-            s.x += v.x;
-            s.y += v.y;
-            s.z += v.z;
-            s.w += v.w;
+    for (int t = blockIdx.y; t < a.n_tokens; t += gridDim.y)  // gridDim.y <= 65535
+        for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < a.d / 4; c += gridDim.x * blockDim.x) {
+            float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+            for (int k = 0; k < a.top_k; ++k) {
+                const float4 v = reinterpret_cast<const float4*>(a.y + (int64_t(t) * a.top_k + k) * a.d)[c];
+                s.x += v.x;
+                s.y += v.y;
+                s.z += v.z;
+                s.w += v.w;
+            }
+            if (sh) {
+                const float4 v = reinterpret_cast<const float4*>(sh + int64_t(t) * a.d)[c];
+                s.x += v.x;
+                s.y += v.y;
+                s.z += v.z;
+                s.w += v.w;
+            }
+            reinterpret_cast<float4*>(static_cast<float*>(a.out) + int64_t(t) * a.d)[c] = s;
         }
-        if (sh) {
-            const float4 v = reinterpret_cast<const float4*>(sh + int64_t(t) * a.d)[c];
-            s.x += v.x;
-            s.y += v.y;
-            s.z += v.z;
-            s.w += v.w;
-        }
-        reinterpret_cast<float4*>(static_cast<float*>(a.out) + int64_t(t) * a.d)[c] = s;
-    }
 }
 
 __global__ void __launch_bounds__(256) moe_combine_kernel(MoeCombineArgs a) {
-    const int t = blockIdx.x;
     const __nv_bfloat16* sh = static_cast<const __nv_bfloat16*>(a.shared);
     __nv_bfloat16* out = static_cast<__nv_bfloat16*>(a.out);
-    for (int c = threadIdx.x; c < a.d / 4; c += blockDim.x) {
-        float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
-        for (int k = 0; k < a.top_k; ++k) {
-            const float4 v = reinterpret_cast<const float4*>(a.y + (int64_t(t) * a.top_k + k) * a.d)[c];
-            s.x += v.x;
-            s.y += v.y;
-            s.z += v.z;
-            s.w += v.w;
+    for (int t = blockIdx.y; t < a.n_tokens; t += gridDim.y)  // gridDim.y <= 65535
+        for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < a.d / 4; c += gridDim.x * blockDim.x) {
+            float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+            for (int k = 0; k < a.top_k; ++k) {
+                const float4 v = reinterpret_cast<const float4*>(a.y + (int64_t(t) * a.top_k + k) * a.d)[c];
+                s.x += v.x;
+                s.y += v.y;
+                s.z += v.z;
+                s.w += v.w;
+            }
+            if (sh) {
+                const uint2 v = reinterpret_cast<const uint2*>(sh + int64_t(t) * a.d)[c];
+                const float2 f0 = dev::unpack_bf16x2(v.x), f1 = dev::unpack_bf16x2(v.y);
+                s.x += f0.x;
+                s.y += f0.y;
+                s.z += f1.x;
+                s.w += f1.y;
+            }
+            reinterpret_cast<uint2*>(out + int64_t(t) * a.d)[c] =
+                make_uint2(dev::pack_bf16x2(s.x, s.y), dev::pack_bf16x2(s.z, s.w));
         }
-        if (sh) {
-            const uint2 v = reinterpret_cast<const uint2*>(sh + int64_t(t) * a.d)[c];
-            const float2 f0 = dev::unpack_bf16x2(v.x), f1 = dev::unpack_bf16x2(v.y);
-            s.x += f0.x;
-            s.y += f0.y;
-            s.z += f1.x;
-            s.w += f1.y;
-        }
-        reinterpret_cast<uint2*>(out + int64_t(t) * a.d)[c] =
-            make_uint2(dev::pack_bf16x2(s.x, s.y), dev::pack_bf16x2(s.z, s.w));
-    }
 }
 
 }  // namespace
@@ -293,8 +294,11 @@ cudaError_t moe_route_permute_run(const MoeRouteArgs& r, const MoePermuteArgs& p
     return cudaGetLastError();
 }
 cudaError_t moe_combine_run(const MoeCombineArgs& a, cudaStream_t stream) {
-    if (a.f32) moe_combine_f32_kernel<<<a.n_tokens, 256, 0, stream>>>(a);
-    else moe_combine_kernel<<<a.n_tokens, 256, 0, stream>>>(a);
+    // One float4 of d per thread: grid (d / 1024, tokens), so a small batch still spreads over
+    // several SMs (ledger-moe-b1; was one CTA per token).
+    const dim3 grid((a.d / 4 + 255) / 256, a.n_tokens < 65535 ? a.n_tokens : 65535);
+    if (a.f32) moe_combine_f32_kernel<<<grid, 256, 0, stream>>>(a);
+    else moe_combine_kernel<<<grid, 256, 0, stream>>>(a);
     return cudaGetLastError();
 }
 
