@@ -82,14 +82,14 @@ TEST(PerfMoe, RouteScoresHashAndNaN) {
         for (int k = 0; k < K; ++k) EXPECT_EQ(hids[t * K + k], tid2eid[tok[t] * K + k]);
 }
 
-// Fused route + permute (small batches) and the two-kernel path beyond 512 rows: ids / weights vs
+// Fused route + permute (small batches) and the two-kernel path beyond 128 rows: ids / weights vs
 // the CPU routing, then the permutation: counts, offsets, active list, and every (t, k) row once
 // at its expert with its weight. The fused kernel also orders each expert's rows by (t, k).
 TEST(PerfMoe, RoutePermuteFusedAndSplit) {
     DSV4_REQUIRE_GPU();
     std::mt19937 g(11);
     const int E = 256, K = 6;
-    for (const int T : {1, 3, 8, 37, 85, 86}) {  // 85 * 6 = 510 rows: fused; 86 * 6 = 516: two kernels
+    for (const int T : {1, 3, 8, 21, 22, 37}) {  // 21 * 6 = 126 rows: fused; 22 * 6 = 132: two kernels
         for (const bool hash : {false, true}) {
             SCOPED_TRACE("T " + std::to_string(T) + (hash ? " hash" : " score"));
             std::vector<float> logits = randn_bf16(g, size_t(T) * E, 2.0f), bias = randn_bf16(g, E, 0.1f);
@@ -154,12 +154,17 @@ TEST(PerfMoe, RoutePermuteFusedAndSplit) {
                 ASSERT_EQ(cnt[e], hist[e]) << "e " << e;
                 ASSERT_EQ(off[e], acc) << "e " << e;
                 acc += hist[e];
-                if (hist[e] > 0) ASSERT_EQ(act[n_act++], e);
+                if (hist[e] > 0) {
+                    ASSERT_EQ(act[n_act], e);
+                    ++n_act;
+                }
                 for (int q = off[e]; q < off[e] + cnt[e]; ++q) {
                     ASSERT_EQ(ids[pdst[q]], e);
                     ASSERT_EQ(ptok[q], pdst[q] / K);
                     ASSERT_EQ(pw[q], w[pdst[q]]);
-                    if (T * K <= 512 && q > off[e]) ASSERT_LT(pdst[q - 1], pdst[q]) << "fused: (t, k) order";
+                    if (T * K <= 128 && q > off[e]) {
+                        ASSERT_LT(pdst[q - 1], pdst[q]) << "fused: (t, k) order";
+                    }
                     ++seen[pdst[q]];
                 }
             }

@@ -89,13 +89,13 @@ int moe_expert_select_variant(const MoeExpertArgs& a) {
     if (forced >= 0 && legal(forced, a)) return forced;
     // Heuristic (ledger-moeperf E6): the conversion-free tensor-core kernel, 4 warps, 8 tokens
     // per pass, natural x-read order wins at every measured batch (1, 8, 64, 256: -35..-42% vs
-    // the E5 choices). Small batches (ledger-moe-b1): when its grid, (N / rows per CTA) x the
-    // expert rows of the grid, fills less than ~2 waves of 3 resident CTAs on 132 SMs (H200),
-    // split K inside the CTA 4 or 2 ways so that every SM keeps streaming.
+    // the E5 choices). Batch 1 (ledger-moe-b1): when its grid, (N / rows per CTA) x the expert
+    // rows of the grid, is at most ~1.5 CTAs per SM (192 at B=1 on the Flash shapes; 132 SMs on
+    // the H200), the 2-way split-K form is 4% faster (51.4 vs 53.6 us); from 2 CTAs per SM on
+    // (B >= 2) it loses 10-20%, and the 4-way split loses everywhere (+13% at B=1).
     const int grid_y = a.active_experts ? a.max_active : a.n_experts;
     const int64_t plain_ctas = int64_t(a.N / (4 * (a.mode == MoeExpertMode::kGateUp ? 16 : 32))) * grid_y;
-    constexpr int64_t kWave = 132 * 3;
-    const int want_ks = plain_ctas <= kWave ? 4 : plain_ctas <= 2 * kWave ? 2 : 1;
+    const int want_ks = plain_ctas <= 198 ? 2 : 1;
     for (int ks : {want_ks, 1})
         for (int i = 0; i < n; ++i) {
             const KernelParams p = sm90::moe_expert_params(i);

@@ -82,9 +82,12 @@ constexpr int red_bytes(int NW, int NTT, int KS) { return KS > 1 ? NW * 32 * 8 *
 //   K; warp w owns row tile w / KS and k in [(w % KS) K / KS, (w % KS + 1) K / KS). The KS partial
 //   accumulators of a row tile meet in shared memory and the slice-0 warp adds them in slice order
 //   (fixed, so deterministic) before its epilogue. Meant for small batches, where the plain grid
-//   (N / rows per CTA) x active experts is a fraction of a wave: KS times more, shorter CTAs keep
-//   every SM streaming. KS > 1 also stages only the live token rows of a chunk (the B fragments
-//   of the dead rows are zeros in registers), instead of zero-filling all 8 * NTT rows.
+//   (N / rows per CTA) x active experts is a fraction of a wave. KS > 1 also stages only the live
+//   token rows of a chunk (the B fragments of the dead rows are zeros in registers), instead of
+//   zero-filling all 8 * NTT rows. Measured (ledger-moe-b1): KS = 2 is 4% faster at batch 1 only
+//   (192 plain CTAs), 10-20% slower from batch 2 on; KS = 4 slower everywhere (+13% at B = 1):
+//   each extra CTA pays the x staging and the load-pipeline ramp again, and residency stays
+//   register-bound at 3 CTAs per SM, so more CTAs do not mean more bytes in flight.
 template <bool GATEUP, int NW, int NTT, int U, int DQ = 0, int MINB = 1, int KS = 1>
 __global__ void __launch_bounds__(NW * 32, MINB) moe_expert_mma_kernel(MoeExpertArgs a) {
     static_assert(NW % KS == 0, "KS must divide the warp count");

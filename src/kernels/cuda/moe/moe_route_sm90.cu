@@ -189,8 +189,10 @@ __global__ void __launch_bounds__(1024) moe_permute_kernel(MoePermuteArgs a) {
 }
 
 // Fused route + permute for n_tokens * top_k <= kFusedRows and n_experts <= 256 (one CTA of 1024
-// threads, so at most 64 registers a thread: the routing keeps 8 experts a lane).
-constexpr int kFusedRows = 512;
+// threads, so at most 64 registers a thread: the routing keeps 8 experts a lane). Measured
+// (ledger-moe-b1): -13 us per layer at B = 1..16 (36..96 rows), +5 us (within the noise) at
+// B = 64 (384 rows: two routing rounds per warp and the quadratic rank loop), hence 128.
+constexpr int kFusedRows = 128;
 __global__ void __launch_bounds__(1024) moe_route_permute_kernel(MoeRouteArgs r, MoePermuteArgs a) {
     __shared__ int cnt[1024];
     __shared__ int2 wsum[33];

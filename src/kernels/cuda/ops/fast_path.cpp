@@ -165,7 +165,7 @@ cudaError_t moe_experts(const MoeArgs& a, cudaStream_t st) {
     p.n_tokens = a.T;
     p.n_experts = a.E;
     p.top_k = a.K;
-    // One fused kernel for small batches (T * K <= 512), else route then permute.
+    // One fused kernel for small batches (T * K <= 128, E <= 256), else route then permute.
     cudaError_t err = sm90::moe_route_permute_run(r, p, st);
     if (err != cudaSuccess) return err;
     for (bool gate_up : {true, false}) {
