@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -316,7 +317,8 @@ struct MoePoint {
     double us = 0;
 };
 
-// mode 0: full routed path (route, permute, gate-up, down, combine); 1: expert GEMVs only.
+// mode 0: full routed path (route+permute fused where small, gate-up, down, combine); 1: expert
+// GEMVs only; 2: full routed path with route and permute as two kernels (the pre-moe-b1 path).
 MoePoint bench_moe(const std::vector<MoeLayer>& layers, int B, int variant, bool skewed, int mode, int reps,
                    double copy_gbs, cudaStream_t s, uint32_t seed) {
     const int NR = 4;
@@ -345,7 +347,6 @@ MoePoint bench_moe(const std::vector<MoeLayer>& layers, int B, int variant, bool
         ra.topk_ids = m.ids.as<int32_t>();
         ra.topk_w = m.w.as<float>();
         ra.n_tokens = B;
-        check_status(moe_route_launch(ra, s), "moe_route");
         MoePermuteArgs pa;
         pa.topk_ids = m.ids.as<int32_t>();
         pa.topk_w = m.w.as<float>();
@@ -357,7 +358,12 @@ MoePoint bench_moe(const std::vector<MoeLayer>& layers, int B, int variant, bool
         pa.active_experts = m.act.as<int32_t>();
         pa.n_active = m.nact.as<int32_t>();
         pa.n_tokens = B;
-        check_status(moe_permute_launch(pa, s), "moe_permute");
+        if (mode == 2) {
+            check_status(moe_route_launch(ra, s), "moe_route");
+            check_status(moe_permute_launch(pa, s), "moe_permute");
+        } else {
+            check_status(moe_route_permute_launch(ra, pa, s), "moe_route_permute");
+        }
     };
     auto experts = [&](MoeSet& m, const MoeLayer& L) {
         MoeExpertArgs gu;
@@ -410,15 +416,15 @@ MoePoint bench_moe(const std::vector<MoeLayer>& layers, int B, int variant, bool
         m.active = double(std::count_if(cnt.begin(), cnt.end(), [](int c) { return c > 0; }));
     }
     const Timing t = time_graph(s, NR, reps, [&](int r) {
-        if (mode == 0) route(sets[r]);
+        if (mode != 1) route(sets[r]);
         experts(sets[r], layers[r % layers.size()]);
-        if (mode == 0) combine(sets[r]);
+        if (mode != 1) combine(sets[r]);
     });
     double active = 0;
     for (auto& m : sets) active += m.active / NR;
     const double rows = double(B) * kTopK;
-    const double act = double(B) * kHidden * 2 + rows * kInter * 2 * 2 + rows * kHidden * 4 * (mode == 0 ? 2 : 1) +
-                       (mode == 0 ? double(B) * kHidden * 2 * 2 : 0.0);
+    const double act = double(B) * kHidden * 2 + rows * kInter * 2 * 2 + rows * kHidden * 4 * (mode != 1 ? 2 : 1) +
+                       (mode != 1 ? double(B) * kHidden * 2 * 2 : 0.0);
     const double bytes = active * kExpertBytes + act;
     MoePoint p;
     p.j = point(t, bytes, copy_gbs);
@@ -430,7 +436,17 @@ MoePoint bench_moe(const std::vector<MoeLayer>& layers, int B, int variant, bool
     probe.K = kHidden;
     probe.variant = variant;
     probe.n_rows = B * kTopK;
-    p.j["variant"] = moe_expert_variant_name(moe_expert_select_variant(probe));
+    probe.active_experts = sets[0].act.as<int32_t>();  // compact grid, as launched
+    probe.n_active = sets[0].nact.as<int32_t>();
+    probe.max_active = std::min(kE, B * kTopK);
+    probe.mode = MoeExpertMode::kGateUp;
+    std::string vname = moe_expert_variant_name(moe_expert_select_variant(probe));
+    probe.mode = MoeExpertMode::kDown;
+    probe.N = kHidden;
+    probe.K = kInter;
+    const std::string vdown = moe_expert_variant_name(moe_expert_select_variant(probe));
+    if (vdown != vname) vname += " / down " + vdown;
+    p.j["variant"] = vname;
     p.us = t.med_us;
     return p;
 }
@@ -545,6 +561,20 @@ int old_gemv_default(const DenseGemvArgs& a) {
 std::string env_or(const char* name) {
     const char* v = std::getenv(name);
     return v ? v : "";
+}
+
+// Batch sizes of the MoE sweep: env DSV4_MOE_SWEEP_BATCHES (comma-separated), else 1,8,64,256.
+std::vector<int> sweep_batches() {
+    std::string v = env_or("DSV4_MOE_SWEEP_BATCHES");
+    if (v.empty()) v = "1,8,64,256";
+    std::vector<int> out;
+    for (size_t i = 0; i < v.size();) {
+        size_t j = v.find(',', i);
+        if (j == std::string::npos) j = v.size();
+        if (j > i) out.push_back(std::atoi(v.substr(i, j - i).c_str()));
+        i = j + 1;
+    }
+    return out;
 }
 
 bool has(const std::vector<std::string>& v, const char* s) { return std::find(v.begin(), v.end(), s) != v.end(); }
@@ -664,21 +694,24 @@ int run_decode_bench(const DecodeBenchOptions& o) {
         layers.push_back(make_moe_layer(g));
         if (has(o.sections, "moe"))
             for (int B : o.batches)
-                for (int mode : {0, 1}) {
+                for (int mode : {0, 2, 1}) {
                     MoePoint p = bench_moe(layers, B, -1, o.skewed, mode, o.reps, copy, s, 500 + B);
                     p.j["batch"] = B;
-                    p.j["what"] = mode == 0 ? "routed_path" : "expert_gemvs";
+                    p.j["what"] = mode == 0 ? "routed_path" : mode == 2 ? "routed_unfused" : "expert_gemvs";
                     p.j["skewed"] = o.skewed;
                     J["moe"].push_back(p.j);
-                    char line[256];
-                    std::snprintf(line, sizeof line, "moe  %-12s B=%-3d experts=%5.1f %8.1f us %6.0f GB/s %5.1f%% copy %5.1f TFLOP/s",
+                    char line[384];
+                    std::snprintf(line, sizeof line, "moe  %-14s B=%-3d experts=%5.1f %8.1f us [%.1f-%.1f] %6.0f GB/s %5.1f%% copy %s",
                                   p.j["what"].get<std::string>().c_str(), B, p.j["active_experts"].get<double>(), p.us,
-                                  p.j["gb_s"].get<double>(), p.j["pct_copy"].get<double>(), p.j["tflops"].get<double>());
+                                  p.j["p10_us"].get<double>(), p.j["p90_us"].get<double>(), p.j["gb_s"].get<double>(),
+                                  p.j["pct_copy"].get<double>(), p.j["variant"].get<std::string>().c_str());
                     table.push_back(line);
+                    std::printf("%s\n", line);  // also as it comes, in case the call is cut short
+                    std::fflush(stdout);
                 }
         save();
         if (has(o.sections, "moe_sweep"))
-            for (int B : {1, 8, 64, 256}) {
+            for (int B : sweep_batches()) {
                 json pt;
                 // Env DSV4_MOE_SWEEP (comma-separated canonical names) limits the sweep to those
                 // variants, to save device time; unset = every variant.
@@ -714,6 +747,8 @@ int run_decode_bench(const DecodeBenchOptions& o) {
                     line += b;
                 }
                 table.push_back(line);
+                std::printf("%s\n", line.c_str());
+                std::fflush(stdout);
                 save();
             }
     }

@@ -249,7 +249,8 @@ TEST(CudaFastOps, MoeDispatchMatchesFp64AndCorrectFirst) {
     SKIP_WITHOUT_GPU();
     const int d = 1024, I = 1024, V = 97;
     const float lim = 10.0f, rscale = 1.5f;
-    const MoeCase cases[] = {{16, 4, 1, false}, {16, 4, 13, true}, {40, 6, 5, false}, {8, 2, 37, true}, {12, 8, 3, false}};
+    const MoeCase cases[] = {{16, 4, 1, false}, {16, 4, 13, true}, {40, 6, 5, false}, {8, 2, 37, true}, {12, 8, 3, false},
+                              {40, 6, 8, false}};
     uint32_t seed = 100;
     // Experts stacked [E, N, K/2] as the runner uploads them (each case takes the first E); std 0.2
     // so the clamp is exercised.

@@ -82,6 +82,99 @@ TEST(PerfMoe, RouteScoresHashAndNaN) {
         for (int k = 0; k < K; ++k) EXPECT_EQ(hids[t * K + k], tid2eid[tok[t] * K + k]);
 }
 
+// Fused route + permute (small batches) and the two-kernel path beyond 128 rows: ids / weights vs
+// the CPU routing, then the permutation: counts, offsets, active list, and every (t, k) row once
+// at its expert with its weight. The fused kernel also orders each expert's rows by (t, k).
+TEST(PerfMoe, RoutePermuteFusedAndSplit) {
+    DSV4_REQUIRE_GPU();
+    std::mt19937 g(11);
+    const int E = 256, K = 6;
+    for (const int T : {1, 3, 8, 21, 22, 37}) {  // 21 * 6 = 126 rows: fused; 22 * 6 = 132: two kernels
+        for (const bool hash : {false, true}) {
+            SCOPED_TRACE("T " + std::to_string(T) + (hash ? " hash" : " score"));
+            std::vector<float> logits = randn_bf16(g, size_t(T) * E, 2.0f), bias = randn_bf16(g, E, 0.1f);
+            if (T > 2)
+                for (int e = 0; e < E; e += 3) logits[2 * E + e] = NAN;  // token 2: many NaN logits
+            std::vector<int32_t> tid2eid(100 * K), tok(T);
+            for (int v = 0; v < 100; ++v) {
+                std::vector<int> perm(E);
+                std::iota(perm.begin(), perm.end(), 0);
+                std::shuffle(perm.begin(), perm.end(), g);
+                for (int k = 0; k < K; ++k) tid2eid[v * K + k] = perm[k];
+            }
+            for (auto& x : tok) x = int32_t(g() % 100);
+            DevBuf<float> d_l(logits), d_b(bias), d_w(size_t(T) * K), d_pw(size_t(T) * K);
+            DevBuf<int32_t> d_ids(size_t(T) * K), d_t2e(tid2eid), d_tok(tok), d_cnt(E), d_off(E + 1),
+                d_ptok(size_t(T) * K), d_pdst(size_t(T) * K), d_act(E), d_nact(1);
+            d_act.poison();
+            MoeRouteArgs r;
+            r.logits = d_l.p;
+            r.bias = hash ? nullptr : d_b.p;
+            r.tid2eid = hash ? d_t2e.p : nullptr;
+            r.token_ids = d_tok.p;
+            r.topk_ids = d_ids.p;
+            r.topk_w = d_w.p;
+            r.n_tokens = T;
+            MoePermuteArgs p;
+            p.topk_ids = d_ids.p;
+            p.topk_w = d_w.p;
+            p.expert_count = d_cnt.p;
+            p.expert_offset = d_off.p;
+            p.perm_token = d_ptok.p;
+            p.perm_dst = d_pdst.p;
+            p.perm_w = d_pw.p;
+            p.active_experts = d_act.p;
+            p.n_active = d_nact.p;
+            p.n_tokens = T;
+            const Status st = moe_route_permute_launch(r, p, nullptr);
+            ASSERT_TRUE(st.is_ok()) << st.to_string();
+            CUDA_OK(cudaDeviceSynchronize());
+            const auto ids = d_ids.download(), cnt = d_cnt.download(), off = d_off.download(),
+                       ptok = d_ptok.download(), pdst = d_pdst.download(), act = d_act.download(),
+                       nact = d_nact.download();
+            const auto w = d_w.download(), pw = d_pw.download();
+            for (int t = 0; t < T; ++t) {
+                std::vector<int> rid;
+                std::vector<float> rw;
+                ref_route(&logits[size_t(t) * E], bias.data(), E, K, 1.5f, rid, rw);
+                for (int k = 0; k < K; ++k) {
+                    if (hash) {
+                        ASSERT_EQ(ids[t * K + k], tid2eid[tok[t] * K + k]) << "t " << t;
+                    } else {
+                        ASSERT_EQ(ids[t * K + k], rid[k]) << "t " << t << " k " << k;
+                        EXPECT_NEAR(w[t * K + k], rw[k], 1e-5 * std::max(1.0f, std::abs(rw[k]))) << "t " << t;
+                    }
+                }
+            }
+            std::vector<int> hist(E, 0);
+            for (int v : ids) ++hist[v];
+            int acc = 0, n_act = 0;
+            std::vector<int> seen(size_t(T) * K, 0);
+            for (int e = 0; e < E; ++e) {
+                ASSERT_EQ(cnt[e], hist[e]) << "e " << e;
+                ASSERT_EQ(off[e], acc) << "e " << e;
+                acc += hist[e];
+                if (hist[e] > 0) {
+                    ASSERT_EQ(act[n_act], e);
+                    ++n_act;
+                }
+                for (int q = off[e]; q < off[e] + cnt[e]; ++q) {
+                    ASSERT_EQ(ids[pdst[q]], e);
+                    ASSERT_EQ(ptok[q], pdst[q] / K);
+                    ASSERT_EQ(pw[q], w[pdst[q]]);
+                    if (T * K <= 128 && q > off[e]) {
+                        ASSERT_LT(pdst[q - 1], pdst[q]) << "fused: (t, k) order";
+                    }
+                    ++seen[pdst[q]];
+                }
+            }
+            ASSERT_EQ(off[E], T * K);
+            ASSERT_EQ(nact[0], n_act);
+            for (int v : seen) ASSERT_EQ(v, 1);
+        }
+    }
+}
+
 struct MoeCase {
     int T;
     bool skewed;
@@ -258,7 +351,10 @@ void run_expert_case(MoeCase c, uint32_t seed) {
 TEST(PerfMoe, ExpertPathAllVariants) {
     DSV4_REQUIRE_GPU();
     run_expert_case({1, false}, 100);
+    run_expert_case({3, false}, 150);
+    run_expert_case({8, false}, 170);
     run_expert_case({5, false}, 200);
+    run_expert_case({8, true}, 250);   // 8 rows on each of 6 experts: one full token chunk
     run_expert_case({11, true}, 300);  // 11 rows on each of 6 experts: chunk loop + tail
     run_expert_case({3, false, 0, 134}, 400);  // scales 2^-127 .. 2^8: subnormal and > 2^1 paths
 }

@@ -12,11 +12,16 @@ Status wrap(cudaError_t e, const std::string& what) {
     if (e == cudaSuccess) return Status::ok();
     return Status(StatusCode::kInternal, what + ": " + cudaGetErrorString(e));
 }
+// Warps per row tile splitting K (tensor-core entries; 1 = no split).
+int k_slices(const KernelParams& p) { return p.split > 1 ? p.split : 1; }
+
 bool legal(int i, const MoeExpertArgs& a) {
     const KernelParams p = sm90::moe_expert_params(i);
     if (sm90::moe_expert_is_mma(i)) {
-        const int rows = p.warps * (a.mode == MoeExpertMode::kGateUp ? 16 : 32);
-        return a.K % 128 == 0 && a.N % rows == 0 && size_t(p.block_t) * (a.K + 8) * 2 <= 232448;
+        const int ks = k_slices(p);
+        const int rows = p.warps / ks * (a.mode == MoeExpertMode::kGateUp ? 16 : 32);
+        const size_t red = ks > 1 ? size_t(p.warps) * 32 * p.block_t * 4 : 0;  // moe_mma::red_bytes
+        return a.K % (128 * ks) == 0 && a.N % rows == 0 && size_t(p.block_t) * (a.K + 8) * 2 + red <= 232448;
     }
     const int rows = a.mode == MoeExpertMode::kGateUp ? p.warps : 2 * p.warps;
     return a.K % 1024 == 0 && a.N % rows == 0 && size_t(p.block_t) * a.K * 2 <= 232448;
@@ -40,6 +45,24 @@ Status moe_permute_launch(const MoePermuteArgs& a, cudaStream_t stream) {
     return wrap(sm90::moe_permute_run(a, stream), "moe_permute");
 }
 
+Status moe_route_permute_launch(const MoeRouteArgs& r, const MoePermuteArgs& p, cudaStream_t stream) {
+    if (r.topk_ids != p.topk_ids || r.topk_w != p.topk_w || r.n_tokens != p.n_tokens || r.top_k != p.top_k ||
+        r.n_experts != p.n_experts)
+        return invalid_argument("moe_route_permute: the permutation must read the routing's outputs");
+    if (r.n_tokens > 0) {
+        // The checks of moe_route_launch, without its launch.
+        if (r.n_experts < 1 || r.n_experts > 1024 || r.top_k < 1 || r.top_k > 8 || r.top_k > r.n_experts)
+            return invalid_argument("moe_route: n_experts {} (1 .. 1024), top_k {} (1 .. min(8, n_experts))",
+                                    r.n_experts, r.top_k);
+        if (!r.logits || !r.topk_ids || !r.topk_w || (r.tid2eid && !r.token_ids))
+            return invalid_argument("moe_route: null pointer argument");
+    }
+    if (p.n_experts <= 0 || p.n_experts > 1024) return invalid_argument("moe_permute: n_experts {}", p.n_experts);
+    if (!p.topk_ids || !p.topk_w || !p.expert_count || !p.expert_offset || !p.perm_token || !p.perm_dst || !p.perm_w)
+        return invalid_argument("moe_permute: null pointer argument");
+    return wrap(sm90::moe_route_permute_run(r, p, stream), "moe_route_permute");
+}
+
 Status moe_combine_launch(const MoeCombineArgs& a, cudaStream_t stream) {
     if (a.n_tokens <= 0) return Status::ok();
     if (!a.y || !a.out || a.d % 4 != 0) return invalid_argument("moe_combine: bad arguments (d {})", a.d);
@@ -54,6 +77,8 @@ std::string moe_expert_variant_name(int i) {
     static const char* const kDq[] = {"moe_mxfp4_mma", "moe_mxfp4_mma_bitdq", "moe_mxfp4_mma_bitdqc", "moe_mxfp4_mma_bitdqp"};
     std::string op = sm90::moe_expert_is_mma(i) ? kDq[sm90::moe_expert_dequant(i)] : "moe_mxfp4_gemv";
     if (sm90::moe_expert_min_blocks(i) > 1) op += "_mb" + std::to_string(sm90::moe_expert_min_blocks(i));
+    // _ksN: N warps per row tile split K (ledger-moe-b1).
+    if (sm90::moe_expert_params(i).split > 1) op += "_ks" + std::to_string(sm90::moe_expert_params(i).split);
     return variant_name(op, sm90::moe_expert_params(i));
 }
 
@@ -64,13 +89,20 @@ int moe_expert_select_variant(const MoeExpertArgs& a) {
     if (forced >= 0 && legal(forced, a)) return forced;
     // Heuristic (ledger-moeperf E6): the conversion-free tensor-core kernel, 4 warps, 8 tokens
     // per pass, natural x-read order wins at every measured batch (1, 8, 64, 256: -35..-42% vs
-    // the E5 choices). Older rule (ledger E3, E5) as the fallback for shapes it cannot take.
-    for (int i = 0; i < n; ++i) {
-        const KernelParams p = sm90::moe_expert_params(i);
-        if (sm90::moe_expert_dequant(i) == 2 && sm90::moe_expert_min_blocks(i) == 1 && p.warps == 4 && p.block_t == 8 &&
-            legal(i, a))
-            return i;
-    }
+    // the E5 choices). Batch 1 (ledger-moe-b1): when its grid, (N / rows per CTA) x the expert
+    // rows of the grid, is at most ~1.5 CTAs per SM (192 at B=1 on the Flash shapes; 132 SMs on
+    // the H200), the 2-way split-K form is 4% faster (51.4 vs 53.6 us); from 2 CTAs per SM on
+    // (B >= 2) it loses 10-20%, and the 4-way split loses everywhere (+13% at B=1).
+    const int grid_y = a.active_experts ? a.max_active : a.n_experts;
+    const int64_t plain_ctas = int64_t(a.N / (4 * (a.mode == MoeExpertMode::kGateUp ? 16 : 32))) * grid_y;
+    const int want_ks = plain_ctas <= 198 ? 2 : 1;
+    for (int ks : {want_ks, 1})
+        for (int i = 0; i < n; ++i) {
+            const KernelParams p = sm90::moe_expert_params(i);
+            if (sm90::moe_expert_dequant(i) == 2 && sm90::moe_expert_min_blocks(i) == 1 && p.warps == 4 &&
+                p.block_t == 8 && k_slices(p) == ks && legal(i, a))
+                return i;
+        }
     const bool many = a.n_rows >= 32;
     for (int i = 0; i < n; ++i) {
         const KernelParams p = sm90::moe_expert_params(i);

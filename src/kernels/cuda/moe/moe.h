@@ -13,6 +13,9 @@ namespace dsv4::cuda {
 
 Status moe_route_launch(const MoeRouteArgs& a, cudaStream_t stream);
 Status moe_permute_launch(const MoePermuteArgs& a, cudaStream_t stream);
+// moe_route_launch then moe_permute_launch on its output (p.topk_ids / topk_w == r's), fused
+// into one kernel for small batches (n_tokens * top_k <= 128, n_experts <= 256). Same checks as the two.
+Status moe_route_permute_launch(const MoeRouteArgs& r, const MoePermuteArgs& p, cudaStream_t stream);
 Status moe_combine_launch(const MoeCombineArgs& a, cudaStream_t stream);
 
 int moe_expert_variant_count();

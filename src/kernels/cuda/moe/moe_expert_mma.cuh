@@ -71,12 +71,28 @@ __device__ __forceinline__ void dequant16_bits(const uint4 v, uint32_t s, uint32
     }
 }
 
+// Bytes of the split-K reduction buffer after the staged x (KS > 1): NW warps x 32 lanes x the
+// 2 * NTT * 4 accumulators of a lane, f32.
+constexpr int red_bytes(int NW, int NTT, int KS) { return KS > 1 ? NW * 32 * 8 * NTT * 4 : 0; }
+
 // DQ: 0 f32 dequant; 1 conversion-free with swizzled x reads; 2 conversion-free, natural x reads,
 // x re-paired in registers; 3 conversion-free, x re-paired once in shared memory after staging.
 // MINB: minimum CTAs per SM for the register allocator (__launch_bounds__).
-template <bool GATEUP, int NW, int NTT, int U, int DQ = 0, int MINB = 1>
+// KS (split-K inside the CTA, ledger-moe-b1): the NW warps form NW / KS row tiles x KS slices of
+//   K; warp w owns row tile w / KS and k in [(w % KS) K / KS, (w % KS + 1) K / KS). The KS partial
+//   accumulators of a row tile meet in shared memory and the slice-0 warp adds them in slice order
+//   (fixed, so deterministic) before its epilogue. Meant for small batches, where the plain grid
+//   (N / rows per CTA) x active experts is a fraction of a wave. KS > 1 also stages only the live
+//   token rows of a chunk (the B fragments of the dead rows are zeros in registers), instead of
+//   zero-filling all 8 * NTT rows. Measured (ledger-moe-b1): KS = 2 is 4% faster at batch 1 only
+//   (192 plain CTAs), 10-20% slower from batch 2 on; KS = 4 slower everywhere (+13% at B = 1):
+//   each extra CTA pays the x staging and the load-pipeline ramp again, and residency stays
+//   register-bound at 3 CTAs per SM, so more CTAs do not mean more bytes in flight.
+template <bool GATEUP, int NW, int NTT, int U, int DQ = 0, int MINB = 1, int KS = 1>
 __global__ void __launch_bounds__(NW * 32, MINB) moe_expert_mma_kernel(MoeExpertArgs a) {
+    static_assert(NW % KS == 0, "KS must divide the warp count");
     constexpr int MT = 8 * NTT;
+    constexpr bool kLiveRows = KS > 1;  // stage / read only the live token rows
     extern __shared__ __align__(16) unsigned char smem[];
     __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem);
     int e = blockIdx.y;
@@ -90,7 +106,9 @@ __global__ void __launch_bounds__(NW * 32, MINB) moe_expert_mma_kernel(MoeExpert
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int K = a.K, N = a.N, XS = K + 8;
     constexpr int kRowsPerWarp = GATEUP ? 16 : 32;
-    const int n0 = (blockIdx.x * NW + warp) * kRowsPerWarp;
+    const int ks = warp % KS;                          // K slice of this warp
+    const int n0 = (blockIdx.x * (NW / KS) + warp / KS) * kRowsPerWarp;
+    const int kbeg = ks * (K / KS), kend = kbeg + K / KS;
     const int64_t rb = K / 2, sb = K / 32;
     // Row pointers of the two A tiles (rows g and g+8 of each).
     const uint8_t* wp[2][2];
@@ -116,7 +134,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) moe_expert_mma_kernel(MoeExpert
                     const int k = kb + 128 * u;
                     raw[u][tile][h] = make_uint4(0, 0, 0, 0);
                     scb[u][tile][h] = 0;
-                    if (k < K) {
+                    if (k < kend) {
                         raw[u][tile][h] = __ldg(reinterpret_cast<const uint4*>(wp[tile][h] + k / 2));
                         scb[u][tile][h] = __ldg(sp[tile][h] + k / 32);
                     }
@@ -126,9 +144,10 @@ __global__ void __launch_bounds__(NW * 32, MINB) moe_expert_mma_kernel(MoeExpert
     for (int t0 = 0; t0 < count; t0 += MT) {
         uint4 raw[U][2][2];
         uint32_t scb[U][2][2];
-        load_group(0, raw, scb);  // in flight while x is staged
+        load_group(kbeg, raw, scb);  // in flight while x is staged
+        const int live = min(MT, count - t0);  // token rows of this chunk
         __syncthreads();
-        for (int i = tid; i < MT * (K / 8); i += NW * 32) {
+        for (int i = tid; i < (kLiveRows ? live : MT) * (K / 8); i += NW * 32) {
             const int m = i / (K / 8), c = i % (K / 8);
             uint4 v = make_uint4(0, 0, 0, 0);
             if (t0 + m < count) {
@@ -142,8 +161,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) moe_expert_mma_kernel(MoeExpert
         if constexpr (DQ == 3) {
             // Re-pair the staged rows in place: 8 values (k 0..7) -> words (0,4) (1,5) (2,6) (3,7),
             // the order dequant16_bits produces, so the inner loop reads B fragments as they are.
-            const int rows = min(MT, count - t0);
-            for (int i = tid; i < rows * (K / 8); i += NW * 32) {
+            for (int i = tid; i < live * (K / 8); i += NW * 32) {
                 uint4* px = reinterpret_cast<uint4*>(xs + (i / (K / 8)) * XS + (i % (K / 8)) * 8);
                 const uint4 v = *px;
                 *px = make_uint4(__byte_perm(v.x, v.z, 0x5410), __byte_perm(v.x, v.z, 0x7632),
@@ -158,7 +176,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) moe_expert_mma_kernel(MoeExpert
 #pragma unroll
             for (int j = 0; j < NTT; ++j) acc[i][j][0] = acc[i][j][1] = acc[i][j][2] = acc[i][j][3] = 0.0f;
 
-        for (int kb = 0; kb < K; kb += 128 * U) {
+        for (int kb = kbeg; kb < kend; kb += 128 * U) {
             uint4 cur[U][2][2];
             uint32_t csc[U][2][2];
 #pragma unroll
@@ -170,19 +188,22 @@ __global__ void __launch_bounds__(NW * 32, MINB) moe_expert_mma_kernel(MoeExpert
                         cur[u][tile][h] = raw[u][tile][h];
                         csc[u][tile][h] = scb[u][tile][h];
                     }
-            if (kb + 128 * U < K) load_group(kb + 128 * U, raw, scb);  // next group in flight
+            if (kb + 128 * U < kend) load_group(kb + 128 * U, raw, scb);  // next group in flight
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 const int k = kb + 128 * u;
-                if (k >= K) break;
+                if (k >= kend) break;
                 uint32_t xb[NTT][16];
 #pragma unroll
                 for (int j = 0; j < NTT; ++j) {
                     const uint4* xp = reinterpret_cast<const uint4*>(xs + (j * 8 + g) * XS + k + 32 * t);
+                    // Dead rows (kLiveRows: not staged) read as zeros without touching shared memory.
+                    const bool row_live = !kLiveRows || j * 8 + g < live;
+                    const uint4 zero = make_uint4(0, 0, 0, 0);
                     if constexpr (DQ == 0 || DQ == 3) {
 #pragma unroll
                         for (int q = 0; q < 4; ++q) {
-                            const uint4 v = xp[q];
+                            const uint4 v = row_live ? xp[q] : zero;
                             xb[j][4 * q] = v.x;
                             xb[j][4 * q + 1] = v.y;
                             xb[j][4 * q + 2] = v.z;
@@ -194,7 +215,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) moe_expert_mma_kernel(MoeExpert
                         const int sw = DQ == 1 ? (t & 2) : 0;
                         uint4 v[4];
 #pragma unroll
-                        for (int q = 0; q < 4; ++q) v[q] = xp[q ^ sw];
+                        for (int q = 0; q < 4; ++q) v[q] = row_live ? xp[q ^ sw] : zero;
 #pragma unroll
                         for (int c = 0; c < 4; ++c) {
                             const uint4 ch = sw ? v[c ^ 2] : v[c];  // physical chunk c
@@ -223,6 +244,31 @@ __global__ void __launch_bounds__(NW * 32, MINB) moe_expert_mma_kernel(MoeExpert
                     }
                 }
             }
+        }
+        if constexpr (KS > 1) {
+            // Split-K reduction: slices 1..KS-1 park their accumulators after the staged x; the
+            // slice-0 warp (warp - ks) adds them in slice order and alone runs the epilogue.
+            float* red = reinterpret_cast<float*>(smem + size_t(MT) * XS * 2);
+            constexpr int kAcc = 2 * NTT * 4;
+            if (ks > 0) {
+#pragma unroll
+                for (int i = 0; i < 2; ++i)
+#pragma unroll
+                    for (int j = 0; j < NTT; ++j)
+#pragma unroll
+                        for (int q = 0; q < 4; ++q) red[(warp * kAcc + (i * NTT + j) * 4 + q) * 32 + lane] = acc[i][j][q];
+            }
+            __syncthreads();
+            if (ks > 0) continue;  // the next chunk's barrier orders these reads before new writes
+#pragma unroll 1
+            for (int s = 1; s < KS; ++s)
+#pragma unroll
+                for (int i = 0; i < 2; ++i)
+#pragma unroll
+                    for (int j = 0; j < NTT; ++j)
+#pragma unroll
+                        for (int q = 0; q < 4; ++q)
+                            acc[i][j][q] += red[((warp + s) * kAcc + (i * NTT + j) * 4 + q) * 32 + lane];
         }
         // Epilogue: acc[.][j][0,1] = (row g, tokens 2t, 2t+1), [2,3] = (row g+8, same tokens).
 #pragma unroll

@@ -10,6 +10,11 @@ namespace dsv4::cuda::sm90 {
 
 cudaError_t moe_route_run(const MoeRouteArgs& a, cudaStream_t stream);
 cudaError_t moe_permute_run(const MoePermuteArgs& a, cudaStream_t stream);
+// Route then permute r's output: one fused kernel when moe_route_permute_fused (r writes the
+// topk_ids / topk_w that p reads, same n_tokens / top_k / n_experts, n_tokens * top_k <= 128, n_experts <= 256),
+// else moe_route_run + moe_permute_run.
+bool moe_route_permute_fused(const MoeRouteArgs& r, const MoePermuteArgs& p);
+cudaError_t moe_route_permute_run(const MoeRouteArgs& r, const MoePermuteArgs& p, cudaStream_t stream);
 cudaError_t moe_combine_run(const MoeCombineArgs& a, cudaStream_t stream);
 
 int moe_expert_count();

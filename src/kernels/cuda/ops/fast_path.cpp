@@ -152,8 +152,6 @@ cudaError_t moe_experts(const MoeArgs& a, cudaStream_t st) {
     r.top_k = a.K;
     r.route_scale = a.route_scale;
     r.norm_topk = a.norm_topk;
-    cudaError_t err = sm90::moe_route_run(r, st);
-    if (err != cudaSuccess) return err;
     MoePermuteArgs p;
     p.topk_ids = a.ids;
     p.topk_w = a.wts;
@@ -167,7 +165,9 @@ cudaError_t moe_experts(const MoeArgs& a, cudaStream_t st) {
     p.n_tokens = a.T;
     p.n_experts = a.E;
     p.top_k = a.K;
-    if ((err = sm90::moe_permute_run(p, st)) != cudaSuccess) return err;
+    // One fused kernel for small batches (T * K <= 128, E <= 256), else route then permute.
+    cudaError_t err = sm90::moe_route_permute_run(r, p, st);
+    if (err != cudaSuccess) return err;
     for (bool gate_up : {true, false}) {
         MoeExpertArgs e = expert_args(a, gate_up);
         const WeightDesc& w = gate_up ? a.w1 : a.w2;
