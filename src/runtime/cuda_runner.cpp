@@ -540,8 +540,12 @@ Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, 
         ka.t = ia.t = aa.t = ra.t = t;
         mark("kv_step (ring+compressors)");
         DSV4_CU(cuda::kv_step(sp, pool_, ka, st));
-        mark("indexer score+topk");
-        if (csa) DSV4_CU(cuda::indexer_topk(sp, pool_, ia, st));
+        if (csa) {
+            mark("indexer scores");
+            DSV4_CU(cuda::indexer_scores(sp, pool_, ia, st));
+            mark("indexer top-k");
+            DSV4_CU(cuda::indexer_select(sp, ia, st));
+        }
         if (fast_attn_) {
             mark("attn row lists + q bf16");
             DSV4_CU(cuda::build_row_lists(sp, pool_, ra, st));
@@ -639,8 +643,10 @@ Status CudaRunner::run_step(int B, int T, int max_t, int R) {
             const cuda::MhcArgs ma{m.fn, m.base, m.scale, site == 0 ? L.attn_norm : L.ffn_norm, n, d,
                                    cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps), eps, ws_.mhc_mix,
                                    ws_.mhc_mix_rows};
-            mark("mhc_pre+norm");
-            DSV4_CU(cuda::mhc_pre(ws_.X, T, ma, ws_.coeffs, ws_.xn, st));
+            mark("mhc_pre: mixing dots");
+            DSV4_CU(cuda::mhc_pre_mix(ws_.X, T, ma, st));
+            mark("mhc_pre: sinkhorn+collapse+norm");
+            DSV4_CU(cuda::mhc_pre_apply(ws_.X, T, ma, ws_.coeffs, ws_.xn, st));
             if (site == 0) DSV4_RETURN_IF_ERROR(attention(l, sp, T, max_t, splits));
             else DSV4_RETURN_IF_ERROR(moe(l, T));
             mark("mhc_post");

@@ -197,25 +197,24 @@ __global__ void __launch_bounds__(256) indexer_score_tiled_kernel(StepPlan plan,
     if (a.t >= plan.n_tok[s]) return;
     const int64_t p = plan.start_pos[s] + a.t;
     const int64_t n_c = (p + 1) / a.ratio;
-    const int64_t w0 = int64_t(blockIdx.y) * kTileKeys;
-    if (w0 >= n_c) return;
+    if (int64_t(blockIdx.y) * kTileKeys >= n_c) return;
     extern __shared__ __align__(16) double dsm[];
     double* qs = dsm;                              // [ID][kQStride]: qs[i][h]
     double* ks = qs + kTileMaxID * kQStride;       // [ID][kKStride]: ks[i][key]
     double* red = ks + kTileMaxID * kKStride;      // [16][64]
+    __shared__ const float* rowp[kTileKeys];
     const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
     const int ID = a.ID, IH = a.IH;
     const int64_t tok = plan.tok_begin[s] + a.t;
     const float* q = a.q + tok * int64_t(IH) * ID;
-    // Staging: the 64 row addresses first (one page-table lookup per row, not per element), then
-    // batches of 8 independent loads per thread: element-at-a-time loads behind a table lookup
-    // were a chain of dependent round trips that dominated the tile.
-    __shared__ const float* rowp[kTileKeys];
     const int32_t* table = plan.page_table + int64_t(s) * plan.pt_stride;
-    const int64_t n_keys = n_c - w0 < kTileKeys ? n_c - w0 : kTileKeys;
-    if (tid < kTileKeys)
-        rowp[tid] = tid < n_keys ? comp_row_ptr(pool, table, a.ratio, a.idx_row_off, pool.index.words, w0 + tid) : nullptr;
+    const float* hw = a.w + tok * IH;
     constexpr int kBatch = 8;
+    // Staging in batches of 8 independent loads per thread (element-at-a-time loads behind a
+    // page-table lookup were a chain of dependent round trips that dominated the tile). q is
+    // staged once per CTA; the CTA then walks key tiles blockIdx.y, blockIdx.y + gridDim.y, ...
+    // (the grid is bounded by a few waves, not by the longest context: CTAs with nothing to do
+    // still cost a launch slot each, and there were B x max_context / 256 of them).
     for (int j0 = tid; j0 < kTileHeads * ID; j0 += 256 * kBatch) {
         float v[kBatch];
 #pragma unroll
@@ -229,54 +228,60 @@ __global__ void __launch_bounds__(256) indexer_score_tiled_kernel(StepPlan plan,
             if (j < kTileHeads * ID) qs[(j % ID) * kQStride + j / ID] = double(v[b]);
         }
     }
-    __syncthreads();
-    for (int j0 = tid; j0 < kTileKeys * ID; j0 += 256 * kBatch) {
-        float v[kBatch];
+    double wh[4];
 #pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-            const int j = j0 + b * 256, key = j / ID;
-            v[b] = j < kTileKeys * ID && key < n_keys ? row_elem(rowp[key], pool.index, j % ID) : 0.0f;
+    for (int h = 0; h < 4; ++h) wh[h] = 4 * ty + h < IH ? double(hw[4 * ty + h]) : 0.0;
+    for (int64_t w0 = int64_t(blockIdx.y) * kTileKeys; w0 < n_c; w0 += int64_t(gridDim.y) * kTileKeys) {
+        const int64_t n_keys = n_c - w0 < kTileKeys ? n_c - w0 : kTileKeys;
+        __syncthreads();  // the previous tile's ks / red reads are done
+        if (tid < kTileKeys)
+            rowp[tid] = tid < n_keys ? comp_row_ptr(pool, table, a.ratio, a.idx_row_off, pool.index.words, w0 + tid)
+                                     : nullptr;
+        __syncthreads();
+        for (int j0 = tid; j0 < kTileKeys * ID; j0 += 256 * kBatch) {
+            float v[kBatch];
+#pragma unroll
+            for (int b = 0; b < kBatch; ++b) {
+                const int j = j0 + b * 256, key = j / ID;
+                v[b] = j < kTileKeys * ID && key < n_keys ? row_elem(rowp[key], pool.index, j % ID) : 0.0f;
+            }
+#pragma unroll
+            for (int b = 0; b < kBatch; ++b) {
+                const int j = j0 + b * 256;
+                if (j < kTileKeys * ID) ks[(j % ID) * kKStride + j / ID] = double(v[b]);
+            }
         }
-#pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-            const int j = j0 + b * 256;
-            if (j < kTileKeys * ID) ks[(j % ID) * kKStride + j / ID] = double(v[b]);
-        }
-    }
-    __syncthreads();
-    double acc[4][4];
-#pragma unroll
-    for (int h = 0; h < 4; ++h)
-#pragma unroll
-        for (int k = 0; k < 4; ++k) acc[h][k] = 0.0;
-    for (int i = 0; i < ID; ++i) {
-        const double2 q01 = *reinterpret_cast<const double2*>(qs + i * kQStride + 4 * ty);
-        const double2 q23 = *reinterpret_cast<const double2*>(qs + i * kQStride + 4 * ty + 2);
-        const double qv[4] = {q01.x, q01.y, q23.x, q23.y};
-        double kv[4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) kv[k] = ks[i * kKStride + tx + 16 * k];
+        __syncthreads();
+        double acc[4][4];
 #pragma unroll
         for (int h = 0; h < 4; ++h)
 #pragma unroll
-            for (int k = 0; k < 4; ++k) acc[h][k] = fma(qv[h], kv[k], acc[h][k]);
-    }
-    const float* hw = a.w + tok * IH;
-    double part[4] = {0.0, 0.0, 0.0, 0.0};
+            for (int k = 0; k < 4; ++k) acc[h][k] = 0.0;
+        for (int i = 0; i < ID; ++i) {
+            const double2 q01 = *reinterpret_cast<const double2*>(qs + i * kQStride + 4 * ty);
+            const double2 q23 = *reinterpret_cast<const double2*>(qs + i * kQStride + 4 * ty + 2);
+            const double qv[4] = {q01.x, q01.y, q23.x, q23.y};
+            double kv[4];
 #pragma unroll
-    for (int h = 0; h < 4; ++h) {
-        const int head = 4 * ty + h;
-        const double wh = head < IH ? double(hw[head]) : 0.0;
+            for (int k = 0; k < 4; ++k) kv[k] = ks[i * kKStride + tx + 16 * k];
 #pragma unroll
-        for (int k = 0; k < 4; ++k) part[k] += wh * fmax(0.0, acc[h][k]);
-    }
+            for (int h = 0; h < 4; ++h)
 #pragma unroll
-    for (int k = 0; k < 4; ++k) red[ty * kTileKeys + tx + 16 * k] = part[k];
-    __syncthreads();
-    if (tid < n_keys) {
-        double sc = 0.0;
-        for (int g = 0; g < 16; ++g) sc += red[g * kTileKeys + tid];
-        a.scores[int64_t(s) * a.max_rows + w0 + tid] = float(sc);
+                for (int k = 0; k < 4; ++k) acc[h][k] = fma(qv[h], kv[k], acc[h][k]);
+        }
+        double part[4] = {0.0, 0.0, 0.0, 0.0};
+#pragma unroll
+        for (int h = 0; h < 4; ++h)
+#pragma unroll
+            for (int k = 0; k < 4; ++k) part[k] += wh[h] * fmax(0.0, acc[h][k]);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) red[ty * kTileKeys + tx + 16 * k] = part[k];
+        __syncthreads();
+        if (tid < n_keys) {
+            double sc = 0.0;
+            for (int g = 0; g < 16; ++g) sc += red[g * kTileKeys + tid];
+            a.scores[int64_t(s) * a.max_rows + w0 + tid] = float(sc);
+        }
     }
 }
 
@@ -321,15 +326,20 @@ __global__ void argmax_kernel(const float* logits, int64_t V, int32_t* out) {
 }
 }  // namespace
 
-cudaError_t indexer_topk(const StepPlan& plan, const PagePool& pool, const IndexerArgs& a, cudaStream_t st) {
+cudaError_t indexer_scores(const StepPlan& plan, const PagePool& pool, const IndexerArgs& a, cudaStream_t st) {
     if (plan.n_seqs <= 0 || a.max_rows <= 0) return cudaSuccess;
     if (a.IH <= kTileHeads && a.ID <= kTileMaxID) {
-        const cudaError_t e = cudaFuncSetAttribute(indexer_score_tiled_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   int(kTileSmem));
+        cudaError_t e = cudaFuncSetAttribute(indexer_score_tiled_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             int(kTileSmem));
         if (e != cudaSuccess) return e;
-        const dim3 grid(unsigned(plan.n_seqs), unsigned((a.max_rows + kTileKeys - 1) / kTileKeys));
-        indexer_score_tiled_kernel<<<grid, 256, kTileSmem, st>>>(plan, pool, a);
-        indexer_topk_kernel<<<plan.n_seqs, kTopkThreads, 0, st>>>(plan, a);
+        int dev = 0, sms = 132;
+        if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
+        if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
+        // One CTA per SM (shared memory): about 4 waves over the batch, never more than the tiles.
+        const int64_t tiles = (a.max_rows + kTileKeys - 1) / kTileKeys;
+        int64_t gy = (4 * int64_t(sms) + plan.n_seqs - 1) / plan.n_seqs;
+        gy = gy < 1 ? 1 : (gy > tiles ? tiles : gy);
+        indexer_score_tiled_kernel<<<dim3(unsigned(plan.n_seqs), unsigned(gy)), 256, kTileSmem, st>>>(plan, pool, a);
         return cudaGetLastError();
     }
     const size_t smem = sizeof(float) * (size_t(a.IH) * size_t(a.ID + 1) + size_t(kScoreThreads / 32) * size_t(a.ID));
@@ -340,8 +350,18 @@ cudaError_t indexer_topk(const StepPlan& plan, const PagePool& pool, const Index
     }
     const dim3 grid(unsigned(plan.n_seqs), unsigned((a.max_rows + kKeysPerCta - 1) / kKeysPerCta));
     indexer_score_kernel<<<grid, kScoreThreads, smem, st>>>(plan, pool, a);
+    return cudaGetLastError();
+}
+
+cudaError_t indexer_select(const StepPlan& plan, const IndexerArgs& a, cudaStream_t st) {
+    if (plan.n_seqs <= 0 || a.max_rows <= 0) return cudaSuccess;
     indexer_topk_kernel<<<plan.n_seqs, kTopkThreads, 0, st>>>(plan, a);
     return cudaGetLastError();
+}
+
+cudaError_t indexer_topk(const StepPlan& plan, const PagePool& pool, const IndexerArgs& a, cudaStream_t st) {
+    const cudaError_t e = indexer_scores(plan, pool, a, st);
+    return e != cudaSuccess ? e : indexer_select(plan, a, st);
 }
 
 cudaError_t topk_rows(const float* scores, int R, int n, int k, int32_t* idx, cudaStream_t st) {

@@ -302,18 +302,29 @@ cudaError_t launch_mix(const float* X, const int32_t* rows, int T, const MhcArgs
 }
 }  // namespace
 
-cudaError_t mhc_pre(const float* X, int T, const MhcArgs& a, float* coeffs, float* xn, cudaStream_t st) {
+cudaError_t mhc_pre_mix(const float* X, int T, const MhcArgs& a, cudaStream_t st) {
     if (T <= 0) return cudaSuccess;
     if (a.n > 8) return cudaErrorInvalidValue;
     int chunks = 1;
-    cudaError_t e = launch_mix(X, nullptr, T, a, false, st, &chunks);
-    if (e != cudaSuccess) return e;
+    return launch_mix(X, nullptr, T, a, false, st, &chunks);
+}
+
+cudaError_t mhc_pre_apply(const float* X, int T, const MhcArgs& a, float* coeffs, float* xn, cudaStream_t st) {
+    if (T <= 0) return cudaSuccess;
+    if (a.n > 8) return cudaErrorInvalidValue;
+    const int chunks = a.mix_ws ? mhc_mix_chunks(T, a, false) : 1;
     bool staged = false;
     const size_t smem = mhc_smem(X, a, &staged);
+    cudaError_t e = cudaSuccess;
     if (staged && (e = cudaFuncSetAttribute(mhc_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem))) != cudaSuccess)
         return e;
     mhc_kernel<false><<<T, 256, smem, st>>>(X, nullptr, a, coeffs, xn, chunks, staged);
     return cudaGetLastError();
+}
+
+cudaError_t mhc_pre(const float* X, int T, const MhcArgs& a, float* coeffs, float* xn, cudaStream_t st) {
+    const cudaError_t e = mhc_pre_mix(X, T, a, st);
+    return e != cudaSuccess ? e : mhc_pre_apply(X, T, a, coeffs, xn, st);
 }
 
 cudaError_t mhc_post(float* X, const float* y, const float* coeffs, int T, int n, int d, cudaStream_t st) {

@@ -105,6 +105,10 @@ struct MhcArgs {
 int mhc_mix_chunks(int T, const MhcArgs& a, bool head);
 // Per token: Sinkhorn coefficients of X[t] (stored to coeffs [T, 24]), u = collapse, xn = rmsnorm(u).
 cudaError_t mhc_pre(const float* X, int T, const MhcArgs& a, float* coeffs, float* xn, cudaStream_t st);
+// mhc_pre in its two launches (the op profiler times them apart): the mixing dot products into
+// a.mix_ws (nothing without a workspace), then Sinkhorn + collapse + norm.
+cudaError_t mhc_pre_mix(const float* X, int T, const MhcArgs& a, cudaStream_t st);
+cudaError_t mhc_pre_apply(const float* X, int T, const MhcArgs& a, float* coeffs, float* xn, cudaStream_t st);
 // X[t] = post * y[t] + comb^T X[t] in place.
 cudaError_t mhc_post(float* X, const float* y, const float* coeffs, int T, int n, int d, cudaStream_t st);
 // Final head: for r < R: h = mhc_head(X[rows[r]]), out[r] = rmsnorm(h) * norm.
@@ -162,6 +166,9 @@ struct IndexerArgs {
     int32_t* n_sel = nullptr;   // [B] out
 };
 cudaError_t indexer_topk(const StepPlan& plan, const PagePool& pool, const IndexerArgs& a, cudaStream_t st);
+// indexer_topk in its two launches (the op profiler times them apart): scores, then the top-k.
+cudaError_t indexer_scores(const StepPlan& plan, const PagePool& pool, const IndexerArgs& a, cudaStream_t st);
+cudaError_t indexer_select(const StepPlan& plan, const IndexerArgs& a, cudaStream_t st);
 // Exact top-k of scores [R, n] per row (NaN ranks last, ties lowest index): idx [R, k] best first.
 cudaError_t topk_rows(const float* scores, int R, int n, int k, int32_t* idx, cudaStream_t st);
 // Greedy sampling: argmax of logits [R, V] per row (NaN skipped, ties lowest index).
