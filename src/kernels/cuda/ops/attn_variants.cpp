@@ -1,6 +1,8 @@
 // Registry of decode-attention variants (see attn_variants.h).
 #include "kernels/cuda/ops/attn_variants.h"
 
+#include "kernels/cuda/attention/sparse_decode.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -24,6 +26,9 @@ const AttnVariant& attn_variant_from_env() {
     if (e && *e) {
         for (const auto& v : all)
             if (std::strcmp(v.name, e) == 0) return v;
+        // The same variable picks the sparse_decode (tensor-core) variant: such a name is not an error.
+        for (int i = 0; i < sparse_decode_variant_count(); ++i)
+            if (sparse_decode_variant_name(i) == e) return all[0];
         std::fprintf(stderr, "dsv4: unknown DSV4_ATTN_VARIANT '%s', using '%s'\n", e, all[0].name);
     }
     return all[0];
