@@ -8,7 +8,7 @@
 #   scripts/device-all.sh --build                    # here: build-cuda/ -> build-all-bin/
 #   run(command="scripts/device-all.sh tests proxy", carry=["build-all-bin"], timeout_s=540)
 #   run(command="scripts/device-all.sh peer", carry=["build-all-bin"], timeout_s=300)
-# Stages: tests (dsv4_cuda_tests + dsv4_perf_ops_tests), proxy (20-layer sweep, PROXY_TIME_BUDGET
+# Stages: tests (dsv4_cuda_tests [TESTS_FILTER] + dsv4_perf_ops_tests), proxy (20-layer sweep, PROXY_TIME_BUDGET
 # seconds, default 240), peer (3-layer proxy + transformers eager + tools/peer/ratio.py,
 # PEER_TIME_BUDGET default 100), sanitize (compute-sanitizer memcheck + racecheck on reduced shapes),
 # opprof (DSV4_OP_PROFILE per-op table, OPPROF_BATCHES), ncu (per-kernel table, NCU_BATCHES), serve (generate cuda vs cpu + HTTP serve --backend cuda), profile (nsys per-kernel table of the 3-layer proxy step, when nsys exists).
@@ -65,7 +65,8 @@ for stage in "$@"; do
     T0=$(date +%s)
     case "$stage" in
     tests)
-        "$BIN"/dsv4_cuda_tests --gtest_output=json:"$OUT/cuda_tests.json" > "$OUT/cuda_tests.log" 2>&1
+        "$BIN"/dsv4_cuda_tests --gtest_filter="${TESTS_FILTER:-*}" --gtest_output=json:"$OUT/cuda_tests.json" \
+            > "$OUT/cuda_tests.log" 2>&1
         rc1=$?
         "$BIN"/dsv4_perf_ops_tests > "$OUT/perf_ops_tests.log" 2>&1
         rc2=$?
