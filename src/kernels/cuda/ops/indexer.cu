@@ -54,8 +54,8 @@ __device__ void block_topk_radix(const float* scores, int n, int k, int32_t* idx
     __shared__ uint32_t s_prefix, s_mask;
     __shared__ int s_krem, s_gt, s_base;
     __shared__ int warp_cnt[kTopkThreads / 32];
-    __shared__ uint32_t ck[kRadixMaxK];
-    __shared__ int32_t ci[kRadixMaxK];
+    // Selected rows as (key << 32 | ~index): one 64-bit compare orders by key, then lower index.
+    __shared__ uint64_t cand[kRadixMaxK];
     if (threadIdx.x == 0) s_prefix = 0, s_mask = 0, s_krem = k, s_gt = 0, s_base = 0;
     for (int shift = 24; shift >= 0; shift -= 8) {
         for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
@@ -101,7 +101,7 @@ __device__ void block_topk_radix(const float* scores, int n, int k, int32_t* idx
         const uint32_t u = ordered_key(scores[i]);
         if (u > T) {
             const int pos = atomicAdd(&s_gt, 1);
-            ck[pos] = u, ci[pos] = i;
+            cand[pos] = (uint64_t(u) << 32) | uint32_t(~uint32_t(i));
         }
     }
     __syncthreads();
@@ -117,20 +117,36 @@ __device__ void block_topk_radix(const float* scores, int n, int k, int32_t* idx
         int before = s_base;
         for (int w = 0; w < warp; ++w) before += warp_cnt[w];
         before += __popc(m & ((1u << lane) - 1u));
-        if (tie && before < krem) ck[n_gt + before] = T, ci[n_gt + before] = i;
+        if (tie && before < krem) cand[n_gt + before] = (uint64_t(T) << 32) | uint32_t(~uint32_t(i));
         __syncthreads();
         if (threadIdx.x == 0)
             for (int w = 0; w < nw; ++w) s_base += warp_cnt[w];
         __syncthreads();
     }
-    // Rank among the k selected rows (keys distinct as (key, index) pairs).
-    for (int c = threadIdx.x; c < k; c += blockDim.x) {
-        const uint32_t u = ck[c];
-        const int32_t i = ci[c];
-        int rank = 0;
-        for (int d = 0; d < k; ++d) rank += (ck[d] > u) || (ck[d] == u && ci[d] < i);
-        idx[rank] = i;
+    // Rank among the k selected rows (distinct as packed pairs). Two threads per row when k is at
+    // most half the block, each counting half of the others; the loop is unrolled so the shared
+    // loads pipeline.
+    __syncthreads();
+    const int split = 2 * k <= int(blockDim.x) ? 2 : 1;
+    const int c = int(threadIdx.x) / split, half = int(threadIdx.x) % split;
+    int rank = 0;
+    uint64_t me = 0;
+    if (c < k) {
+        me = cand[c];
+        const int d0 = half * ((k + 1) / 2), d1 = split == 1 ? k : (half == 0 ? (k + 1) / 2 : k);
+#pragma unroll 8
+        for (int d = d0; d < d1; ++d) rank += cand[d] > me;
     }
+    if (split == 2) rank += __shfl_xor_sync(0xffffffffu, rank, 1);
+    if (c < k && half == 0) idx[rank] = int32_t(~uint32_t(me));
+    if (split == 1)
+        for (int cc = c + int(blockDim.x); cc < k; cc += blockDim.x) {
+            const uint64_t m2 = cand[cc];
+            int r2 = 0;
+#pragma unroll 8
+            for (int d = 0; d < k; ++d) r2 += cand[d] > m2;
+            idx[r2] = int32_t(~uint32_t(m2));
+        }
 }
 
 __device__ void block_topk(const float* scores, int n, int k, int32_t* idx) {

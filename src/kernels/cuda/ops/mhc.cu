@@ -6,7 +6,7 @@
 // half of the whole decode step).
 // Thread roles: 256 threads per token; warps compute the (2+n)n mixing dot products over n*d
 // (double accumulation like the reference) unless a workspace holds them already, thread 0 runs
-// the Sinkhorn iterations on the n x n matrix (in registers for n = 4), then all threads collapse
+// the Sinkhorn iterations on the n x n matrix (warp 0 with shuffles for n = 4), then all threads collapse
 // and normalise.
 // Shared memory: d floats (collapsed row) + coefficients + 32 doubles. Bound: memory (X and fn are
 // read once per token); the Sinkhorn is a few hundred serial flops.
@@ -20,36 +20,27 @@ constexpr int kMaxMixChunks = 32;  // chunk partials per token (mhc_mix_chunks c
 
 __device__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-// Sinkhorn normalisation (spec §2.2) of the N x N matrix C (shared memory) in registers, same
-// operation order as the generic loop below (bit-identical): the serial loop on shared memory
-// took tens of microseconds per call (every access a shared-memory round trip).
-template <int N>
-__device__ void sinkhorn_in_registers(float* C, int iters, float eps) {
-    float c[N * N];
-#pragma unroll
-    for (int i = 0; i < N * N; ++i) c[i] = C[i];
+// Sinkhorn for n = 4 by one warp: lane l < 16 holds C[l / 4][l % 4]; each normalisation gathers its
+// row (or column) with shuffles and sums it in the serial order ((a + b) + c) + d, then divides, so
+// the result is bit-identical to the serial loops. Why: on one thread the 20 iterations are ~640
+// dependent divisions (measured: mhc_pre's second kernel ~35 us per call at every batch size).
+// All 32 lanes must call it; lanes >= 16 shadow lanes - 16 and write nothing.
+__device__ void sinkhorn_warp4(float* C, int iters, float eps) {
+    const int lane = threadIdx.x & 31, e = lane & 15, j = e >> 2, k = e & 3;
+    float c = C[e];
     for (int it = 0; it < iters; ++it) {
         if (it > 0) {
-#pragma unroll
-            for (int j = 0; j < N; ++j) {
-                float s = 0.0f;
-#pragma unroll
-                for (int k = 0; k < N; ++k) s += c[j * N + k];
-#pragma unroll
-                for (int k = 0; k < N; ++k) c[j * N + k] /= (s + eps);
-            }
+            const float r0 = __shfl_sync(0xffffffffu, c, 4 * j + 0), r1 = __shfl_sync(0xffffffffu, c, 4 * j + 1);
+            const float r2 = __shfl_sync(0xffffffffu, c, 4 * j + 2), r3 = __shfl_sync(0xffffffffu, c, 4 * j + 3);
+            c /= (((r0 + r1) + r2) + r3) + eps;
         }
-#pragma unroll
-        for (int k = 0; k < N; ++k) {
-            float s = 0.0f;
-#pragma unroll
-            for (int j = 0; j < N; ++j) s += c[j * N + k];
-#pragma unroll
-            for (int j = 0; j < N; ++j) c[j * N + k] /= (s + eps);
-        }
+        const float c0 = __shfl_sync(0xffffffffu, c, 0 + k), c1 = __shfl_sync(0xffffffffu, c, 4 + k);
+        const float c2 = __shfl_sync(0xffffffffu, c, 8 + k), c3 = __shfl_sync(0xffffffffu, c, 12 + k);
+        c /= (((c0 + c1) + c2) + c3) + eps;
     }
-#pragma unroll
-    for (int i = 0; i < N * N; ++i) C[i] = c[i];
+    __syncwarp();
+    if (lane < 16) C[e] = c;
+    __syncwarp();
 }
 
 // mix[row, r] = fn[r] . X[t] for r < n_mix, mix[row, n_mix] = |X[t]|^2 (double); grid (rows, n_mix + 1).
@@ -204,10 +195,10 @@ __global__ void mhc_kernel(const float* __restrict__ X, const int32_t* __restric
         for (int k = 0; k < n; ++k) C[j * n + k] = C[j * n + k] / sum + a.hc_eps;
     }
     __syncthreads();
+    if (!kHead && n == 4 && threadIdx.x < 32) sinkhorn_warp4(C, a.sinkhorn_iters, a.hc_eps);
     if (threadIdx.x == 0) {
         if (!kHead) {
-            if (n == 4) sinkhorn_in_registers<4>(C, a.sinkhorn_iters, a.hc_eps);
-            else for (int it = 0; it < a.sinkhorn_iters; ++it) {
+            if (n != 4) for (int it = 0; it < a.sinkhorn_iters; ++it) {
                 if (it > 0)
                     for (int j = 0; j < n; ++j) {
                         float s = 0.0f;
@@ -226,8 +217,8 @@ __global__ void mhc_kernel(const float* __restrict__ X, const int32_t* __restric
             for (int j = 0; j < n * n; ++j) c[2 * n + j] = C[j];
         }
     }
-    // No barrier: the collapse needs only pre[], so the other threads start it while thread 0
-    // runs the Sinkhorn iterations (block_sum_d below synchronises).
+    // No barrier: the collapse needs only pre[], so the other warps start it while warp 0 (thread
+    // 0 for n != 4) runs the Sinkhorn iterations (block_sum_d below synchronises).
     double su = 0.0;
 #pragma unroll 4
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
