@@ -154,6 +154,13 @@ cudaError_t moe_experts(const MoeArgs& a, cudaStream_t st) {
     r.norm_topk = a.norm_topk;
     cudaError_t err = sm90::moe_route_run(r, st);
     if (err != cudaSuccess) return err;
+    // [ep2] Expert parallel: other ranks' assignments leave the permutation (id -1, which the
+    // permute kernel skips) and their expert-output rows (assignment order) are zeroed for the
+    // combine; permutation and expert kernels then run over the ep_count local experts.
+    const int n_local = a.ep_count > 0 ? a.ep_count : a.E;
+    if (a.ep_count > 0 &&
+        (err = moe_ep_localize(a.ids, a.T * a.K, a.ep_first, a.ep_count, -1, a.yp, a.d, st)) != cudaSuccess)
+        return err;
     MoePermuteArgs p;
     p.topk_ids = a.ids;
     p.topk_w = a.wts;
@@ -165,7 +172,7 @@ cudaError_t moe_experts(const MoeArgs& a, cudaStream_t st) {
     p.active_experts = ws.active;
     p.n_active = ws.n_active;
     p.n_tokens = a.T;
-    p.n_experts = a.E;
+    p.n_experts = n_local;  // [ep2]
     p.top_k = a.K;
     if ((err = sm90::moe_permute_run(p, st)) != cudaSuccess) return err;
     for (bool gate_up : {true, false}) {
@@ -186,7 +193,8 @@ cudaError_t moe_experts(const MoeArgs& a, cudaStream_t st) {
         e.perm_w = ws.perm_w;
         e.active_experts = ws.active;
         e.n_active = ws.n_active;
-        e.max_active = std::min(a.E, a.T * a.K);
+        e.n_experts = n_local;  // [ep2]
+        e.max_active = std::min(n_local, a.T * a.K);
         e.out = gate_up ? ws.h : static_cast<void*>(a.yp);
         const int v = moe_expert_select_variant(e);
         if (v < 0) return cudaErrorInvalidValue;  // moe_fast_decline checked legality: not reached
