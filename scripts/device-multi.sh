@@ -6,11 +6,11 @@
 # the later ones. Results and logs under $OUT; a summary last.
 #
 # The GPU machine has no PCRE2 and no network, so binaries are built here and carried:
-#   scripts/device-multi.sh --build       # here: BUILD_DIR (build-multi) -> build-multi-bin/ (< 64 MiB with the repo)
+#   scripts/device-multi.sh --build       # here: BUILD_DIR (default build-cuda, as device-all.sh) -> build-multi-bin/
 #   run(command="scripts/device-multi.sh", carry=["build-multi-bin"], kind="nvidia-h200-x2", timeout_s=450)
-# Stages (default: all three): tests, proxy, serve. Knobs: TESTS_S (150), PROXY_S (190),
-# PROXY_TIME_BUDGET (120), PROXY_BATCHES (1,2,4,8,16,32,64,128,256), PROXY_CONTEXTS (8192),
-# PROXY_LAYERS (43), SERVE_S (110), SERVE_LAYERS (43), GPUS (2).
+# Stages (default: all three): tests, proxy, serve. Knobs: TESTS_S (120), PROXY_S (180),
+# PROXY_TIME_BUDGET (110), PROXY_BATCHES (1,2,4,8,16,32,64,128,256), PROXY_CONTEXTS (8192),
+# PROXY_LAYERS (43), SERVE_S (100), SERVE_LAYERS (43), GPUS (2).
 # NCCL: the binaries link libnccl.so.2 (NCCL 2.28.9 headers here); the python NCCL PyTorch ships
 # (nvidia.nccl, 2.28.9) goes first on LD_LIBRARY_PATH when present, else the system libnccl.so.2.
 # NVLink multicast stays off: NCCL_NVLS_ENABLE=0 here, and the code forces it before NCCL init.
@@ -19,9 +19,8 @@ cd "$(dirname "$0")/.."
 BIN=${BIN:-build-multi-bin}
 if [[ "${1:-}" == "--build" ]]; then
     set -e
-    B=${BUILD_DIR:-build-multi}
+    B=${BUILD_DIR:-build-cuda}  # the build dir device-all.sh --build uses
     cmake -S . -B "$B" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a >/dev/null
-    grep -q "DSV4_HAVE_NCCL" "$B"/CMakeCache.txt 2>/dev/null || true
     ninja -C "$B" -j"${JOBS:-2}" dsv4_multi_gpu_tests dsv4-proxy-bench dsv4
     rm -rf "$BIN" && mkdir -p "$BIN"
     cp "$B"/tests/kernels/multi_gpu/dsv4_multi_gpu_tests "$B"/tools/dsv4/dsv4-proxy-bench "$B"/tools/dsv4/dsv4 "$BIN"/
@@ -76,23 +75,23 @@ for stage in "${STAGES[@]}"; do
     tests)
         # EpOneGpu.*: two ranks on GPU 0 through a host all-reduce (EP MoE math, eager);
         # MultiGpu.*: NCCL over 2 GPUs with decode graphs (tiny_quant golden + fast-MoE mid model).
-        timeout "${TESTS_S:-150}" "$BIN"/dsv4_multi_gpu_tests --gtest_output=json:"$OUT/multi_gpu_tests.json" \
+        timeout "${TESTS_S:-120}" "$BIN"/dsv4_multi_gpu_tests --gtest_output=json:"$OUT/multi_gpu_tests.json" \
             > "$OUT/multi_gpu_tests.log" 2>&1
         rc=$?
         grep -E "^\[ +(OK|FAILED|SKIPPED) |^\[ep |^\[  PASSED|^\[  FAILED|Failure|Expected|Which is|actual|rank [0-9]:|NCCL" \
             "$OUT/multi_gpu_tests.log" | head -60
-        [[ $rc -eq 124 ]] && { echo "TIMED OUT after ${TESTS_S:-150} s; last lines:"; tail -n 15 "$OUT/multi_gpu_tests.log"; }
+        [[ $rc -eq 124 ]] && { echo "TIMED OUT after ${TESTS_S:-120} s; last lines:"; tail -n 15 "$OUT/multi_gpu_tests.log"; }
         SUMMARY+=("tests: rc=$rc ($(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/multi_gpu_tests.log" | tr '\n' ' ')) (124 = timed out)")
         ;;
     proxy)
         # The full Flash depth (43 layers) does not fit one H200 (dsv4 plan --gpus 1) but fits two.
-        timeout "${PROXY_S:-190}" "$BIN"/dsv4-proxy-bench proxy-bench --gpus "$GPUS" --layers "${PROXY_LAYERS:-43}" \
+        timeout "${PROXY_S:-180}" "$BIN"/dsv4-proxy-bench proxy-bench --gpus "$GPUS" --layers "${PROXY_LAYERS:-43}" \
             --batches "${PROXY_BATCHES:-1,2,4,8,16,32,64,128,256}" --contexts "${PROXY_CONTEXTS:-8192}" \
-            --time-budget "${PROXY_TIME_BUDGET:-120}" --no-gemm-peak --json "$OUT/proxy43x$GPUS.json" \
+            --time-budget "${PROXY_TIME_BUDGET:-110}" --no-gemm-peak --json "$OUT/proxy43x$GPUS.json" \
             > "$OUT/proxy43x$GPUS.txt" 2>&1
         rc=$?
         tail -n 40 "$OUT/proxy43x$GPUS.txt"
-        [[ $rc -eq 124 ]] && echo "TIMED OUT after ${PROXY_S:-190} s (points finished so far are in the table above)"
+        [[ $rc -eq 124 ]] && echo "TIMED OUT after ${PROXY_S:-180} s (points finished so far are in the table above)"
         SUMMARY+=("proxy (${PROXY_LAYERS:-43} layers, $GPUS GPUs): rc=$rc, $(grep -cE '^ +[0-9]+ +[0-9]+ +[0-9.]+ ' "$OUT/proxy43x$GPUS.txt") points measured")
         ;;
     serve)
@@ -101,26 +100,30 @@ for stage in "${STAGES[@]}"; do
         SD=$(mktemp -d)
         xz -dc "$BIN"/dsv4.xz > "$SD"/dsv4 && chmod +x "$SD"/dsv4
         xz -dc "$BIN"/tokenizer.json.xz > "$SD"/tokenizer.json
-        PORT=${SERVE_PORT:-8177}
+        # --port 0: the server prints the port it got ("listening on http://127.0.0.1:PORT").
         "$SD"/dsv4 serve --backend cuda --gpus "$GPUS" --synthetic-flash --layers "${SERVE_LAYERS:-43}" \
-            --tokenizer "$SD"/tokenizer.json --port "$PORT" --max-running 8 > "$OUT/serve.log" 2>&1 &
+            --tokenizer "$SD"/tokenizer.json --port 0 --max-running 8 > "$OUT/serve.log" 2>&1 &
         SP=$!
-        SERVE_S=${SERVE_S:-110} PORT=$PORT SP=$SP timeout "$(( ${SERVE_S:-110} + 10 ))" python3 - <<'PY' > "$OUT/serve_check.txt" 2>&1
-import json, os, threading, time, urllib.request
-base = "http://127.0.0.1:%s" % os.environ["PORT"]
+        SERVE_S=${SERVE_S:-100} LOG="$OUT/serve.log" SP=$SP timeout "$(( ${SERVE_S:-100} + 10 ))" python3 - <<'PY' > "$OUT/serve_check.txt" 2>&1
+import json, os, re, threading, time, urllib.request
 deadline = time.time() + float(os.environ["SERVE_S"]) - 40
 up = False
+base = None
 t0 = time.time()
 while time.time() < deadline:
     try:
         os.kill(int(os.environ["SP"]), 0)
     except OSError:
-        print("SERVER EXITED before answering /health"); break
-    try:
-        urllib.request.urlopen(base + "/health", timeout=2).read(); up = True; break
-    except Exception:
-        time.sleep(1)
-print("server up: %s after %.0f s" % (up, time.time() - t0))
+        print("SERVER EXITED before listening (see serve.log)"); break
+    m = re.search(r"listening on (http://[0-9.]+:[0-9]+)", open(os.environ["LOG"], errors="replace").read())
+    if m:
+        base = m.group(1)
+        try:
+            urllib.request.urlopen(base + "/health", timeout=2).read(); up = True; break
+        except Exception:
+            pass
+    time.sleep(1)
+print("server up: %s after %.0f s (%s)" % (up, time.time() - t0, base))
 def post(path, body, timeout=30):
     req = urllib.request.Request(base + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
     return urllib.request.urlopen(req, timeout=timeout).read().decode()

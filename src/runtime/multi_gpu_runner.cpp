@@ -34,9 +34,12 @@ public:
                                                        })),
           ranks_(size_t(n)) {}
     ~MultiGpuRunner() override {
-        // Each runner frees its device memory, graphs and stream on its own GPU's thread.
+        // Each runner frees its device memory, graphs and stream on its own GPU's thread, and the
+        // last owners of the communicators drop them there too: all ranks destroy concurrently
+        // (NCCL's destroy may wait until the whole group is quiescent).
         threads_->run([&](int r) {
             ranks_[size_t(r)].reset();
+            if (size_t(r) < group_.size()) group_[size_t(r)].reset();
             return Status::ok();
         });
         threads_.reset();
@@ -45,11 +48,12 @@ public:
     Status create(const CudaRunnerOptions& base, const RankRunnerFactory& factory,
                   std::vector<std::shared_ptr<dist::DeviceAllReduce>> group) {
         const int n = threads_->size();
+        group_ = std::move(group);
         DSV4_RETURN_IF_ERROR(threads_->run([&](int r) -> Status {
             CudaRunnerOptions o = base;
             o.ep_rank = r;
             o.ep_size = n;
-            o.ep_all_reduce = group[size_t(r)];
+            o.ep_all_reduce = group_[size_t(r)];
             o.verbose = base.verbose && r == 0;
             DSV4_ASSIGN_OR_RETURN(std::unique_ptr<ModelRunner> m, factory(r, o));
             auto* b = dynamic_cast<CudaBenchRunner*>(m.get());
@@ -126,6 +130,7 @@ private:
 
     std::unique_ptr<dist::RankThreads> threads_;
     std::vector<std::unique_ptr<CudaBenchRunner>> ranks_;
+    std::vector<std::shared_ptr<dist::DeviceAllReduce>> group_;  // rank r's communicator (also held by its runner)
 };
 
 }  // namespace
