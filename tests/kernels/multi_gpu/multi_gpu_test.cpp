@@ -24,6 +24,7 @@
 #include <cuda_runtime.h>
 #include <nlohmann/json.hpp>
 
+#include "kernels/cuda/synth/synth.h"
 #include "runtime/cuda_bench_runner.h"
 #include "runtime/cuda_runner.h"
 #include "runtime/multi_gpu_runner.h"
@@ -267,6 +268,32 @@ TEST(EpOneGpu, FastMoeTwoRanksMatchOneRank) {
     EXPECT_LT(out.worst, 2e-2 * std::max(1.0, out.max_logit));
     EXPECT_EQ(out.greedy_mismatch, 0);
     std::filesystem::remove_all(dir);
+}
+
+// A rank's synthetic experts are the byte slice of the one-GPU fill (fill(first = offset)).
+TEST(EpOneGpu, SyntheticExpertSliceEqualsFullFill) {
+    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+    const int64_t n = 1 << 20, off = 3 * (1 << 18);
+    uint8_t *full = nullptr, *part = nullptr;
+    ASSERT_EQ(cudaMalloc(&full, size_t(n)), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&part, size_t(n - off)), cudaSuccess);
+    std::vector<uint8_t> a(static_cast<size_t>(n)), b(static_cast<size_t>(n - off));
+    for (int kind = 0; kind < 2; ++kind) {
+        namespace sy = cuda::synth;
+        if (kind == 0) {
+            ASSERT_EQ(sy::fill_mxfp4(full, n, 11, nullptr), cudaSuccess);
+            ASSERT_EQ(sy::fill_mxfp4(part, n - off, 11, nullptr, off), cudaSuccess);
+        } else {
+            ASSERT_EQ(sy::fill_ue8m0(full, n, 12, 118, 121, nullptr), cudaSuccess);
+            ASSERT_EQ(sy::fill_ue8m0(part, n - off, 12, 118, 121, nullptr, off), cudaSuccess);
+        }
+        ASSERT_EQ(cudaMemcpy(a.data(), full, a.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(b.data(), part, b.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+        EXPECT_TRUE(std::equal(b.begin(), b.end(), a.begin() + off)) << (kind == 0 ? "mxfp4" : "ue8m0");
+        EXPECT_FALSE(std::equal(b.begin(), b.begin() + 4096, a.begin()));  // not the unshifted fill
+    }
+    cudaFree(full);
+    cudaFree(part);
 }
 
 TEST(EpOneGpu, RejectsBadRankSetup) {
