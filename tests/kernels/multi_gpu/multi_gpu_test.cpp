@@ -63,7 +63,11 @@ public:
         for (int r = 0; r < size_; ++r)
             for (int64_t i = 0; i < count; ++i) sum[size_t(i)] += s_->bufs[size_t(r)][size_t(i)];
         s_->bar.arrive_and_wait();  // nobody refills its buffer before every rank has summed
-        if (e == cudaSuccess) e = cudaMemcpy(buf, sum.data(), size_t(count) * 4, cudaMemcpyHostToDevice);
+        // On the runner's own (non-blocking) stream, and waited for: `sum` is pageable and local.
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(buf, sum.data(), size_t(count) * 4, cudaMemcpyHostToDevice,
+                                static_cast<cudaStream_t>(stream));
+        if (e == cudaSuccess) e = cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
         if (e != cudaSuccess) return error(StatusCode::kInternal, "host all-reduce: {}", cudaGetErrorString(e));
         return Status::ok();
     }
