@@ -81,6 +81,12 @@ public:
         });
     }
     Status forward_sampled(const ForwardBatch& batch, StepOutput& out) override {
+        // Checked before the fan-out: rank 0 refusing a mode after the others started the step
+        // would leave them waiting in the first all-reduce.
+        for (const auto& c : batch.seqs)
+            if (c.want_logits && !supports_device_sample(c.sample))
+                return invalid_argument("sequence {}: device sample mode {} is not supported", c.seq_id,
+                                        int(c.sample));
         const ForwardBatch quiet = without_logits(batch);
         return threads_->run([&](int r) {
             if (r == 0) return ranks_[0]->forward_sampled(batch, out);
