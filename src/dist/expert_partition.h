@@ -24,6 +24,9 @@ public:
     int owner(int expert) const { return expert / n_local(); }
     int local_index(int expert) const { return expert % n_local(); }
     bool owns(int rank, int expert) const { return owner(expert) == rank; }
+    // The rank that runs layer `layer`'s shared expert in the expert-parallel CUDA runner: the
+    // ranks take turns layer by layer (layer % N), so none carries it in every layer.
+    int shared_expert_rank(int layer) const { return layer % n_ranks_; }
 
 private:
     ExpertPartition(int e, int n) : n_experts_(e), n_ranks_(n) {}

@@ -4,6 +4,7 @@
 // timing of decode-graph replays. Host-only header; CUDA builds only.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,6 +40,12 @@ public:
     virtual Result<DecodeGraphTiming> time_decode_graph(const ForwardBatch& batch, int warmup, int reps) = 0;
     virtual std::string variant_table() const = 0;  // the active attention variant (printable)
     virtual size_t device_bytes() const = 0;        // everything the runner allocated
+    // Runs f on the page pool of every GPU the runner spans (the synthetic context fill must
+    // write the same rows into every replica), each call with that GPU current.
+    virtual Status for_each_pool(const std::function<Status(const CudaPoolInfo&)>& f) { return f(pool_info()); }
+    // Expert parallel runners: one eager collective of the largest size on every rank, so the
+    // collective library connects before any graph capture (all ranks must call it together).
+    virtual Status collective_warm_up() { return Status::ok(); }
 };
 
 // A CUDA runner over synthetic weights for `cfg` (no RefModel weights, no checkpoint). `bytes`

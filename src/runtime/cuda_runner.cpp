@@ -9,7 +9,9 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <optional>
 
+#include "dist/expert_partition.h"
 #include "kernels/cuda/attention/sparse_decode.h"
 #include "kernels/cuda/ops/attn_variants.h"
 #include "kernels/cuda/ops/ops.h"
@@ -95,6 +97,14 @@ public:
                (fast_attn_ ? std::string() : cuda::attn_variant_table(*variant_)) + cuda_fast_kernel_table(w_, cfg_);
     }
     size_t device_bytes() const override { return arena_.bytes(); }
+    Status collective_warm_up() override {
+        // [ep2] One eager all-reduce of the largest MoE output before any capture (NCCL sets up its
+        // connections outside graph capture); every rank calls it together.
+        if (ep_count_ == 0) return Status::ok();
+        DSV4_RETURN_IF_ERROR(
+            opt_.ep_all_reduce->sum_f32(ws_.y, int64_t(opt_.max_tokens) * cfg_.hidden_size, stream_));
+        return cuda_ok(cudaStreamSynchronize(stream_), "expert-parallel warm-up all-reduce");
+    }
 
 private:
     // The step itself; honour_sample: kGreedy rows come back as argmax ids (cuda::argmax_rows).
@@ -149,12 +159,26 @@ private:
     int32_t* sampled_ = nullptr;  // [max_seqs] device-sampled ids (allocated on first use)
     std::map<int, cudaGraphExec_t> head_graphs_;  // bench: non-layer work alone, per bucket
     OpProfile* prof_ = nullptr;                   // bench: op marks while capturing a profiled step
+    int ep_first_ = 0, ep_count_ = 0;             // [ep2] local routed experts (count 0: all, no EP)
+    std::optional<dist::ExpertPartition> ep_;     // [ep2] set when ep_size > 1
     void mark(const char* label) {
         if (prof_) prof_->mark(label, stream_);
     }
 };
 
 Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
+    // [ep2] Expert parallelism: this rank's slice of the routed experts.
+    if (opt_.ep_size > 1) {
+        DSV4_ASSIGN_OR_RETURN(ep_, dist::ExpertPartition::make(cfg_.n_routed_experts, opt_.ep_size));
+        if (opt_.ep_rank < 0 || opt_.ep_rank >= opt_.ep_size)
+            return invalid_argument("expert parallel rank {} of {}", opt_.ep_rank, opt_.ep_size);
+        if (!opt_.ep_all_reduce || opt_.ep_all_reduce->size() != opt_.ep_size ||
+            opt_.ep_all_reduce->rank() != opt_.ep_rank)
+            return invalid_argument("expert parallel rank {} of {}: no matching all-reduce group", opt_.ep_rank,
+                                    opt_.ep_size);
+        ep_count_ = ep_->n_local();
+        ep_first_ = ep_->first(opt_.ep_rank);
+    }
     DSV4_CU(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     if (const char* e = std::getenv("DSV4_SIDE_STREAMS"); e && std::strcmp(e, "0") == 0) opt_.side_streams = false;
     if (opt_.side_streams) {
@@ -170,7 +194,7 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
     if (source) {
         DSV4_ASSIGN_OR_RETURN(w_, source(arena_));
     } else {
-        DSV4_ASSIGN_OR_RETURN(w_, upload_weights(*model_, ckpt, arena_));
+        DSV4_ASSIGN_OR_RETURN(w_, upload_weights(*model_, ckpt, arena_, ep_first_, ep_count_));
     }
 
     variant_ = &cuda::attn_variant_from_env();
@@ -574,7 +598,10 @@ Status CudaRunner::moe(int l, int T) {
     cudaStream_t st = stream_;
     // The shared expert is independent of routing: on a side stream it overlaps the router and the
     // routed experts (joined before the combine, which adds its output).
-    const bool ov = opt_.side_streams;
+    // [ep2] Under expert parallelism the shared expert of layer l runs on rank l % N only (the
+    // ranks take turns, so no rank carries it in every layer); the others add no shared term.
+    const bool shared_here = !ep_ || ep_->shared_expert_rank(l) == opt_.ep_rank;
+    const bool ov = opt_.side_streams && shared_here;
     cudaStream_t s_sh = ov ? side_[0] : st;
     if (ov) {
         DSV4_RETURN_IF_ERROR(fork(1));
@@ -610,12 +637,14 @@ Status CudaRunner::moe(int l, int T) {
     a.w1 = L.ex_w1;
     a.w3 = L.ex_w3;
     a.w2 = L.ex_w2;
+    a.ep_first = ep_first_;  // [ep2] local experts only (count 0: all)
+    a.ep_count = ep_count_;
     mark("routed experts");
     DSV4_CU(cuda::moe_experts(a, st));
     if (ov) {
         mark("shared expert (join)");
         DSV4_RETURN_IF_ERROR(join(1));
-    } else {
+    } else if (shared_here) {
         mark("shared expert");
         DSV4_CU(cuda::linear(L.sh_w1, -1, ws_.xn, d, 0, 0, ws_.sa, I, T, false, st));
         DSV4_CU(cuda::linear(L.sh_w3, -1, ws_.xn, d, 0, 0, ws_.sb, I, T, false, st));
@@ -623,7 +652,12 @@ Status CudaRunner::moe(int l, int T) {
         DSV4_CU(cuda::linear(L.sh_w2, -1, ws_.sh, I, 0, 0, ws_.ys, d, T, false, st));
     }
     mark("moe combine");
-    DSV4_CU(cuda::moe_combine(a, ws_.ys, ws_.y, st));
+    DSV4_CU(cuda::moe_combine(a, shared_here ? ws_.ys : nullptr, ws_.y, st));
+    if (ep_count_ > 0) {
+        // [ep2] y = sum over ranks of each rank's partial MoE output: identical bits on every rank.
+        mark("ep all-reduce");
+        DSV4_RETURN_IF_ERROR(opt_.ep_all_reduce->sum_f32(ws_.y, int64_t(T) * d, st));
+    }
     return Status::ok();
 }
 
@@ -872,8 +906,13 @@ Result<std::unique_ptr<CudaBenchRunner>> make_cuda_runner_synthetic(const ModelC
     // The RefModel only carries the config here: no host weights.
     auto model = std::make_shared<const RefModel>(cfg, ModelWeights{});
     auto runner = std::make_unique<CudaRunner>(std::move(model), std::move(layout), opt);
+    SyntheticWeightsOptions w = wopt;
+    if (opt.ep_size > 1 && cfg.n_routed_experts % opt.ep_size == 0) {  // [ep2] this rank's experts only
+        w.expert_count = cfg.n_routed_experts / opt.ep_size;
+        w.expert_first = opt.ep_rank * w.expert_count;
+    }
     DSV4_RETURN_IF_ERROR(runner->init(nullptr, [&](DeviceArena& arena) {
-        return make_synthetic_weights(cfg, wopt, arena, bytes);
+        return make_synthetic_weights(cfg, w, arena, bytes);
     }));
     return std::unique_ptr<CudaBenchRunner>(std::move(runner));
 }

@@ -17,6 +17,7 @@
 #include <memory>
 #include <string>
 
+#include "dist/device_all_reduce.h"
 #include "model/ref_model.h"
 #include "runtime/model_runner.h"
 
@@ -41,6 +42,16 @@ struct CudaRunnerOptions {
                                   // attention projections (q | kv | compressor | indexer) and the shared
                                   // expert beside routing + routed experts; DSV4_SIDE_STREAMS=0 serialises
     bool verbose = true;          // print the weight summary and the variant table at start-up
+    // Expert parallelism (docs/design.md): rank ep_rank of ep_size holds the routed experts
+    // [r*E/N, (r+1)*E/N) only; everything else is replicated and every rank runs the same batch.
+    // Routing runs on every rank, the expert kernels only over local experts, the shared expert of
+    // layer l on rank l % N, and one all-reduce (ep_all_reduce, sum f32) of the MoE output [T, d]
+    // per layer joins the ranks, inside the captured decode graph. ep_size 1: no collective (the
+    // one-GPU path unchanged). The runner works on the device current when it is created; every
+    // call must come from a thread with that device current, and all ranks must be created and
+    // stepped together (init runs one all-reduce; runtime/multi_gpu_runner.h drives N ranks).
+    int ep_rank = 0, ep_size = 1;
+    std::shared_ptr<dist::DeviceAllReduce> ep_all_reduce;  // required when ep_size > 1
 };
 
 // True when a CUDA device is present and usable (tests skip otherwise).

@@ -105,15 +105,15 @@ struct Uploader {
         ++fmt_count[cuda::wfmt_name(m.fmt)];
         return w;
     }
-    // E experts of one projection packed with a fixed stride.
-    Result<cuda::WeightDesc> experts(const std::string& prefix, const std::string& proj, int E, int64_t N, int64_t K,
-                                     const std::vector<ExpertWeights>& ew, F32Vec ExpertWeights::*field) {
+    // Experts [first, first + E) of one projection packed with a fixed stride.
+    Result<cuda::WeightDesc> experts(const std::string& prefix, const std::string& proj, int first, int E, int64_t N,
+                                     int64_t K, const std::vector<ExpertWeights>& ew, F32Vec ExpertWeights::*field) {
         HostMat all;
         size_t stride = 0, sstride = 0;
-        for (int e = 0; e < E; ++e) {
+        for (int e = first; e < first + E; ++e) {
             DSV4_ASSIGN_OR_RETURN(HostMat m, fetch_matrix(ckpt, prefix + std::to_string(e) + "." + proj + ".weight", N, K,
                                                           ew[e].*field));
-            if (e == 0) {
+            if (e == first) {
                 all.fmt = m.fmt;
                 stride = m.data.size();
                 sstride = m.scale.size();
@@ -171,12 +171,17 @@ Result<void*> DeviceArena::upload(const void* host, size_t bytes) {
     return p;
 }
 
-Result<DevWeights> upload_weights(const RefModel& model, const Checkpoint* ckpt, DeviceArena& arena) {
+Result<DevWeights> upload_weights(const RefModel& model, const Checkpoint* ckpt, DeviceArena& arena,
+                                  int expert_first, int expert_count) {
     const ModelConfig& cfg = model.config();
     const ModelWeights& W = model.weights();
     Uploader up{ckpt, arena, {}};
     const int64_t d = cfg.hidden_size, V = cfg.vocab_size, H = cfg.n_heads, D = cfg.head_dim, qr = cfg.q_lora_rank;
     const int64_t G = cfg.o_groups, orank = cfg.o_lora_rank, E = cfg.n_routed_experts, I = cfg.moe_intermediate_size;
+    const int ex_first = expert_count > 0 ? expert_first : 0;
+    const int ex_count = expert_count > 0 ? expert_count : int(E);
+    if (ex_first < 0 || ex_first + ex_count > E)
+        return invalid_argument("experts [{}, {}) outside [0, {})", ex_first, ex_first + ex_count, E);
     DevWeights dw;
     DSV4_ASSIGN_OR_RETURN(dw.embed, up.matrix("embed.weight", V, d, W.embed));
     const bool own_head = !ckpt || ckpt->has("head.weight") || !cfg.tie_word_embeddings;
@@ -225,9 +230,9 @@ Result<DevWeights> upload_weights(const RefModel& model, const Checkpoint* ckpt,
         DSV4_ASSIGN_OR_RETURN(o.sh_w3, up.matrix(p + "ffn.shared_experts.w3.weight", I, d, L.shared.w3));
         DSV4_ASSIGN_OR_RETURN(o.sh_w2, up.matrix(p + "ffn.shared_experts.w2.weight", d, I, L.shared.w2));
         const std::string ep = p + "ffn.experts.";
-        DSV4_ASSIGN_OR_RETURN(o.ex_w1, up.experts(ep, "w1", int(E), I, d, L.experts, &ExpertWeights::w1));
-        DSV4_ASSIGN_OR_RETURN(o.ex_w3, up.experts(ep, "w3", int(E), I, d, L.experts, &ExpertWeights::w3));
-        DSV4_ASSIGN_OR_RETURN(o.ex_w2, up.experts(ep, "w2", int(E), d, I, L.experts, &ExpertWeights::w2));
+        DSV4_ASSIGN_OR_RETURN(o.ex_w1, up.experts(ep, "w1", ex_first, ex_count, I, d, L.experts, &ExpertWeights::w1));
+        DSV4_ASSIGN_OR_RETURN(o.ex_w3, up.experts(ep, "w3", ex_first, ex_count, I, d, L.experts, &ExpertWeights::w3));
+        DSV4_ASSIGN_OR_RETURN(o.ex_w2, up.experts(ep, "w2", ex_first, ex_count, d, I, L.experts, &ExpertWeights::w2));
         dw.layers.push_back(o);
     }
     dw.summary = fmt::format("{:.1f} MiB on the device;", double(arena.bytes()) / (1 << 20));

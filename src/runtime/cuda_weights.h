@@ -76,7 +76,10 @@ struct DevWeights {
     std::string summary;  // formats used, bytes
 };
 
-// Uploads the model. `ckpt` may be null (f32 from model.weights()).
-Result<DevWeights> upload_weights(const RefModel& model, const Checkpoint* ckpt, DeviceArena& arena);
+// Uploads the model. `ckpt` may be null (f32 from model.weights()). Expert parallelism: only the
+// routed experts [expert_first, expert_first + expert_count) are uploaded (packed from local index
+// 0); expert_count 0 uploads all. Errors: a range outside [0, E).
+Result<DevWeights> upload_weights(const RefModel& model, const Checkpoint* ckpt, DeviceArena& arena,
+                                  int expert_first = 0, int expert_count = 0);
 
 }  // namespace dsv4

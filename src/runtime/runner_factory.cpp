@@ -6,7 +6,9 @@
 #include "model/ref_model.h"
 #include "runtime/ref_runner.h"
 #ifdef DSV4_HAVE_CUDA
+#include "model/flash_proxy.h"
 #include "runtime/cuda_runner.h"
+#include "runtime/multi_gpu_runner.h"
 #endif
 
 namespace dsv4 {
@@ -33,16 +35,37 @@ Result<std::unique_ptr<ModelRunner>> make_model_runner(const RunnerOptions& opt)
     if (opt.backend != "cpu") {
         if (opt.backend != "cuda") return invalid_argument("unknown backend '{}' (expected cpu or cuda)", opt.backend);
 #ifdef DSV4_HAVE_CUDA
-        DSV4_ASSIGN_OR_RETURN(auto cmodel, load_ref_model(opt.model, opt.seed));
         CudaRunnerOptions co;
         co.page_tokens = opt.page_tokens;
         co.n_pages = opt.n_pages;
+        co.max_seqs = opt.max_seqs;
         if (!opt.kv_rows.empty()) co.kv_rows = opt.kv_rows;
-        return make_cuda_runner(cmodel, opt.model == "tiny" ? std::string() : opt.model, co);
+        if (opt.synthetic_flash_layers > 0) {
+            FlashProxySpec spec;
+            spec.n_layers = opt.synthetic_flash_layers;
+            DSV4_ASSIGN_OR_RETURN(ModelConfig fcfg, flash_proxy_config(spec));
+            SyntheticWeightsOptions wo;
+            wo.seed = opt.seed + 1;
+            DSV4_ASSIGN_OR_RETURN(auto r, make_multi_gpu_runner(opt.gpus, co, [&](int, const CudaRunnerOptions& o)
+                                                                    -> Result<std::unique_ptr<ModelRunner>> {
+                DSV4_ASSIGN_OR_RETURN(auto b, make_cuda_runner_synthetic(fcfg, wo, o));
+                return std::unique_ptr<ModelRunner>(std::move(b));
+            }));
+            return std::unique_ptr<ModelRunner>(std::move(r));
+        }
+        DSV4_ASSIGN_OR_RETURN(auto cmodel, load_ref_model(opt.model, opt.seed));
+        const std::string ckpt = opt.model == "tiny" ? std::string() : opt.model;
+        if (opt.gpus == 1) return make_cuda_runner(cmodel, ckpt, co);
+        DSV4_ASSIGN_OR_RETURN(auto r, make_multi_gpu_runner(opt.gpus, co, [&](int, const CudaRunnerOptions& o) {
+            return make_cuda_runner(cmodel, ckpt, o);
+        }));
+        return std::unique_ptr<ModelRunner>(std::move(r));
 #else
         return error(StatusCode::kUnimplemented, "backend 'cuda' is not available in this build (no nvcc)");
 #endif
     }
+    if (opt.gpus != 1 || opt.synthetic_flash_layers > 0)
+        return invalid_argument("--gpus and --synthetic-flash need --backend cuda");
     DSV4_ASSIGN_OR_RETURN(auto model, load_ref_model(opt.model, opt.seed, opt.numerics));
     int64_t n_pages = opt.n_pages;
     if (n_pages <= 0) {

@@ -17,6 +17,12 @@ struct RunnerOptions {
     uint64_t seed = 0;            // seed of the built-in tiny model's weights
     RefNumerics numerics;         // CPU reference: quantisation simulation of the DeepSeek reference
     std::string kv_rows;          // cuda: K=V row storage "fp8" | "bf16" | "f32" ("": the backend default, fp8)
+    int gpus = 1;                 // cuda: expert parallel over GPUs 0 .. gpus-1 (runtime/multi_gpu_runner.h)
+    // cuda: > 0 serves the synthetic Flash proxy of this many layers (model/flash_proxy.h: Flash
+    // shapes, seeded weights generated on the GPU, no checkpoint; the output text is meaningless)
+    // instead of `model`. 43 is the full Flash depth.
+    int synthetic_flash_layers = 0;
+    int max_seqs = 64;            // cuda: sequences per step (the engine's max_running must not exceed it)
 };
 
 Result<std::unique_ptr<ModelRunner>> make_model_runner(const RunnerOptions& opt);

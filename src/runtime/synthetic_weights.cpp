@@ -59,15 +59,16 @@ struct Gen {
         if (counts_params) tally.streamed_params += N * K;
         return w;
     }
-    // E experts of [N, K] MXFP4, packed with a fixed stride.
-    Result<cuda::WeightDesc> experts(int E, int64_t N, int64_t K) {
+    // Experts [first, first + E) of [N, K] MXFP4, packed with a fixed stride; their bytes are the
+    // slice of the all-expert fill (the seed stream advances the same for any slice).
+    Result<cuda::WeightDesc> experts(int first, int E, int64_t N, int64_t K) {
         cuda::WeightDesc w{cuda::WFmt::kMxfp4, nullptr, nullptr, int32_t(N), int32_t(K)};
         const int64_t nd = N * (K / 2), ns = N * ((K + 31) / 32);
         DSV4_ASSIGN_OR_RETURN(void* d, alloc(size_t(E * nd)));
         DSV4_ASSIGN_OR_RETURN(void* s, alloc(size_t(E * ns)));
-        DSV4_RETURN_IF_ERROR(cu(cuda::synth::fill_mxfp4(d, E * nd, next(), st), "fill_mxfp4"));
+        DSV4_RETURN_IF_ERROR(cu(cuda::synth::fill_mxfp4(d, E * nd, next(), st, first * nd), "fill_mxfp4"));
         const int e = scale_byte(kE2m1Rms, K);
-        DSV4_RETURN_IF_ERROR(cu(cuda::synth::fill_ue8m0(s, E * ns, next(), e - 1, e, st), "fill_ue8m0"));
+        DSV4_RETURN_IF_ERROR(cu(cuda::synth::fill_ue8m0(s, E * ns, next(), e - 1, e, st, first * ns), "fill_ue8m0"));
         w.data = d;
         w.scale = s;
         w.expert_stride = nd;
@@ -112,6 +113,10 @@ Result<DevWeights> make_synthetic_weights(const ModelConfig& cfg, const Syntheti
     const int64_t n = cfg.hc_mult, mix = cfg.hc_mix_dim(), IH = cfg.index_n_heads, ID = cfg.index_head_dim;
     const int k = cfg.n_experts_per_tok;
     const int hot = std::clamp(opt.routable(cfg), k, int(E));
+    const int ex_first = opt.expert_count > 0 ? opt.expert_first : 0;
+    const int ex_count = opt.expert_count > 0 ? opt.expert_count : int(E);
+    if (ex_first < 0 || ex_first + ex_count > E)
+        return invalid_argument("synthetic experts [{}, {}) outside [0, {})", ex_first, ex_first + ex_count, E);
     const size_t before = arena.bytes();
     Gen g{arena, opt.seed, {}};
     DevWeights dw;
@@ -167,18 +172,18 @@ Result<DevWeights> make_synthetic_weights(const ModelConfig& cfg, const Syntheti
         DSV4_ASSIGN_OR_RETURN(o.sh_w1, g.fp8(I, d));
         DSV4_ASSIGN_OR_RETURN(o.sh_w3, g.fp8(I, d));
         DSV4_ASSIGN_OR_RETURN(o.sh_w2, g.fp8(d, I));
-        DSV4_ASSIGN_OR_RETURN(o.ex_w1, g.experts(int(E), I, d));
-        DSV4_ASSIGN_OR_RETURN(o.ex_w3, g.experts(int(E), I, d));
-        DSV4_ASSIGN_OR_RETURN(o.ex_w2, g.experts(int(E), d, I));
+        DSV4_ASSIGN_OR_RETURN(o.ex_w1, g.experts(ex_first, ex_count, I, d));
+        DSV4_ASSIGN_OR_RETURN(o.ex_w3, g.experts(ex_first, ex_count, I, d));
+        DSV4_ASSIGN_OR_RETURN(o.ex_w2, g.experts(ex_first, ex_count, d, I));
         dw.layers.push_back(o);
     }
     DSV4_RETURN_IF_ERROR(cu(cudaDeviceSynchronize(), "synthetic weights"));
     dw.summary = fmt::format(
         "{:.1f} MiB of synthetic weights (seed {}, routing {}): streamed {:.3f} GB, routed experts {:.3f} GB "
-        "(MXFP4), embedding {:.3f} GB, tid2eid {:.3f} GB",
+        "(MXFP4, experts [{}, {})), embedding {:.3f} GB, tid2eid {:.3f} GB",
         double(arena.bytes() - before) / (1 << 20), opt.seed,
         opt.skewed ? fmt::format("skewed to {} experts", hot) : std::string("uniform"), double(g.tally.streamed) / 1e9,
-        double(g.tally.experts) / 1e9, double(g.tally.embed) / 1e9, double(g.tally.tables) / 1e9);
+        double(g.tally.experts) / 1e9, ex_first, ex_first + ex_count, double(g.tally.embed) / 1e9, double(g.tally.tables) / 1e9);
     if (bytes) *bytes = g.tally;
     return dw;
 }

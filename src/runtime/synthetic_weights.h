@@ -24,6 +24,11 @@ struct SyntheticWeightsOptions {
     bool skewed = false;
     int hot_experts = 32;  // experts favoured by `skewed`
     float hot_bias = 16.0f;  // router bias of hot experts (scores are sqrt(softplus) ~ 0..3)
+    // Expert parallelism: generate only routed experts [expert_first, expert_first + expert_count)
+    // (expert_count 0: all), each with the bytes it has in the all-expert generation, so a rank's
+    // experts equal the same experts of a one-GPU runner with the same seed. Everything else is
+    // generated in full (replicated on every rank).
+    int expert_first = 0, expert_count = 0;
     // Experts a token can be routed to: n_routed_experts, or hot_experts when skewed.
     int routable(const ModelConfig& cfg) const { return skewed ? hot_experts : cfg.n_routed_experts; }
 };

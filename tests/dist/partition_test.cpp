@@ -1,4 +1,6 @@
 // Expert and attention partitioning over N ranks (issue 8), on the real Flash config.
+#include <algorithm>
+#include <vector>
 #include <gtest/gtest.h>
 
 #include "dist/attention_partition.h"
@@ -31,6 +33,25 @@ TEST(ExpertPartition, ContiguousBlocksCoverEveryExpertOnce) {
     EXPECT_EQ(flash->first(1), 128);
     EXPECT_EQ(flash->owner(127), 0);
     EXPECT_EQ(flash->owner(128), 1);
+}
+
+// The expert-parallel CUDA runner runs each layer's shared expert on exactly one rank, and the
+// ranks share the layers as evenly as possible (Flash: 43 layers on 2 GPUs -> 22 + 21).
+TEST(ExpertPartition, SharedExpertRanksTakeTurnsOverLayers) {
+    for (int N : {1, 2, 4, 8}) {
+        auto p = ExpertPartition::make(256, N);
+        ASSERT_TRUE(p.is_ok());
+        std::vector<int> per_rank(size_t(N), 0);
+        for (int l = 0; l < 43; ++l) {
+            const int r = p->shared_expert_rank(l);
+            ASSERT_GE(r, 0);
+            ASSERT_LT(r, N);
+            ++per_rank[size_t(r)];
+        }
+        const auto [lo, hi] = std::minmax_element(per_rank.begin(), per_rank.end());
+        EXPECT_LE(*hi - *lo, 1) << N << " ranks";
+        EXPECT_EQ(per_rank[0], (43 + N - 1) / N) << N << " ranks: rank 0 carries the most";
+    }
 }
 
 TEST(ExpertPartition, RejectsRankCountsThatDoNotDivideTheExperts) {

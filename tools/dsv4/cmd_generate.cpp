@@ -36,6 +36,8 @@ struct GenerateArgs {
     uint64_t seed = 0;
     bool ignore_eos = false;
     bool reference_numerics = false;
+    int gpus = 1;
+    std::string kv_rows;
 };
 
 Result<std::vector<int32_t>> parse_ids(const std::string& s) {
@@ -96,6 +98,8 @@ Status run_generate(const GenerateArgs& a) {
     ro.backend = a.backend;
     ro.seed = 0;
     ro.numerics.kv_fp8 = ro.numerics.indexer_fp4 = a.reference_numerics;
+    ro.gpus = a.gpus;
+    ro.kv_rows = a.kv_rows;
     const auto t_load = std::chrono::steady_clock::now();
     DSV4_ASSIGN_OR_RETURN(auto runner, make_model_runner(ro));
     const ModelConfig& cfg = runner->config();
@@ -174,6 +178,8 @@ void register_generate(CLI::App& app, CommandContext& ctx) {
     cmd->add_option("--top-k", args->top_k);
     cmd->add_option("--seed", args->seed, "sampling seed");
     cmd->add_flag("--ignore-eos", args->ignore_eos);
+    cmd->add_option("--gpus", args->gpus, "cuda: expert parallel over this many GPUs (NCCL; default 1)");
+    cmd->add_option("--kv-rows", args->kv_rows, "cuda: KV row storage fp8 (default), bf16 or f32");
     cmd->add_flag("--reference-numerics", args->reference_numerics,
                   "simulate the DeepSeek reference's FP8 KV and FP4 indexer (CPU backend)");
     cmd->callback([args, &ctx] {

@@ -39,6 +39,7 @@ void register_proxy_bench(CLI::App& app, CommandContext& ctx) {
     cmd->add_option("--reserve-gb", o->reserve_gb, "device memory kept free (GB)");
     cmd->add_option("--time-budget", o->time_budget_s, "seconds; later points are skipped once exceeded (0: none)");
     cmd->add_flag("!--no-gemm-peak", o->gemm_peak, "skip the cuBLAS bf16 GEMM peak measurement");
+    cmd->add_option("--gpus", o->gpus, "expert parallel over this many GPUs (NCCL; default 1)");
     cmd->callback([&ctx, o, batches, contexts] {
         o->batches = int_list(*batches);
         o->contexts = int_list(*contexts);

@@ -27,6 +27,7 @@ struct ProxyBenchOptions {
     double reserve_gb = 3.0;      // device memory left free besides weights, workspace and pool
     double time_budget_s = 0;     // > 0: skip remaining points once the run has taken this long
     bool gemm_peak = true;        // measure the cuBLAS bf16 GEMM peak (TFLOP/s reference)
+    int gpus = 1;                 // expert parallel over GPUs 0 .. gpus-1 (each generates only its experts)
 };
 
 // Runs the benchmark; returns a process exit code. Without CUDA it prints why and returns 2.

@@ -27,6 +27,7 @@
 #include "model/flash_proxy.h"
 #include "model/kv_rows.h"
 #include "runtime/cuda_bench_runner.h"
+#include "runtime/multi_gpu_runner.h"
 #include "runtime/synthetic_context.h"
 #include "tools/dsv4/cmd_proxy_bench.h"
 
@@ -200,6 +201,12 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
         std::fprintf(stderr, "proxy-bench: no CUDA device\n");
         return 2;
     }
+    const int G = std::max(o.gpus, 1);
+    if (G > 1 && (cfg.n_routed_experts % G != 0 || cuda_device_count() < G)) {
+        std::fprintf(stderr, "proxy-bench: --gpus %d: %d experts, %d CUDA device(s)\n", G, cfg.n_routed_experts,
+                     cuda_device_count());
+        return 2;
+    }
     std::vector<int> batches = o.batches, contexts = o.contexts;
     std::sort(batches.begin(), batches.end());
     std::sort(contexts.begin(), contexts.end());
@@ -242,8 +249,11 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
         std::printf("ceilings (this run): copy kernel %.0f GB/s (read + write); GEMM peak not measured\n", copy_gbs);
     if (copy_gbs <= 0) return 3;
 
-    // Memory plan: weights (exact, from the model) + workspace estimate + reserve; the rest is pool.
+    // Memory plan (per GPU): weights (exact, from the model; routed experts split over the GPUs)
+    // + workspace estimate + reserve; the rest is pool (attention and its KV replicated per GPU).
     const ProxyWeightBytes wb = proxy_weight_bytes(cfg);
+    ProxyWeightBytes wb_gpu = wb;
+    wb_gpu.experts = wb.experts / G;
     auto layout_r = KvLayout::make(cfg, 64, 4, *row_fmt);
     if (!layout_r) {
         std::fprintf(stderr, "proxy-bench: %s\n", layout_r.status().message().c_str());
@@ -258,15 +268,15 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
     // Workspace: ~0.7 MB of f32 activations per token, logits, split-KV partials (64 heads x 32
     // splits x 512) per sequence; plus 0.5 GB of plan/score buffers and allocator slack.
     const double ws_est = double(max_seqs) * (0.7e6 + 4.0 * double(cfg.vocab_size) + 4.0 * 64 * 32 * 513) + 0.5e9;
-    const double pool_budget = double(free_b) - double(wb.total()) - ws_est - o.reserve_gb * 1e9;
+    const double pool_budget = double(free_b) - double(wb_gpu.total()) - ws_est - o.reserve_gb * 1e9;
     int64_t need_max = 0;
     for (int L : contexts)
         for (int B : batches) need_max = std::max(need_max, int64_t(B) * layout.pages_for_tokens(int64_t(L) + 1));
     const int64_t n_pages = std::max<int64_t>(
         std::min<int64_t>(need_max, int64_t(pool_budget / double(layout.page_bytes))), layout.pages_for_tokens(1));
-    std::printf("memory: %.1f GB free; weights %.2f GB; workspace ~%.1f GB; reserve %.1f GB; pool %lld pages x %.2f MB "
-                "= %.1f GB (largest point needs %lld pages)\n",
-                double(free_b) / 1e9, double(wb.total()) / 1e9, ws_est / 1e9, o.reserve_gb, (long long)n_pages,
+    std::printf("memory per GPU (%d GPU%s): %.1f GB free; weights %.2f GB; workspace ~%.1f GB; reserve %.1f GB; pool "
+                "%lld pages x %.2f MB = %.1f GB (largest point needs %lld pages)\n",
+                G, G > 1 ? "s, expert parallel" : "", double(free_b) / 1e9, double(wb_gpu.total()) / 1e9, ws_est / 1e9, o.reserve_gb, (long long)n_pages,
                 double(layout.page_bytes) / 1e6, double(n_pages) * double(layout.page_bytes) / 1e9,
                 (long long)need_max);
 
@@ -284,18 +294,30 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
     wo.hot_experts = hot;
     ProxyWeightBytes got{};
     const auto t_init = Clock::now();
-    auto runner_r = make_cuda_runner_synthetic(cfg, wo, ro, &got);
+    // One rank per GPU (G 1: the plain runner); each rank generates only its routed experts.
+    auto runner_r = make_multi_gpu_runner(G, ro, [&](int rank, const CudaRunnerOptions& rop)
+                                                     -> Result<std::unique_ptr<ModelRunner>> {
+        DSV4_ASSIGN_OR_RETURN(auto b, make_cuda_runner_synthetic(cfg, wo, rop, rank == 0 ? &got : nullptr));
+        return std::unique_ptr<ModelRunner>(std::move(b));
+    });
     if (!runner_r) {
         std::fprintf(stderr, "proxy-bench: %s\n", runner_r.status().message().c_str());
         return 3;
     }
     auto& runner = **runner_r;
-    std::printf("runner built in %.2f s (synthetic weights generated on the GPU); %.2f GB on the device\n",
-                std::chrono::duration<double>(Clock::now() - t_init).count(), double(runner.device_bytes()) / 1e9);
-    if (got.total() != wb.total())
+    std::printf("runner built in %.2f s (synthetic weights generated on the GPU%s); %.2f GB on the device%s\n",
+                std::chrono::duration<double>(Clock::now() - t_init).count(), G > 1 ? "s" : "",
+                double(runner.device_bytes()) / 1e9, G > 1 ? " (largest GPU)" : "");
+    if (got.total() != wb_gpu.total())
         std::printf("WARNING: allocated weight bytes %lld differ from the model's %lld\n", (long long)got.total(),
-                    (long long)wb.total());
-    std::printf("%s", describe_bytes_model(cfg, got, rows, hot).c_str());
+                    (long long)wb_gpu.total());
+    // The bytes model over the whole model (all experts); per GPU below: dense + KV replicated,
+    // routed experts / G (the experts a step touches spread evenly over the contiguous blocks).
+    std::printf("%s", describe_bytes_model(cfg, wb, rows, hot).c_str());
+    if (G > 1)
+        std::printf("expert parallel over %d GPUs: bytes and GB/s per GPU = dense + KV + routed experts / %d; "
+                    "%%copy against GPU 0's copy bandwidth\n",
+                    G, G);
     // The full Flash model (43 layers) for the extrapolated roofline.
     FlashProxySpec full;
     full.n_layers = 43;
@@ -325,6 +347,8 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
     J["gemm_bf16_tflops"] = gemm_tf;
     J["timing"] = "CUDA-graph replays of CudaRunner's decode step, CUDA events per replay";
     J["weights"] = {{"streamed", got.streamed}, {"experts", got.experts}, {"embed", got.embed}, {"tables", got.tables}};
+    J["gpus"] = G;
+    J["weights_per_gpu_note"] = "weights: rank 0's allocation (routed experts = its slice)";
     J["variants"] = {{"table", runner.variant_table()}, {"env", dsv4_env()}};
     J["pool_pages"] = n_pages;
     J["points"] = json::array();
@@ -367,7 +391,9 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
                 continue;
             }
             const auto t_fill = Clock::now();
-            if (Status st = fill_synthetic_context(runner.pool_info(), layout, cfg, B, L, o.seed * 7919 + uint64_t(L));
+            if (Status st = runner.for_each_pool([&](const CudaPoolInfo& pool) {
+                    return fill_synthetic_context(pool, layout, cfg, B, L, o.seed * 7919 + uint64_t(L));
+                });
                 !st.is_ok()) {
                 std::fprintf(stderr, "proxy-bench: %s\n", st.message().c_str());
                 return 3;
@@ -402,8 +428,18 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
                 return 3;
             }
             const Spread st = spread(tr->step_us), hd = spread(tr->head_us);
-            const StepBytesModel m = step_bytes_model(cfg, got, rows, B, L, hot);
-            const StepBytesModel m43 = step_bytes_model(cfg43, wb43, rows43, B, L, hot);
+            StepBytesModel m = step_bytes_model(cfg, wb, rows, B, L, hot);
+            StepBytesModel m43 = step_bytes_model(cfg43, wb43, rows43, B, L, hot);
+            // Per GPU (G 1: unchanged): routed experts / G; the shared expert (FP8, replicated in
+            // the model's streamed bytes) is read on rank 0 in ceil(layers / G) layers only.
+            auto per_gpu = [&](StepBytesModel& mm, const ModelConfig& c) {
+                const double I = c.moe_intermediate_size, d = c.hidden_size;
+                const double sh = 3.0 * (I * d + std::ceil(I / 128) * std::ceil(d / 128));
+                mm.experts /= G;
+                mm.dense -= sh * double(c.n_layers - (c.n_layers + G - 1) / G);
+            };
+            per_gpu(m, cfg);
+            per_gpu(m43, cfg43);
             last_at[L] = {B, st.med};
             const double sec = st.med * 1e-6;
             const double gbs = m.total() / sec / 1e9;

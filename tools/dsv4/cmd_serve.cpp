@@ -1,6 +1,7 @@
 // `dsv4 serve`: the OpenAI-compatible HTTP server. Builds a ModelRunner (the built-in tiny
 // model on CPU by default, a checkpoint directory, or the deterministic `fake` runner used by
 // tests), starts the engine thread and the Beast I/O threads, and runs until SIGINT/SIGTERM.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -39,6 +40,9 @@ struct ServeOptions {
     std::string fake_rules;
     int64_t fake_step_delay_us = 0;
     int64_t fake_token_delay_us = 0;
+    int gpus = 1;
+    bool synthetic_flash = false;
+    int layers = 43;
 };
 
 Result<std::unique_ptr<ModelRunner>> make_runner(const ServeOptions& o) {
@@ -64,6 +68,9 @@ Result<std::unique_ptr<ModelRunner>> make_runner(const ServeOptions& o) {
     ro.page_tokens = o.page_tokens;
     ro.n_pages = o.n_pages;
     ro.seed = o.seed;
+    ro.gpus = o.gpus;
+    ro.max_seqs = std::max(o.max_running, 1);
+    if (o.synthetic_flash) ro.synthetic_flash_layers = o.layers;
     return make_model_runner(ro);
 }
 
@@ -88,7 +95,7 @@ int run_serve(const ServeOptions& o) {
     cfg.max_queued = o.max_queued;
     cfg.max_context = o.max_context;
     // The built-in tiny model claims a 1M context; a demo needs far less than that.
-    if (o.model == "tiny" && o.max_context == 0) cfg.max_context = 4096;
+    if ((o.model == "tiny" || o.synthetic_flash) && o.max_context == 0) cfg.max_context = 4096;
     Engine engine(std::move(runner.value()), cfg);
     engine.start();
     App app(engine, std::move(tok.value()), AppOptions{.model_name = o.served_name});
@@ -104,7 +111,9 @@ int run_serve(const ServeOptions& o) {
     }
     // Tests read this line to learn the port (with --port 0).
     std::printf("dsv4 serve: model %s (%s), context %lld, listening on http://%s:%u\n",
-                o.model.c_str(), o.served_name.c_str(), (long long)engine.max_context(),
+                o.synthetic_flash ? ("synthetic-flash-" + std::to_string(o.layers) + "L x" + std::to_string(o.gpus) +
+                                     "gpu").c_str()
+                                  : o.model.c_str(), o.served_name.c_str(), (long long)engine.max_context(),
                 o.host.c_str(), unsigned(server.port()));
     std::fflush(stdout);
     server.wait_for_signal();
@@ -135,6 +144,10 @@ void register_serve(CLI::App& app, CommandContext& ctx) {
     cmd->add_option("--n-pages", o->n_pages, "cache pages (0 = default)");
     cmd->add_option("--io-threads", o->io_threads, "HTTP I/O threads");
     cmd->add_option("--seed", o->seed, "seed of the built-in tiny model");
+    cmd->add_option("--gpus", o->gpus, "cuda: expert parallel over this many GPUs (NCCL; default 1)");
+    cmd->add_flag("--synthetic-flash", o->synthetic_flash,
+                  "cuda: serve the synthetic Flash proxy (Flash shapes, seeded weights, meaningless text)");
+    cmd->add_option("--layers", o->layers, "layers of --synthetic-flash (default 43 = full Flash)");
     cmd->add_option("--fake-rules", o->fake_rules, "fake model: JSON script rules");
     cmd->add_option("--fake-step-delay-us", o->fake_step_delay_us, "fake model: delay per step");
     cmd->add_option("--fake-token-delay-us", o->fake_token_delay_us, "fake model: delay per token");

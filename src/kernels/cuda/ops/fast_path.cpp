@@ -152,6 +152,7 @@ cudaError_t moe_experts(const MoeArgs& a, cudaStream_t st) {
     r.top_k = a.K;
     r.route_scale = a.route_scale;
     r.norm_topk = a.norm_topk;
+    const int n_local = a.ep_count > 0 ? a.ep_count : a.E;  // [ep2]
     MoePermuteArgs p;
     p.topk_ids = a.ids;
     p.topk_w = a.wts;
@@ -163,11 +164,21 @@ cudaError_t moe_experts(const MoeArgs& a, cudaStream_t st) {
     p.active_experts = ws.active;
     p.n_active = ws.n_active;
     p.n_tokens = a.T;
-    p.n_experts = a.E;
+    p.n_experts = n_local;  // [ep2]
     p.top_k = a.K;
-    // One fused kernel for small batches (T * K <= 128, E <= 256), else route then permute.
-    cudaError_t err = sm90::moe_route_permute_run(r, p, st);
-    if (err != cudaSuccess) return err;
+    cudaError_t err = cudaSuccess;
+    if (a.ep_count > 0) {
+        // [ep2] Expert parallel: route, then other ranks' assignments leave the permutation (id -1,
+        // which the permute kernel skips) and their expert-output rows (assignment order) are zeroed
+        // for the combine; permutation and expert kernels then run over the ep_count local experts.
+        if ((err = sm90::moe_route_run(r, st)) != cudaSuccess) return err;
+        if ((err = moe_ep_localize(a.ids, a.T * a.K, a.ep_first, a.ep_count, -1, a.yp, a.d, st)) != cudaSuccess)
+            return err;
+        if ((err = sm90::moe_permute_run(p, st)) != cudaSuccess) return err;
+    } else {
+        // One fused kernel for small batches (T * K <= 128, E <= 256), else route then permute.
+        if ((err = sm90::moe_route_permute_run(r, p, st)) != cudaSuccess) return err;
+    }
     for (bool gate_up : {true, false}) {
         MoeExpertArgs e = expert_args(a, gate_up);
         const WeightDesc& w = gate_up ? a.w1 : a.w2;
@@ -186,7 +197,8 @@ cudaError_t moe_experts(const MoeArgs& a, cudaStream_t st) {
         e.perm_w = ws.perm_w;
         e.active_experts = ws.active;
         e.n_active = ws.n_active;
-        e.max_active = std::min(a.E, a.T * a.K);
+        e.n_experts = n_local;  // [ep2]
+        e.max_active = std::min(n_local, a.T * a.K);
         e.out = gate_up ? ws.h : static_cast<void*>(a.yp);
         const int v = moe_expert_select_variant(e);
         if (v < 0) return cudaErrorInvalidValue;  // moe_fast_decline checked legality: not reached

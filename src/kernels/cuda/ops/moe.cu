@@ -127,9 +127,24 @@ __global__ void combine_kernel(MoeArgs a, const float* shared, float* out) {
     const int t = blockIdx.x;
     for (int n = threadIdx.x; n < a.d; n += blockDim.x) {
         float y = 0.0f;
-        for (int k = 0; k < a.K; ++k) y += a.yp[int64_t(a.slot[t * a.K + k]) * a.d + n];
-        out[int64_t(t) * a.d + n] = y + shared[int64_t(t) * a.d + n];
+        for (int k = 0; k < a.K; ++k) {
+            // Expert parallel: ids hold local ids, ep_count for another rank's expert (row not computed).
+            if (a.ep_count > 0 && a.ids[t * a.K + k] == a.ep_count) continue;
+            y += a.yp[int64_t(a.slot[t * a.K + k]) * a.d + n];
+        }
+        out[int64_t(t) * a.d + n] = shared ? y + shared[int64_t(t) * a.d + n] : y;
     }
+}
+
+// One CTA per assignment (see moe_ep_localize).
+__global__ void ep_localize_kernel(int32_t* ids, int first, int count, int drop, float* zero_rows, int d) {
+    const int i = blockIdx.x;
+    const int e = ids[i];
+    __syncthreads();  // every thread has read ids[i] before thread 0 rewrites it
+    const bool local = e >= first && e < first + count;
+    if (threadIdx.x == 0) ids[i] = local ? e - first : drop;
+    if (!local && zero_rows)
+        for (int c = threadIdx.x; c < d; c += blockDim.x) zero_rows[int64_t(i) * d + c] = 0.0f;
 }
 }  // namespace
 
@@ -137,17 +152,33 @@ cudaError_t moe_experts_simt(const MoeArgs& a, cudaStream_t st) {
     if (a.T <= 0) return cudaSuccess;
     route_kernel<<<(a.T + 127) / 128, 128, 0, st>>>(a);
     DSV4_LAUNCH_RET();
-    DSV4_CUDA_RET(cudaMemsetAsync(a.counts, 0, sizeof(int32_t) * a.E, st));
     const int n = a.T * a.K;
-    count_kernel<<<(n + 255) / 256, 256, 0, st>>>(a);
+    // Expert parallel: local ids, other ranks' experts in one extra bucket (index ep_count) that
+    // the permutation fills but no expert kernel computes; counts [3E+1] holds ep_count + 1 buckets.
+    MoeArgs b = a;
+    int n_compute = a.E;
+    if (a.ep_count > 0) {
+        DSV4_CUDA_RET(moe_ep_localize(a.ids, n, a.ep_first, a.ep_count, a.ep_count, nullptr, 0, st));
+        b.E = a.ep_count + 1;
+        n_compute = a.ep_count;
+    }
+    DSV4_CUDA_RET(cudaMemsetAsync(b.counts, 0, sizeof(int32_t) * b.E, st));
+    count_kernel<<<(n + 255) / 256, 256, 0, st>>>(b);
     DSV4_LAUNCH_RET();
-    scan_kernel<<<1, 1, 0, st>>>(a);
+    scan_kernel<<<1, 1, 0, st>>>(b);
     DSV4_LAUNCH_RET();
-    scatter_kernel<<<(n + 255) / 256, 256, 0, st>>>(a);
+    scatter_kernel<<<(n + 255) / 256, 256, 0, st>>>(b);
     DSV4_LAUNCH_RET();
-    expert_up_kernel<<<dim3(a.E, (a.I + kWarps - 1) / kWarps), kWarps * 32, 0, st>>>(a);
+    expert_up_kernel<<<dim3(n_compute, (a.I + kWarps - 1) / kWarps), kWarps * 32, 0, st>>>(b);
     DSV4_LAUNCH_RET();
-    expert_down_kernel<<<dim3(a.E, (a.d + kWarps - 1) / kWarps), kWarps * 32, 0, st>>>(a);
+    expert_down_kernel<<<dim3(n_compute, (a.d + kWarps - 1) / kWarps), kWarps * 32, 0, st>>>(b);
+    return cudaGetLastError();
+}
+
+cudaError_t moe_ep_localize(int32_t* ids, int n, int first, int count, int drop, float* zero_rows, int d,
+                            cudaStream_t st) {
+    if (n <= 0) return cudaSuccess;
+    ep_localize_kernel<<<n, 128, 0, st>>>(ids, first, count, drop, zero_rows, d);
     return cudaGetLastError();
 }
 

@@ -245,12 +245,18 @@ struct MoeArgs {
     float* h = nullptr;        // [T*K, I] permuted hidden
     float* yp = nullptr;       // [T*K, d] permuted expert outputs
     WeightDesc w1, w3, w2;     // experts (expert_stride set)
+    // Expert parallelism (docs/design.md): when ep_count > 0 this rank computes only the routed
+    // experts [ep_first, ep_first + ep_count), whose weights w1/w3/w2 hold at local index
+    // e - ep_first; routing still runs over all E experts, and an assignment to another rank's
+    // expert contributes nothing here (moe_combine sums this rank's experts only). 0: all E.
+    int ep_first = 0, ep_count = 0;
 };
 // Routing, permutation, expert GEMMs (SwiGLU with clamp); leaves yp/slot for moe_combine.
 // Stacked MXFP4 experts of legal shapes take the fast decode kernels (fast_path.h: bf16 x and
 // hidden, f32 out; workspaces carved from these buffers); moe_combine follows the same decision.
 cudaError_t moe_experts(const MoeArgs& a, cudaStream_t st);
-// out[t] = sum_k yp[slot[t,k]] + shared[t].
+// out[t] = sum_k yp[slot[t,k]] + shared[t] (shared may be null: no shared term). Under expert
+// parallelism the sum runs over this rank's experts only.
 cudaError_t moe_combine(const MoeArgs& a, const float* shared, float* out, cudaStream_t st);
 
 }  // namespace dsv4::cuda

@@ -13,4 +13,11 @@ cudaError_t linear_simt(const WeightDesc& w, int expert, const float* x, int64_t
 cudaError_t moe_experts_simt(const MoeArgs& a, cudaStream_t st);
 cudaError_t moe_combine_simt(const MoeArgs& a, const float* shared, float* out, cudaStream_t st);
 
+// Expert parallelism (MoeArgs::ep_count > 0), after routing: ids [n] (global expert ids) become
+// local ids id - first for experts in [first, first + count) and `drop` for every other expert;
+// when zero_rows is set, the [d]-long f32 row i of zero_rows is zeroed for every dropped id i (the
+// fast path's expert outputs are in assignment order, and the combine reads all of them).
+cudaError_t moe_ep_localize(int32_t* ids, int n, int first, int count, int drop, float* zero_rows, int d,
+                            cudaStream_t st);
+
 }  // namespace dsv4::cuda

@@ -47,13 +47,13 @@ __global__ void e4m3_kernel(uint8_t* p, int64_t n, uint64_t seed) {
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
         p[i] = e4m3_code(rnd(seed, i));
 }
-__global__ void ue8m0_kernel(uint8_t* p, int64_t n, uint64_t seed, int lo, int hi) {
+__global__ void ue8m0_kernel(uint8_t* p, int64_t n, uint64_t seed, int lo, int hi, int64_t first) {
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-        p[i] = uint8_t(lo + int(rnd(seed, i) % uint64_t(hi - lo + 1)));
+        p[i] = uint8_t(lo + int(rnd(seed, first + i) % uint64_t(hi - lo + 1)));
 }
-__global__ void bytes_kernel(uint8_t* p, int64_t n, uint64_t seed) {
+__global__ void bytes_kernel(uint8_t* p, int64_t n, uint64_t seed, int64_t first) {
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-        p[i] = uint8_t(rnd(seed, i) >> 24);
+        p[i] = uint8_t(rnd(seed, first + i) >> 24);
 }
 // Row v: k distinct experts (start + j * step) mod hot, step odd and < hot (distinct when hot is a
 // power of two; otherwise step 1).
@@ -121,16 +121,16 @@ cudaError_t fill_e4m3(void* p, int64_t n, uint64_t seed, cudaStream_t st) {
     e4m3_kernel<<<grid_for(n), kThreads, 0, st>>>(static_cast<uint8_t*>(p), n, seed);
     return cudaGetLastError();
 }
-cudaError_t fill_ue8m0(void* p, int64_t n, uint64_t seed, int lo, int hi, cudaStream_t st) {
+cudaError_t fill_ue8m0(void* p, int64_t n, uint64_t seed, int lo, int hi, cudaStream_t st, int64_t first) {
     if (n <= 0) return cudaSuccess;
     lo = lo < 0 ? 0 : (lo > 254 ? 254 : lo);
     hi = hi < lo ? lo : (hi > 254 ? 254 : hi);
-    ue8m0_kernel<<<grid_for(n), kThreads, 0, st>>>(static_cast<uint8_t*>(p), n, seed, lo, hi);
+    ue8m0_kernel<<<grid_for(n), kThreads, 0, st>>>(static_cast<uint8_t*>(p), n, seed, lo, hi, first);
     return cudaGetLastError();
 }
-cudaError_t fill_mxfp4(void* p, int64_t n_bytes, uint64_t seed, cudaStream_t st) {
+cudaError_t fill_mxfp4(void* p, int64_t n_bytes, uint64_t seed, cudaStream_t st, int64_t first) {
     if (n_bytes <= 0) return cudaSuccess;
-    bytes_kernel<<<grid_for(n_bytes), kThreads, 0, st>>>(static_cast<uint8_t*>(p), n_bytes, seed);
+    bytes_kernel<<<grid_for(n_bytes), kThreads, 0, st>>>(static_cast<uint8_t*>(p), n_bytes, seed, first);
     return cudaGetLastError();
 }
 cudaError_t fill_tid2eid(int32_t* p, int64_t V, int k, int hot, uint64_t seed, cudaStream_t st) {

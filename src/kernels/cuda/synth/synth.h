@@ -17,10 +17,11 @@ cudaError_t fill_f32(float* p, int64_t n, uint64_t seed, float lo, float hi, cud
 cudaError_t fill_bf16(void* p, int64_t n, uint64_t seed, float amp, cudaStream_t st);
 // e4m3 codes with random sign and mantissa and exponent field 5..8: |v| in [0.25, 3.75], never NaN.
 cudaError_t fill_e4m3(void* p, int64_t n, uint64_t seed, cudaStream_t st);
-// UE8M0 scale bytes uniform in [lo, hi] (clamped to [0, 254]: 255 is NaN).
-cudaError_t fill_ue8m0(void* p, int64_t n, uint64_t seed, int lo, int hi, cudaStream_t st);
-// Packed MXFP4 bytes (two e2m1 codes each, all 16 codes valid).
-cudaError_t fill_mxfp4(void* p, int64_t n_bytes, uint64_t seed, cudaStream_t st);
+// UE8M0 scale bytes uniform in [lo, hi] (clamped to [0, 254]: 255 is NaN). `first`: p[i] gets the
+// value of element first + i of the seed's sequence (a slice of a larger fill: expert parallelism).
+cudaError_t fill_ue8m0(void* p, int64_t n, uint64_t seed, int lo, int hi, cudaStream_t st, int64_t first = 0);
+// Packed MXFP4 bytes (two e2m1 codes each, all 16 codes valid); `first` as fill_ue8m0.
+cudaError_t fill_mxfp4(void* p, int64_t n_bytes, uint64_t seed, cudaStream_t st, int64_t first = 0);
 // tid2eid [V, k] int32: per row k distinct experts from [0, hot) (hot <= E), uniform over rows.
 cudaError_t fill_tid2eid(int32_t* p, int64_t V, int k, int hot, uint64_t seed, cudaStream_t st);
 

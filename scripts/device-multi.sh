@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# The 2-GPU run of expert-parallel decode (docs/design.md, "Parallelism over several GPUs"), in ONE
+# device call of about 400 s on nvidia-h200-x2: the expert-parallel CUDA tests, the 43-layer Flash
+# proxy decode benchmark over both GPUs, and an HTTP smoke check of `dsv4 serve --gpus 2` on the
+# synthetic 43-layer Flash. Every stage runs under its own timeout; a failing stage does not stop
+# the later ones. Results and logs under $OUT; a summary last.
+#
+# The GPU machine has no PCRE2 and no network, so binaries are built here and carried:
+#   scripts/device-multi.sh --build       # here: BUILD_DIR (default build-cuda, as device-all.sh) -> build-multi-bin/
+#   run(command="scripts/device-multi.sh", carry=["build-multi-bin"], kind="nvidia-h200-x2", timeout_s=450)
+# Stages (default: all three): tests, proxy, serve. Knobs: TESTS_S (120), PROXY_S (180),
+# PROXY_TIME_BUDGET (110), PROXY_BATCHES (1,2,4,8,16,32,64,128,256), PROXY_CONTEXTS (8192),
+# PROXY_LAYERS (43), SERVE_S (100), SERVE_LAYERS (43), GPUS (2).
+# NCCL: the binaries link libnccl.so.2 (NCCL 2.28.9 headers here); the python NCCL PyTorch ships
+# (nvidia.nccl, 2.28.9) goes first on LD_LIBRARY_PATH when present, else the system libnccl.so.2.
+# NVLink multicast stays off: NCCL_NVLS_ENABLE=0 here, and the code forces it before NCCL init.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BIN:-build-multi-bin}
+if [[ "${1:-}" == "--build" ]]; then
+    set -e
+    B=${BUILD_DIR:-build-cuda}  # the build dir device-all.sh --build uses
+    cmake -S . -B "$B" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a >/dev/null
+    ninja -C "$B" -j"${JOBS:-2}" dsv4_multi_gpu_tests dsv4-proxy-bench dsv4
+    rm -rf "$BIN" && mkdir -p "$BIN"
+    cp "$B"/tests/kernels/multi_gpu/dsv4_multi_gpu_tests "$B"/tools/dsv4/dsv4-proxy-bench "$B"/tools/dsv4/dsv4 "$BIN"/
+    TOK=${DSV4_TOKENIZER:-.cache/tokenizer/tokenizer.json}
+    [[ -f "$TOK" ]] && xz -9 -c "$TOK" > "$BIN"/tokenizer.json.xz
+    strip "$BIN"/dsv4* || true
+    xz -T2 -6 "$BIN"/dsv4
+    tmp=$(mktemp -d) && mkdir -p "$tmp/lib"
+    for l in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0; do
+        p=$(ldconfig -p | awk -v l="$l" '$1 == l && !f {print $NF; f = 1}')
+        [[ -n "$p" ]] && cp -L "$p" "$tmp/lib/"
+    done
+    tar -C "$tmp" -cJf "$BIN/blaslibs.tar.xz" lib && rm -rf "$tmp"
+    git rev-parse HEAD > "$BIN"/git_sha
+    ldd "$B"/tools/dsv4/dsv4-proxy-bench | grep -i nccl || echo "WARNING: dsv4-proxy-bench does not link NCCL (--gpus 2 will fail)"
+    du -sh "$BIN"
+    exit 0
+fi
+
+OUT=${OUT:-/tmp/device-multi}
+mkdir -p "$OUT"
+GPUS=${GPUS:-2}
+export NCCL_NVLS_ENABLE=0
+export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+export DSV4_GOLDEN_DIR="$PWD/tests/data/golden"
+export DSV4_GIT_SHA=$(cat "$BIN"/git_sha 2>/dev/null || echo unknown)
+# Python's NCCL first (the version the binaries were built against), if there is one.
+PYNCCL=$(python3 -c "import nvidia.nccl as m; print(list(m.__path__)[0])" 2>/dev/null || true)
+[[ -n "$PYNCCL" && -d "$PYNCCL/lib" ]] && export LD_LIBRARY_PATH="$PYNCCL/lib:${LD_LIBRARY_PATH:-}"
+if ldd "$BIN/dsv4_multi_gpu_tests" 2>/dev/null | grep -q "libopenblas.*not found"; then
+    LIBDIR=$(mktemp -d) && tar -C "$LIBDIR" -xJf "$BIN/blaslibs.tar.xz"
+    export LD_LIBRARY_PATH="$LIBDIR/lib:${LD_LIBRARY_PATH:-}"
+fi
+{
+    date -u
+    nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.sm,clocks.mem,power.limit --format=csv
+    nvidia-smi topo -m
+    echo "git sha (build): $DSV4_GIT_SHA"
+    echo "python nccl: ${PYNCCL:-none}; LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+    for b in dsv4_multi_gpu_tests dsv4-proxy-bench; do
+        echo "ldd $b:"; ldd "$BIN/$b" | grep -E "nccl|openblas|cudart|not found"
+    done
+} > "$OUT/env.txt" 2>&1
+cat "$OUT/env.txt"
+SUMMARY=()
+STAGES=("$@")
+[[ ${#STAGES[@]} -eq 0 ]] && STAGES=(tests proxy serve)
+for stage in "${STAGES[@]}"; do
+    T0=$(date +%s)
+    echo "================ $stage"
+    case "$stage" in
+    tests)
+        # EpOneGpu.*: two ranks on GPU 0 through a host all-reduce (EP MoE math, eager);
+        # MultiGpu.*: NCCL over 2 GPUs with decode graphs (tiny_quant golden + fast-MoE mid model).
+        timeout "${TESTS_S:-120}" "$BIN"/dsv4_multi_gpu_tests --gtest_output=json:"$OUT/multi_gpu_tests.json" \
+            > "$OUT/multi_gpu_tests.log" 2>&1
+        rc=$?
+        grep -E "^\[ +(OK|FAILED|SKIPPED) |^\[ep |^\[  PASSED|^\[  FAILED|Failure|Expected|Which is|actual|rank [0-9]:|NCCL" \
+            "$OUT/multi_gpu_tests.log" | head -60
+        [[ $rc -eq 124 ]] && { echo "TIMED OUT after ${TESTS_S:-120} s; last lines:"; tail -n 15 "$OUT/multi_gpu_tests.log"; }
+        SUMMARY+=("tests: rc=$rc ($(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/multi_gpu_tests.log" | tr '\n' ' ')) (124 = timed out)")
+        ;;
+    proxy)
+        # The full Flash depth (43 layers) does not fit one H200 (dsv4 plan --gpus 1) but fits two.
+        timeout "${PROXY_S:-180}" "$BIN"/dsv4-proxy-bench proxy-bench --gpus "$GPUS" --layers "${PROXY_LAYERS:-43}" \
+            --batches "${PROXY_BATCHES:-1,2,4,8,16,32,64,128,256}" --contexts "${PROXY_CONTEXTS:-8192}" \
+            --time-budget "${PROXY_TIME_BUDGET:-110}" --no-gemm-peak --json "$OUT/proxy43x$GPUS.json" \
+            > "$OUT/proxy43x$GPUS.txt" 2>&1
+        rc=$?
+        tail -n 40 "$OUT/proxy43x$GPUS.txt"
+        [[ $rc -eq 124 ]] && echo "TIMED OUT after ${PROXY_S:-180} s (points finished so far are in the table above)"
+        SUMMARY+=("proxy (${PROXY_LAYERS:-43} layers, $GPUS GPUs): rc=$rc, $(grep -cE '^ +[0-9]+ +[0-9]+ +[0-9.]+ ' "$OUT/proxy43x$GPUS.txt") points measured")
+        ;;
+    serve)
+        # dsv4 serve --backend cuda --gpus 2 on the synthetic 43-layer Flash with the real tokenizer:
+        # /health, /v1/models, one chat completion, one streamed, four concurrent; text is meaningless.
+        SD=$(mktemp -d)
+        xz -dc "$BIN"/dsv4.xz > "$SD"/dsv4 && chmod +x "$SD"/dsv4
+        xz -dc "$BIN"/tokenizer.json.xz > "$SD"/tokenizer.json
+        # --port 0: the server prints the port it got ("listening on http://127.0.0.1:PORT").
+        "$SD"/dsv4 serve --backend cuda --gpus "$GPUS" --synthetic-flash --layers "${SERVE_LAYERS:-43}" \
+            --tokenizer "$SD"/tokenizer.json --port 0 --max-running 8 > "$OUT/serve.log" 2>&1 &
+        SP=$!
+        SERVE_S=${SERVE_S:-100} LOG="$OUT/serve.log" SP=$SP timeout "$(( ${SERVE_S:-100} + 10 ))" python3 - <<'PY' > "$OUT/serve_check.txt" 2>&1
+import json, os, re, threading, time, urllib.request
+deadline = time.time() + float(os.environ["SERVE_S"]) - 40
+up = False
+base = None
+t0 = time.time()
+while time.time() < deadline:
+    try:
+        os.kill(int(os.environ["SP"]), 0)
+    except OSError:
+        print("SERVER EXITED before listening (see serve.log)"); break
+    m = re.search(r"listening on (http://[0-9.]+:[0-9]+)", open(os.environ["LOG"], errors="replace").read())
+    if m:
+        base = m.group(1)
+        try:
+            urllib.request.urlopen(base + "/health", timeout=2).read(); up = True; break
+        except Exception:
+            pass
+    time.sleep(1)
+print("server up: %s after %.0f s (%s)" % (up, time.time() - t0, base))
+def post(path, body, timeout=30):
+    req = urllib.request.Request(base + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    return urllib.request.urlopen(req, timeout=timeout).read().decode()
+def check(name, f):
+    try:
+        t = time.time(); r = f(); print("%s: OK (%.2f s) %s" % (name, time.time() - t, r[:300].replace("\n", " ")))
+    except Exception as e:
+        print("%s: FAILED %r" % (name, e))
+if up:
+    check("models", lambda: urllib.request.urlopen(base + "/v1/models", timeout=10).read().decode())
+    chat = {"model": "deepseek-v4", "messages": [{"role": "user", "content": "Hello from two GPUs!"}], "max_tokens": 16, "temperature": 0}
+    check("chat", lambda: post("/v1/chat/completions", chat))
+    def stream():
+        s = post("/v1/chat/completions", dict(chat, stream=True, stream_options={"include_usage": True}))
+        return "chunks=%d done=%s" % (s.count("data: "), s.strip().endswith("[DONE]"))
+    check("stream", stream)
+    res = [None] * 4
+    def one(i):
+        try:
+            r = json.loads(post("/v1/completions", {"model": "deepseek-v4", "prompt": "Count %d:" % i, "max_tokens": 24, "temperature": 0.7}, 60))
+            res[i] = r["usage"]["completion_tokens"]
+        except Exception as e:
+            res[i] = repr(e)
+    t = time.time(); th = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+    [x.start() for x in th]; [x.join() for x in th]
+    print("concurrent x4: %s in %.2f s" % (res, time.time() - t))
+    check("metrics", lambda: " | ".join(l for l in urllib.request.urlopen(base + "/metrics", timeout=10).read().decode().splitlines() if "generated" in l or "running" in l))
+PY
+        rc=$?
+        kill "$SP" 2>/dev/null
+        for i in $(seq 1 20); do kill -0 "$SP" 2>/dev/null || break; sleep 0.5; done
+        kill -9 "$SP" 2>/dev/null
+        wait "$SP" 2>/dev/null
+        cat "$OUT/serve_check.txt"
+        echo "-- serve.log (head, tail)"; head -n 8 "$OUT/serve.log" | cut -c1-300; tail -n 6 "$OUT/serve.log" | cut -c1-300
+        rm -rf "$SD"
+        SUMMARY+=("serve (synthetic ${SERVE_LAYERS:-43}-layer Flash, $GPUS GPUs): check rc=$rc, $(grep -c ': OK' "$OUT/serve_check.txt") OK, $(grep -c 'FAILED' "$OUT/serve_check.txt") FAILED; $(grep -m1 -o 'server up: [A-Za-z]*' "$OUT/serve_check.txt")")
+        ;;
+    *) echo "unknown stage '$stage'" ;;
+    esac
+    SUMMARY+=("  ($stage: $(( $(date +%s) - T0 )) s)")
+done
+echo "================ summary"
+head -n 4 "$OUT/env.txt"
+printf '%s\n' "${SUMMARY[@]}"
