@@ -18,17 +18,18 @@ BIN=${BIN:-build-all-bin}
 if [[ "${1:-}" == "--build" ]]; then
     set -e
     cmake -S . -B build-cuda -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a >/dev/null
-    ninja -C build-cuda -j"${JOBS:-2}" dsv4_cuda_tests dsv4_perf_ops_tests dsv4-proxy-bench dsv4
+    ninja -C build-cuda -j"${JOBS:-2}" dsv4_cuda_tests dsv4_perf_ops_tests dsv4-proxy-bench dsv4 dsv4_multi_gpu_tests
     rm -rf "$BIN" && mkdir -p "$BIN"
     cp build-cuda/tests/kernels/cuda_runner/dsv4_cuda_tests build-cuda/tests/kernels/perf_ops/dsv4_perf_ops_tests \
-        build-cuda/tools/dsv4/dsv4-proxy-bench build-cuda/tools/dsv4/dsv4 "$BIN"/
+        build-cuda/tools/dsv4/dsv4-proxy-bench build-cuda/tools/dsv4/dsv4 \
+        build-cuda/tests/kernels/multi_gpu/dsv4_multi_gpu_tests "$BIN"/
     # The serve stage needs the tokenizer; the GPU machine has no network to fetch it.
     TOK=${DSV4_TOKENIZER:-.cache/tokenizer/tokenizer.json}
     [[ -f "$TOK" ]] && xz -9 -c "$TOK" > "$BIN"/tokenizer.json.xz
     strip "$BIN"/dsv4* || true
     # xz keeps the carried folder (plus the ~15 MB repository) under the 64 MiB carry limit; the
     # binaries are unpacked on the GPU machine before the first stage.
-    xz -T2 -6 "$BIN"/dsv4 "$BIN"/dsv4-proxy-bench "$BIN"/dsv4_cuda_tests "$BIN"/dsv4_perf_ops_tests
+    xz -T2 -6 "$BIN"/dsv4 "$BIN"/dsv4-proxy-bench "$BIN"/dsv4_cuda_tests "$BIN"/dsv4_perf_ops_tests "$BIN"/dsv4_multi_gpu_tests
     tmp=$(mktemp -d) && mkdir -p "$tmp/lib"
     for l in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0; do
         p=$(ldconfig -p | awk -v l="$l" '$1 == l && !f {print $NF; f = 1}')
@@ -44,11 +45,16 @@ mkdir -p "$OUT"
 if [[ -f "$BIN/dsv4_cuda_tests.xz" ]]; then  # unpack into a writable copy (the carried folder may be read-only)
     UNPACKED=$(mktemp -d)
     cp -r "$BIN"/. "$UNPACKED"/
-    for f in "$UNPACKED"/dsv4-proxy-bench.xz "$UNPACKED"/dsv4_cuda_tests.xz "$UNPACKED"/dsv4_perf_ops_tests.xz; do
+    for f in "$UNPACKED"/dsv4-proxy-bench.xz "$UNPACKED"/dsv4_cuda_tests.xz "$UNPACKED"/dsv4_perf_ops_tests.xz \
+        "$UNPACKED"/dsv4_multi_gpu_tests.xz; do
         [[ -f "$f" ]] && xz -d -T0 "$f" && chmod +x "${f%.xz}"
     done
     BIN=$UNPACKED
 fi
+# NCCL (linked by the runtime): Python's nvidia-nccl wheel on the GPU machine, as device-multi.sh.
+PYNCCL=$(python3 -c "import nvidia.nccl as m; print(list(m.__path__)[0])" 2>/dev/null || true)
+[[ -n "$PYNCCL" && -d "$PYNCCL/lib" ]] && export LD_LIBRARY_PATH="$PYNCCL/lib:${LD_LIBRARY_PATH:-}"
+export NCCL_NVLS_ENABLE=0
 if ldd "$BIN/dsv4_cuda_tests" | grep -q "not found"; then
     LIBDIR=$(mktemp -d) && tar -C "$LIBDIR" -xJf "$BIN/blaslibs.tar.xz"
     export LD_LIBRARY_PATH="$LIBDIR/lib:${LD_LIBRARY_PATH:-}"
@@ -144,6 +150,12 @@ for stage in "$@"; do
             done
         done
         SUMMARY+=("ab: A='${AB_A:-}' B='${AB_B:-}'")
+        ;;
+    multi)
+        # The 2-GPU run (nvidia-h200-x2): scripts/device-multi.sh on these binaries; MULTI_STAGES picks its stages.
+        BIN="$BIN" OUT="$OUT/multi" bash scripts/device-multi.sh ${MULTI_STAGES:-} > "$OUT/multi.log" 2>&1
+        SUMMARY+=("multi: rc=$?")
+        grep -vE "^ +(attn|ffn|head)\." "$OUT/multi.log" | tail -n 60
         ;;
     ncu)
         # Per-kernel durations of the 3-layer proxy step (every graph node of one replay, plus the set-up
