@@ -20,7 +20,7 @@
 //   [r*R/S, (r+1)*R/S) over ranks 0..S-1 in order. No workspace, no atomics: deterministic, and
 //   S depends only on the shape (dense_gemm_kc_split), so results do not depend on the batch.
 // Bound: meant to be HBM-bound (2*T FLOP per weight element, T <= MT). Last measured
-//   (docs/perf/ledger-gemm-kchunk.md, f32 x, 4 warps x 16 rows, 32 tokens per pass): wo_b fp8
+//   (docs/perf/ledger.md E10, f32 x, 4 warps x 16 rows, 32 tokens per pass): wo_b fp8
 //   T = 8 24.1 us (36% of copy), T = 64 62.1 us (15%), so not HBM-bound above T ~ 8. Suspected
 //   limit (not yet profiled): x traffic. Each 64-row tile restages the f32 x of its K range from
 //   L2 (at T = 64, 4x the weight bytes of wo_b) and each warp reads all T token rows from shared

@@ -38,7 +38,7 @@ int dense_gemv_select_variant(const DenseGemvArgs& a) {
     const int n = dense_gemv_variant_count();
     const int forced = variant_from_env("DSV4_GEMV_VARIANT", n, [](int i) { return dense_gemv_variant_name(i); });
     if (forced >= 0 && dense_gemv_legal(forced, a)) return forced;
-    // Heuristic (docs/perf/ledger.md E5, docs/perf/ledger-gemm-kchunk.md, measured with f32 x on
+    // Heuristic (docs/perf/ledger.md E5, E10, measured with f32 x on
     // wo_a, wo_b, shared w1/w2, wq_a, wq_b, LM head at T = 1..256): CUDA cores with the smallest
     // token chunk for n_tokens <= 4 (one weight pass at HBM speed; the K-chunked kernel costs
     // 1.1-1.6x more at T = 1). From 5 tokens on, the K-chunked tensor-core GEMM, whose time is

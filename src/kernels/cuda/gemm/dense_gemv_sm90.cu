@@ -184,7 +184,7 @@ const Entry kTable[] = {
 // Measured and dropped: mma with 2 warps (32 rows per CTA) lost to 4 warps at every point
 // (docs/perf/ledger.md E5); K-chunk with 128 tokens per CTA (8 warps x 16 rows, 201 registers,
 // 128 KB of shared memory with f32 x: one CTA per SM) lost to 64-token passes at every point,
-// e.g. wo_b T = 128 155.5 vs 102.7 us (docs/perf/ledger-gemm-kchunk.md).
+// e.g. wo_b T = 128 155.5 vs 102.7 us (docs/perf/ledger.md E10).
 
 }  // namespace
 

@@ -73,11 +73,11 @@ int moe_expert_variant_count() { return sm90::moe_expert_count(); }
 KernelParams moe_expert_variant_params(int i) { return sm90::moe_expert_params(i); }
 std::string moe_expert_variant_name(int i) {
     // bitdq: conversion-free dequant with swizzled x reads; bitdqc: natural x reads; bitdqp: x
-    // re-paired in shared memory (ledger-moeperf E6, E7); _mbN: register cap for N CTAs per SM.
+    // re-paired in shared memory (docs/perf/ledger.md E6, E7); _mbN: register cap for N CTAs per SM.
     static const char* const kDq[] = {"moe_mxfp4_mma", "moe_mxfp4_mma_bitdq", "moe_mxfp4_mma_bitdqc", "moe_mxfp4_mma_bitdqp"};
     std::string op = sm90::moe_expert_is_mma(i) ? kDq[sm90::moe_expert_dequant(i)] : "moe_mxfp4_gemv";
     if (sm90::moe_expert_min_blocks(i) > 1) op += "_mb" + std::to_string(sm90::moe_expert_min_blocks(i));
-    // _ksN: N warps per row tile split K (ledger-moe-b1).
+    // _ksN: N warps per row tile split K (docs/perf/ledger.md E11).
     if (sm90::moe_expert_params(i).split > 1) op += "_ks" + std::to_string(sm90::moe_expert_params(i).split);
     return variant_name(op, sm90::moe_expert_params(i));
 }
@@ -87,9 +87,9 @@ int moe_expert_select_variant(const MoeExpertArgs& a) {
     const int n = moe_expert_variant_count();
     const int forced = variant_from_env("DSV4_MOE_VARIANT", n, [](int i) { return moe_expert_variant_name(i); });
     if (forced >= 0 && legal(forced, a)) return forced;
-    // Heuristic (ledger-moeperf E6): the conversion-free tensor-core kernel, 4 warps, 8 tokens
+    // Heuristic (docs/perf/ledger.md E6): the conversion-free tensor-core kernel, 4 warps, 8 tokens
     // per pass, natural x-read order wins at every measured batch (1, 8, 64, 256: -35..-42% vs
-    // the E5 choices). Batch 1 (ledger-moe-b1): when its grid, (N / rows per CTA) x the expert
+    // the E5 choices). Batch 1 (docs/perf/ledger.md E11): when its grid, (N / rows per CTA) x the expert
     // rows of the grid, is at most ~1.5 CTAs per SM (192 at B=1 on the Flash shapes; 132 SMs on
     // the H200), the 2-way split-K form is 4% faster (51.4 vs 53.6 us); from 2 CTAs per SM on
     // (B >= 2) it loses 10-20%, and the 4-way split loses everywhere (+13% at B=1).

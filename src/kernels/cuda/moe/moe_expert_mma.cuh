@@ -10,7 +10,7 @@
 //   pieces of x from shared memory, so the dot products are unchanged.
 // Dequantisation: e2m1 nibble pair -> fp16 bit placement -> f32 x (UE8M0 * 2^14) -> bf16x2,
 //   exact (e2m1 x 2^k is representable in bf16).
-// Dequantisation, DQ = 1..3 ("bitdq" / "bitdqc" / "bitdqp" variants, ledger-moeperf E6, E7): no float conversions. Each
+// Dequantisation, DQ = 1..3 ("bitdq" / "bitdqc" / "bitdqp" variants, docs/perf/ledger.md E6, E7): no float conversions. Each
 //   32-bit word of codes (8 values, physical k 8c..8c+7) yields four bf16x2 words pairing k j and
 //   j+4 (j = 0..3): shift the word so nibbles j and j+4 sit at bits 12-15 / 28-31, keep the sign
 //   bit and move the 3 magnitude bits to bf16 bits 6-8 (value e2m1 * 2^-126, code 1 a bf16
@@ -21,7 +21,7 @@
 // Shared memory: x [8*NTT][K + 8] bf16 of the current token chunk (padded rows).
 // Bound: meant to be HBM-bound up to ~8*NTT rows per expert. Measured (ledger E5): DQ = 0 at
 //   batch 64, 201 experts x 13.4 MB in 1.73 ms = 1.56 TB/s, ~40% of copy, issue-bound by the
-//   dequant; (ledger-moeperf E6): DQ = 2 in 1.01 ms = 2.66 TB/s, 68% of copy, still issue-bound
+//   dequant; (docs/perf/ledger.md E6): DQ = 2 in 1.01 ms = 2.66 TB/s, 68% of copy, still issue-bound
 //   (16 extra selects per 128 k cost 3-5%).
 #pragma once
 
@@ -78,13 +78,13 @@ constexpr int red_bytes(int NW, int NTT, int KS) { return KS > 1 ? NW * 32 * 8 *
 // DQ: 0 f32 dequant; 1 conversion-free with swizzled x reads; 2 conversion-free, natural x reads,
 // x re-paired in registers; 3 conversion-free, x re-paired once in shared memory after staging.
 // MINB: minimum CTAs per SM for the register allocator (__launch_bounds__).
-// KS (split-K inside the CTA, ledger-moe-b1): the NW warps form NW / KS row tiles x KS slices of
+// KS (split-K inside the CTA, docs/perf/ledger.md E11): the NW warps form NW / KS row tiles x KS slices of
 //   K; warp w owns row tile w / KS and k in [(w % KS) K / KS, (w % KS + 1) K / KS). The KS partial
 //   accumulators of a row tile meet in shared memory and the slice-0 warp adds them in slice order
 //   (fixed, so deterministic) before its epilogue. Meant for small batches, where the plain grid
 //   (N / rows per CTA) x active experts is a fraction of a wave. KS > 1 also stages only the live
 //   token rows of a chunk (the B fragments of the dead rows are zeros in registers), instead of
-//   zero-filling all 8 * NTT rows. Measured (ledger-moe-b1): KS = 2 is 4% faster at batch 1 only
+//   zero-filling all 8 * NTT rows. Measured (docs/perf/ledger.md E11): KS = 2 is 4% faster at batch 1 only
 //   (192 plain CTAs), 10-20% slower from batch 2 on; KS = 4 slower everywhere (+13% at B = 1):
 //   each extra CTA pays the x staging and the load-pipeline ramp again, and residency stays
 //   register-bound at 3 CTAs per SM, so more CTAs do not mean more bytes in flight.

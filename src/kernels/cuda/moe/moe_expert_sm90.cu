@@ -198,7 +198,7 @@ const Entry kTable[] = {
     entry_mma<4, 1, 2>(),
     entry_mma<8, 1, 2>(),
     entry_mma<4, 2, 2>(),
-    // Conversion-free dequant (ledger-moeperf E6).
+    // Conversion-free dequant (docs/perf/ledger.md E6).
     entry_mma<4, 1, 2, 1>(),
     entry_mma<8, 1, 2, 1>(),
     entry_mma<2, 1, 2, 1>(),
@@ -208,7 +208,7 @@ const Entry kTable[] = {
     // capped entries measured there (entry_mma<4, 1, 2, 2, 3 or 4>, <8, 1, 2, 2, 2>: no change /
     // +50-90% / +30-65%, spills) are not instantiated any more.
     entry_mma<4, 1, 2, 3>(),
-    // Split-K inside the CTA (ledger-moe-b1): 2 slices of K per row tile, -4% at batch 1 only.
+    // Split-K inside the CTA (docs/perf/ledger.md E11): 2 slices of K per row tile, -4% at batch 1 only.
     // Measured there and not instantiated any more: 4 slices (entry_mma<4, 1, 2, 2 or 3, 1, 4>),
     // +13% at B=1 and +45..+70% from B=2 on.
     entry_mma<4, 1, 2, 2, 1, 2>(),

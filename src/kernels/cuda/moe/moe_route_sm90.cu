@@ -7,7 +7,7 @@
 // permute: one CTA; shared-memory histogram, block-wide exclusive scan of (count, active flag)
 //          (one expert per thread), atomic slots (row order within an expert is arbitrary;
 //          results do not depend on it).
-// route+permute (small batches, ledger-moe-b1): one CTA routes every token (warp per token) into
+// route+permute (small batches, docs/perf/ledger.md E11): one CTA routes every token (warp per token) into
 //          shared memory and permutes in the same launch: one kernel and one launch gap less per
 //          MoE layer, and slots in (token, k) order within each expert (deterministic).
 // combine: grid (d / 1024, tokens), one float4 per thread; fixed slot order, so the output is
@@ -190,7 +190,7 @@ __global__ void __launch_bounds__(1024) moe_permute_kernel(MoePermuteArgs a) {
 
 // Fused route + permute for n_tokens * top_k <= kFusedRows and n_experts <= 256 (one CTA of 1024
 // threads, so at most 64 registers a thread: the routing keeps 8 experts a lane). Measured
-// (ledger-moe-b1): -13 us per layer at B = 1..16 (36..96 rows), +5 us (within the noise) at
+// (docs/perf/ledger.md E11): -13 us per layer at B = 1..16 (36..96 rows), +5 us (within the noise) at
 // B = 64 (384 rows: two routing rounds per warp and the quadratic rank loop), hence 128.
 constexpr int kFusedRows = 128;
 __global__ void __launch_bounds__(1024) moe_route_permute_kernel(MoeRouteArgs r, MoePermuteArgs a) {
@@ -297,7 +297,7 @@ cudaError_t moe_route_permute_run(const MoeRouteArgs& r, const MoePermuteArgs& p
 }
 cudaError_t moe_combine_run(const MoeCombineArgs& a, cudaStream_t stream) {
     // One float4 of d per thread: grid (d / 1024, tokens), so a small batch still spreads over
-    // several SMs (ledger-moe-b1; was one CTA per token).
+    // several SMs (docs/perf/ledger.md E11; was one CTA per token).
     const dim3 grid((a.d / 4 + 255) / 256, a.n_tokens < 65535 ? a.n_tokens : 65535);
     if (a.f32) moe_combine_f32_kernel<<<grid, 256, 0, stream>>>(a);
     else moe_combine_kernel<<<grid, 256, 0, stream>>>(a);
