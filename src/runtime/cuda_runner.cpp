@@ -80,6 +80,7 @@ public:
     const ModelConfig& config() const override { return cfg_; }
     const KvLayout& kv_layout() const override { return layout_; }
     int64_t n_pages() const override { return opt_.n_pages; }
+    int64_t max_positions() const override { return opt_.max_context; }
     Status forward(const ForwardBatch& batch, std::vector<std::vector<float>>& logits) override;
     bool supports_device_sample(DeviceSample m) const override {
         return m == DeviceSample::kNone || m == DeviceSample::kGreedy;

@@ -26,6 +26,9 @@ public:
     virtual const ModelConfig& config() const = 0;
     virtual const KvLayout& kv_layout() const = 0;
     virtual int64_t n_pages() const = 0;   // pages in the pool
+    // Positions one sequence may reach (prompt + output); the engine rejects longer requests at
+    // admission. Runners with no limit of their own beyond the page pool keep the default.
+    virtual int64_t max_positions() const { return INT64_MAX; }
 
     // Runs one step. For every seq with want_logits, appends one row of vocab_size f32 logits
     // (for its last token) to `logits`, in batch order. Errors: a token id outside the vocabulary,

@@ -70,6 +70,7 @@ public:
     const ModelConfig& config() const override { return ranks_[0]->config(); }
     const KvLayout& kv_layout() const override { return ranks_[0]->kv_layout(); }
     int64_t n_pages() const override { return ranks_[0]->n_pages(); }
+    int64_t max_positions() const override { return ranks_[0]->max_positions(); }
     bool supports_device_sample(DeviceSample m) const override { return ranks_[0]->supports_device_sample(m); }
 
     Status forward(const ForwardBatch& batch, std::vector<std::vector<float>>& logits) override {

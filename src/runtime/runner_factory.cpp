@@ -39,6 +39,8 @@ Result<std::unique_ptr<ModelRunner>> make_model_runner(const RunnerOptions& opt)
         co.page_tokens = opt.page_tokens;
         co.n_pages = opt.n_pages;
         co.max_seqs = opt.max_seqs;
+        if (opt.max_context > 0) co.max_context = opt.max_context;
+        if (opt.max_tokens > 0) co.max_tokens = opt.max_tokens;
         if (!opt.kv_rows.empty()) co.kv_rows = opt.kv_rows;
         if (opt.synthetic_flash_layers > 0) {
             FlashProxySpec spec;

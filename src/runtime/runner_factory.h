@@ -23,6 +23,8 @@ struct RunnerOptions {
     // instead of `model`. 43 is the full Flash depth.
     int synthetic_flash_layers = 0;
     int max_seqs = 64;            // cuda: sequences per step (the engine's max_running must not exceed it)
+    int64_t max_context = 0;      // cuda: positions per sequence (0: the runner's default, 65,536)
+    int max_tokens = 0;           // cuda: tokens per step (0: the runner's default, 8,192)
 };
 
 Result<std::unique_ptr<ModelRunner>> make_model_runner(const RunnerOptions& opt);

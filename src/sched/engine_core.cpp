@@ -35,10 +35,10 @@ EngineCore::EngineCore(ModelRunner& runner, EngineConfig cfg, EngineStats& stats
       cfg_(cfg),
       stats_(stats),
       // Never more than one sequence can hold: the whole pool.
-      max_context_(std::min(cfg.max_context > 0 ? cfg.max_context
-                                                : runner.config().max_position_embeddings,
-                            (runner.n_pages() - runner.kv_layout().n_state_pages) *
-                                runner.kv_layout().page_tokens)),
+      // Never more than one sequence can hold: the whole pool, and the runner's own position limit.
+      max_context_(std::min({cfg.max_context > 0 ? cfg.max_context : runner.config().max_position_embeddings,
+                             (runner.n_pages() - runner.kv_layout().n_state_pages) * runner.kv_layout().page_tokens,
+                             runner.max_positions()})),
       pages_(runner.n_pages(), cfg.page_shuffle_seed),
       sched_(cfg.sched, runner.kv_layout(), pages_),
       seed_base_(cfg.default_seed ? cfg.default_seed

@@ -25,6 +25,7 @@ struct FakeRunnerOptions {
     int64_t max_context = 4096;
     int64_t page_tokens = 16;
     int64_t n_pages = 4096;
+    int64_t max_positions = INT64_MAX;  // a runner's own per-sequence limit (as the CUDA runner's max_context)
     int64_t step_delay_us = 0;       // added to every forward (slow decode)
     int64_t token_delay_us = 0;      // added per token in the batch (slow prefill)
     struct Rule {
@@ -40,6 +41,7 @@ public:
     const ModelConfig& config() const override { return cfg_; }
     const KvLayout& kv_layout() const override { return layout_; }
     int64_t n_pages() const override { return opt_.n_pages; }
+    int64_t max_positions() const override { return opt_.max_positions; }
     Status forward(const ForwardBatch& batch, std::vector<std::vector<float>>& logits) override;
 
     // Parses rules from JSON: [{"trigger": [ids] , "output": [ids]}, ...].

@@ -235,6 +235,24 @@ TEST(EngineCore, RejectsBadRequestsWithoutCrashing) {
     EXPECT_FALSE(core.validate(r).is_ok());
 }
 
+// A runner's own position limit (the CUDA runner's max_context) caps admission like the model's.
+TEST(EngineCore, RunnerPositionLimitCapsContext) {
+    FakeRunnerOptions fo;
+    fo.max_context = 4096;
+    fo.max_positions = 40;
+    FakeRunner runner(fo);
+    EngineStats stats;
+    EngineCore core(runner, {}, stats);
+    GenRequest r;
+    r.prompt = std::vector<int32_t>(40, 5);
+    EXPECT_EQ(core.validate(r).code(), StatusCode::kOutOfRange);
+    r.prompt = std::vector<int32_t>(39, 5);
+    r.params.max_tokens = 1;
+    EXPECT_TRUE(core.validate(r).is_ok());
+    r.params.max_tokens = 2;
+    EXPECT_FALSE(core.validate(r).is_ok());
+}
+
 TEST(Engine, AbortReturnsEveryPageAndEveryRequestFinishes) {
     FakeRunnerOptions fo;
     fo.step_delay_us = 200;
