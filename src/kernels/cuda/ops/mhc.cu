@@ -16,7 +16,7 @@ namespace dsv4::cuda {
 
 namespace {
 constexpr int kMaxMix = 80;  // (2+n)n for n <= 8
-constexpr int kMaxMixChunks = 32;  // chunk partials per token (mhc_mix_chunks caps here)
+constexpr int kMaxMixChunks = 64;  // chunk partials per token (mhc_mix_chunks caps here)
 
 __device__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
 
@@ -58,10 +58,11 @@ __global__ void mhc_mix_kernel(const float* __restrict__ X, const int32_t* __res
 }
 
 // Chunked form, grid (rows, chunks): CTA (t, c) computes all NM + 1 partial sums over elements
-// [c*ch, min((c+1)*ch, n d)) of token t (ch = ceil(n d / chunks), >= kMixChunk), written to
-// ws[(t*chunks + c)*(NM+1) + r]; mhc_kernel adds the chunks in order (deterministic). Why: the grid (rows, NM + 1) form runs 25 CTAs at batch 1,
-// each a long chain of dependent loads (measured: ~68 us per mhc_pre call on the 16384-wide Flash
-// row); here each thread issues NM + 1 independent loads per element and 32 CTAs share a token.
+// [c*ch, min((c+1)*ch, n d)) of token t (ch = ceil(n d / chunks), at least 256), written to
+// ws[(t*chunks + c)*(NM+1) + r]; mhc_kernel adds the chunks in order (deterministic). Why: the
+// grid (rows, NM + 1) form runs 25 CTAs at batch 1, each a long chain of dependent loads
+// (measured: ~68 us per mhc_pre call on the 16384-wide Flash row); here each thread issues NM + 1
+// independent loads per element and 32-64 CTAs share a token.
 constexpr int kMixThreads = 256;
 constexpr int kMixChunk = 512;
 template <int NM>
@@ -149,7 +150,7 @@ __global__ void mhc_kernel(const float* __restrict__ X, const int32_t* __restric
     for (int r = threadIdx.x; r < n_mix; r += blockDim.x) sbase[r] = a.base[r];
     if (threadIdx.x < (kHead ? 1 : 3)) sscale[threadIdx.x] = a.scale[threadIdx.x];
     if (a.mix_ws) {  // dot products precomputed by mhc_mix_kernel / mhc_mix_chunk_kernel (chunk partials)
-        __shared__ double part[kMaxMixChunks * 25 > kMaxMix + 1 ? kMaxMixChunks * 25 : kMaxMix + 1];
+        __shared__ double part[kMaxMixChunks * 25 > kMaxMix + 1 ? kMaxMixChunks * 25 : kMaxMix + 1];  // chunks x (n_mix + 1)
         __shared__ double ss;
         const double* mw = a.mix_ws + int64_t(blockIdx.x) * chunks * nm1;
         for (int j = threadIdx.x; j < chunks * nm1; j += blockDim.x) part[j] = mw[j];
@@ -255,7 +256,10 @@ __global__ void mhc_post_kernel(float* X, const float* __restrict__ y, const flo
 int mhc_mix_chunks(int T, const MhcArgs& a, bool /*head*/) {
     if (!a.mix_ws || a.n != 4 || T <= 0) return 1;
     const int64_t width = int64_t(a.n) * a.d;
-    const int64_t want = (width + kMixChunk - 1) / kMixChunk;
+    // Chunks of 256 elements up to 8 tokens (one element per thread: at batch 1 the 16384-wide
+    // Flash row then spreads over 64 CTAs), 512 above.
+    const int64_t chunk = T <= 8 ? kMixChunk / 2 : kMixChunk;
+    const int64_t want = (width + chunk - 1) / chunk;
     const int64_t room = (a.mix_ws_rows > 0 ? a.mix_ws_rows : T) / T;
     int64_t c = want < room ? want : room;
     if (c > kMaxMixChunks) c = kMaxMixChunks;

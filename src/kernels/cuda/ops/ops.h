@@ -98,7 +98,7 @@ struct MhcArgs {
     double* mix_ws = nullptr;  // optional workspace of mix_ws_rows rows of (2+n)n + 1 doubles: the
                                // mixing dot products then run over many CTAs instead of one per token
     int64_t mix_ws_rows = 0;   // capacity of mix_ws in rows (0: T rows). With n == 4 and >= 2T rows the
-                               // n*d reduction is also split into chunks of 512 (mhc_mix_chunks)
+                               // n*d reduction is also split into chunks of 256-512 (mhc_mix_chunks)
 };
 // Number of n*d chunks per token the mixing dot products are split into for T tokens (1 when
 // the workspace has no room for more or n != 4); each chunk is one CTA of mhc_mix_chunk_kernel.
