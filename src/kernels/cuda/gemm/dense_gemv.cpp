@@ -62,12 +62,7 @@ int dense_gemv_select_variant(const DenseGemvArgs& a) {
     };
     using K = sm90::GemvKind;
     int v = -1;
-    if (a.n_tokens <= 1 && rows < 4096) {
-        // Short matrices at one token were CTA-starved with 16 rows per CTA (the router: 16 CTAs,
-        // ~16 us per call in the batch-1 op profile for a 2 MB matrix); 2 rows per CTA instead.
-        v = pick(K::kSimt, 2, 1, 1);
-        if (v < 0) v = pick(K::kSimt, 8, 1, 2);
-    } else if (a.n_tokens <= 4) {
+    if (a.n_tokens <= 4) {
         v = pick(K::kSimt, 8, a.n_tokens <= 1 ? 1 : 4, 2);
     } else {
         const bool tall_bf16 = a.format == WeightFormat::kBf16 && rows >= 8192;

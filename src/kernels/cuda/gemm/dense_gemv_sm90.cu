@@ -170,9 +170,6 @@ const Entry kTable[] = {
     entry<8, 2, 8, 2>(),
     entry<4, 4, 8, 2>(),
     entry<8, 4, 1, 2>(),
-    // One token, short matrices (router 256 rows, wq_a / wkv / compressors 512-1024): 2 rows per
-    // CTA so that even 256 rows make 128 CTAs, and a whole fp8 row (K 4096) in flight per warp.
-    entry<2, 1, 1, 8>(),
     entry_mma<4, 1, 2>(),
     entry_mma<4, 2, 2>(),
     entry_kc<4, 2, 4>(),
