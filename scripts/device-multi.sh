@@ -6,8 +6,8 @@
 # the later ones. Results and logs under $OUT; a summary last.
 #
 # The GPU machine has no PCRE2 and no network, so binaries are built here and carried:
-#   scripts/device-multi.sh --build       # here: BUILD_DIR (default build-cuda, as device-all.sh) -> build-multi-bin/
-#   run(command="scripts/device-multi.sh", carry=["build-multi-bin"], kind="nvidia-h200-x2", timeout_s=450)
+#   scripts/device-all.sh --build        # here: build-cuda -> build-all-bin/ (xz-compressed)
+#   run(command="scripts/device-all.sh multi", carry=["build-all-bin"], kind="nvidia-h200-x2", timeout_s=450)
 # Stages (default: all three): tests, proxy, serve. Knobs: TESTS_S (120), PROXY_S (180),
 # PROXY_TIME_BUDGET (110), PROXY_BATCHES (1,2,4,8,16,32,64,128,256), PROXY_CONTEXTS (8192),
 # PROXY_LAYERS (43), SERVE_S (100), SERVE_LAYERS (43), GPUS (2).
@@ -16,29 +16,11 @@
 # NVLink multicast stays off: NCCL_NVLS_ENABLE=0 here, and the code forces it before NCCL init.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-BIN=${BIN:-build-multi-bin}
-if [[ "${1:-}" == "--build" ]]; then
-    set -e
-    B=${BUILD_DIR:-build-cuda}  # the build dir device-all.sh --build uses
-    cmake -S . -B "$B" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a >/dev/null
-    ninja -C "$B" -j"${JOBS:-2}" dsv4_multi_gpu_tests dsv4-proxy-bench dsv4
-    rm -rf "$BIN" && mkdir -p "$BIN"
-    cp "$B"/tests/kernels/multi_gpu/dsv4_multi_gpu_tests "$B"/tools/dsv4/dsv4-proxy-bench "$B"/tools/dsv4/dsv4 "$BIN"/
-    TOK=${DSV4_TOKENIZER:-.cache/tokenizer/tokenizer.json}
-    [[ -f "$TOK" ]] && xz -9 -c "$TOK" > "$BIN"/tokenizer.json.xz
-    strip "$BIN"/dsv4* || true
-    xz -T2 -6 "$BIN"/dsv4
-    tmp=$(mktemp -d) && mkdir -p "$tmp/lib"
-    for l in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0; do
-        p=$(ldconfig -p | awk -v l="$l" '$1 == l && !f {print $NF; f = 1}')
-        [[ -n "$p" ]] && cp -L "$p" "$tmp/lib/"
-    done
-    tar -C "$tmp" -cJf "$BIN/blaslibs.tar.xz" lib && rm -rf "$tmp"
-    git rev-parse HEAD > "$BIN"/git_sha
-    ldd "$B"/tools/dsv4/dsv4-proxy-bench | grep -i nccl || echo "WARNING: dsv4-proxy-bench does not link NCCL (--gpus 2 will fail)"
-    du -sh "$BIN"
-    exit 0
-fi
+# Binaries: the ones scripts/device-all.sh --build packs (build-all-bin, xz-compressed). Run
+# directly, this goes through `device-all.sh multi`, which unpacks them and calls back with BIN set.
+if [[ "${1:-}" == "--build" ]]; then exec scripts/device-all.sh --build; fi
+BIN=${BIN:-build-all-bin}
+if [[ -f "$BIN/dsv4_multi_gpu_tests.xz" ]]; then MULTI_STAGES="$*" BIN="$BIN" exec scripts/device-all.sh multi; fi
 
 OUT=${OUT:-/tmp/device-multi}
 mkdir -p "$OUT"

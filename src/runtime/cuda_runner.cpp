@@ -603,13 +603,16 @@ Status CudaRunner::moe(int l, int T) {
     // ranks take turns, so no rank carries it in every layer); the others add no shared term.
     const bool shared_here = !ep_ || ep_->shared_expert_rank(l) == opt_.ep_rank;
     const bool ov = opt_.side_streams && shared_here;
-    cudaStream_t s_sh = ov ? side_[0] : st;
+    auto shared_expert = [&](cudaStream_t s) -> Status {  // ys = w2 SwiGLU(w1 xn, w3 xn)
+        DSV4_CU(cuda::linear(L.sh_w1, -1, ws_.xn, d, 0, 0, ws_.sa, I, T, false, s));
+        DSV4_CU(cuda::linear(L.sh_w3, -1, ws_.xn, d, 0, 0, ws_.sb, I, T, false, s));
+        DSV4_CU(cuda::swiglu(ws_.sa, ws_.sb, ws_.sh, int64_t(T) * I, lim, s));
+        DSV4_CU(cuda::linear(L.sh_w2, -1, ws_.sh, I, 0, 0, ws_.ys, d, T, false, s));
+        return Status::ok();
+    };
     if (ov) {
         DSV4_RETURN_IF_ERROR(fork(1));
-        DSV4_CU(cuda::linear(L.sh_w1, -1, ws_.xn, d, 0, 0, ws_.sa, I, T, false, s_sh));
-        DSV4_CU(cuda::linear(L.sh_w3, -1, ws_.xn, d, 0, 0, ws_.sb, I, T, false, s_sh));
-        DSV4_CU(cuda::swiglu(ws_.sa, ws_.sb, ws_.sh, int64_t(T) * I, lim, s_sh));
-        DSV4_CU(cuda::linear(L.sh_w2, -1, ws_.sh, I, 0, 0, ws_.ys, d, T, false, s_sh));
+        DSV4_RETURN_IF_ERROR(shared_expert(side_[0]));
     }
     mark(ov ? "router gate (shared expert on a side stream)" : "router gate");
     DSV4_CU(cuda::linear(L.gate, -1, ws_.xn, d, 0, 0, ws_.glog, E, T, false, st));
@@ -647,10 +650,7 @@ Status CudaRunner::moe(int l, int T) {
         DSV4_RETURN_IF_ERROR(join(1));
     } else if (shared_here) {
         mark("shared expert");
-        DSV4_CU(cuda::linear(L.sh_w1, -1, ws_.xn, d, 0, 0, ws_.sa, I, T, false, st));
-        DSV4_CU(cuda::linear(L.sh_w3, -1, ws_.xn, d, 0, 0, ws_.sb, I, T, false, st));
-        DSV4_CU(cuda::swiglu(ws_.sa, ws_.sb, ws_.sh, int64_t(T) * I, lim, st));
-        DSV4_CU(cuda::linear(L.sh_w2, -1, ws_.sh, I, 0, 0, ws_.ys, d, T, false, st));
+        DSV4_RETURN_IF_ERROR(shared_expert(st));
     }
     mark("moe combine");
     DSV4_CU(cuda::moe_combine(a, shared_here ? ws_.ys : nullptr, ws_.y, st));

@@ -16,26 +16,10 @@
 #include "kernels/ref/mhc.h"
 #include "kernels/ref/ops.h"
 #include "runtime/cuda_runner.h"
+#include "tests/kernels/cuda_runner/cuda_test_util.h"
 
 namespace dsv4 {
 namespace {
-
-#define SKIP_WITHOUT_GPU() \
-    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device"
-
-template <class T>
-T* dev(const std::vector<T>& v) {
-    T* p = nullptr;
-    EXPECT_EQ(cudaMalloc(&p, sizeof(T) * std::max<size_t>(v.size(), 1)), cudaSuccess);
-    if (!v.empty()) EXPECT_EQ(cudaMemcpy(p, v.data(), sizeof(T) * v.size(), cudaMemcpyHostToDevice), cudaSuccess);
-    return p;
-}
-template <class T>
-std::vector<T> host(const T* p, size_t n) {
-    std::vector<T> v(n);
-    EXPECT_EQ(cudaMemcpy(v.data(), p, sizeof(T) * n, cudaMemcpyDeviceToHost), cudaSuccess);
-    return v;
-}
 
 // A small paged world: B sequences at positions pos[s], ring [W, D] in 2 state pages, compressed
 // rows (main D, index ID) in token pages, page ids scattered near the top of a large pool.
@@ -253,8 +237,8 @@ void check_mhc(int d) {
         const cuda::MhcArgs a{dfn, dbase, dscale, dnorm, n, d, 20, 1e-6f, 1e-6f, use_ws ? dmix : nullptr, ws_rows};
         // T = 5 <= 8: chunks of 256 elements, as many as the workspace holds (32 or 3 per token).
         const int want = (n * d + 255) / 256;
-        if (use_ws == 2) EXPECT_EQ(cuda::mhc_mix_chunks(T, a, false), want < 2 ? 1 : std::min(want, 32));
-        if (use_ws == 3) EXPECT_EQ(cuda::mhc_mix_chunks(T, a, false), want < 2 ? 1 : std::min(want, 3));
+        if (use_ws == 2) EXPECT_EQ(cuda::mhc_mix_chunks(T, a), want < 2 ? 1 : std::min(want, 32));
+        if (use_ws == 3) EXPECT_EQ(cuda::mhc_mix_chunks(T, a), want < 2 ? 1 : std::min(want, 3));
         ASSERT_EQ(cuda::mhc_pre(dX, T, a, coeffs, xn, nullptr), cudaSuccess);
         const auto gxn = host(xn, size_t(T) * d);
         ASSERT_EQ(cuda::mhc_post(dX, dy, coeffs, T, n, d, nullptr), cudaSuccess);

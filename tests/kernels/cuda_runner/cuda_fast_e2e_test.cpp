@@ -32,12 +32,11 @@
 #include "runtime/cuda_weights.h"
 #include "runtime/ref_runner.h"
 #include "runtime/runner_factory.h"
+#include "tests/kernels/cuda_runner/cuda_test_util.h"
+#include "tests/kernels/cuda_runner/mid_model_config.h"
 
 namespace dsv4 {
 namespace {
-
-#define SKIP_WITHOUT_GPU() \
-    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device"
 
 // Writes config.json + model.safetensors of the mid-size model into `dir`: the tiny_quant golden
 // config with larger shapes, seeded weights quantised as the official checkpoint stores them
@@ -48,30 +47,7 @@ namespace {
 // logit error measures the bf16 activations alone. Otherwise layers 1-2 use score routing and the
 // indexer keeps 4 rows: near-tied choices may flip and move the logits by far more than rounding.
 Status write_mid_model(const std::string& golden_dir, const std::filesystem::path& dir, bool flip_free) {
-    std::ifstream in(golden_dir + "/tiny_quant/config.json");
-    if (!in) return invalid_argument("no tiny_quant config under {}", golden_dir);
-    nlohmann::json j = nlohmann::json::parse(in);
-    j["hidden_size"] = 1024;
-    j["q_lora_rank"] = 1024;
-    j["num_attention_heads"] = 16;
-    j["head_dim"] = 512;
-    j["qk_rope_head_dim"] = 64;
-    j["o_groups"] = 8;
-    j["o_lora_rank"] = 512;
-    j["n_routed_experts"] = 16;
-    j["num_experts_per_tok"] = 4;
-    j["moe_intermediate_size"] = 1024;
-    j["num_hidden_layers"] = 3;
-    j["layer_types"] = {"sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"};
-    j["compress_ratios"] = {0, 4, 16};
-    if (flip_free) j["mlp_layer_types"] = {"hash_moe", "hash_moe", "hash_moe"};
-    else j["mlp_layer_types"] = {"hash_moe", "moe", "moe"};
-    j["num_hash_layers"] = flip_free ? 3 : 1;
-    j["index_n_heads"] = 16;
-    j["index_head_dim"] = 128;
-    j["index_topk"] = flip_free ? 32 : 4;
-    j["sliding_window"] = 16;
-    j["vocab_size"] = 512;
+    DSV4_ASSIGN_OR_RETURN(nlohmann::json j, mid_model_config(golden_dir, flip_free));
     std::filesystem::create_directories(dir);
     std::ofstream(dir / "config.json") << j.dump(2);
     DSV4_ASSIGN_OR_RETURN(ModelConfig cfg, ModelConfig::from_file((dir / "config.json").string()));

@@ -24,12 +24,10 @@
 #include "runtime/cuda_runner.h"
 #include "runtime/cuda_weights.h"
 #include "runtime/runner_factory.h"
+#include "tests/kernels/cuda_runner/cuda_test_util.h"
 
 namespace dsv4 {
 namespace {
-
-#define SKIP_WITHOUT_GPU() \
-    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device"
 
 // Device buffer freed on scope exit.
 template <class T>

@@ -33,26 +33,11 @@
 #include "runtime/cuda_runner.h"
 #include "runtime/ref_runner.h"
 #include "runtime/runner_factory.h"
+#include "tests/kernels/cuda_runner/cuda_test_util.h"
 
 namespace dsv4 {
 namespace {
 
-#define SKIP_WITHOUT_GPU() \
-    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device"
-
-template <class T>
-T* to_dev(const std::vector<T>& v) {
-    T* p = nullptr;
-    EXPECT_EQ(cudaMalloc(&p, sizeof(T) * std::max<size_t>(v.size(), 1)), cudaSuccess);
-    if (!v.empty()) EXPECT_EQ(cudaMemcpy(p, v.data(), sizeof(T) * v.size(), cudaMemcpyHostToDevice), cudaSuccess);
-    return p;
-}
-template <class T>
-std::vector<T> to_host(const T* p, size_t n) {
-    std::vector<T> v(n);
-    EXPECT_EQ(cudaMemcpy(v.data(), p, sizeof(T) * n, cudaMemcpyDeviceToHost), cudaSuccess);
-    return v;
-}
 struct DevFree {
     std::vector<void*> ptrs;
     template <class T>
@@ -139,12 +124,12 @@ TEST(KvRows, GpuWriterMatchesCpuEncoder) {
         // Rows written in reverse order, one spare row apart, into a buffer pre-filled with 0xab.
         std::vector<int64_t> dst(static_cast<size_t>(n));
         for (int64_t i = 0; i < n; ++i) dst[size_t(i)] = (n - 1 - i) * 2 * words + words;
-        float* base = df(to_dev(std::vector<float>(size_t((2 * n + 1) * words))));
+        float* base = df(dev(std::vector<float>(size_t((2 * n + 1) * words))));
         ASSERT_EQ(cudaMemset(base, 0xab, size_t((2 * n + 1) * words) * 4), cudaSuccess);
         const cuda::RowFormat rf{int32_t(c.f), c.D, c.R, int32_t(words)};
-        ASSERT_EQ(cuda::write_kv_rows(df(to_dev(src)), n, df(to_dev(dst)), base, rf, nullptr), cudaSuccess);
+        ASSERT_EQ(cuda::write_kv_rows(df(dev(src)), n, df(dev(dst)), base, rf, nullptr), cudaSuccess);
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        const auto got = to_host(reinterpret_cast<const uint8_t*>(base), size_t((2 * n + 1) * words) * 4);
+        const auto got = host(reinterpret_cast<const uint8_t*>(base), size_t((2 * n + 1) * words) * 4);
         for (int64_t i = 0; i < n; ++i) {
             std::vector<uint8_t> want(static_cast<size_t>(s.bytes()));
             encode_kv_row(rows[size_t(i)].data(), s, want.data());
@@ -281,10 +266,10 @@ TEST(RowLists, MatchCpuOnEdgeShapes) {
                 DevFree df;
                 cuda::StepPlan sp;
                 sp.n_seqs = B;
-                sp.tok_begin = df(to_dev(tok_begin));
-                sp.n_tok = df(to_dev(n_tok));
-                sp.start_pos = df(to_dev(start));
-                sp.page_table = df(to_dev(tables));
+                sp.tok_begin = df(dev(tok_begin));
+                sp.n_tok = df(dev(n_tok));
+                sp.start_pos = df(dev(start));
+                sp.page_table = df(dev(tables));
                 sp.pt_stride = pt_stride;
                 for (int l = 0; l < cfg.n_layers; ++l) {
                     const int r = cfg.compress_ratio(l);
@@ -310,16 +295,16 @@ TEST(RowLists, MatchCpuOnEdgeShapes) {
                     ra.ring_off = L.layers[size_t(l)].ring_offset;
                     ra.row_off = L.layers[size_t(l)].row_offset;
                     ra.topk = topk;
-                    ra.sel = df(to_dev(sel));
-                    ra.n_sel = df(to_dev(n_sel));
+                    ra.sel = df(dev(sel));
+                    ra.n_sel = df(dev(n_sel));
                     ra.unit_bytes = unit;
-                    ra.offsets = df(to_dev(std::vector<int64_t>(size_t(cap), -1)));
-                    ra.row_start = df(to_dev(std::vector<int32_t>(size_t(B) + 1, -1)));
+                    ra.offsets = df(dev(std::vector<int64_t>(size_t(cap), -1)));
+                    ra.row_start = df(dev(std::vector<int32_t>(size_t(B) + 1, -1)));
                     ra.capacity = cap;
                     ASSERT_EQ(cuda::build_row_lists(sp, pool, ra, nullptr), cudaSuccess);
                     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-                    const auto rs = to_host(ra.row_start, size_t(B) + 1);
-                    const auto offs = to_host(ra.offsets, size_t(cap));
+                    const auto rs = host(ra.row_start, size_t(B) + 1);
+                    const auto offs = host(ra.offsets, size_t(cap));
                     // CPU walk.
                     std::vector<int64_t> want;
                     std::vector<int32_t> want_start;

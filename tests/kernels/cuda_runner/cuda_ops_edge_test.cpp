@@ -26,30 +26,11 @@
 #include "kernels/ref/ops.h"
 #include "model/quant.h"
 #include "runtime/cuda_runner.h"
+#include "tests/kernels/cuda_runner/cuda_test_util.h"
 
 namespace dsv4 {
 namespace {
 
-#define SKIP_WITHOUT_GPU() \
-    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device"
-
-template <class T>
-T* dev(const std::vector<T>& v) {
-    T* p = nullptr;
-    EXPECT_EQ(cudaMalloc(&p, sizeof(T) * std::max<size_t>(v.size(), 1)), cudaSuccess);
-    if (!v.empty()) {
-        EXPECT_EQ(cudaMemcpy(p, v.data(), sizeof(T) * v.size(), cudaMemcpyHostToDevice), cudaSuccess);
-    }
-    return p;
-}
-template <class T>
-std::vector<T> host(const T* p, size_t n) {
-    std::vector<T> v(n);
-    if (n) {
-        EXPECT_EQ(cudaMemcpy(v.data(), p, sizeof(T) * n, cudaMemcpyDeviceToHost), cudaSuccess);
-    }
-    return v;
-}
 // Frees every pointer it was given at scope exit.
 struct DevFree {
     std::vector<void*> ptrs;

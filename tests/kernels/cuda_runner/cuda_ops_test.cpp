@@ -12,26 +12,10 @@
 #include "kernels/ref/ops.h"
 #include "model/quant.h"
 #include "runtime/cuda_runner.h"
+#include "tests/kernels/cuda_runner/cuda_test_util.h"
 
 namespace dsv4 {
 namespace {
-
-#define SKIP_WITHOUT_GPU() \
-    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device"
-
-template <class T>
-T* to_dev(const std::vector<T>& v) {
-    T* p = nullptr;
-    EXPECT_EQ(cudaMalloc(&p, sizeof(T) * std::max<size_t>(v.size(), 1)), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(p, v.data(), sizeof(T) * v.size(), cudaMemcpyHostToDevice), cudaSuccess);
-    return p;
-}
-template <class T>
-std::vector<T> from_dev(const T* p, size_t n) {
-    std::vector<T> v(n);
-    EXPECT_EQ(cudaMemcpy(v.data(), p, sizeof(T) * n, cudaMemcpyDeviceToHost), cudaSuccess);
-    return v;
-}
 
 std::vector<float> randn(size_t n, uint32_t seed, float s = 1.0f) {
     std::mt19937 g(seed);
@@ -79,15 +63,15 @@ TEST(CudaOps, LinearAllWeightFormats) {
             desc.fmt = fmt;
             desc.N = N;
             desc.K = K;
-            desc.data = to_dev(data);
-            desc.scale = scale.empty() ? nullptr : to_dev(scale);
-            float* dx = to_dev(x);
+            desc.data = dev(data);
+            desc.scale = scale.empty() ? nullptr : dev(scale);
+            float* dx = dev(x);
             float* dy = nullptr;
             ASSERT_EQ(cudaMalloc(&dy, sizeof(float) * T * N), cudaSuccess);
             ASSERT_EQ(cuda::linear(desc, -1, dx, K, 0, 0, dy, N, T, false, nullptr), cudaSuccess);
             std::vector<float> want(size_t(T) * N);
             ref::linear(x.data(), wd.data(), want.data(), T, N, K);
-            const double e = max_abs(from_dev(dy, want.size()), want);
+            const double e = max_abs(host(dy, want.size()), want);
             std::printf("[op linear %s N=%d K=%d T=%d] max |err| %.3g\n", cuda::wfmt_name(fmt), N, K, T, e);
             EXPECT_LT(e, 2e-5) << cuda::wfmt_name(fmt);
             cudaFree(const_cast<void*>(desc.data));
@@ -105,8 +89,8 @@ TEST(CudaOps, GroupedLinearMatchesPerGroup) {
     cuda::WeightDesc desc;
     desc.N = G * orank;
     desc.K = gin;
-    desc.data = to_dev(w);
-    float* dx = to_dev(x);
+    desc.data = dev(w);
+    float* dx = dev(x);
     float* dy = nullptr;
     ASSERT_EQ(cudaMalloc(&dy, sizeof(float) * T * G * orank), cudaSuccess);
     ASSERT_EQ(cuda::linear(desc, -1, dx, G * gin, orank, gin, dy, G * orank, T, false, nullptr), cudaSuccess);
@@ -115,7 +99,7 @@ TEST(CudaOps, GroupedLinearMatchesPerGroup) {
         for (int j = 0; j < G; ++j)
             ref::linear(&x[size_t(t) * G * gin + j * gin], &w[size_t(j) * orank * gin], &want[size_t(t) * G * orank + j * orank],
                         1, orank, gin);
-    const double e = max_abs(from_dev(dy, want.size()), want);
+    const double e = max_abs(host(dy, want.size()), want);
     std::printf("[op grouped linear] max |err| %.3g\n", e);
     EXPECT_LT(e, 1e-5);
 }
@@ -129,11 +113,11 @@ TEST(CudaOps, TopkExactTiesAndNan) {
             std::vector<float> s(static_cast<size_t>(n));
             for (float& v : s) v = float(int(g() % 7)) * 0.5f;  // many ties
             if (n > 3) s[2] = NAN, s[n - 1] = -INFINITY;
-            float* ds = to_dev(s);
+            float* ds = dev(s);
             int32_t* di = nullptr;
             ASSERT_EQ(cudaMalloc(&di, sizeof(int32_t) * k), cudaSuccess);
             ASSERT_EQ(cuda::topk_rows(ds, 1, n, k, di, nullptr), cudaSuccess);
-            EXPECT_EQ(from_dev(di, size_t(k)), ref::topk_indices(s, k)) << "n=" << n << " k=" << k;
+            EXPECT_EQ(host(di, size_t(k)), ref::topk_indices(s, k)) << "n=" << n << " k=" << k;
             cudaFree(ds);
             cudaFree(di);
         }
@@ -146,11 +130,11 @@ TEST(CudaOps, ArgmaxLowestIndexOnTies) {
     l[17] = 5, l[900] = 5;           // row 0: tie -> 17
     l[1000 + 3] = NAN, l[1000 + 4] = 1;  // row 1: NaN skipped -> 4
     l[2000 + 999] = 2;                // row 2: last
-    float* dl = to_dev(l);
+    float* dl = dev(l);
     int32_t* di = nullptr;
     ASSERT_EQ(cudaMalloc(&di, sizeof(int32_t) * 3), cudaSuccess);
     ASSERT_EQ(cuda::argmax_rows(dl, 3, 1000, di, nullptr), cudaSuccess);
-    EXPECT_EQ(from_dev(di, 3), (std::vector<int32_t>{17, 4, 999}));
+    EXPECT_EQ(host(di, 3), (std::vector<int32_t>{17, 4, 999}));
     cudaFree(dl);
     cudaFree(di);
 }

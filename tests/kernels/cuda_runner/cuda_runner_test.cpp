@@ -18,12 +18,10 @@
 #include "runtime/cuda_runner.h"
 #include "runtime/ref_runner.h"
 #include "runtime/runner_factory.h"
+#include "tests/kernels/cuda_runner/cuda_test_util.h"
 
 namespace dsv4 {
 namespace {
-
-#define SKIP_WITHOUT_GPU() \
-    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device"
 
 double max_abs(const std::vector<float>& a, const std::vector<float>& b) {
     EXPECT_EQ(a.size(), b.size());

@@ -15,12 +15,10 @@
 #include "runtime/runner_factory.h"
 #include "sample/sampler.h"
 #include "sched/engine_core.h"
+#include "tests/kernels/cuda_runner/cuda_test_util.h"
 
 namespace dsv4 {
 namespace {
-
-#define SKIP_WITHOUT_GPU() \
-    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device"
 
 std::shared_ptr<const RefModel> tiny() {
     static auto m = load_ref_model("tiny", 7);

@@ -29,6 +29,7 @@
 #include "runtime/cuda_runner.h"
 #include "runtime/multi_gpu_runner.h"
 #include "runtime/runner_factory.h"
+#include "tests/kernels/cuda_runner/mid_model_config.h"
 
 namespace dsv4 {
 namespace {
@@ -141,29 +142,7 @@ std::vector<int32_t> prompt_ids(int n, int64_t vocab) {
 
 // The mid-size model of cuda_fast_e2e_test (fast MoE and linear paths), flip-free variant.
 Result<ModelConfig> mid_config(const std::filesystem::path& dir) {
-    std::ifstream in(golden_dir() + "/tiny_quant/config.json");
-    if (!in) return invalid_argument("no tiny_quant config under {}", golden_dir());
-    nlohmann::json j = nlohmann::json::parse(in);
-    j["hidden_size"] = 1024;
-    j["q_lora_rank"] = 1024;
-    j["num_attention_heads"] = 16;
-    j["head_dim"] = 512;
-    j["qk_rope_head_dim"] = 64;
-    j["o_groups"] = 8;
-    j["o_lora_rank"] = 512;
-    j["n_routed_experts"] = 16;
-    j["num_experts_per_tok"] = 4;
-    j["moe_intermediate_size"] = 1024;
-    j["num_hidden_layers"] = 3;
-    j["layer_types"] = {"sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"};
-    j["compress_ratios"] = {0, 4, 16};
-    j["mlp_layer_types"] = {"hash_moe", "hash_moe", "hash_moe"};
-    j["num_hash_layers"] = 3;
-    j["index_n_heads"] = 16;
-    j["index_head_dim"] = 128;
-    j["index_topk"] = 32;
-    j["sliding_window"] = 16;
-    j["vocab_size"] = 512;
+    DSV4_ASSIGN_OR_RETURN(nlohmann::json j, mid_model_config(golden_dir(), /*flip_free=*/true));
     std::filesystem::create_directories(dir);
     std::ofstream(dir / "config.json") << j.dump(2);
     return ModelConfig::from_file((dir / "config.json").string());

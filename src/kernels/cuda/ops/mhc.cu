@@ -253,7 +253,7 @@ __global__ void mhc_post_kernel(float* X, const float* __restrict__ y, const flo
 }
 }  // namespace
 
-int mhc_mix_chunks(int T, const MhcArgs& a, bool /*head*/) {
+int mhc_mix_chunks(int T, const MhcArgs& a) {
     if (!a.mix_ws || a.n != 4 || T <= 0) return 1;
     const int64_t width = int64_t(a.n) * a.d;
     // Chunks of 256 elements up to 8 tokens (one element per thread: at batch 1 the 16384-wide
@@ -283,7 +283,7 @@ cudaError_t launch_mix(const float* X, const int32_t* rows, int T, const MhcArgs
     *chunks = 1;
     if (!a.mix_ws) return cudaSuccess;
     const int n_mix = head ? a.n : (2 + a.n) * a.n;
-    const int c = mhc_mix_chunks(T, a, head);
+    const int c = mhc_mix_chunks(T, a);
     if (c > 1) {
         *chunks = c;
         // Fewer chunks than n d / 512 when the workspace is short (prefill): wider chunks, same cover.
@@ -307,7 +307,7 @@ cudaError_t mhc_pre_mix(const float* X, int T, const MhcArgs& a, cudaStream_t st
 cudaError_t mhc_pre_apply(const float* X, int T, const MhcArgs& a, float* coeffs, float* xn, cudaStream_t st) {
     if (T <= 0) return cudaSuccess;
     if (a.n > 8) return cudaErrorInvalidValue;
-    const int chunks = a.mix_ws ? mhc_mix_chunks(T, a, false) : 1;
+    const int chunks = a.mix_ws ? mhc_mix_chunks(T, a) : 1;
     bool staged = false;
     const size_t smem = mhc_smem(X, a, &staged);
     cudaError_t e = cudaSuccess;

@@ -102,7 +102,7 @@ struct MhcArgs {
 };
 // Number of n*d chunks per token the mixing dot products are split into for T tokens (1 when
 // the workspace has no room for more or n != 4); each chunk is one CTA of mhc_mix_chunk_kernel.
-int mhc_mix_chunks(int T, const MhcArgs& a, bool head);
+int mhc_mix_chunks(int T, const MhcArgs& a);
 // Per token: Sinkhorn coefficients of X[t] (stored to coeffs [T, 24]), u = collapse, xn = rmsnorm(u).
 cudaError_t mhc_pre(const float* X, int T, const MhcArgs& a, float* coeffs, float* xn, cudaStream_t st);
 // mhc_pre in its two launches (the op profiler times them apart): the mixing dot products into
