@@ -205,9 +205,11 @@ TEST(CudaOpsPaged, IndexerTopkExactWithTies) {
 }
 
 // d = 96: 2 chunks; d = 1000: n d = 4000 splits into 16 chunks of 256 (the last partial); d = 98:
-// not a multiple of 4, so mhc_kernel reads x and the norm weight from global memory.
-void check_mhc(int d) {
-    const int n = 4, T = 5, mix = (2 + n) * n;
+// not a multiple of 4, so mhc_kernel reads x and the norm weight from global memory. T > 8: chunks
+// of 512 run as token groups (mhc_mix_tokens_kernel: 16 tokens per CTA, the last group partial and
+// odd), the head over 11 of the T rows.
+void check_mhc(int d, int T = 5) {
+    const int n = 4, mix = (2 + n) * n;
     std::mt19937 g(9);
     std::normal_distribution<float> nd(0.f, 1.f);
     auto rv = [&](size_t k, float s) {
@@ -222,21 +224,26 @@ void check_mhc(int d) {
     float *dhfn = dev(hfn), *dhbase = dev(hbase), *dhscale = dev(hscale), *coeffs = nullptr, *xn = nullptr, *hn = nullptr;
     ASSERT_EQ(cudaMalloc(&coeffs, sizeof(float) * T * 24), cudaSuccess);
     ASSERT_EQ(cudaMalloc(&xn, sizeof(float) * T * d), cudaSuccess);
-    ASSERT_EQ(cudaMalloc(&hn, sizeof(float) * T * d), cudaSuccess);
+    std::vector<int32_t> rows = {4, 0, 2};
+    if (T > 8) {
+        rows.clear();
+        for (int r = 0; r < 11; ++r) rows.push_back(int32_t((7 * r + 3) % T));
+    }
+    const int R = int(rows.size());
+    ASSERT_EQ(cudaMalloc(&hn, sizeof(float) * R * d), cudaSuccess);
     // Four forms: one CTA per token; the dot products over (token, mix) CTAs (workspace of T
     // rows); over (token, chunk) CTAs (workspace of 32 T rows: chunks of 256 at T <= 8); and over 3 wider
     // chunks per token (workspace of 3 T rows, as a prefill step with a short workspace).
     double* dmix = nullptr;
     ASSERT_EQ(cudaMalloc(&dmix, sizeof(double) * 32 * T * (mix + 1)), cudaSuccess);
-    std::vector<int32_t> rows = {4, 0, 2};
     int32_t* drows = dev(rows);
     for (int use_ws = 0; use_ws < 4; ++use_ws) {
         SCOPED_TRACE(use_ws == 0 ? "one CTA per token" : use_ws == 1 ? "mix workspace" : use_ws == 2 ? "chunked mix workspace" : "3 wide chunks");
         const int64_t ws_rows = use_ws == 2 ? 32 * T : use_ws == 3 ? 3 * T : T;
         ASSERT_EQ(cudaMemcpy(dX, X.data(), sizeof(float) * X.size(), cudaMemcpyHostToDevice), cudaSuccess);
         const cuda::MhcArgs a{dfn, dbase, dscale, dnorm, n, d, 20, 1e-6f, 1e-6f, use_ws ? dmix : nullptr, ws_rows};
-        // T = 5 <= 8: chunks of 256 elements, as many as the workspace holds (32 or 3 per token).
-        const int want = (n * d + 255) / 256;
+        // Chunks of 256 elements up to 8 tokens, 512 above, as many as the workspace holds (32 or 3 per token).
+        const int chunk = T <= 8 ? 256 : 512, want = (n * d + chunk - 1) / chunk;
         if (use_ws == 2) EXPECT_EQ(cuda::mhc_mix_chunks(T, a), want < 2 ? 1 : std::min(want, 32));
         if (use_ws == 3) EXPECT_EQ(cuda::mhc_mix_chunks(T, a), want < 2 ? 1 : std::min(want, 3));
         ASSERT_EQ(cuda::mhc_pre(dX, T, a, coeffs, xn, nullptr), cudaSuccess);
@@ -244,8 +251,8 @@ void check_mhc(int d) {
         ASSERT_EQ(cuda::mhc_post(dX, dy, coeffs, T, n, d, nullptr), cudaSuccess);
         const auto gX = host(dX, X.size());
         const cuda::MhcArgs ha{dhfn, dhbase, dhscale, dnorm, n, d, 0, 1e-6f, 1e-6f, use_ws ? dmix : nullptr, ws_rows};
-        ASSERT_EQ(cuda::mhc_head(dX, drows, 3, ha, hn, nullptr), cudaSuccess);
-        const auto ghn = host(hn, size_t(3) * d);
+        ASSERT_EQ(cuda::mhc_head(dX, drows, R, ha, hn, nullptr), cudaSuccess);
+        const auto ghn = host(hn, size_t(R) * d);
         double e_pre = 0, e_post = 0, e_head = 0;
         std::vector<float> Xc = X;
         const ref::MhcParams mp{fn.data(), base.data(), scale.data(), n, d, 20, 1e-6f, 1e-6f};
@@ -259,13 +266,13 @@ void check_mhc(int d) {
             ref::mhc_expand(&Xc[size_t(t) * n * d], &y[size_t(t) * d], c, n, d);
         }
         for (size_t i = 0; i < X.size(); ++i) e_post = std::max(e_post, double(std::fabs(Xc[i] - gX[i])));
-        for (int r = 0; r < 3; ++r) {
+        for (int r = 0; r < R; ++r) {
             std::vector<float> h(d), want(d);
             ref::mhc_head(&Xc[size_t(rows[r]) * n * d], hfn.data(), hbase.data(), hscale.data(), n, d, 1e-6f, 1e-6f, h.data());
             ref::rms_norm(h.data(), norm.data(), want.data(), 1, d, 1e-6f);
             for (int i = 0; i < d; ++i) e_head = std::max(e_head, double(std::fabs(want[i] - ghn[size_t(r) * d + i])));
         }
-        std::printf("[op mhc d=%d%s] pre+norm max |err| %.3g, post %.3g, head+norm %.3g\n", d,
+        std::printf("[op mhc d=%d T=%d%s] pre+norm max |err| %.3g, post %.3g, head+norm %.3g\n", d, T,
                     use_ws == 1 ? " mix-ws" : use_ws == 2 ? " mix-ws chunked" : use_ws == 3 ? " mix-ws 3 chunks" : "", e_pre, e_post, e_head);
         EXPECT_LT(e_pre, 1e-4);
         EXPECT_LT(e_post, 1e-4);
@@ -282,6 +289,8 @@ TEST(CudaOps, MhcPrePostHead) {
     check_mhc(96);    // x and the norm weight staged in shared memory
     check_mhc(1000);  // staged, 16 mixing chunks
     check_mhc(98);    // d % 4 != 0: read from global memory
+    check_mhc(1000, 19);  // 8 chunks of 500 as token groups (16 + 3 tokens); 3 wide chunks: per-token form
+    check_mhc(4096, 40);  // the Flash width: 32 chunks of 512, 3 token groups
 }
 
 }  // namespace

@@ -721,13 +721,19 @@ struct IndexerCase {
     int IH, ID, K;
     std::vector<int> batches;
     std::vector<int64_t> pos_cycle;  // positions of the sequences, cycled
+    bool bf16_rows = false;          // index rows stored as bf16 (the CUDA runner's format), else f32
+    bool real_values = false;        // random reals instead of small integers (exact in any order)
+    int64_t idx_row_off = 100;       // word offset of the rows in a page (odd: bf16 rows read per element)
 };
 
 // Small heads (the old per-key form's shapes) and the Flash indexer (64 heads x 128, top-512, up
-// to 2102 candidates: the tiled scorer, several 64-key tiles, the last one partial).
-void check_indexer_case(BigPool& bp, const IndexerCase& ic, int& seqs, int& ties_total) {
+// to 2102 candidates: the FP64 tensor-core scorer, several 64-key tiles, the last one partial).
+// Integer data: scores exact, many ties, so the selection must equal the CPU's. Real data: scores
+// within one f32 ulp of the CPU's double sum, and the selection exact over the GPU's own scores.
+void check_indexer_case(BigPool& bp, const IndexerCase& ic, int& seqs, int& ties_total, double& worst_rel) {
     const int r = 4, IH = ic.IH, ID = ic.ID, K = ic.K;
-    const int64_t idx_row_off = 100;  // not aligned to anything
+    const int64_t idx_row_off = ic.idx_row_off;
+    const int64_t row_words = ic.bf16_rows ? ID / 2 : ID;
     const int64_t max_pos = *std::max_element(ic.pos_cycle.begin(), ic.pos_cycle.end());
     for (int B : ic.batches) {
         std::mt19937 g(71 + B + IH);
@@ -741,18 +747,29 @@ void check_indexer_case(BigPool& bp, const IndexerCase& ic, int& seqs, int& ties
             const int64_t n_c = (pos[s] + 1) / r;
             for (int i = 0; i < pt_stride; ++i) tables[size_t(s) * pt_stride + i] = (next -= 3 + int32_t(g() % 50));
             rows[s].resize(size_t(n_c) * ID);
-            for (float& v : rows[s]) v = float(int(g() % 5) - 2);  // integers: many exactly tied scores
+            std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+            for (float& v : rows[s]) {
+                v = ic.real_values ? u(g) : float(int(g() % 5) - 2);  // integers: many exactly tied scores
+                if (ic.bf16_rows) v = round_bf16(v);
+            }
             for (int64_t w = 0; w < n_c; ++w) {
                 const int64_t page = tables[size_t(s) * pt_stride + 1 + (w * r) / BigPool::page_tokens];
                 const int64_t slot = ((w * r) % BigPool::page_tokens) / r;
-                ASSERT_EQ(cudaMemcpy(bp.base + page * BigPool::pe + idx_row_off + slot * ID, &rows[s][size_t(w) * ID],
-                                     sizeof(float) * ID, cudaMemcpyHostToDevice),
-                          cudaSuccess);
+                float* dst = bp.base + page * BigPool::pe + idx_row_off + slot * row_words;
+                if (ic.bf16_rows) {
+                    std::vector<uint16_t> b(static_cast<size_t>(ID));
+                    for (int i = 0; i < ID; ++i) b[size_t(i)] = f32_to_bf16(rows[s][size_t(w) * ID + i]);
+                    ASSERT_EQ(cudaMemcpy(dst, b.data(), 2 * size_t(ID), cudaMemcpyHostToDevice), cudaSuccess);
+                } else {
+                    ASSERT_EQ(cudaMemcpy(dst, &rows[s][size_t(w) * ID], sizeof(float) * ID, cudaMemcpyHostToDevice),
+                              cudaSuccess);
+                }
             }
         }
         std::vector<float> q(size_t(B) * IH * ID), hw(size_t(B) * IH);
-        for (float& v : q) v = float(int(g() % 5) - 2);
-        for (float& v : hw) v = (g() % 2) ? 0.5f : 1.0f;
+        std::uniform_real_distribution<float> uq(-1.0f, 1.0f), uw(0.05f, 1.0f);
+        for (float& v : q) v = ic.real_values ? uq(g) : float(int(g() % 5) - 2);
+        for (float& v : hw) v = ic.real_values ? uw(g) : ((g() % 2) ? 0.5f : 1.0f);
         std::vector<int32_t> tb(B), nt(B, 1), toks(B, 0), ps(B);
         for (int s = 0; s < B; ++s) tb[s] = s, ps[s] = int32_t(pos[s]);
         DevFree F;
@@ -766,7 +783,7 @@ void check_indexer_case(BigPool& bp, const IndexerCase& ic, int& seqs, int& ties
         plan.tokens = F(dev(toks));
         plan.pos = F(dev(ps));
         cuda::PagePool pool{bp.base, BigPool::pe, 1, BigPool::page_tokens, cuda::RowFormat{0, ID, 0, ID},
-                            cuda::RowFormat{0, ID, 0, ID}};
+                            cuda::RowFormat{ic.bf16_rows ? 1 : 0, ID, 0, int32_t(row_words)}};
         const int64_t max_rows = (max_pos + 1) / r + 64;
         float* scores = nullptr;
         int32_t *sel = nullptr, *n_sel = nullptr;
@@ -801,8 +818,19 @@ void check_indexer_case(BigPool& bp, const IndexerCase& ic, int& seqs, int& ties
                     }
                     sc[c] = float(acc);
                 }
+                const auto gsc = host(scores + int64_t(s) * max_rows, size_t(n_c));
+                for (int64_t c = 0; c < n_c; ++c) {
+                    const double d = std::fabs(double(gsc[size_t(c)]) - sc[size_t(c)]);
+                    if (!ic.real_values) {
+                        EXPECT_EQ(gsc[size_t(c)], sc[size_t(c)]) << "seq " << s << " row " << c;
+                    } else {
+                        const double ulp = std::ldexp(1.0, std::ilogb(std::max(std::fabs(sc[size_t(c)]), 1e-30f)) - 23);
+                        EXPECT_LE(d, ulp) << "seq " << s << " row " << c << ": " << gsc[size_t(c)] << " vs " << sc[size_t(c)];
+                    }
+                    worst_rel = std::max(worst_rel, d / std::max(1e-30, double(std::fabs(sc[size_t(c)]))));
+                }
                 for (int64_t i = 1; i < n_c; ++i) ties_total += std::count(sc.begin(), sc.begin() + i, sc[i]) > 0;
-                const auto want = ref::topk_indices(sc, int(std::min<int64_t>(K, n_c)));
+                const auto want = ref::topk_indices(ic.real_values ? gsc : sc, int(std::min<int64_t>(K, n_c)));
                 ASSERT_EQ(gn[s], int32_t(want.size())) << "seq " << s << " n_c " << n_c;
                 EXPECT_EQ(std::vector<int32_t>(gs.begin() + s * K, gs.begin() + s * K + gn[s]), want) << "seq " << s;
                 for (int i = gn[s]; i < K; ++i) EXPECT_EQ(gs[size_t(s) * K + i], -1) << "seq " << s << " slot " << i << " written";
@@ -816,17 +844,31 @@ TEST(CudaOpsEdge, IndexerTopkEdgeShapes) {
     SKIP_WITHOUT_GPU();
     BigPool bp;
     int seqs = 0, ties = 0;
+    double worst = 0;
     // n_c = 0 (B03), 1 (first row), 15, 16 (= top-k), 17 and 60 candidates for top-16.
-    check_indexer_case(bp, {4, 32, 16, {1, 33}, {2, 3, 63, 64, 71, 240, 0}}, seqs, ties);
+    check_indexer_case(bp, {4, 32, 16, {1, 33}, {2, 3, 63, 64, 71, 240, 0}}, seqs, ties, worst);
     std::printf("[op indexer top-k edge] %d sequences (batch 1 and 33; 0, 1, 15, 16, 17, 60 candidates for top-16), "
                 "%d tied scores: selections identical to the CPU and across 3 runs\n", seqs, ties);
     seqs = 0, ties = 0;
     // Flash indexer shape: n_c = 0, 1, 64, 65, 66, 513, 514, 2102 candidates for top-512.
-    // Batch 40: the score grid (about 4 waves of CTAs) is shorter than the 33 key tiles of the
+    // Batch 40: the score grid (about 2 waves of CTAs) is shorter than the 33 key tiles of the
     // longest sequence, so CTAs walk several tiles.
-    check_indexer_case(bp, {64, 128, 512, {1, 9, 40}, {2, 3, 255, 259, 8407, 2051, 2055, 263, 0}}, seqs, ties);
-    std::printf("[op indexer top-k edge] Flash shape 64 x 128: %d sequences (0 .. 2102 candidates for top-512), "
-                "%d tied scores: selections identical to the CPU and across 3 runs\n", seqs, ties);
+    const std::vector<int64_t> flash_pos = {2, 3, 255, 259, 8407, 2051, 2055, 263, 0};
+    check_indexer_case(bp, {64, 128, 512, {1, 9, 40}, flash_pos}, seqs, ties, worst);
+    // The same with bf16 rows, odd word offset (element loads) and even (8-byte loads).
+    check_indexer_case(bp, {64, 128, 512, {9}, flash_pos, true, false, 101}, seqs, ties, worst);
+    check_indexer_case(bp, {64, 128, 512, {40}, flash_pos, true, false, 128}, seqs, ties, worst);
+    std::printf("[op indexer top-k edge] Flash shape 64 x 128, f32 and bf16 rows: %d sequences (0 .. 2102 candidates "
+                "for top-512), %d tied scores: scores and selections identical to the CPU and across 3 runs\n",
+                seqs, ties);
+    seqs = 0, ties = 0;
+    // Random reals (no ties): scores within one f32 ulp of the CPU's double sum; 64, 48 and 16 heads
+    // (padded head tiles), bf16 rows with 8-byte loads, ID 64.
+    check_indexer_case(bp, {64, 128, 512, {9, 40}, flash_pos, true, true, 128}, seqs, ties, worst);
+    check_indexer_case(bp, {48, 128, 512, {9}, flash_pos, false, true}, seqs, ties, worst);
+    check_indexer_case(bp, {16, 64, 32, {33}, flash_pos, true, true, 64}, seqs, ties, worst);
+    std::printf("[op indexer scores] random reals: %d sequences, worst relative score error %.3g vs the CPU (double)\n",
+                seqs, worst);
 }
 
 TEST(CudaOpsEdge, TopkExactAtB08Sizes) {

@@ -20,7 +20,9 @@ template <class T>
 T* dev(const std::vector<T>& v) {
     T* p = nullptr;
     EXPECT_EQ(cudaMalloc(&p, sizeof(T) * std::max<size_t>(v.size(), 1)), cudaSuccess);
-    if (!v.empty()) EXPECT_EQ(cudaMemcpy(p, v.data(), sizeof(T) * v.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    if (!v.empty()) {
+        EXPECT_EQ(cudaMemcpy(p, v.data(), sizeof(T) * v.size(), cudaMemcpyHostToDevice), cudaSuccess);
+    }
     return p;
 }
 
@@ -28,7 +30,9 @@ T* dev(const std::vector<T>& v) {
 template <class T>
 std::vector<T> host(const T* p, size_t n) {
     std::vector<T> v(n);
-    if (n) EXPECT_EQ(cudaMemcpy(v.data(), p, sizeof(T) * n, cudaMemcpyDeviceToHost), cudaSuccess);
+    if (n) {
+        EXPECT_EQ(cudaMemcpy(v.data(), p, sizeof(T) * n, cudaMemcpyDeviceToHost), cudaSuccess);
+    }
     return v;
 }
 

@@ -101,6 +101,91 @@ __global__ void __launch_bounds__(kMixThreads) mhc_mix_chunk_kernel(const float*
     }
 }
 
+// Token-group form for larger batches, grid (chunks, ceil(T / kMixTokensPerCta)): the CTA stages
+// its chunk of the NM mixing rows in shared memory once and each warp runs 2 tokens over it (lanes
+// stride the chunk; per-lane sums in element order, then a warp tree), writing the same chunk
+// partials as mhc_mix_chunk_kernel. Why: the per-token form re-reads the 1.5 MB f32 mixing matrix
+// from L2 once per token (100 MB per call at batch 64: ~42 us per mhc_pre, docs/perf/ledger.md E16);
+// here once per 16 tokens.
+constexpr int kMixTokensPerCta = 16;  // 8 warps x 2 tokens
+constexpr int kMixMaxChunkTok = 1024; // elements per chunk this form stages (NM 24: 96 KB)
+template <int NM>
+__global__ void __launch_bounds__(kMixThreads) mhc_mix_tokens_kernel(const float* __restrict__ X,
+                                                                     const int32_t* __restrict__ rows, MhcArgs a,
+                                                                     int64_t ch, int T) {
+    extern __shared__ __align__(16) float fs[];  // [NM][ch]
+    const int64_t width = int64_t(a.n) * a.d;
+    const int64_t i0 = int64_t(blockIdx.x) * ch;
+    const int len = int(i0 + ch < width ? ch : width - i0);
+    // Staged 16 bytes at a time (launch_mix guarantees alignment: width, ch % 4 == 0), in batches of
+    // 8 independent loads per thread: a load-then-store loop would be a chain of NM ch / 256
+    // dependent round trips to DRAM.
+    constexpr int kBatch = 8;
+    const int len4 = len / 4, n4 = NM * len4;
+    for (int j0 = threadIdx.x; j0 < n4; j0 += kMixThreads * kBatch) {
+        float4 v[kBatch];
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+            const int j = j0 + b * kMixThreads;
+            v[b] = j < n4 ? __ldg(reinterpret_cast<const float4*>(a.fn + int64_t(j / len4) * width + i0) + j % len4)
+                          : make_float4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int b = 0; b < kBatch; ++b) {
+            const int j = j0 + b * kMixThreads;
+            if (j < n4) reinterpret_cast<float4*>(fs + (j / len4) * ch)[j % len4] = v[b];
+        }
+    }
+    __syncthreads();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int tb = blockIdx.y * kMixTokensPerCta + 2 * warp;  // this warp's first token slot
+    if (tb >= T) return;
+    const bool two = tb + 1 < T;
+    const int64_t ta = rows ? rows[tb] : tb, tc = two ? (rows ? rows[tb + 1] : tb + 1) : ta;
+    const float* xa = X + ta * width + i0;
+    const float* xc = X + tc * width + i0;
+    double acc[2][NM + 1];
+#pragma unroll
+    for (int r = 0; r <= NM; ++r) acc[0][r] = acc[1][r] = 0.0;
+    // x in batches of 8 elements per lane, loaded before use (independent L2 round trips).
+    for (int i0l = lane; i0l < len; i0l += 32 * 8) {
+        float xva[8], xvc[8];
+#pragma unroll
+        for (int b = 0; b < 8; ++b) {
+            const int i = i0l + 32 * b;
+            xva[b] = i < len ? xa[i] : 0.0f;
+            xvc[b] = i < len ? xc[i] : 0.0f;
+        }
+#pragma unroll
+        for (int b = 0; b < 8; ++b) {
+            const int i = i0l + 32 * b;
+            if (i >= len) break;
+            const double va = xva[b], vc = xvc[b];
+#pragma unroll
+            for (int r = 0; r < NM; ++r) {
+                const double f = fs[r * ch + i];
+                acc[0][r] += f * va;
+                acc[1][r] += f * vc;
+            }
+            acc[0][NM] += va * va;
+            acc[1][NM] += vc * vc;
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < 2; ++k)
+#pragma unroll
+        for (int r = 0; r <= NM; ++r) acc[k][r] = warp_sum_d(acc[k][r]);
+    if (lane == 0) {
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+            if (k == 1 && !two) break;
+            double* out = a.mix_ws + (int64_t(tb + k) * gridDim.x + blockIdx.x) * (NM + 1);
+#pragma unroll
+            for (int r = 0; r <= NM; ++r) out[r] = acc[k][r];
+        }
+    }
+}
+
 // X: [T, n, d]; coeffs: [T, 24] (pre n, post n, comb n*n); xn: [T, d]. head: rows != null.
 template <bool kHead>
 __global__ void mhc_kernel(const float* __restrict__ X, const int32_t* __restrict__ rows, MhcArgs a,
@@ -288,8 +373,20 @@ cudaError_t launch_mix(const float* X, const int32_t* rows, int T, const MhcArgs
         *chunks = c;
         // Fewer chunks than n d / 512 when the workspace is short (prefill): wider chunks, same cover.
         const int64_t width = int64_t(a.n) * a.d, ch = (width + c - 1) / c;
-        if (head) mhc_mix_chunk_kernel<4><<<dim3(unsigned(T), unsigned(c)), kMixThreads, 0, st>>>(X, rows, a, ch);
-        else mhc_mix_chunk_kernel<24><<<dim3(unsigned(T), unsigned(c)), kMixThreads, 0, st>>>(X, rows, a, ch);
+        if (T > 8 && ch <= kMixMaxChunkTok && ch % 4 == 0 && width % 4 == 0 &&
+            reinterpret_cast<uintptr_t>(a.fn) % 16 == 0) {  // token groups share each staged chunk of the mixing rows
+            const dim3 grid(unsigned(c), unsigned((T + kMixTokensPerCta - 1) / kMixTokensPerCta));
+            const int smem = int(sizeof(float) * size_t(head ? 4 : 24) * size_t(ch));
+            cudaError_t e = head ? cudaFuncSetAttribute(mhc_mix_tokens_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)
+                                 : cudaFuncSetAttribute(mhc_mix_tokens_kernel<24>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+            if (e != cudaSuccess) return e;
+            if (head) mhc_mix_tokens_kernel<4><<<grid, kMixThreads, smem, st>>>(X, rows, a, ch, T);
+            else mhc_mix_tokens_kernel<24><<<grid, kMixThreads, smem, st>>>(X, rows, a, ch, T);
+        } else if (head) {
+            mhc_mix_chunk_kernel<4><<<dim3(unsigned(T), unsigned(c)), kMixThreads, 0, st>>>(X, rows, a, ch);
+        } else {
+            mhc_mix_chunk_kernel<24><<<dim3(unsigned(T), unsigned(c)), kMixThreads, 0, st>>>(X, rows, a, ch);
+        }
     } else {
         mhc_mix_kernel<<<dim3(unsigned(T), unsigned(n_mix + 1)), 256, 0, st>>>(X, rows, a, n_mix);
     }
