@@ -206,6 +206,19 @@ __global__ void mhc_kernel(const float* __restrict__ X, const int32_t* __restric
     // DRAM) were the bulk of a ~45 us call at batch 1.
     float* xs = u + d;
     float* ns = xs + width;
+    // The chunk partials of the mixing dots (<= 64 x 25 doubles) are loaded into registers first, so
+    // their round trip overlaps the staging below instead of following it.
+    __shared__ double part[kMaxMixChunks * 25 > kMaxMix + 1 ? kMaxMixChunks * 25 : kMaxMix + 1];  // chunks x (n_mix + 1)
+    constexpr int kPartPerThread = 8;  // 8 x 256 threads >= kMaxMixChunks * 25
+    double pv[kPartPerThread];
+    if (a.mix_ws) {
+        const double* mw = a.mix_ws + int64_t(blockIdx.x) * chunks * nm1;
+#pragma unroll
+        for (int b = 0; b < kPartPerThread; ++b) {
+            const int j = int(threadIdx.x) + b * int(blockDim.x);
+            pv[b] = j < chunks * nm1 ? mw[j] : 0.0;
+        }
+    }
     if (staged) {
         auto copy4 = [&](const float* src, float* dst, int64_t n4) {
             const float4* s4 = reinterpret_cast<const float4*>(src);
@@ -235,10 +248,12 @@ __global__ void mhc_kernel(const float* __restrict__ X, const int32_t* __restric
     for (int r = threadIdx.x; r < n_mix; r += blockDim.x) sbase[r] = a.base[r];
     if (threadIdx.x < (kHead ? 1 : 3)) sscale[threadIdx.x] = a.scale[threadIdx.x];
     if (a.mix_ws) {  // dot products precomputed by mhc_mix_kernel / mhc_mix_chunk_kernel (chunk partials)
-        __shared__ double part[kMaxMixChunks * 25 > kMaxMix + 1 ? kMaxMixChunks * 25 : kMaxMix + 1];  // chunks x (n_mix + 1)
         __shared__ double ss;
-        const double* mw = a.mix_ws + int64_t(blockIdx.x) * chunks * nm1;
-        for (int j = threadIdx.x; j < chunks * nm1; j += blockDim.x) part[j] = mw[j];
+#pragma unroll
+        for (int b = 0; b < kPartPerThread; ++b) {
+            const int j = int(threadIdx.x) + b * int(blockDim.x);
+            if (j < chunks * nm1) part[j] = pv[b];
+        }
         __syncthreads();
         for (int r = threadIdx.x; r <= n_mix; r += blockDim.x) {
             double v = 0.0;
@@ -281,7 +296,22 @@ __global__ void mhc_kernel(const float* __restrict__ X, const int32_t* __restric
         for (int k = 0; k < n; ++k) C[j * n + k] = C[j * n + k] / sum + a.hc_eps;
     }
     __syncthreads();
-    if (!kHead && n == 4 && threadIdx.x < 32) sinkhorn_warp4(C, a.sinkhorn_iters, a.hc_eps);
+    // n = 4: the last warp runs the Sinkhorn and writes the coefficients while the other warps
+    // collapse and normalise (their reduction syncs only them, on barrier 1), so the Sinkhorn's
+    // ~40 dependent divisions are off the path of xn. Otherwise thread 0 does it serially first.
+    const bool sk_warp = !kHead && n == 4;
+    const int ct = sk_warp ? int(blockDim.x) - 32 : int(blockDim.x);  // collapse threads
+    auto write_coeffs = [&]() {
+        float* c = coeffs + t * (2 * n + n * n);
+        for (int j = 0; j < n; ++j) c[j] = pre[j];
+        for (int j = 0; j < n; ++j) c[n + j] = post[j];
+        for (int j = 0; j < n * n; ++j) c[2 * n + j] = C[j];
+    };
+    if (sk_warp && warp == nw - 1) {
+        sinkhorn_warp4(C, a.sinkhorn_iters, a.hc_eps);
+        if (lane == 0) write_coeffs();
+        return;
+    }
     if (threadIdx.x == 0) {
         if (!kHead) {
             if (n != 4) for (int it = 0; it < a.sinkhorn_iters; ++it) {
@@ -297,26 +327,26 @@ __global__ void mhc_kernel(const float* __restrict__ X, const int32_t* __restric
                     for (int j = 0; j < n; ++j) C[j * n + k] /= (s + a.hc_eps);
                 }
             }
-            float* c = coeffs + t * (2 * n + n * n);
-            for (int j = 0; j < n; ++j) c[j] = pre[j];
-            for (int j = 0; j < n; ++j) c[n + j] = post[j];
-            for (int j = 0; j < n * n; ++j) c[2 * n + j] = C[j];
+            if (n != 4) write_coeffs();
         }
     }
-    // No barrier: the collapse needs only pre[], so the other warps start it while warp 0 (thread
-    // 0 for n != 4) runs the Sinkhorn iterations (block_sum_d below synchronises).
     double su = 0.0;
 #pragma unroll 4
-    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+    for (int i = threadIdx.x; i < d; i += ct) {
         float acc = 0.0f;
         for (int j = 0; j < n; ++j) acc += pre[j] * xc[int64_t(j) * d + i];
         u[i] = acc;
         su += double(acc) * acc;
     }
-    su = block_sum_d(su, red);
+    // Sum over the ct collapse threads (warps 0 .. ct / 32 - 1), in warp order.
+    su = warp_sum_d(su);
+    if (lane == 0) red[warp] = su;
+    asm volatile("bar.sync 1, %0;" ::"r"(ct) : "memory");
+    su = 0.0;
+    for (int w = 0; w < ct / 32; ++w) su += red[w];
     const float inv = 1.0f / sqrtf(float(su / double(d)) + a.rms_eps);
     float* o = xn + int64_t(blockIdx.x) * d;
-    for (int i = threadIdx.x; i < d; i += blockDim.x) o[i] = u[i] * inv * nc[i];
+    for (int i = threadIdx.x; i < d; i += ct) o[i] = u[i] * inv * nc[i];
 }
 
 // X: [T, n, d] in place; y: [T, d]; coeffs: [T, 2n + n*n]
