@@ -207,6 +207,7 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
     }
     if (const char* g = std::getenv("DSV4_CUDA_GRAPHS"); g && std::strcmp(g, "0") == 0) opt_.use_graphs = false;
     if (const char* f = std::getenv("DSV4_FAST_KERNELS"); f && std::strcmp(f, "0") == 0) opt_.fast_attention = false;
+    if (const char* f = std::getenv("DSV4_FUSE_MHC"); f && std::strcmp(f, "0") == 0) opt_.fuse_mhc_post_mix = false;
 
     // Page pool (4-byte words; rows in the layout's format, kv_rows resolved by make_cuda_runner).
     pool_.page_elems = layout_.page_elems;
@@ -671,21 +672,35 @@ Status CudaRunner::run_step(int B, int T, int max_t, int R) {
     mark("reset+embed");
     DSV4_CU(cuda::reset_state(sp, pool_, layout_.state_elems, ws_.gate_off, ws_.gate_len, n_gate_ranges_, st));
     DSV4_CU(cuda::embed(w_.embed, ws_.tokens, T, n, ws_.X, st));
-    for (int l = 0; l < cfg_.n_layers; ++l) {
+    // The mHC sites in order: (layer, 0 = attention, 1 = MoE).
+    auto site_args = [&](int l, int site) {
         const DevLayer& L = w_.layers[l];
+        const DevMhc& m = site == 0 ? L.hc_attn : L.hc_ffn;
+        return cuda::MhcArgs{m.fn, m.base, m.scale, site == 0 ? L.attn_norm : L.ffn_norm, n, d,
+                             cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps), eps, ws_.mhc_mix, ws_.mhc_mix_rows};
+    };
+    bool mixed = false;  // the previous site's expand already produced this site's mixing partials
+    for (int l = 0; l < cfg_.n_layers; ++l) {
         for (int site = 0; site < 2; ++site) {
-            const DevMhc& m = site == 0 ? L.hc_attn : L.hc_ffn;
-            const cuda::MhcArgs ma{m.fn, m.base, m.scale, site == 0 ? L.attn_norm : L.ffn_norm, n, d,
-                                   cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps), eps, ws_.mhc_mix,
-                                   ws_.mhc_mix_rows};
-            mark("mhc_pre: mixing dots");
-            DSV4_CU(cuda::mhc_pre_mix(ws_.X, T, ma, st));
+            const cuda::MhcArgs ma = site_args(l, site);
+            if (!mixed) {
+                mark("mhc_pre: mixing dots");
+                DSV4_CU(cuda::mhc_pre_mix(ws_.X, T, ma, st));
+            }
             mark("mhc_pre: sinkhorn+collapse+norm");
             DSV4_CU(cuda::mhc_pre_apply(ws_.X, T, ma, ws_.coeffs, ws_.xn, st));
             if (site == 0) DSV4_RETURN_IF_ERROR(attention(l, sp, T, max_t, splits));
             else DSV4_RETURN_IF_ERROR(moe(l, T));
-            mark("mhc_post");
-            DSV4_CU(cuda::mhc_post(ws_.X, ws_.y, ws_.coeffs, T, n, d, st));
+            const bool last = l + 1 == cfg_.n_layers && site == 1;
+            const cuda::MhcArgs next = last ? ma : site_args(site == 0 ? l : l + 1, 1 - site);
+            mixed = !last && opt_.fuse_mhc_post_mix && cuda::mhc_post_mix_fusable(T, next);
+            if (mixed) {
+                mark("mhc_post (+ next mixing dots)");
+                DSV4_CU(cuda::mhc_post_mix(ws_.X, ws_.y, ws_.coeffs, T, next, st));
+            } else {
+                mark("mhc_post");
+                DSV4_CU(cuda::mhc_post(ws_.X, ws_.y, ws_.coeffs, T, n, d, st));
+            }
         }
     }
     mark("head (mhc+norm+lm_head)");

@@ -41,6 +41,8 @@ struct CudaRunnerOptions {
     bool side_streams = true;     // independent work on forked streams inside the step (graph branches): the
                                   // attention projections (q | kv | compressor | indexer) and the shared
                                   // expert beside routing + routed experts; DSV4_SIDE_STREAMS=0 serialises
+    bool fuse_mhc_post_mix = true;  // at <= 8 tokens, each mHC expand also computes the next site's mixing dot
+                                    // products (cuda::mhc_post_mix); DSV4_FUSE_MHC=0 keeps two launches
     bool verbose = true;          // print the weight summary and the variant table at start-up
     // Expert parallelism (docs/design.md): rank ep_rank of ep_size holds the routed experts
     // [r*E/N, (r+1)*E/N) only; everything else is replicated and every rank runs the same batch.

@@ -284,6 +284,64 @@ void check_mhc(int d, int T = 5) {
         cudaFree(p);
 }
 
+// mhc_post_mix (expand fused with the next site's mixing dots) against mhc_post then mhc_pre_mix:
+// X identical bit for bit, the next site's xn and coefficients within double-rounding noise.
+void check_mhc_post_mix(int d, int T) {
+    const int n = 4, mix = (2 + n) * n;
+    std::mt19937 g(17 + d + T);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    auto rv = [&](size_t k, float s) {
+        std::vector<float> v(k);
+        for (float& x : v) x = nd(g) * s;
+        return v;
+    };
+    const auto X = rv(size_t(T) * n * d, 1.f), fn = rv(size_t(mix) * n * d, 0.05f), base = rv(mix, 0.5f);
+    const auto y = rv(size_t(T) * d, 1.f), norm = rv(d, 1.f), fn2 = rv(size_t(mix) * n * d, 0.05f);
+    const std::vector<float> scale = {0.7f, 1.1f, 0.9f};
+    float *dX = dev(X), *dfn = dev(fn), *dfn2 = dev(fn2), *dbase = dev(base), *dscale = dev(scale), *dnorm = dev(norm),
+          *dy = dev(y), *coeffs = nullptr, *xn = nullptr;
+    double* dmix = nullptr;
+    ASSERT_EQ(cudaMalloc(&coeffs, sizeof(float) * T * 24), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&xn, sizeof(float) * T * d), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dmix, sizeof(double) * 64 * T * (mix + 1)), cudaSuccess);
+    const cuda::MhcArgs a{dfn, dbase, dscale, dnorm, n, d, 20, 1e-6f, 1e-6f, dmix, 64 * T};
+    const cuda::MhcArgs next{dfn2, dbase, dscale, dnorm, n, d, 20, 1e-6f, 1e-6f, dmix, 64 * T};
+    ASSERT_TRUE(cuda::mhc_post_mix_fusable(T, next));
+    std::vector<float> gX[2], gxn[2], gc[2];
+    for (int fused = 0; fused < 2; ++fused) {
+        ASSERT_EQ(cudaMemcpy(dX, X.data(), sizeof(float) * X.size(), cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(cuda::mhc_pre(dX, T, a, coeffs, xn, nullptr), cudaSuccess);
+        if (fused) {
+            ASSERT_EQ(cuda::mhc_post_mix(dX, dy, coeffs, T, next, nullptr), cudaSuccess);
+        } else {
+            ASSERT_EQ(cuda::mhc_post(dX, dy, coeffs, T, n, d, nullptr), cudaSuccess);
+            ASSERT_EQ(cuda::mhc_pre_mix(dX, T, next, nullptr), cudaSuccess);
+        }
+        ASSERT_EQ(cuda::mhc_pre_apply(dX, T, next, coeffs, xn, nullptr), cudaSuccess);
+        gX[fused] = host(dX, X.size()), gxn[fused] = host(xn, size_t(T) * d), gc[fused] = host(coeffs, size_t(T) * 24);
+    }
+    EXPECT_EQ(gX[0], gX[1]);
+    double e_xn = 0, e_c = 0;
+    for (size_t i = 0; i < gxn[0].size(); ++i) e_xn = std::max(e_xn, double(std::fabs(gxn[0][i] - gxn[1][i])));
+    for (size_t i = 0; i < gc[0].size(); ++i) e_c = std::max(e_c, double(std::fabs(gc[0][i] - gc[1][i])));
+    std::printf("[op mhc post+mix fused d=%d T=%d] X identical, next xn max |diff| %.3g, coefficients %.3g\n", d, T,
+                e_xn, e_c);
+    EXPECT_LT(e_xn, 1e-5);
+    EXPECT_LT(e_c, 1e-6);
+    for (void* p : {(void*)dX, (void*)dfn, (void*)dfn2, (void*)dbase, (void*)dscale, (void*)dnorm, (void*)dy,
+                    (void*)coeffs, (void*)xn, (void*)dmix})
+        cudaFree(p);
+}
+
+TEST(CudaOps, MhcPostMixFused) {
+    SKIP_WITHOUT_GPU();
+    check_mhc_post_mix(1024, 5);  // 16 chunks of 64 features x 4 streams
+    check_mhc_post_mix(4096, 1);  // the Flash width at batch 1: 64 chunks
+    check_mhc_post_mix(4096, 8);
+    const cuda::MhcArgs wide{nullptr, nullptr, nullptr, nullptr, 4, 1000, 20, 1e-6f, 1e-6f, nullptr, 0};
+    EXPECT_FALSE(cuda::mhc_post_mix_fusable(5, wide));  // no workspace
+}
+
 TEST(CudaOps, MhcPrePostHead) {
     SKIP_WITHOUT_GPU();
     check_mhc(96);    // x and the norm weight staged in shared memory

@@ -366,6 +366,51 @@ __global__ void mhc_post_kernel(float* X, const float* __restrict__ y, const flo
         }
     }
 }
+
+// mhc_post fused with the next mhc_pre's mixing dots (T <= 8), grid (T, chunks): CTA (t, c) owns
+// features [c F, (c + 1) F) of all n streams, thread (k, i) = (threadIdx.x / F, c F + threadIdx.x % F).
+// It expands X[t, k, i] exactly as mhc_post_kernel (same operation order) and adds its element's
+// products with the next site's mixing rows to the chunk partials (the apply kernel sums `chunks`
+// partials per token in order; which elements form a chunk does not matter to it). Why: at batch 1
+// the expand and the mixing dots are two latency-bound launches per mHC site, and the mixing
+// kernel re-reads the X the expand just wrote.
+template <int NM>
+__global__ void __launch_bounds__(1024) mhc_post_mix_kernel(float* __restrict__ X, const float* __restrict__ y,
+                                                            const float* __restrict__ coeffs, MhcArgs a, int F) {
+    __shared__ double red[32][NM + 1];
+    const int n = a.n, d = a.d;
+    const int64_t t = blockIdx.x, width = int64_t(n) * d;
+    const int k = int(threadIdx.x) / F, i = int(blockIdx.y) * F + int(threadIdx.x) % F;
+    const int64_t e = int64_t(k) * d + i;  // element of the flattened row
+    float fv[NM];  // the next site's mixing rows at e: independent of X, loaded first
+#pragma unroll
+    for (int r = 0; r < NM; ++r) fv[r] = __ldg(a.fn + int64_t(r) * width + e);
+    float* x = X + t * width;
+    const float* cf = coeffs + t * (2 * n + n * n);
+    float xs[8];
+    for (int j = 0; j < n; ++j) xs[j] = x[int64_t(j) * d + i];
+    const float yv = y[t * d + i];
+    float acc = cf[n + k] * yv;
+    for (int j = 0; j < n; ++j) acc += cf[2 * n + j * n + k] * xs[j];
+    __syncthreads();  // every read of this CTA's features precedes the in-place writes
+    x[e] = acc;
+    double p[NM + 1];
+#pragma unroll
+    for (int r = 0; r < NM; ++r) p[r] = double(fv[r]) * acc;
+    p[NM] = double(acc) * acc;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+#pragma unroll
+    for (int r = 0; r <= NM; ++r) {
+        const double v = warp_sum_d(p[r]);
+        if (lane == 0) red[warp][r] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x <= NM) {
+        double sum = 0.0;
+        for (int w = 0; w < nw; ++w) sum += red[w][threadIdx.x];
+        a.mix_ws[(t * gridDim.y + blockIdx.y) * (NM + 1) + threadIdx.x] = sum;
+    }
+}
 }  // namespace
 
 int mhc_mix_chunks(int T, const MhcArgs& a) {
@@ -452,6 +497,22 @@ cudaError_t mhc_pre(const float* X, int T, const MhcArgs& a, float* coeffs, floa
 cudaError_t mhc_post(float* X, const float* y, const float* coeffs, int T, int n, int d, cudaStream_t st) {
     if (T <= 0) return cudaSuccess;
     mhc_post_kernel<<<dim3(unsigned(T), unsigned((d + 255) / 256)), 256, 0, st>>>(X, y, coeffs, n, d);
+    return cudaGetLastError();
+}
+
+bool mhc_post_mix_fusable(int T, const MhcArgs& next) {
+    if (T <= 0 || T > 8 || next.n != 4 || !next.mix_ws) return false;
+    const int c = mhc_mix_chunks(T, next);
+    if (c < 2 || next.d % c) return false;
+    const int threads = next.n * (next.d / c);
+    return threads % 32 == 0 && threads <= 1024;
+}
+
+cudaError_t mhc_post_mix(float* X, const float* y, const float* coeffs, int T, const MhcArgs& next, cudaStream_t st) {
+    if (T <= 0) return cudaSuccess;
+    if (!mhc_post_mix_fusable(T, next)) return cudaErrorInvalidValue;
+    const int c = mhc_mix_chunks(T, next), F = next.d / c;
+    mhc_post_mix_kernel<24><<<dim3(unsigned(T), unsigned(c)), unsigned(next.n * F), 0, st>>>(X, y, coeffs, next, F);
     return cudaGetLastError();
 }
 

@@ -109,6 +109,12 @@ cudaError_t mhc_pre(const float* X, int T, const MhcArgs& a, float* coeffs, floa
 // a.mix_ws (nothing without a workspace), then Sinkhorn + collapse + norm.
 cudaError_t mhc_pre_mix(const float* X, int T, const MhcArgs& a, cudaStream_t st);
 cudaError_t mhc_pre_apply(const float* X, int T, const MhcArgs& a, float* coeffs, float* xn, cudaStream_t st);
+// mhc_post followed by the next site's mhc_pre_mix in one launch (the same X, coefficients and
+// partials as the two calls; X bit-identical). Only where mhc_post_mix_fusable(T, next): T <= 8,
+// n = 4, a mix workspace split into chunks that divide d, n d / chunks a multiple of 32 up to 1024;
+// otherwise cudaErrorInvalidValue.
+bool mhc_post_mix_fusable(int T, const MhcArgs& next);
+cudaError_t mhc_post_mix(float* X, const float* y, const float* coeffs, int T, const MhcArgs& next, cudaStream_t st);
 // X[t] = post * y[t] + comb^T X[t] in place.
 cudaError_t mhc_post(float* X, const float* y, const float* coeffs, int T, int n, int d, cudaStream_t st);
 // Final head: for r < R: h = mhc_head(X[rows[r]]), out[r] = rmsnorm(h) * norm.
