@@ -21,7 +21,9 @@
 // DQ = 4 ("bitdqpk", docs/perf/ledger-moe-pk.md): as DQ = 3 on weights whose code words were
 //   bit-permuted once at load time (MoeWeightLayout::kPairRotated, core/mxfp4_pair_rotated.h),
 //   so the same four bf16x2 words come from 4 rotations and 5 logic ops per code word (~16 ops
-//   for DQ = 1..3); the scale multiply is unchanged.
+//   for DQ = 1..3); the scale multiply is unchanged. Measured (ledger-moe-pk.md E16): 344 vs 454
+//   warp instructions per 128 k (SASS), -8..-12% time vs DQ = 2 at batch 1-256 (batch 64: 0.935 ms,
+//   74% of copy), so the kernel was partly issue-bound.
 // Shared memory: x [8*NTT][K + 8] bf16 of the current token chunk (padded rows).
 // Bound: meant to be HBM-bound up to ~8*NTT rows per expert. Measured (ledger E5): DQ = 0 at
 //   batch 64, 201 experts x 13.4 MB in 1.73 ms = 1.56 TB/s, ~40% of copy, issue-bound by the
