@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cuda/ops/fast_path.h"
 #include "kernels/cuda/synth/synth.h"
 #include "model/ref_model.h"
 
@@ -175,15 +176,19 @@ Result<DevWeights> make_synthetic_weights(const ModelConfig& cfg, const Syntheti
         DSV4_ASSIGN_OR_RETURN(o.ex_w1, g.experts(ex_first, ex_count, I, d));
         DSV4_ASSIGN_OR_RETURN(o.ex_w3, g.experts(ex_first, ex_count, I, d));
         DSV4_ASSIGN_OR_RETURN(o.ex_w2, g.experts(ex_first, ex_count, d, I));
+        // The fast expert GEMV's code layout (fast_path.h; DSV4_MOE_LAYOUT=checkpoint keeps the generated one).
+        DSV4_RETURN_IF_ERROR(cu(cuda::moe_expert_weights_to_fast_layout(&o.ex_w1, &o.ex_w3, &o.ex_w2, ex_count, g.st),
+                                "expert weight repack"));
         dw.layers.push_back(o);
     }
     DSV4_RETURN_IF_ERROR(cu(cudaDeviceSynchronize(), "synthetic weights"));
     dw.summary = fmt::format(
         "{:.1f} MiB of synthetic weights (seed {}, routing {}): streamed {:.3f} GB, routed experts {:.3f} GB "
-        "(MXFP4, experts [{}, {})), embedding {:.3f} GB, tid2eid {:.3f} GB",
+        "({}, experts [{}, {})), embedding {:.3f} GB, tid2eid {:.3f} GB",
         double(arena.bytes() - before) / (1 << 20), opt.seed,
         opt.skewed ? fmt::format("skewed to {} experts", hot) : std::string("uniform"), double(g.tally.streamed) / 1e9,
-        double(g.tally.experts) / 1e9, ex_first, ex_first + ex_count, double(g.tally.embed) / 1e9, double(g.tally.tables) / 1e9);
+        double(g.tally.experts) / 1e9, dw.layers.empty() ? "MXFP4" : cuda::wfmt_name(dw.layers[0].ex_w1.fmt), ex_first,
+        ex_first + ex_count, double(g.tally.embed) / 1e9, double(g.tally.tables) / 1e9);
     if (bytes) *bytes = g.tally;
     return dw;
 }

@@ -386,6 +386,9 @@ MoePoint bench_moe(const std::vector<MoeLayer>& layers, int B, int variant, bool
         gu.N = kInter;
         gu.K = kHidden;
         gu.variant = variant;
+        // The weights are uniform random bytes, so they are equally valid codes in either layout
+        // and the kernels' work does not depend on them: a forced variant gets its own layout.
+        gu.layout = variant >= 0 ? moe_expert_variant_layout(variant) : MoeWeightLayout::kCheckpoint;
         check_status(moe_expert_launch(gu, s), "moe gate-up");
         MoeExpertArgs dn = gu;
         dn.mode = MoeExpertMode::kDown;
@@ -435,6 +438,7 @@ MoePoint bench_moe(const std::vector<MoeLayer>& layers, int B, int variant, bool
     probe.N = kInter;
     probe.K = kHidden;
     probe.variant = variant;
+    probe.layout = variant >= 0 ? moe_expert_variant_layout(variant) : MoeWeightLayout::kCheckpoint;
     probe.n_rows = B * kTopK;
     probe.active_experts = sets[0].act.as<int32_t>();  // compact grid, as launched
     probe.n_active = sets[0].nact.as<int32_t>();

@@ -350,6 +350,35 @@ TEST(CudaFastOps, MoeDispatchMatchesFp64AndCorrectFirst) {
                     E, K, T, c.hash ? "hash " : "score", scale, err_ref, err_simt);
         EXPECT_LT(err_ref, 2e-3 * scale);   // a bf16 rounding of h may flip (1 ulp = 2^-8)
         EXPECT_LT(err_simt, 2e-2 * scale);  // bf16 x and h vs f32
+
+        // The same experts repacked at "load" into the fast path's code layout: the fast path
+        // (bitdqpk variants) meets the same bounds, and the correct-first path, whose w_at gathers
+        // the permuted bits, gives exactly its checkpoint-layout output.
+        Dev<uint8_t> rp1(p1), rp3(p3), rp2(p2);
+        cuda::MoeArgs b = a;
+        b.w1 = desc(rp1, ds1, I, d);
+        b.w3 = desc(rp3, ds3, I, d);
+        b.w2 = desc(rp2, ds2, d, I);
+        setenv("DSV4_MOE_LAYOUT", "checkpoint", 1);  // the A/B switch keeps the checkpoint layout
+        ASSERT_EQ(cuda::moe_expert_weights_to_fast_layout(&b.w1, &b.w3, &b.w2, kMaxE, nullptr), cudaSuccess);
+        EXPECT_EQ(b.w1.fmt, cuda::WFmt::kMxfp4);
+        unsetenv("DSV4_MOE_LAYOUT");
+        ASSERT_EQ(cuda::moe_expert_weights_to_fast_layout(&b.w1, &b.w3, &b.w2, kMaxE, nullptr), cudaSuccess);
+        for (const cuda::WeightDesc* w : {&b.w1, &b.w3, &b.w2}) ASSERT_EQ(w->fmt, cuda::WFmt::kMxfp4PairRotated);
+        ASSERT_EQ(cuda::moe_fast_decline(b), "");
+        std::vector<float> fast_pk, simt_pk;
+        for (bool on : {true, false}) {
+            FastKernels fk(on);
+            ASSERT_EQ(cuda::moe_experts(b, nullptr), cudaSuccess);
+            ASSERT_EQ(cuda::moe_combine(b, dsh.p, dout.p, nullptr), cudaSuccess);
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+            (on ? fast_pk : simt_pk) = dout.get();
+        }
+        double err_pk = 0;
+        for (size_t i = 0; i < ref.size(); ++i) err_pk = std::max(err_pk, std::fabs(fast_pk[i] - ref[i]));
+        std::printf("[op fast moe] pair-rotated: |fast - fp64| %.2e\n", err_pk);
+        EXPECT_LT(err_pk, 2e-3 * scale);
+        EXPECT_EQ(simt_pk, simt) << "correct-first path on pair-rotated weights";
     }
 }
 

@@ -4,8 +4,10 @@
 // variant, batch 1, batch not a multiple of the token chunk, and skewed routing (many rows per
 // expert).
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 
+#include "core/mxfp4_pair_rotated.h"
 #include "kernels/cuda/moe/moe.h"
 #include "tests/kernels/perf_ops/perf_test_util.h"
 
@@ -261,10 +263,25 @@ void run_expert_case(MoeCase c, uint32_t seed) {
     DevBuf<float> d_w(w), d_pw(size_t(T) * K), d_y(size_t(T) * K * d);
     DevBuf<uint16_t> d_x(to_bf16(x)), d_sh(to_bf16(shared)), d_h(size_t(T) * K * I), d_out(size_t(T) * d);
     DevBuf<uint8_t> d_w1(w1), d_w3(w3), d_s1(s1), d_s3(s3), d_w2(w2), d_s2(s2);
+    // The same codes repacked on the device into the pair-rotated layout (bitdqpk variants); the
+    // device repack must match the host one word for word.
+    DevBuf<uint8_t> d_w1p(w1), d_w3p(w3), d_w2p(w2);
+    for (auto [buf, host] : {std::pair{&d_w1p, &w1}, std::pair{&d_w3p, &w3}, std::pair{&d_w2p, &w2}}) {
+        ASSERT_TRUE(moe_weight_repack_launch(buf->p, buf->n, nullptr).is_ok());
+        const std::vector<uint8_t> got = buf->download();
+        for (size_t i = 0; i < host->size(); i += 4) {
+            uint32_t wv, gv;
+            std::memcpy(&wv, host->data() + i, 4);
+            std::memcpy(&gv, got.data() + i, 4);
+            ASSERT_EQ(gv, mxfp4_pk::repack_word(wv)) << "word " << i / 4;
+        }
+    }
     DevBuf<int32_t> d_act(E), d_nact(1);
     for (int v = 0; v < moe_expert_variant_count(); ++v)
     for (bool compact : {false, true}) {
     SCOPED_TRACE(moe_expert_variant_name(v) + (compact ? " compact grid" : " full grid"));
+    const MoeWeightLayout layout = moe_expert_variant_layout(v);
+    const bool pk = layout == MoeWeightLayout::kPairRotated;
     d_h.poison();
     d_y.poison();
     d_out.poison();
@@ -284,10 +301,11 @@ void run_expert_case(MoeCase c, uint32_t seed) {
     MoeExpertArgs gu;
     gu.mode = MoeExpertMode::kGateUp;
     gu.x = d_x.p;
-    gu.w1 = d_w1.p;
+    gu.w1 = pk ? d_w1p.p : d_w1.p;
     gu.w1_scale = d_s1.p;
-    gu.w3 = d_w3.p;
+    gu.w3 = pk ? d_w3p.p : d_w3.p;
     gu.w3_scale = d_s3.p;
+    gu.layout = layout;
     gu.expert_count = d_cnt.p;
     gu.expert_offset = d_off.p;
     gu.perm_token = d_ptok.p;
@@ -309,7 +327,7 @@ void run_expert_case(MoeCase c, uint32_t seed) {
     MoeExpertArgs dn = gu;
     dn.mode = MoeExpertMode::kDown;
     dn.x = d_h.p;
-    dn.w1 = d_w2.p;
+    dn.w1 = pk ? d_w2p.p : d_w2.p;
     dn.w1_scale = d_s2.p;
     dn.w3 = nullptr;
     dn.w3_scale = nullptr;
@@ -346,6 +364,52 @@ void run_expert_case(MoeCase c, uint32_t seed) {
     EXPECT_EQ(es.nan_mismatch, 0);
     EXPECT_LT(es.rel_l2, 1e-2) << moe_expert_variant_name(v) << " T " << T;
     }
+}
+
+// A variant only runs on the code layout it reads: forced mismatches are refused, and the
+// heuristic picks within the layout of the weights.
+TEST(PerfMoe, ExpertLayoutMismatchRefused) {
+    DSV4_REQUIRE_GPU();
+    const int E = 4, N = 256, K = 1024, T = 1;
+    DevBuf<uint8_t> w(size_t(E) * N * K / 2), sc(size_t(E) * N * K / 32);
+    DevBuf<uint16_t> x(size_t(T) * K), h(size_t(T) * 6 * N);
+    DevBuf<int32_t> cnt(std::vector<int32_t>(E, 0)), off(std::vector<int32_t>(E + 1, 0)), ptok(6), pdst(6);
+    DevBuf<float> pw(6);
+    MoeExpertArgs a;
+    a.mode = MoeExpertMode::kGateUp;
+    a.x = x.p;
+    a.w1 = a.w3 = w.p;
+    a.w1_scale = a.w3_scale = sc.p;
+    a.expert_count = cnt.p;
+    a.expert_offset = off.p;
+    a.perm_token = ptok.p;
+    a.perm_dst = pdst.p;
+    a.perm_w = pw.p;
+    a.out = h.p;
+    a.n_experts = E;
+    a.N = N;
+    a.K = K;
+    a.n_rows = 6;
+    int n_pk = 0;
+    for (MoeWeightLayout l : {MoeWeightLayout::kCheckpoint, MoeWeightLayout::kPairRotated}) {
+        a.layout = l;
+        a.variant = -1;
+        const int chosen = moe_expert_select_variant(a);
+        ASSERT_GE(chosen, 0);
+        EXPECT_EQ(moe_expert_variant_layout(chosen), l) << moe_expert_variant_name(chosen);
+        for (int v = 0; v < moe_expert_variant_count(); ++v) {
+            a.variant = v;
+            const Status st = moe_expert_launch(a, nullptr);
+            if (l == MoeWeightLayout::kPairRotated && moe_expert_variant_layout(v) == l) ++n_pk;
+            if (moe_expert_variant_layout(v) == l) {
+                EXPECT_TRUE(st.is_ok()) << moe_expert_variant_name(v) << ": " << st.to_string();
+            } else {
+                EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << moe_expert_variant_name(v);
+            }
+        }
+    }
+    EXPECT_GE(n_pk, 1);
+    CUDA_OK(cudaDeviceSynchronize());
 }
 
 TEST(PerfMoe, ExpertPathAllVariants) {

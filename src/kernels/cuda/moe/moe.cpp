@@ -14,9 +14,11 @@ Status wrap(cudaError_t e, const std::string& what) {
 }
 // Warps per row tile splitting K (tensor-core entries; 1 = no split).
 int k_slices(const KernelParams& p) { return p.split > 1 ? p.split : 1; }
+const char* layout_name(MoeWeightLayout l) { return l == MoeWeightLayout::kPairRotated ? "pair-rotated" : "checkpoint"; }
 
 bool legal(int i, const MoeExpertArgs& a) {
     const KernelParams p = sm90::moe_expert_params(i);
+    if (sm90::moe_expert_layout(i) != a.layout) return false;  // would decode the codes wrongly
     if (sm90::moe_expert_is_mma(i)) {
         const int ks = k_slices(p);
         const int rows = p.warps / ks * (a.mode == MoeExpertMode::kGateUp ? 16 : 32);
@@ -69,12 +71,24 @@ Status moe_combine_launch(const MoeCombineArgs& a, cudaStream_t stream) {
     return wrap(sm90::moe_combine_run(a, stream), "moe_combine");
 }
 
+Status moe_weight_repack_launch(uint8_t* w, size_t bytes, cudaStream_t stream) {
+    if (bytes % 4 != 0 || reinterpret_cast<uintptr_t>(w) % 4 != 0)
+        return invalid_argument("moe_weight_repack: {} bytes at {} (need a 4-byte aligned multiple of 4)", bytes,
+                                static_cast<const void*>(w));
+    if (bytes == 0) return Status::ok();
+    if (!w) return invalid_argument("moe_weight_repack: null pointer");
+    return wrap(sm90::moe_weight_repack_run(reinterpret_cast<uint32_t*>(w), bytes / 4, stream), "moe_weight_repack");
+}
+
 int moe_expert_variant_count() { return sm90::moe_expert_count(); }
+MoeWeightLayout moe_expert_variant_layout(int i) { return sm90::moe_expert_layout(i); }
 KernelParams moe_expert_variant_params(int i) { return sm90::moe_expert_params(i); }
 std::string moe_expert_variant_name(int i) {
     // bitdq: conversion-free dequant with swizzled x reads; bitdqc: natural x reads; bitdqp: x
     // re-paired in shared memory (docs/perf/ledger.md E6, E7); _mbN: register cap for N CTAs per SM.
-    static const char* const kDq[] = {"moe_mxfp4_mma", "moe_mxfp4_mma_bitdq", "moe_mxfp4_mma_bitdqc", "moe_mxfp4_mma_bitdqp"};
+    // bitdqpk: bitdqp on pair-rotated weights (docs/perf/ledger-moe-pk.md).
+    static const char* const kDq[] = {"moe_mxfp4_mma", "moe_mxfp4_mma_bitdq", "moe_mxfp4_mma_bitdqc", "moe_mxfp4_mma_bitdqp",
+                                      "moe_mxfp4_mma_bitdqpk"};
     std::string op = sm90::moe_expert_is_mma(i) ? kDq[sm90::moe_expert_dequant(i)] : "moe_mxfp4_gemv";
     if (sm90::moe_expert_min_blocks(i) > 1) op += "_mb" + std::to_string(sm90::moe_expert_min_blocks(i));
     // _ksN: N warps per row tile split K (docs/perf/ledger.md E11).
@@ -95,11 +109,15 @@ int moe_expert_select_variant(const MoeExpertArgs& a) {
     // (B >= 2) it loses 10-20%, and the 4-way split loses everywhere (+13% at B=1).
     const int grid_y = a.active_experts ? a.max_active : a.n_experts;
     const int64_t plain_ctas = int64_t(a.N / (4 * (a.mode == MoeExpertMode::kGateUp ? 16 : 32))) * grid_y;
-    const int want_ks = plain_ctas <= 198 ? 2 : 1;
+    // Pair-rotated weights (docs/perf/ledger-moe-pk.md): bitdqpk at every batch, never split-K (at
+    // batch 1 the plain form is 5% faster than its split, 47.1 vs 49.7 us).
+    const bool pk = a.layout == MoeWeightLayout::kPairRotated;
+    const int want_ks = !pk && plain_ctas <= 198 ? 2 : 1;
+    const int want_dq = pk ? 4 : 2;
     for (int ks : {want_ks, 1})
         for (int i = 0; i < n; ++i) {
             const KernelParams p = sm90::moe_expert_params(i);
-            if (sm90::moe_expert_dequant(i) == 2 && sm90::moe_expert_min_blocks(i) == 1 && p.warps == 4 &&
+            if (sm90::moe_expert_dequant(i) == want_dq && sm90::moe_expert_min_blocks(i) == 1 && p.warps == 4 &&
                 p.block_t == 8 && k_slices(p) == ks && legal(i, a))
                 return i;
         }
@@ -125,6 +143,9 @@ Status moe_expert_launch(const MoeExpertArgs& a, cudaStream_t stream) {
     if (a.active_experts && (!a.n_active || a.max_active < 0 || a.max_active > a.n_experts))
         return invalid_argument("moe_expert: compact grid needs n_active and 0 <= max_active <= n_experts");
     const int v = moe_expert_select_variant(a);
+    if (v >= 0 && v < moe_expert_variant_count() && sm90::moe_expert_layout(v) != a.layout)
+        return invalid_argument("moe_expert: variant {} reads the {} code layout, the weights are {}", moe_expert_variant_name(v),
+                                layout_name(sm90::moe_expert_layout(v)), layout_name(a.layout));
     if (v < 0 || v >= moe_expert_variant_count() || !legal(v, a))
         return invalid_argument("moe_expert: no legal variant for N={} K={}", a.N, a.K);
     return wrap(sm90::moe_expert_run(a, v, stream), "moe_expert " + moe_expert_variant_name(v));

@@ -3,6 +3,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "core/status.h"
@@ -18,10 +20,19 @@ Status moe_permute_launch(const MoePermuteArgs& a, cudaStream_t stream);
 Status moe_route_permute_launch(const MoeRouteArgs& r, const MoePermuteArgs& p, cudaStream_t stream);
 Status moe_combine_launch(const MoeCombineArgs& a, cudaStream_t stream);
 
+// Rewrites `bytes` of packed e2m1 expert codes (w1/w2/w3 [n_experts, N, K/2], device memory,
+// 4-byte aligned, bytes % 4 == 0) in place from the checkpoint layout to the pair-rotated one
+// (MoeWeightLayout, core/mxfp4_pair_rotated.h). Apply exactly once per tensor; scale tensors are
+// not touched. Errors: kInvalidArgument on misalignment, kInternal on a launch error.
+Status moe_weight_repack_launch(uint8_t* w, size_t bytes, cudaStream_t stream);
+
 int moe_expert_variant_count();
+MoeWeightLayout moe_expert_variant_layout(int i);  // the only code layout variant i reads
 KernelParams moe_expert_variant_params(int i);  // block_t = tokens/pass, warps, stages = loads in flight
 std::string moe_expert_variant_name(int i);
 int moe_expert_select_variant(const MoeExpertArgs& a);
+// Errors: kInvalidArgument for bad arguments, no legal variant, or a variant (a.variant) whose
+// code layout is not a.layout.
 Status moe_expert_launch(const MoeExpertArgs& a, cudaStream_t stream);
 
 }  // namespace dsv4::cuda

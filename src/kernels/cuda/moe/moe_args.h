@@ -38,6 +38,12 @@ struct MoePermuteArgs {
 
 enum class MoeExpertMode { kGateUp, kDown };
 
+// Bit layout of the packed e2m1 expert codes. kCheckpoint: as stored in the checkpoint (spec
+// §2.9). kPairRotated: the bits inside every 32-bit word permuted once at load time
+// (core/mxfp4_pair_rotated.h, moe_weight_repack_launch); only the "bitdqpk" expert variants read it,
+// and moe_expert_launch refuses any variant whose layout differs from the args'.
+enum class MoeWeightLayout { kCheckpoint, kPairRotated };
+
 // Grouped MXFP4 GEMV over the active experts. Weights stacked per layer:
 //   w [n_experts, N, K/2] packed e2m1 (low nibble = even k), scale [n_experts, N, K/32] UE8M0.
 // kGateUp: h[p, n] = bf16(silu(min(x w1^T, lim)) * clip(x w3^T, -lim, lim) * perm_w[p]) with
@@ -51,6 +57,7 @@ struct MoeExpertArgs {
     const uint8_t* w1_scale = nullptr;
     const uint8_t* w3 = nullptr;       // kGateUp only
     const uint8_t* w3_scale = nullptr;
+    MoeWeightLayout layout = MoeWeightLayout::kCheckpoint;  // of w1 and w3 (same for both)
     const int32_t* expert_count = nullptr;
     const int32_t* expert_offset = nullptr;
     const int32_t* perm_token = nullptr;

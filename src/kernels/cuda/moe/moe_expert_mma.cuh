@@ -18,6 +18,12 @@
 //   2^126 fix-up at once (exact; a second multiply only for s > 128). x fragments are re-paired
 //   to (k j, k j+4) with byte permutes, and read with a chunk order swapped for lanes t = 2, 3
 //   so the 8 lanes of a quarter-warp hit 32 distinct banks (rows are K + 8 bf16 apart).
+// DQ = 4 ("bitdqpk", docs/perf/ledger-moe-pk.md): as DQ = 3 on weights whose code words were
+//   bit-permuted once at load time (MoeWeightLayout::kPairRotated, core/mxfp4_pair_rotated.h),
+//   so the same four bf16x2 words come from 4 rotations and 5 logic ops per code word (~16 ops
+//   for DQ = 1..3); the scale multiply is unchanged. Measured (ledger-moe-pk.md E16): 344 vs 454
+//   warp instructions per 128 k (SASS), -8..-12% time vs DQ = 2 at batch 1-256 (batch 64: 0.935 ms,
+//   74% of copy), so the kernel was partly issue-bound.
 // Shared memory: x [8*NTT][K + 8] bf16 of the current token chunk (padded rows).
 // Bound: meant to be HBM-bound up to ~8*NTT rows per expert. Measured (ledger E5): DQ = 0 at
 //   batch 64, 201 experts x 13.4 MB in 1.73 ms = 1.56 TB/s, ~40% of copy, issue-bound by the
@@ -25,6 +31,7 @@
 //   (16 extra selects per 128 k cost 3-5%).
 #pragma once
 
+#include "core/mxfp4_pair_rotated.h"
 #include "kernels/cuda/gemm/device_util.cuh"
 #include "kernels/cuda/moe/moe_args.h"
 
@@ -43,23 +50,18 @@ __device__ __forceinline__ void dequant16(const uint4 v, float sc, uint32_t (&o)
         }
 }
 
-// DQ = 1: 16 bytes of e2m1 (physical k order) with UE8M0 byte s -> 16 bf16x2 words, word 4c + j
-// = (k 8c + j, k 8c + j + 4) times 2^(s-127). Exact: e2m1 * 2^(s-127) is a bf16 value (for s = 0 a
-// subnormal), and bf16 multiplies keep subnormal inputs (PTX mul/fma .bf16x2 have no .ftz).
-__device__ __forceinline__ void dequant16_bits(const uint4 v, uint32_t s, uint32_t (&o)[16]) {
-    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+// Applies the UE8M0 byte s to 16 bf16x2 words holding e2m1 x 2^-126: x 2^(s-1), exact (e2m1 x
+// 2^(s-127) is a bf16 value, for s = 0 a subnormal; bf16 multiplies keep subnormal inputs, PTX
+// mul/fma .bf16x2 have no .ftz).
+__device__ __forceinline__ void scale16(uint32_t s, uint32_t (&o)[16]) {
     const uint32_t e1 = min(s, 128u) + 126u;  // bf16 exponent field of 2^(min(s,128) - 1)
     const uint32_t f1 = (e1 << 7) | (e1 << 23);
     const __nv_bfloat162 m1 = *reinterpret_cast<const __nv_bfloat162*>(&f1);
 #pragma unroll
-    for (int c = 0; c < 4; ++c)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const uint32_t q = w[c] << (4 * (3 - j));
-            uint32_t b = (q & 0x80008000u) | ((q & 0x70007000u) >> 6);
-            __nv_bfloat162 r = __hmul2(*reinterpret_cast<__nv_bfloat162*>(&b), m1);
-            o[4 * c + j] = *reinterpret_cast<uint32_t*>(&r);
-        }
+    for (int i = 0; i < 16; ++i) {
+        __nv_bfloat162 r = __hmul2(*reinterpret_cast<__nv_bfloat162*>(&o[i]), m1);
+        o[i] = *reinterpret_cast<uint32_t*>(&r);
+    }
     if (s > 128u) {  // rare: 2^(s-1) is not a finite bf16; apply the rest 2^(s-128) (NaN for 255)
         const uint32_t f2 = s == 255u ? 0x7fc07fc0u : (((s - 1u) << 7) | ((s - 1u) << 23));
         const __nv_bfloat162 m2 = *reinterpret_cast<const __nv_bfloat162*>(&f2);
@@ -71,12 +73,41 @@ __device__ __forceinline__ void dequant16_bits(const uint4 v, uint32_t s, uint32
     }
 }
 
+// DQ = 1..3: 16 bytes of e2m1 (physical k order) with UE8M0 byte s -> 16 bf16x2 words, word 4c + j
+// = (k 8c + j, k 8c + j + 4) times 2^(s-127): per word, shift, two masks, shift, or (~4 ops).
+__device__ __forceinline__ void dequant16_bits(const uint4 v, uint32_t s, uint32_t (&o)[16]) {
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int c = 0; c < 4; ++c)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const uint32_t q = w[c] << (4 * (3 - j));
+            o[4 * c + j] = (q & 0x80008000u) | ((q & 0x70007000u) >> 6);
+        }
+    scale16(s, o);
+}
+
+// DQ = 4: the same 16 words from codes in the pair-rotated layout (core/mxfp4_pair_rotated.h,
+// repacked at load time): per code word 4 funnel shifts (rotations) + 5 logic ops for 4 words.
+__device__ __forceinline__ void dequant16_pk(const uint4 v, uint32_t s, uint32_t (&o)[16]) {
+    const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+        uint32_t q[4];
+        mxfp4_pk::pair_words(w[c], q);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) o[4 * c + j] = q[j];
+    }
+    scale16(s, o);
+}
+
 // Bytes of the split-K reduction buffer after the staged x (KS > 1): NW warps x 32 lanes x the
 // 2 * NTT * 4 accumulators of a lane, f32.
 constexpr int red_bytes(int NW, int NTT, int KS) { return KS > 1 ? NW * 32 * 8 * NTT * 4 : 0; }
 
 // DQ: 0 f32 dequant; 1 conversion-free with swizzled x reads; 2 conversion-free, natural x reads,
-// x re-paired in registers; 3 conversion-free, x re-paired once in shared memory after staging.
+// x re-paired in registers; 3 conversion-free, x re-paired once in shared memory after staging;
+// 4 as 3 on pair-rotated weights (MoeWeightLayout::kPairRotated only; dequant16_pk).
 // MINB: minimum CTAs per SM for the register allocator (__launch_bounds__).
 // KS (split-K inside the CTA, docs/perf/ledger.md E11): the NW warps form NW / KS row tiles x KS slices of
 //   K; warp w owns row tile w / KS and k in [(w % KS) K / KS, (w % KS + 1) K / KS). The KS partial
@@ -158,7 +189,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) moe_expert_mma_kernel(MoeExpert
             *reinterpret_cast<uint4*>(xs + m * XS + c * 8) = v;
         }
         __syncthreads();
-        if constexpr (DQ == 3) {
+        if constexpr (DQ >= 3) {
             // Re-pair the staged rows in place: 8 values (k 0..7) -> words (0,4) (1,5) (2,6) (3,7),
             // the order dequant16_bits produces, so the inner loop reads B fragments as they are.
             for (int i = tid; i < live * (K / 8); i += NW * 32) {
@@ -200,7 +231,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) moe_expert_mma_kernel(MoeExpert
                     // Dead rows (kLiveRows: not staged) read as zeros without touching shared memory.
                     const bool row_live = !kLiveRows || j * 8 + g < live;
                     const uint4 zero = make_uint4(0, 0, 0, 0);
-                    if constexpr (DQ == 0 || DQ == 3) {
+                    if constexpr (DQ == 0 || DQ >= 3) {
 #pragma unroll
                         for (int q = 0; q < 4; ++q) {
                             const uint4 v = row_live ? xp[q] : zero;
@@ -232,6 +263,9 @@ __global__ void __launch_bounds__(NW * 32, MINB) moe_expert_mma_kernel(MoeExpert
                     if constexpr (DQ == 0) {
                         dequant16(cur[u][tile][0], dev::ue8m0(csc[u][tile][0]) * dev::kE2m1Fix, d0);
                         dequant16(cur[u][tile][1], dev::ue8m0(csc[u][tile][1]) * dev::kE2m1Fix, d1);
+                    } else if constexpr (DQ == 4) {
+                        dequant16_pk(cur[u][tile][0], csc[u][tile][0], d0);
+                        dequant16_pk(cur[u][tile][1], csc[u][tile][1], d1);
                     } else {
                         dequant16_bits(cur[u][tile][0], csc[u][tile][0], d0);
                         dequant16_bits(cur[u][tile][1], csc[u][tile][1], d1);

@@ -176,16 +176,18 @@ struct Entry {
     bool mma;
     int dq;     // tensor-core dequant (moe_expert_mma.cuh DQ): 0 via f32, 1..3 conversion-free
     int minb;   // tensor-core: minimum CTAs per SM asked of the register allocator
+    MoeWeightLayout layout;  // the only code layout the entry reads
 };
 template <int NW, int MT, int U>
 constexpr Entry entry() {
-    return {{MT, 2, NW, U, 0}, &launch<NW, MT, U>, false, 0, 1};
+    return {{MT, 2, NW, U, 0}, &launch<NW, MT, U>, false, 0, 1, MoeWeightLayout::kCheckpoint};
 }
 // Tensor-core entries: block_t = tokens per pass (8 per n-tile), block_h = 16 rows per warp tile,
 // split = KS warps per row tile splitting K (0 for the plain kernel, where KS = 1).
 template <int NW, int NTT, int U, int DQ = 0, int MINB = 1, int KS = 1>
 constexpr Entry entry_mma() {
-    return {{8 * NTT, 16, NW, U, KS > 1 ? KS : 0}, &launch_mma<NW, NTT, U, DQ, MINB, KS>, true, DQ, MINB};
+    return {{8 * NTT, 16, NW, U, KS > 1 ? KS : 0}, &launch_mma<NW, NTT, U, DQ, MINB, KS>, true, DQ, MINB,
+            DQ == 4 ? MoeWeightLayout::kPairRotated : MoeWeightLayout::kCheckpoint};
 }
 
 // The one list: instantiates and registers. First entry = default.
@@ -212,6 +214,9 @@ const Entry kTable[] = {
     // Measured there and not instantiated any more: 4 slices (entry_mma<4, 1, 2, 2 or 3, 1, 4>),
     // +13% at B=1 and +45..+70% from B=2 on.
     entry_mma<4, 1, 2, 2, 1, 2>(),
+    // Pair-rotated weights (docs/perf/ledger-moe-pk.md): the bitdqp form and its 2-way split-K.
+    entry_mma<4, 1, 2, 4>(),
+    entry_mma<4, 1, 2, 4, 1, 2>(),
 };
 
 }  // namespace
@@ -221,7 +226,10 @@ KernelParams moe_expert_params(int i) { return kTable[i].params; }
 bool moe_expert_is_mma(int i) { return kTable[i].mma; }
 int moe_expert_dequant(int i) { return kTable[i].dq; }
 int moe_expert_min_blocks(int i) { return kTable[i].minb; }
+MoeWeightLayout moe_expert_layout(int i) { return kTable[i].layout; }
 cudaError_t moe_expert_run(const MoeExpertArgs& a, int variant, cudaStream_t stream) {
+    if (variant < 0 || variant >= moe_expert_count()) return cudaErrorInvalidValue;
+    if (kTable[variant].layout != a.layout) return cudaErrorInvalidValue;  // would decode garbage
     return kTable[variant].fn(a, stream);
 }
 

@@ -20,8 +20,12 @@ cudaError_t moe_combine_run(const MoeCombineArgs& a, cudaStream_t stream);
 int moe_expert_count();
 KernelParams moe_expert_params(int i);
 bool moe_expert_is_mma(int i);  // tensor-core (mma.sync) entry
-int moe_expert_dequant(int i);     // tensor-core dequant (moe_expert_mma.cuh DQ): 0 via f32, 1..3 conversion-free
+int moe_expert_dequant(int i);     // tensor-core dequant (moe_expert_mma.cuh DQ): 0 via f32, 1..4 conversion-free
 int moe_expert_min_blocks(int i);  // tensor-core: __launch_bounds__ minimum CTAs per SM
+MoeWeightLayout moe_expert_layout(int i);  // the code layout entry i reads
+// cudaErrorInvalidValue when variant is out of range or its layout is not a.layout.
 cudaError_t moe_expert_run(const MoeExpertArgs& a, int variant, cudaStream_t stream);
+// In place over n_words 32-bit words of e2m1 codes (4-byte aligned): checkpoint -> pair-rotated.
+cudaError_t moe_weight_repack_run(uint32_t* w, size_t n_words, cudaStream_t stream);
 
 }  // namespace dsv4::cuda::sm90

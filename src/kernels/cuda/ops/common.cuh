@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/mxfp4_pair_rotated.h"
 #include "kernels/cuda/ops/ops.h"
 
 namespace dsv4::cuda {
@@ -80,6 +81,16 @@ __device__ __forceinline__ float w_at(const WeightDesc& w, int e, int64_t n, int
         case WFmt::kMxfp4: {
             const uint8_t byte = d[n * (K / 2) + k / 2];
             const uint8_t code = (k & 1) ? (byte >> 4) : (byte & 15);
+            return e2m1_f32(code) * ue8m0_f32(s[n * ((K + 31) / 32) + k / 32]);
+        }
+        case WFmt::kMxfp4PairRotated: {
+            // Code of k is nibble i = k % 8 of its 32-bit word (K % 8 == 0), whose 4 bits the
+            // repack scattered: gather them back (nibble i = pair i % 4, half i / 4).
+            const uint32_t word = reinterpret_cast<const uint32_t*>(d)[(n * (K / 2) + k / 2) / 4];
+            const int i = int(k % 8);
+            uint8_t code = 0;
+#pragma unroll
+            for (int f = 0; f < 4; ++f) code |= uint8_t(((word >> mxfp4_pk::packed_bit(i % 4, f, i / 4)) & 1u) << f);
             return e2m1_f32(code) * ue8m0_f32(s[n * ((K + 31) / 32) + k / 32]);
         }
     }

@@ -53,8 +53,13 @@ DenseGemvArgs gemv_args(const WeightDesc& w, int n_per_group, int64_t group_in, 
     return g;
 }
 
+bool mxfp4(const WeightDesc& w) { return w.fmt == WFmt::kMxfp4 || w.fmt == WFmt::kMxfp4PairRotated; }
+MoeWeightLayout layout_of(const WeightDesc& w) {
+    return w.fmt == WFmt::kMxfp4PairRotated ? MoeWeightLayout::kPairRotated : MoeWeightLayout::kCheckpoint;
+}
+
 bool stacked(const WeightDesc& w, int64_t N, int64_t K) {
-    return w.fmt == WFmt::kMxfp4 && w.N == N && w.K == K && w.data && w.scale && w.expert_stride == N * K / 2 &&
+    return mxfp4(w) && w.N == N && w.K == K && w.data && w.scale && w.expert_stride == N * K / 2 &&
            w.scale_expert_stride == N * K / 32;
 }
 
@@ -66,6 +71,7 @@ MoeExpertArgs expert_args(const MoeArgs& a, bool gate_up) {
     e.K = gate_up ? a.d : a.I;
     e.swiglu_limit = a.limit;
     e.n_rows = a.T * a.K;
+    e.layout = layout_of(gate_up ? a.w1 : a.w2);  // w3 is w1's (moe_fast_decline)
     return e;
 }
 
@@ -108,6 +114,7 @@ std::string linear_fast_decline(const WeightDesc& w, int n_per_group, int64_t gr
 std::string moe_fast_decline(const MoeArgs& a) {
     if (!stacked(a.w1, a.I, a.d) || !stacked(a.w3, a.I, a.d) || !stacked(a.w2, a.d, a.I))
         return std::string("experts ") + wfmt_name(a.w1.fmt) + " (fast path: stacked mxfp4)";
+    if (a.w1.fmt != a.w3.fmt) return "w1 and w3 in different code layouts";
     if (a.E < 1 || a.E > 1024 || a.K < 1 || a.K > 8 || a.K > a.E) return "E/top_k out of range";
     if (a.tid2eid && !a.tokens) return "hash routing without token ids";
     if (a.d % 512 != 0 || a.I % 512 != 0) return "d or I not a multiple of 512";
@@ -203,6 +210,22 @@ cudaError_t moe_experts(const MoeArgs& a, cudaStream_t st) {
         const int v = moe_expert_select_variant(e);
         if (v < 0) return cudaErrorInvalidValue;  // moe_fast_decline checked legality: not reached
         if ((err = sm90::moe_expert_run(e, v, st)) != cudaSuccess) return err;
+    }
+    return cudaSuccess;
+}
+
+cudaError_t moe_expert_weights_to_fast_layout(WeightDesc* w1, WeightDesc* w3, WeightDesc* w2, int n_experts,
+                                              cudaStream_t st) {
+    if (!fast_kernels_enabled()) return cudaSuccess;
+    const char* env = std::getenv("DSV4_MOE_LAYOUT");
+    if (env && std::strcmp(env, "checkpoint") == 0) return cudaSuccess;
+    for (const WeightDesc* w : {w1, w3, w2})
+        if (w->fmt != WFmt::kMxfp4 || w->K % 128 != 0 || !stacked(*w, w->N, w->K)) return cudaSuccess;
+    for (WeightDesc* w : {w1, w3, w2}) {
+        const Status s = moe_weight_repack_launch(static_cast<uint8_t*>(const_cast<void*>(w->data)),
+                                                  size_t(n_experts) * size_t(w->expert_stride), st);
+        if (!s.is_ok()) return cudaErrorInvalidValue;
+        w->fmt = WFmt::kMxfp4PairRotated;
     }
     return cudaSuccess;
 }

@@ -7,8 +7,9 @@
 //   linear: weight kFp8E8M0 or kBF16, not accumulate, y contiguous (ldy == N), plain or grouped
 //     with group_in == K (the wo_a form), K % 512 == 0, a dense_gemv variant legal for (N, K) (N per
 //     group a multiple of the CTA's rows), x 16-byte aligned and ldx % 8 == 0.
-//   moe: routed experts kMxfp4 stacked [E, N, K/2] (+ scales [E, N, K/32]), d and I multiples of
-//     512 with a legal expert variant for both GEMVs, E <= 1024, top_k <= 8.
+//   moe: routed experts kMxfp4 or kMxfp4PairRotated (w1 and w3 alike) stacked [E, N, K/2] (+ scales
+//     [E, N, K/32]), d and I multiples of 512 with a legal expert variant for both GEMVs (of the
+//     weights' layout), E <= 1024, top_k <= 8.
 // The decision depends on formats and shapes only (and pointer alignment), never on the batch,
 // so a captured graph and an eager step take the same path. Host-only header.
 #pragma once
@@ -29,5 +30,15 @@ std::string linear_fast_decline(const WeightDesc& w, int n_per_group, int64_t gr
 // Why moe_experts / moe_combine with these arguments do not take the fast kernels ("" = they do).
 // Looks at E, K, d, I, the expert weights and (hash layers) tokens; not at T or DSV4_FAST_KERNELS.
 std::string moe_fast_decline(const MoeArgs& a);
+
+// Load-time choice of the routed experts' code layout (docs/perf/ledger-moe-pk.md): when the fast
+// kernels are enabled, env DSV4_MOE_LAYOUT is not "checkpoint", and all three are kMxfp4 stacked
+// [n_experts, N, K/2] with K % 128 == 0, rewrites w1, w3 and w2 in place (device memory, on
+// `st`) to kMxfp4PairRotated and updates their fmt; else leaves them alone. Every reader of
+// WeightDesc decodes both layouts (the fast expert GEMV picks its variants by layout; w_at, the
+// correct-first kernels' dequantiser, gathers the permuted bits), so either result is correct.
+// Call once per layer, right after the experts are on the device.
+cudaError_t moe_expert_weights_to_fast_layout(WeightDesc* w1, WeightDesc* w3, WeightDesc* w2, int n_experts,
+                                              cudaStream_t st);
 
 }  // namespace dsv4::cuda

@@ -17,6 +17,7 @@ const char* wfmt_name(WFmt f) {
         case WFmt::kFp8E8M0: return "fp8-block(ue8m0)";
         case WFmt::kFp8F32: return "fp8-block(f32)";
         case WFmt::kMxfp4: return "mxfp4";
+        case WFmt::kMxfp4PairRotated: return "mxfp4(pair-rotated)";
     }
     return "?";
 }

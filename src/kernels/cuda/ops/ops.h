@@ -22,6 +22,10 @@ enum class WFmt : int32_t {
     kFp8E8M0 = 2,   // e4m3 [N, K] + UE8M0 scales [ceil(N/128), ceil(K/128)]
     kFp8F32 = 3,    // e4m3 [N, K] + f32 scales [ceil(N/128), ceil(K/128)]
     kMxfp4 = 4,     // e2m1 packed [N, K/2] (low nibble = even k) + UE8M0 scales [N, ceil(K/32)]
+    // kMxfp4 with the bits of every 32-bit code word permuted at load time (core/mxfp4_pair_rotated.h;
+    // K % 8 == 0, so words never straddle rows): the fast expert GEMV's layout
+    // (moe_expert_weights_to_fast_layout in fast_path.h). Scales and word positions as kMxfp4.
+    kMxfp4PairRotated = 5,
 };
 const char* wfmt_name(WFmt f);
 
