@@ -1,4 +1,4 @@
-// "Pair-rotated" layout of MXFP4 expert codes (docs/perf/ledger-moe-pk.md): a fixed permutation
+// "Pair-rotated" layout of MXFP4 expert codes (docs/perf/ledger.md E17): a fixed permutation
 // of the 32 bits inside every 32-bit little-endian word of packed e2m1 codes, applied once at
 // load time, so that the tensor-core expert GEMV (kernels/cuda/moe/moe_expert_mma.cuh, DQ = 4)
 // builds its bf16x2 operand words with 9 integer ops per code word instead of ~16.

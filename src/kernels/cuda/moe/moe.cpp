@@ -86,7 +86,7 @@ KernelParams moe_expert_variant_params(int i) { return sm90::moe_expert_params(i
 std::string moe_expert_variant_name(int i) {
     // bitdq: conversion-free dequant with swizzled x reads; bitdqc: natural x reads; bitdqp: x
     // re-paired in shared memory (docs/perf/ledger.md E6, E7); _mbN: register cap for N CTAs per SM.
-    // bitdqpk: bitdqp on pair-rotated weights (docs/perf/ledger-moe-pk.md).
+    // bitdqpk: bitdqp on pair-rotated weights (docs/perf/ledger.md E17).
     static const char* const kDq[] = {"moe_mxfp4_mma", "moe_mxfp4_mma_bitdq", "moe_mxfp4_mma_bitdqc", "moe_mxfp4_mma_bitdqp",
                                       "moe_mxfp4_mma_bitdqpk"};
     std::string op = sm90::moe_expert_is_mma(i) ? kDq[sm90::moe_expert_dequant(i)] : "moe_mxfp4_gemv";
@@ -109,7 +109,7 @@ int moe_expert_select_variant(const MoeExpertArgs& a) {
     // (B >= 2) it loses 10-20%, and the 4-way split loses everywhere (+13% at B=1).
     const int grid_y = a.active_experts ? a.max_active : a.n_experts;
     const int64_t plain_ctas = int64_t(a.N / (4 * (a.mode == MoeExpertMode::kGateUp ? 16 : 32))) * grid_y;
-    // Pair-rotated weights (docs/perf/ledger-moe-pk.md): bitdqpk at every batch, never split-K (at
+    // Pair-rotated weights (docs/perf/ledger.md E17): bitdqpk at every batch, never split-K (at
     // batch 1 the plain form is 5% faster than its split, 47.1 vs 49.7 us).
     const bool pk = a.layout == MoeWeightLayout::kPairRotated;
     const int want_ks = !pk && plain_ctas <= 198 ? 2 : 1;

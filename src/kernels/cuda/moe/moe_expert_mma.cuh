@@ -18,10 +18,10 @@
 //   2^126 fix-up at once (exact; a second multiply only for s > 128). x fragments are re-paired
 //   to (k j, k j+4) with byte permutes, and read with a chunk order swapped for lanes t = 2, 3
 //   so the 8 lanes of a quarter-warp hit 32 distinct banks (rows are K + 8 bf16 apart).
-// DQ = 4 ("bitdqpk", docs/perf/ledger-moe-pk.md): as DQ = 3 on weights whose code words were
+// DQ = 4 ("bitdqpk", docs/perf/ledger.md E17): as DQ = 3 on weights whose code words were
 //   bit-permuted once at load time (MoeWeightLayout::kPairRotated, core/mxfp4_pair_rotated.h),
 //   so the same four bf16x2 words come from 4 rotations and 5 logic ops per code word (~16 ops
-//   for DQ = 1..3); the scale multiply is unchanged. Measured (ledger-moe-pk.md E16): 344 vs 454
+//   for DQ = 1..3); the scale multiply is unchanged. Measured (docs/perf/ledger.md E17): 344 vs 454
 //   warp instructions per 128 k (SASS), -8..-12% time vs DQ = 2 at batch 1-256 (batch 64: 0.935 ms,
 //   74% of copy), so the kernel was partly issue-bound.
 // Shared memory: x [8*NTT][K + 8] bf16 of the current token chunk (padded rows).

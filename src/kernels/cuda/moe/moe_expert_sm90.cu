@@ -214,7 +214,7 @@ const Entry kTable[] = {
     // Measured there and not instantiated any more: 4 slices (entry_mma<4, 1, 2, 2 or 3, 1, 4>),
     // +13% at B=1 and +45..+70% from B=2 on.
     entry_mma<4, 1, 2, 2, 1, 2>(),
-    // Pair-rotated weights (docs/perf/ledger-moe-pk.md): the bitdqp form and its 2-way split-K.
+    // Pair-rotated weights (docs/perf/ledger.md E17): the bitdqp form and its 2-way split-K.
     entry_mma<4, 1, 2, 4>(),
     entry_mma<4, 1, 2, 4, 1, 2>(),
 };

@@ -31,7 +31,7 @@ std::string linear_fast_decline(const WeightDesc& w, int n_per_group, int64_t gr
 // Looks at E, K, d, I, the expert weights and (hash layers) tokens; not at T or DSV4_FAST_KERNELS.
 std::string moe_fast_decline(const MoeArgs& a);
 
-// Load-time choice of the routed experts' code layout (docs/perf/ledger-moe-pk.md): when the fast
+// Load-time choice of the routed experts' code layout (docs/perf/ledger.md E17): when the fast
 // kernels are enabled, env DSV4_MOE_LAYOUT is not "checkpoint", and all three are kMxfp4 stacked
 // [n_experts, N, K/2] with K % 128 == 0, rewrites w1, w3 and w2 in place (device memory, on
 // `st`) to kMxfp4PairRotated and updates their fmt; else leaves them alone. Every reader of
