@@ -13,7 +13,10 @@ int dense_gemv_variant_count() { return sm90::dense_gemv_count(); }
 KernelParams dense_gemv_variant_params(int i) { return sm90::dense_gemv_params(i); }
 std::string dense_gemv_variant_name(int i) {
     const sm90::GemvKind k = sm90::dense_gemv_kind(i);
-    const char* op = k == sm90::GemvKind::kKChunk ? "dense_gemm_kc" : k == sm90::GemvKind::kMma ? "dense_gemv_mma" : "dense_gemv";
+    const char* op = k == sm90::GemvKind::kKChunk2  ? "dense_gemm_kc2"
+                     : k == sm90::GemvKind::kKChunk ? "dense_gemm_kc"
+                     : k == sm90::GemvKind::kMma    ? "dense_gemv_mma"
+                                                    : "dense_gemv";
     return variant_name(op, sm90::dense_gemv_params(i));
 }
 
@@ -24,6 +27,9 @@ bool dense_gemv_legal(int i, const DenseGemvArgs& a) {
     if (kind == sm90::GemvKind::kKChunk)
         return a.N % rows_per_cta == 0 && a.K % 128 == 0 &&
                sm90::dense_gemm_kc_smem(p.warps, p.block_h, p.block_t, a.x_f32) <= 232448;
+    if (kind == sm90::GemvKind::kKChunk2)
+        return a.N % rows_per_cta == 0 && a.K % 128 == 0 &&
+               sm90::dense_gemm_kc2_smem(p.warps, p.block_h, p.block_t, a.x_f32) <= 232448;
     if (kind == sm90::GemvKind::kMma) {
         const size_t smem = size_t(p.block_t) * (a.K + 8) * 2;
         return a.N % rows_per_cta == 0 && a.K % 128 == 0 && smem <= 232448;
