@@ -13,7 +13,8 @@ int dense_gemv_variant_count() { return sm90::dense_gemv_count(); }
 KernelParams dense_gemv_variant_params(int i) { return sm90::dense_gemv_params(i); }
 std::string dense_gemv_variant_name(int i) {
     const sm90::GemvKind k = sm90::dense_gemv_kind(i);
-    const char* op = k == sm90::GemvKind::kKChunk2  ? "dense_gemm_kc2"
+    const char* op = k == sm90::GemvKind::kKChunk3  ? "dense_gemm_kc3"
+                     : k == sm90::GemvKind::kKChunk2 ? "dense_gemm_kc2"
                      : k == sm90::GemvKind::kKChunk ? "dense_gemm_kc"
                      : k == sm90::GemvKind::kMma    ? "dense_gemv_mma"
                                                     : "dense_gemv";
@@ -30,6 +31,10 @@ bool dense_gemv_legal(int i, const DenseGemvArgs& a) {
     if (kind == sm90::GemvKind::kKChunk2)
         return a.N % rows_per_cta == 0 && a.K % 128 == 0 &&
                sm90::dense_gemm_kc2_smem(p.warps, p.block_h, p.block_t, a.x_f32) <= 232448;
+    if (kind == sm90::GemvKind::kKChunk3)
+        return a.N % rows_per_cta == 0 && a.K % 128 == 0 && a.K <= 32768 && rows_per_cta <= 128 &&
+               sm90::dense_gemm_kc3_smem(p.warps, p.block_h, p.block_t, p.stages, a.format == WeightFormat::kFp8Block,
+                                         a.x_f32) <= 232448;
     if (kind == sm90::GemvKind::kMma) {
         const size_t smem = size_t(p.block_t) * (a.K + 8) * 2;
         return a.N % rows_per_cta == 0 && a.K % 128 == 0 && smem <= 232448;
