@@ -15,6 +15,9 @@
 //   g, g+8) are bank-conflict free. The UE8M0 scales of the CTA's K range are staged once.
 // One __syncthreads per block: wait for block kb, barrier, refill the slot of block kb-1 with
 //   block kb+ST-1, multiply block kb.
+// Measured (docs/perf/ledger-gemm-x.md, f32 x): ST = 3 (74 KB, 3 CTAs per SM) 5-16% faster than
+//   dense_gemm_kc at T <= 64 (wo_b T = 64 55.2 vs 62.0 us) and on wq_b at every T; ST = 4 (2 CTAs
+//   per SM) slower everywhere: the warps that hide the dequant chains matter more than depth.
 #pragma once
 
 #include <cooperative_groups.h>
