@@ -774,7 +774,9 @@ int run_decode_bench(const DecodeBenchOptions& o) {
                     if (name == sh.name) shapes.push_back(sh);
             batches = o.batches;
         }
-        const bool x_f32 = !shape_env.empty();
+        // Env DSV4_GEMV_SWEEP_XBF16=1 gives the named shapes bf16 x instead (the form a caller that
+        // writes bf16 activations would pass); the "old" / "new" columns are then the heuristics' picks for bf16 x.
+        const bool x_f32 = !shape_env.empty() && env_or("DSV4_GEMV_SWEEP_XBF16") != "1";
         for (const GemvShape& sh : shapes) {
             const GemvData data = make_gemv_data(sh, *std::max_element(batches.begin(), batches.end()), x_f32, g);
             for (int B : batches) {
@@ -786,7 +788,7 @@ int run_decode_bench(const DecodeBenchOptions& o) {
                 probe.groups = sh.groups;
                 probe.n_tokens = B;
                 std::vector<std::pair<std::string, int>> cols;
-                if (x_f32) {
+                if (!shape_env.empty()) {
                     cols.push_back({"old", old_gemv_default(probe)});
                     cols.push_back({"new", dense_gemv_select_variant(probe)});
                 }

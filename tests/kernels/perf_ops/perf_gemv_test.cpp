@@ -145,18 +145,32 @@ TEST(PerfDenseGemv, Bf16DecodeShapes) {
     run_gemv({WeightFormat::kBf16, 200, 512, 1024, 1, true, false, 0}, 25);
 }
 
-// The heuristic: CUDA cores at n_tokens <= 4, the K-chunked GEMM from 5 tokens on.
+// The heuristic: CUDA cores at n_tokens <= 4, a K-chunked GEMM from 5 tokens on: on wo_b the
+// cp.async-ring form up to 64 tokens, the first form with 64-token passes above (ledger-gemm-x);
+// on wq_b the bf16-staging form up to 32 tokens, the ring form above; wq_a keeps the first form.
 TEST(PerfDenseGemv, HeuristicPicksKChunkAboveFourTokens) {
     DenseGemvArgs a;
     a.format = WeightFormat::kFp8Block;
     a.x_f32 = true;
     a.N = 4096;
     a.K = 8192;
-    for (int T : {1, 4, 5, 8, 16, 33, 64, 100, 128, 256}) {
+    for (int T : {1, 4, 5, 8, 16, 33, 64, 65, 100, 128, 256}) {
         a.n_tokens = T;
         const std::string name = dense_gemv_variant_name(dense_gemv_select_variant(a));
-        EXPECT_EQ(name.rfind(T <= 4 ? "dense_gemv." : "dense_gemm_kc.", 0), 0u) << "T " << T << ": " << name;
+        const char* want = T <= 4 ? "dense_gemv." : T <= 64 ? "dense_gemm_kc3.bt32_bh16_w4_s3" : "dense_gemm_kc.bt64_bh16_w4_s2";
+        EXPECT_EQ(name.rfind(want, 0), 0u) << "T " << T << ": " << name;
     }
+    a.N = 32768;  // wq_b
+    a.K = 1024;
+    for (int T : {8, 32, 33, 256}) {
+        a.n_tokens = T;
+        EXPECT_EQ(dense_gemv_variant_name(dense_gemv_select_variant(a)),
+                  T <= 32 ? "dense_gemm_kc2.bt32_bh16_w4_s2.sm90" : "dense_gemm_kc3.bt32_bh16_w4_s3.sm90") << "T " << T;
+    }
+    a.N = 1024;  // wq_a: unmeasured with the new forms, unchanged
+    a.K = 4096;
+    a.n_tokens = 16;
+    EXPECT_EQ(dense_gemv_variant_name(dense_gemv_select_variant(a)), "dense_gemm_kc.bt32_bh16_w4_s2.sm90");
     a.format = WeightFormat::kBf16;  // LM head: 32 rows per warp
     a.N = 129280;
     a.K = 4096;

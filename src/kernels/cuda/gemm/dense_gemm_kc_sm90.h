@@ -21,4 +21,16 @@ int dense_gemm_kc_smem(int warps, int rows_per_warp, int tokens, bool x_f32);
 template <int NW, int MTL, int NTT>
 cudaError_t dense_gemm_kc_launch(const DenseGemvArgs& a, cudaStream_t s);
 
+// The second form (dense_gemm_kc2.cuh: x staged as bf16, converted once per CTA when f32;
+// staging addresses computed once). Same legality; its own shared-memory size.
+int dense_gemm_kc2_smem(int warps, int rows_per_warp, int tokens, bool x_f32);
+template <int NW, int MTL, int NTT>
+cudaError_t dense_gemm_kc2_launch(const DenseGemvArgs& a, cudaStream_t s);
+
+// The third form (dense_gemm_kc3.cuh: weights and x through an ST-deep cp.async ring).
+// Legal when additionally K <= 32768 and 16 * warps * rows_per_warp <= 128.
+int dense_gemm_kc3_smem(int warps, int rows_per_warp, int tokens, int stages, bool fp8, bool x_f32);
+template <int NW, int MTL, int NTT, int ST>
+cudaError_t dense_gemm_kc3_launch(const DenseGemvArgs& a, cudaStream_t s);
+
 }  // namespace dsv4::cuda::sm90

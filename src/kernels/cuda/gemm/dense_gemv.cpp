@@ -13,7 +13,11 @@ int dense_gemv_variant_count() { return sm90::dense_gemv_count(); }
 KernelParams dense_gemv_variant_params(int i) { return sm90::dense_gemv_params(i); }
 std::string dense_gemv_variant_name(int i) {
     const sm90::GemvKind k = sm90::dense_gemv_kind(i);
-    const char* op = k == sm90::GemvKind::kKChunk ? "dense_gemm_kc" : k == sm90::GemvKind::kMma ? "dense_gemv_mma" : "dense_gemv";
+    const char* op = k == sm90::GemvKind::kKChunk3  ? "dense_gemm_kc3"
+                     : k == sm90::GemvKind::kKChunk2 ? "dense_gemm_kc2"
+                     : k == sm90::GemvKind::kKChunk ? "dense_gemm_kc"
+                     : k == sm90::GemvKind::kMma    ? "dense_gemv_mma"
+                                                    : "dense_gemv";
     return variant_name(op, sm90::dense_gemv_params(i));
 }
 
@@ -24,6 +28,13 @@ bool dense_gemv_legal(int i, const DenseGemvArgs& a) {
     if (kind == sm90::GemvKind::kKChunk)
         return a.N % rows_per_cta == 0 && a.K % 128 == 0 &&
                sm90::dense_gemm_kc_smem(p.warps, p.block_h, p.block_t, a.x_f32) <= 232448;
+    if (kind == sm90::GemvKind::kKChunk2)
+        return a.N % rows_per_cta == 0 && a.K % 128 == 0 &&
+               sm90::dense_gemm_kc2_smem(p.warps, p.block_h, p.block_t, a.x_f32) <= 232448;
+    if (kind == sm90::GemvKind::kKChunk3)
+        return a.N % rows_per_cta == 0 && a.K % 128 == 0 && a.K <= 32768 && rows_per_cta <= 128 &&
+               sm90::dense_gemm_kc3_smem(p.warps, p.block_h, p.block_t, p.stages, a.format == WeightFormat::kFp8Block,
+                                         a.x_f32) <= 232448;
     if (kind == sm90::GemvKind::kMma) {
         const size_t smem = size_t(p.block_t) * (a.K + 8) * 2;
         return a.N % rows_per_cta == 0 && a.K % 128 == 0 && smem <= 232448;
@@ -49,13 +60,21 @@ int dense_gemv_select_variant(const DenseGemvArgs& a) {
     // rows per warp halve the x traffic from shared memory and win by 1.3-1.6x (and 64-token
     // passes from 33 tokens on: 526 vs 648 us at T = 64). Short matrices are kept
     // busy by the kernel's own split-K. The older kernels stay as fallbacks.
+    // Session 4 (docs/perf/ledger-gemm-x.md, f32 x, alternating rounds), only for the measured
+    // shape classes: fp8 with K >= 4096 and >= 2048 rows (wo_a, wo_b, shared w1) take the
+    // cp.async-ring form (dense_gemm_kc3, 3 stages) at T <= 32, and at T <= 64 when >= 4096
+    // rows (wo_b T = 64 55.2 vs 62.0 us, wo_a 59.3 vs 63.8; shared w1 T = 64 lost: 24.5 vs
+    // 23.2); fp8 with K <= 1024 and >= 16384 rows (wq_b) take the bf16-staging form
+    // (dense_gemm_kc2) at T <= 32 (22.8 vs 25.9 us at T = 32) and dense_gemm_kc3 above (42.0 vs
+    // 48.7 at T = 64, 150.1 vs 164.3 at 256). Elsewhere (T > 64 on the K >= 4096 matrices, bf16,
+    // short matrices) the E10 choice stays: the new forms tied or lost there.
     const int rows = a.groups * a.N;
     const auto kind_of = [](int i) { return sm90::dense_gemv_kind(i); };
-    auto pick = [&](sm90::GemvKind kind, int warps, int block_t, int block_h) {
+    auto pick = [&](sm90::GemvKind kind, int warps, int block_t, int block_h, int stages = 0) {
         for (int i = 0; i < n; ++i) {
             const KernelParams p = sm90::dense_gemv_params(i);
             if (kind_of(i) == kind && p.warps == warps && p.block_t == block_t && p.block_h == block_h &&
-                dense_gemv_legal(i, a))
+                (stages == 0 || p.stages == stages) && dense_gemv_legal(i, a))
                 return i;
         }
         return -1;
@@ -66,7 +85,12 @@ int dense_gemv_select_variant(const DenseGemvArgs& a) {
         v = pick(K::kSimt, 8, a.n_tokens <= 1 ? 1 : 4, 2);
     } else {
         const bool tall_bf16 = a.format == WeightFormat::kBf16 && rows >= 8192;
-        v = pick(K::kKChunk, 4, a.n_tokens <= (tall_bf16 ? 32 : 64) ? 32 : 64, tall_bf16 ? 32 : 16);
+        const bool fp8 = a.format == WeightFormat::kFp8Block;
+        if (fp8 && a.K >= 4096 && rows >= 2048 && (a.n_tokens <= 32 || (a.n_tokens <= 64 && rows >= 4096)))
+            v = pick(K::kKChunk3, 4, 32, 16, 3);
+        else if (fp8 && a.K <= 1024 && rows >= 16384)
+            v = a.n_tokens <= 32 ? pick(K::kKChunk2, 4, 32, 16) : pick(K::kKChunk3, 4, 32, 16, 3);
+        if (v < 0) v = pick(K::kKChunk, 4, a.n_tokens <= (tall_bf16 ? 32 : 64) ? 32 : 64, tall_bf16 ? 32 : 16);
         if (v < 0) v = pick(K::kKChunk, 4, 32, 16);
         if (v < 0 && rows >= 4096)
             v = a.n_tokens > 8 && pick(K::kMma, 4, 16, 16) >= 0 ? pick(K::kMma, 4, 16, 16) : pick(K::kMma, 4, 8, 16);

@@ -162,6 +162,18 @@ constexpr Entry entry_kc() {
     return {{8 * NTT, 16 * MTL, NW, 2, 0}, &dense_gemm_kc_launch<NW, MTL, NTT>, GemvKind::kKChunk};
 }
 
+// Second K-chunked form (dense_gemm_kc2.cuh): same parameters, x staged as bf16.
+template <int NW, int MTL, int NTT>
+constexpr Entry entry_kc2() {
+    return {{8 * NTT, 16 * MTL, NW, 2, 0}, &dense_gemm_kc2_launch<NW, MTL, NTT>, GemvKind::kKChunk2};
+}
+
+// Third K-chunked form (dense_gemm_kc3.cuh): stages = depth of the weight + x cp.async ring.
+template <int NW, int MTL, int NTT, int ST>
+constexpr Entry entry_kc3() {
+    return {{8 * NTT, 16 * MTL, NW, ST, 0}, &dense_gemm_kc3_launch<NW, MTL, NTT, ST>, GemvKind::kKChunk3};
+}
+
 // The one list: instantiates and registers. block_t = tokens per pass, block_h = rows per
 // warp, stages = 16-byte loads (CUDA-core) or 128-k blocks (mma) in flight per row and lane.
 const Entry kTable[] = {
@@ -180,6 +192,18 @@ const Entry kTable[] = {
     // the 4-warp tiles) at the 4-warp register count. Not yet measured; not in the heuristic.
     entry_kc<8, 1, 4>(),
     entry_kc<8, 1, 8>(),
+    // x staged as bf16 (converted once per CTA when f32), staging addresses computed once
+    // (docs/perf/ledger-gemm-x.md).
+    entry_kc2<4, 1, 4>(),
+    entry_kc2<4, 1, 8>(),
+    entry_kc2<8, 1, 4>(),
+    entry_kc2<8, 1, 8>(),
+    entry_kc2<4, 2, 8>(),
+    // weights and x through a 3-4 deep cp.async ring (docs/perf/ledger-gemm-x.md).
+    entry_kc3<4, 1, 4, 3>(),
+    entry_kc3<4, 1, 4, 4>(),
+    entry_kc3<8, 1, 4, 3>(),
+    entry_kc3<8, 1, 8, 3>(),
 };
 // Measured and dropped: mma with 2 warps (32 rows per CTA) lost to 4 warps at every point
 // (docs/perf/ledger.md E5); K-chunk with 128 tokens per CTA (8 warps x 16 rows, 201 registers,
