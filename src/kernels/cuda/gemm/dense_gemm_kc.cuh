@@ -22,7 +22,7 @@
 // Bound: meant to be HBM-bound (2*T FLOP per weight element, T <= MT). Last measured
 //   (docs/perf/ledger.md E10, f32 x, 4 warps x 16 rows, 32 tokens per pass): wo_b fp8
 //   T = 8 24.1 us (36% of copy), T = 64 62.1 us (15%), so not HBM-bound above T ~ 8. Profiled
-//   (ncu, docs/perf/ledger-gemm-x.md): latency-bound, no unit near its limit (wo_b T = 64: issue
+//   (ncu, docs/perf/ledger.md E18): latency-bound, no unit near its limit (wo_b T = 64: issue
 //   48%, L1 51%, L2 30%, DRAM 13%, 1.15 eligible of 3.6 active warps per scheduler, 878 warp
 //   instructions per warp and 128-k block for 32 HMMA). dense_gemm_kc2.cuh (bf16 x staging,
 //   -26% instructions, no faster) and dense_gemm_kc3.cuh (cp.async ring, 5-14% faster at

@@ -1,6 +1,6 @@
 // K-chunked tensor-core skinny GEMM, second form (`dense_gemm_kc2`): the same tiling, weight
 // path, split-K cluster reduction and results contract as dense_gemm_kc.cuh (read that header
-// first), with the x side rebuilt after the ncu profile of docs/perf/ledger-gemm-x.md.
+// first), with the x side rebuilt after the ncu profile of docs/perf/ledger.md E18.
 //
 // Why: ncu on dense_gemm_kc (wo_b fp8, T = 64, f32 x, 4 warps x 16 rows, 32 tokens) found no
 //   unit near its limit (issue 48%, ALU 41%, L1 41%, L2 30%, DRAM 13%) but 878 warp
@@ -19,7 +19,7 @@
 //   - The B-fragment shared-memory offsets (swizzle included) are computed once per thread.
 // Shared memory: bf16 stages 2 x [MT][128] (+ f32 landing [MT][128] for f32 x); reused after
 //   the main loop for the split-K partials [16*NW*MTL][MT+8] f32.
-// Measured (docs/perf/ledger-gemm-x.md, f32 x): 26% fewer instructions than dense_gemm_kc but
+// Measured (docs/perf/ledger.md E18, f32 x): 26% fewer instructions than dense_gemm_kc but
 //   the same time on wo_b (T = 64 61 vs 62 us: latency-bound, not issue-bound); wins on wq_b
 //   at T <= 32 (22.8 vs 25.9 us at T = 32), chosen there by the heuristic.
 #pragma once

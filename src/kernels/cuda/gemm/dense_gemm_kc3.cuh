@@ -2,7 +2,7 @@
 // mma sequence, split-K cluster reduction and results contract of dense_gemm_kc.cuh (read that
 // header first), with weights AND x streamed through an ST-deep cp.async ring in shared memory.
 //
-// Why (docs/perf/ledger-gemm-x.md): ncu on dense_gemm_kc showed a latency-bound kernel (issue
+// Why (docs/perf/ledger.md E18): ncu on dense_gemm_kc showed a latency-bound kernel (issue
 //   48%, L1 41-57%, L2 30%, DRAM 6-15%, 1.15 eligible warps per scheduler) and dense_gemm_kc2,
 //   which cut the instructions by 26%, ran no faster (issue 36%): each CTA has one 128-k block
 //   of weights (registers) and x (cp.async) in flight while it multiplies the previous one, so a
@@ -15,7 +15,7 @@
 //   g, g+8) are bank-conflict free. The UE8M0 scales of the CTA's K range are staged once.
 // One __syncthreads per block: wait for block kb, barrier, refill the slot of block kb-1 with
 //   block kb+ST-1, multiply block kb.
-// Measured (docs/perf/ledger-gemm-x.md, f32 x): ST = 3 (74 KB, 3 CTAs per SM) 5-16% faster than
+// Measured (docs/perf/ledger.md E18, f32 x): ST = 3 (74 KB, 3 CTAs per SM) 5-16% faster than
 //   dense_gemm_kc at T <= 64 (wo_b T = 64 55.2 vs 62.0 us) and on wq_b at every T; ST = 4 (2 CTAs
 //   per SM) slower everywhere: the warps that hide the dequant chains matter more than depth.
 #pragma once

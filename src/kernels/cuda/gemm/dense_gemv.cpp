@@ -60,7 +60,7 @@ int dense_gemv_select_variant(const DenseGemvArgs& a) {
     // rows per warp halve the x traffic from shared memory and win by 1.3-1.6x (and 64-token
     // passes from 33 tokens on: 526 vs 648 us at T = 64). Short matrices are kept
     // busy by the kernel's own split-K. The older kernels stay as fallbacks.
-    // Session 4 (docs/perf/ledger-gemm-x.md, f32 x, alternating rounds), only for the measured
+    // Session 4 (docs/perf/ledger.md E18, f32 x, alternating rounds), only for the measured
     // shape classes: fp8 with K >= 4096 and >= 2048 rows (wo_a, wo_b, shared w1) take the
     // cp.async-ring form (dense_gemm_kc3, 3 stages) at T <= 32, and at T <= 64 when >= 4096
     // rows (wo_b T = 64 55.2 vs 62.0 us, wo_a 59.3 vs 63.8; shared w1 T = 64 lost: 24.5 vs

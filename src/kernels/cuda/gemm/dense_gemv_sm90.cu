@@ -193,13 +193,13 @@ const Entry kTable[] = {
     entry_kc<8, 1, 4>(),
     entry_kc<8, 1, 8>(),
     // x staged as bf16 (converted once per CTA when f32), staging addresses computed once
-    // (docs/perf/ledger-gemm-x.md).
+    // (docs/perf/ledger.md E18).
     entry_kc2<4, 1, 4>(),
     entry_kc2<4, 1, 8>(),
     entry_kc2<8, 1, 4>(),
     entry_kc2<8, 1, 8>(),
     entry_kc2<4, 2, 8>(),
-    // weights and x through a 3-4 deep cp.async ring (docs/perf/ledger-gemm-x.md).
+    // weights and x through a 3-4 deep cp.async ring (docs/perf/ledger.md E18).
     entry_kc3<4, 1, 4, 3>(),
     entry_kc3<4, 1, 4, 4>(),
     entry_kc3<8, 1, 4, 3>(),
