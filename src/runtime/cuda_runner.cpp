@@ -44,6 +44,10 @@ struct Workspace {
     int64_t max_rows = 0;
     // Fast decode attention (sparse_decode): row lists, bf16 q / out, split partials.
     void *qb = nullptr, *ob = nullptr;
+    // bf16 copies of the inputs of the large dense projections (round_to_bf16), for 32..max_seqs
+    // tokens: [max_seqs, width] each, for o (wo_a), z (wo_b), q_lat (wq_b, indexer wq_b), xn (the
+    // projections of xn and the router), sh (shared w2). Null when off.
+    void *xb_o = nullptr, *xb_z = nullptr, *xb_qlat = nullptr, *xb_xn = nullptr, *xb_sh = nullptr;
     int64_t* row_offs = nullptr;
     int32_t* row_start = nullptr;
     float* sd_ws = nullptr;
@@ -144,6 +148,15 @@ private:
         for (int i = 0; i < n; ++i) DSV4_CU(cudaStreamWaitEvent(side_[i], fork_, 0));
         return Status::ok();
     }
+    // *out = x [T, width] rounded to bf16 in buf (on stream s) when the bf16-input path is on for T
+    // tokens, else null (the projections then round f32 x themselves).
+    Status bf16_input(const float* x, int64_t width, int T, void* buf, cudaStream_t s, const void** out) {
+        *out = nullptr;
+        if (!buf || opt_.x_bf16_min_tokens <= 0 || T < opt_.x_bf16_min_tokens || T > opt_.max_seqs) return Status::ok();
+        DSV4_CU(cuda::round_to_bf16(x, int64_t(T) * width, buf, s));
+        *out = buf;
+        return Status::ok();
+    }
     Status join(int n) {
         for (int i = 0; i < n; ++i) {
             DSV4_CU(cudaEventRecord(join_[i], side_[i]));
@@ -208,6 +221,7 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
     if (const char* g = std::getenv("DSV4_CUDA_GRAPHS"); g && std::strcmp(g, "0") == 0) opt_.use_graphs = false;
     if (const char* f = std::getenv("DSV4_FAST_KERNELS"); f && std::strcmp(f, "0") == 0) opt_.fast_attention = false;
     if (const char* f = std::getenv("DSV4_FUSE_MHC"); f && std::strcmp(f, "0") == 0) opt_.fuse_mhc_post_mix = false;
+    if (const char* f = std::getenv("DSV4_X_BF16"); f && std::strcmp(f, "0") == 0) opt_.x_bf16_min_tokens = 0;
 
     // Page pool (4-byte words; rows in the layout's format, kv_rows resolved by make_cuda_runner).
     pool_.page_elems = layout_.page_elems;
@@ -295,6 +309,14 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
         DSV4_ASSIGN_OR_RETURN(ws_.row_offs, arena_.alloc_n<int64_t>(size_t(ws_.row_cap)));
         DSV4_RETURN_IF_ERROR(Ii(ws_.row_start, Bm + 1));
         DSV4_RETURN_IF_ERROR(F(ws_.sd_ws, cuda::sparse_decode_workspace_floats(int(ws_.sd_seq_splits), int(H), 1)));
+    }
+    if (opt_.x_bf16_min_tokens > 0 && int64_t(Bm) >= opt_.x_bf16_min_tokens) {
+        const size_t G = size_t(cfg_.o_groups), orank = size_t(cfg_.o_lora_rank), I = size_t(cfg_.moe_intermediate_size);
+        DSV4_ASSIGN_OR_RETURN(ws_.xb_o, arena_.alloc(Bm * H * D * 2));
+        DSV4_ASSIGN_OR_RETURN(ws_.xb_z, arena_.alloc(Bm * G * orank * 2));
+        DSV4_ASSIGN_OR_RETURN(ws_.xb_qlat, arena_.alloc(Bm * qr * 2));
+        DSV4_ASSIGN_OR_RETURN(ws_.xb_xn, arena_.alloc(Bm * d * 2));
+        DSV4_ASSIGN_OR_RETURN(ws_.xb_sh, arena_.alloc(Bm * I * 2));
     }
     DSV4_RETURN_IF_ERROR(F(ws_.hn, Bm * d));
     DSV4_RETURN_IF_ERROR(F(ws_.logits, Bm * V));
@@ -452,30 +474,34 @@ Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, 
     const bool ov = opt_.side_streams;
     const int n_side = !ov ? 0 : csa ? 3 : r > 0 ? 2 : 1;
     cudaStream_t s_kv = ov ? side_[0] : st, s_comp = ov ? side_[1] : st, s_idx = ov ? side_[2] : st;
+    const void* xnb = nullptr;  // bf16 xn for every projection of xn (converted before the fork)
+    DSV4_RETURN_IF_ERROR(bf16_input(ws_.xn, d, T, ws_.xb_xn, st, &xnb));
     if (ov) DSV4_RETURN_IF_ERROR(fork(n_side));
     mark(ov ? "q|kv|compressor|indexer proj (streams)" : "q: wq_a+norm+wq_b+rope");
-    DSV4_CU(cuda::linear(L.wq_a, -1, ws_.xn, d, 0, 0, ws_.qlat_raw, qr, T, false, st));
+    DSV4_CU(cuda::linear(L.wq_a, -1, ws_.xn, d, 0, 0, ws_.qlat_raw, qr, T, false, st, xnb));
     DSV4_CU(cuda::norm_rope(ws_.qlat_raw, qr, ws_.qlat, qr, T, qr, true, L.q_norm, eps, nullptr, 0, ws_.pos, 1, false, st));
-    DSV4_CU(cuda::linear(L.wq_b, -1, ws_.qlat, qr, 0, 0, ws_.q, int64_t(H) * D, T, false, st));
+    const void* qlb = nullptr;
+    DSV4_RETURN_IF_ERROR(bf16_input(ws_.qlat, qr, T, ws_.xb_qlat, st, &qlb));
+    DSV4_CU(cuda::linear(L.wq_b, -1, ws_.qlat, qr, 0, 0, ws_.q, int64_t(H) * D, T, false, st, qlb));
     DSV4_CU(cuda::norm_rope(ws_.q, D, ws_.q, D, T * H, D, true, nullptr, eps, rope, R, ws_.pos, H, false, st));
     if (csa) {
-        DSV4_CU(cuda::linear(L.idx_wq_b, -1, ws_.qlat, qr, 0, 0, ws_.iq, int64_t(IH) * ID, T, false, st));
+        DSV4_CU(cuda::linear(L.idx_wq_b, -1, ws_.qlat, qr, 0, 0, ws_.iq, int64_t(IH) * ID, T, false, st, qlb));
         DSV4_CU(cuda::norm_rope(ws_.iq, ID, ws_.iq, ID, T * IH, ID, false, nullptr, eps, w_.rope_compress, R, ws_.pos,
                                 IH, false, st));
     }
     if (!ov) mark("kv: wkv+norm+rope");
-    DSV4_CU(cuda::linear(L.wkv, -1, ws_.xn, d, 0, 0, ws_.kv_raw, D, T, false, s_kv));
+    DSV4_CU(cuda::linear(L.wkv, -1, ws_.xn, d, 0, 0, ws_.kv_raw, D, T, false, s_kv, xnb));
     DSV4_CU(cuda::norm_rope(ws_.kv_raw, D, ws_.kv, D, T, D, true, L.kv_norm, eps, rope, R, ws_.pos, 1, false, s_kv));
     if (r > 0) {
         if (!ov) mark("compressor proj");
-        DSV4_CU(cuda::linear(L.comp.wkv, -1, ws_.xn, d, 0, 0, ws_.cv, kappa * D, T, false, s_comp));
-        DSV4_CU(cuda::linear(L.comp.wgate, -1, ws_.xn, d, 0, 0, ws_.cg, kappa * D, T, false, s_comp));
+        DSV4_CU(cuda::linear(L.comp.wkv, -1, ws_.xn, d, 0, 0, ws_.cv, kappa * D, T, false, s_comp, xnb));
+        DSV4_CU(cuda::linear(L.comp.wgate, -1, ws_.xn, d, 0, 0, ws_.cg, kappa * D, T, false, s_comp, xnb));
     }
     if (csa) {
         if (!ov) mark("indexer proj");
-        DSV4_CU(cuda::linear(L.idx_comp.wkv, -1, ws_.xn, d, 0, 0, ws_.iv, 2 * ID, T, false, s_idx));
-        DSV4_CU(cuda::linear(L.idx_comp.wgate, -1, ws_.xn, d, 0, 0, ws_.ig, 2 * ID, T, false, s_idx));
-        DSV4_CU(cuda::linear(L.idx_wproj, -1, ws_.xn, d, 0, 0, ws_.iw, IH, T, false, s_idx));
+        DSV4_CU(cuda::linear(L.idx_comp.wkv, -1, ws_.xn, d, 0, 0, ws_.iv, 2 * ID, T, false, s_idx, xnb));
+        DSV4_CU(cuda::linear(L.idx_comp.wgate, -1, ws_.xn, d, 0, 0, ws_.ig, 2 * ID, T, false, s_idx, xnb));
+        DSV4_CU(cuda::linear(L.idx_wproj, -1, ws_.xn, d, 0, 0, ws_.iw, IH, T, false, s_idx, xnb));
         const float wscale = 1.0f / std::sqrt(float(ID)) / std::sqrt(float(IH));
         DSV4_CU(cuda::scale_inplace(ws_.iw, int64_t(T) * IH, wscale, s_idx));
     }
@@ -587,9 +613,13 @@ Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, 
     }
     const int G = cfg_.o_groups, orank = cfg_.o_lora_rank, hpg = H / G;
     mark("wo_a+wo_b");
+    const void* ob = nullptr;
+    DSV4_RETURN_IF_ERROR(bf16_input(ws_.o, int64_t(H) * D, T, ws_.xb_o, st, &ob));
     DSV4_CU(cuda::linear(L.wo_a, -1, ws_.o, int64_t(H) * D, orank, int64_t(hpg) * D, ws_.z, int64_t(G) * orank, T,
-                         false, st));
-    DSV4_CU(cuda::linear(L.wo_b, -1, ws_.z, int64_t(G) * orank, 0, 0, ws_.y, d, T, false, st));
+                         false, st, ob));
+    const void* zb = nullptr;
+    DSV4_RETURN_IF_ERROR(bf16_input(ws_.z, int64_t(G) * orank, T, ws_.xb_z, st, &zb));
+    DSV4_CU(cuda::linear(L.wo_b, -1, ws_.z, int64_t(G) * orank, 0, 0, ws_.y, d, T, false, st, zb));
     return Status::ok();
 }
 
@@ -604,11 +634,15 @@ Status CudaRunner::moe(int l, int T) {
     // ranks take turns, so no rank carries it in every layer); the others add no shared term.
     const bool shared_here = !ep_ || ep_->shared_expert_rank(l) == opt_.ep_rank;
     const bool ov = opt_.side_streams && shared_here;
+    const void* xnb = nullptr;  // bf16 xn for the shared expert and the router (converted before the fork)
+    DSV4_RETURN_IF_ERROR(bf16_input(ws_.xn, d, T, ws_.xb_xn, st, &xnb));
     auto shared_expert = [&](cudaStream_t s) -> Status {  // ys = w2 SwiGLU(w1 xn, w3 xn)
-        DSV4_CU(cuda::linear(L.sh_w1, -1, ws_.xn, d, 0, 0, ws_.sa, I, T, false, s));
-        DSV4_CU(cuda::linear(L.sh_w3, -1, ws_.xn, d, 0, 0, ws_.sb, I, T, false, s));
+        DSV4_CU(cuda::linear(L.sh_w1, -1, ws_.xn, d, 0, 0, ws_.sa, I, T, false, s, xnb));
+        DSV4_CU(cuda::linear(L.sh_w3, -1, ws_.xn, d, 0, 0, ws_.sb, I, T, false, s, xnb));
         DSV4_CU(cuda::swiglu(ws_.sa, ws_.sb, ws_.sh, int64_t(T) * I, lim, s));
-        DSV4_CU(cuda::linear(L.sh_w2, -1, ws_.sh, I, 0, 0, ws_.ys, d, T, false, s));
+        const void* shb = nullptr;
+        DSV4_RETURN_IF_ERROR(bf16_input(ws_.sh, I, T, ws_.xb_sh, s, &shb));
+        DSV4_CU(cuda::linear(L.sh_w2, -1, ws_.sh, I, 0, 0, ws_.ys, d, T, false, s, shb));
         return Status::ok();
     };
     if (ov) {
@@ -616,7 +650,7 @@ Status CudaRunner::moe(int l, int T) {
         DSV4_RETURN_IF_ERROR(shared_expert(side_[0]));
     }
     mark(ov ? "router gate (shared expert on a side stream)" : "router gate");
-    DSV4_CU(cuda::linear(L.gate, -1, ws_.xn, d, 0, 0, ws_.glog, E, T, false, st));
+    DSV4_CU(cuda::linear(L.gate, -1, ws_.xn, d, 0, 0, ws_.glog, E, T, false, st, xnb));
     cuda::MoeArgs a;
     a.T = T;
     a.E = E;

@@ -43,6 +43,9 @@ struct CudaRunnerOptions {
                                   // expert beside routing + routed experts; DSV4_SIDE_STREAMS=0 serialises
     bool fuse_mhc_post_mix = true;  // at <= 8 tokens, each mHC expand also computes the next site's mixing dot
                                     // products (cuda::mhc_post_mix); DSV4_FUSE_MHC=0 keeps two launches
+    int x_bf16_min_tokens = 32;   // from this many tokens up to max_seqs, the large dense projections read a
+                                  // bf16 copy of their input (one rounding pass, values identical to the
+                                  // kernels' own rounding); 0 or DSV4_X_BF16=0: off
     bool verbose = true;          // print the weight summary and the variant table at start-up
     // Expert parallelism (docs/design.md): rank ep_rank of ep_size holds the routed experts
     // [r*E/N, (r+1)*E/N) only; everything else is replicated and every rank runs the same batch.

@@ -128,12 +128,16 @@ std::string moe_fast_decline(const MoeArgs& a) {
 }
 
 cudaError_t linear(const WeightDesc& w, int expert, const float* x, int64_t ldx, int n_per_group, int64_t group_in,
-                   float* y, int64_t ldy, int T, bool accumulate, cudaStream_t st) {
+                   float* y, int64_t ldy, int T, bool accumulate, cudaStream_t st, const void* x_bf16) {
     if (T <= 0 || w.N <= 0) return cudaSuccess;
     if (fast_kernels_enabled() && aligned16(x) && linear_fast_decline(w, n_per_group, group_in, ldx, ldy, accumulate).empty()) {
         DenseGemvArgs g = gemv_args(w, n_per_group, group_in, ldx, T);
         const int64_t e = expert > 0 ? expert : 0;
         g.x = x;
+        if (x_bf16 && aligned16(x_bf16)) {
+            g.x = x_bf16;
+            g.x_f32 = false;
+        }
         g.w = static_cast<const uint8_t*>(w.data) + e * w.expert_stride;
         g.w_scale = w.fmt == WFmt::kFp8E8M0 ? static_cast<const uint8_t*>(w.scale) + e * w.scale_expert_stride : nullptr;
         g.y = y;

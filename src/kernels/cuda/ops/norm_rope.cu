@@ -38,6 +38,15 @@ __global__ void norm_rope_kernel(const float* x, int64_t ldx, float* y, int64_t 
     for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = row[i];
 }
 
+// out[i] = bf16(x[i]) round-to-nearest-even, 4 per thread (n % 4 == 0, 16-B aligned x, 8-B out).
+__global__ void round_bf16_kernel(const float4* __restrict__ x, int64_t n4, uint2* __restrict__ out) {
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= n4) return;
+    const float4 v = x[i];
+    const __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
+    out[i] = make_uint2(*reinterpret_cast<const uint32_t*>(&a), *reinterpret_cast<const uint32_t*>(&b));
+}
+
 __global__ void scale_kernel(float* x, int64_t n, float s) {
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i < n) x[i] *= s;
@@ -61,6 +70,15 @@ cudaError_t norm_rope(const float* x, int64_t ldx, float* y, int64_t ldy, int ro
     if (rows <= 0) return cudaSuccess;
     norm_rope_kernel<<<rows, 128, sizeof(float) * n, st>>>(x, ldx, y, ldy, n, do_norm, weight, eps, inv_freq,
                                                            rope_dim, pos, rows_per_token, inverse);
+    return cudaGetLastError();
+}
+
+cudaError_t round_to_bf16(const float* x, int64_t n, void* out, cudaStream_t st) {
+    if (n <= 0) return cudaSuccess;
+    if (n % 4 || reinterpret_cast<uintptr_t>(x) % 16 || reinterpret_cast<uintptr_t>(out) % 8) return cudaErrorInvalidValue;
+    const int64_t n4 = n / 4;
+    round_bf16_kernel<<<unsigned((n4 + 255) / 256), 256, 0, st>>>(reinterpret_cast<const float4*>(x), n4,
+                                                                  static_cast<uint2*>(out));
     return cudaGetLastError();
 }
 

@@ -76,8 +76,12 @@ struct PagePool {
 // output projection); plain linear: n_per_group = N, group_in = 0. x rows ldx apart, y rows ldy.
 // FP8-block (UE8M0) / BF16 weights of decode-GEMV shapes go to the fast weight-streaming GEMV with
 // x rounded to bf16 (fast_path.h; DSV4_FAST_KERNELS=0 forces the f32 kernel).
+// x_bf16 (optional): x rounded to bf16 (round_to_bf16), same row stride ldx; the fast path then
+// stages it instead of rounding f32 x itself (identical values, half the x traffic); ignored by the
+// f32 kernels.
 cudaError_t linear(const WeightDesc& w, int expert, const float* x, int64_t ldx, int n_per_group,
-                   int64_t group_in, float* y, int64_t ldy, int T, bool accumulate, cudaStream_t st);
+                   int64_t group_in, float* y, int64_t ldy, int T, bool accumulate, cudaStream_t st,
+                   const void* x_bf16 = nullptr);
 // out[T, d] = W row tokens[t] (embedding lookup, any WFmt) repeated `copies` times per token.
 cudaError_t embed(const WeightDesc& w, const int32_t* tokens, int T, int copies, float* out, cudaStream_t st);
 
@@ -88,6 +92,9 @@ cudaError_t norm_rope(const float* x, int64_t ldx, float* y, int64_t ldy, int ro
                       const float* weight, float eps, const float* inv_freq, int rope_dim,
                       const int32_t* pos, int rows_per_token, bool inverse, cudaStream_t st);
 cudaError_t scale_inplace(float* x, int64_t n, float s, cudaStream_t st);
+// out[i] = bf16(x[i]) (round to nearest even), n elements; n % 4 == 0, x 16-B and out 8-B aligned,
+// else cudaErrorInvalidValue. out: bf16 [n].
+cudaError_t round_to_bf16(const float* x, int64_t n, void* out, cudaStream_t st);
 // h[t, i] = silu(min(a, lim)) * clamp(b, -lim, lim) * 1 (lim <= 0: no clamp). a, b, h [T, I].
 cudaError_t swiglu(const float* a, const float* b, float* h, int64_t n, float lim, cudaStream_t st);
 
