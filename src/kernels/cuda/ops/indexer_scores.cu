@@ -4,14 +4,16 @@
 // rounding of a double sum taken in another order (the top-k that follows is exact over these f32
 // scores, so CPU and GPU select the same rows).
 //
-// Main form (IH <= 64 heads, ID a multiple of 16 up to 128): FP64 tensor cores,
-// mma.sync.m8n8k4.f64 (M = 8 heads, N = 8 keys, K = 4 dims per step). Why: the indexer is a
-// batched [64 heads x 128] x [128 x n_c] product per sequence; with DFMA on CUDA cores and shared-
-// memory operands (the previous "tiled" form) it ran at ~5 TFLOP/s and cost 445 us per CSA layer
-// at batch 64 and 8K context (docs/perf/ledger.md E16), about 12% of the decode step.
+// Main forms (IH <= 64 heads, ID up to 128): FP64 tensor cores. Default (ID % 32 == 0): mma.sync
+// m16n8k8 f64 (indexer_score_dmma16_kernel, described there); ID % 16 == 0 otherwise, or
+// DSV4_INDEXER_MMA=m8n8k4: the Ampere shape m8n8k4 (M = 8 heads, N = 8 keys, K = 4 dims per step),
+// described here. Why tensor cores: the indexer is a batched [64 heads x 128] x [128 x n_c] product
+// per sequence; with DFMA on CUDA cores and shared-memory operands (the previous "tiled" form) it ran
+// at ~5 TFLOP/s and cost 445 us per CSA layer at batch 64 and 8K context (docs/perf/ledger.md E16),
+// about 12% of the decode step. Measured (E16): m8n8k4 ~105 us, m16n8k8 ~70 us per CSA layer there.
 //   Thread roles: CTA = 4 warps over 64 keys (a warp owns 16 keys: two 8-key groups, all 64 heads:
-//   8 head tiles x 2 key groups = 16 accumulator pairs); CTAs walk the 64-key tiles blockIdx.y,
-//   blockIdx.y + gridDim.y, ... so the grid is bounded by a few waves, not by the longest context.
+//   8 head tiles x 2 key groups = 16 accumulator pairs); one wave of CTAs walks the 64-key tiles
+//   blockIdx.y, blockIdx.y + gridDim.y, ... so the grid is bounded by the SMs, not the longest context.
 //   Dims are relabelled so that each lane's B operand comes from contiguous memory: lane (g, t)
 //   (g = lane / 4, t = lane % 4) at k-step s uses physical dim S t + s (S = ID / 4) for both A
 //   (q, from shared memory) and B (its key row g, straight from the page pool), which leaves every
@@ -19,8 +21,8 @@
 //   ID + 4 apart: the 8 rows x 4 dims of an A load fall in distinct banks).
 //   Epilogue: ReLU and head weights per lane (its heads g, g + 8, ..), then a fixed shuffle tree over
 //   the 8 lanes sharing t (deterministic).
-//   Bound: FP64 tensor throughput (~0.5 m8n8k4 per cycle per SM): batch 64 at 8K is 4.2 M mma per
-//   CSA layer, ~32 us at peak.
+//   Bound: FP64 tensor throughput (~0.5 m8n8k4 per cycle per SM at peak: 4.2 M mma per CSA layer at
+//   batch 64 / 8K, ~32 us); measured ~0.15-0.2 of it, not yet profiled.
 // Other shapes: one warp per key, double FMAs on CUDA cores (general, slow).
 #include <cstdlib>
 #include <cstring>
