@@ -4,29 +4,14 @@
 // rounding of a double sum taken in another order (the top-k that follows is exact over these f32
 // scores, so CPU and GPU select the same rows).
 //
-// Main forms (IH <= 64 heads, ID up to 128): FP64 tensor cores. Default (ID % 32 == 0): mma.sync
-// m16n8k8 f64 (indexer_score_dmma16_kernel, described there); ID % 16 == 0 otherwise, or
-// DSV4_INDEXER_MMA=m8n8k4: the Ampere shape m8n8k4 (M = 8 heads, N = 8 keys, K = 4 dims per step),
-// described here. Why tensor cores: the indexer is a batched [64 heads x 128] x [128 x n_c] product
-// per sequence; with DFMA on CUDA cores and shared-memory operands (the previous "tiled" form) it ran
-// at ~5 TFLOP/s and cost 445 us per CSA layer at batch 64 and 8K context (docs/perf/ledger.md E16),
-// about 12% of the decode step. Measured (E16): m8n8k4 ~105 us, m16n8k8 ~70 us per CSA layer there.
-//   Thread roles: CTA = 4 warps over 64 keys (a warp owns 16 keys: two 8-key groups, all 64 heads:
-//   8 head tiles x 2 key groups = 16 accumulator pairs); one wave of CTAs walks the 64-key tiles
-//   blockIdx.y, blockIdx.y + gridDim.y, ... so the grid is bounded by the SMs, not the longest context.
-//   Dims are relabelled so that each lane's B operand comes from contiguous memory: lane (g, t)
-//   (g = lane / 4, t = lane % 4) at k-step s uses physical dim S t + s (S = ID / 4) for both A
-//   (q, from shared memory) and B (its key row g, straight from the page pool), which leaves every
-//   dot product unchanged. q is staged once per CTA in that order ([head][4 s + t] doubles, rows
-//   ID + 4 apart: the 8 rows x 4 dims of an A load fall in distinct banks).
-//   Epilogue: ReLU and head weights per lane (its heads g, g + 8, ..), then a fixed shuffle tree over
-//   the 8 lanes sharing t (deterministic).
-//   Bound: FP64 tensor throughput (~0.5 m8n8k4 per cycle per SM at peak: 4.2 M mma per CSA layer at
-//   batch 64 / 8K, ~32 us); measured ~0.15-0.2 of it, not yet profiled.
+// Main form (IH <= 64 heads, ID a multiple of 32 up to 128): FP64 tensor cores, mma.sync m16n8k8
+// f64 (indexer_score_dmma16_kernel below). Why: the indexer is a batched [64 heads x 128] x [128 x n_c]
+// product per sequence; with DFMA on CUDA cores and shared-memory operands (the session-3 "tiled" form)
+// it ran at ~5 TFLOP/s and cost 445 us per CSA layer at batch 64 and 8K context, about 12% of the
+// decode step (docs/perf/ledger.md E16). Measured there: the Ampere shape m8n8k4 ~105 us, m16n8k8 ~70
+// us per CSA layer (the m8n8k4 kernel was then removed). Bound: FP64 tensor throughput at peak would
+// be ~32 us; measured at ~0.2 of it, not yet profiled.
 // Other shapes: one warp per key, double FMAs on CUDA cores (general, slow).
-#include <cstdlib>
-#include <cstring>
-
 #include "kernels/cuda/ops/common.cuh"
 
 namespace dsv4::cuda {
@@ -78,159 +63,16 @@ constexpr int kMmaMaxID = 128;
 constexpr int kMmaThreads = 128;
 constexpr int kMmaKeys = 64;  // keys per CTA tile: 4 warps x 16
 
-__device__ __forceinline__ void dmma_8844(double (&d)[2], double a, double b) {
-    asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};\n"
-                 : "+d"(d[0]), "+d"(d[1])
-                 : "d"(a), "d"(b));
-}
-
-size_t dmma_smem_bytes(int ID) { return sizeof(double) * size_t(kMmaHeads) * size_t(ID + 4); }
-
-__global__ void __launch_bounds__(kMmaThreads) indexer_score_dmma_kernel(StepPlan plan, PagePool pool, IndexerArgs a) {
-    const int s = blockIdx.x;
-    if (a.t >= plan.n_tok[s]) return;
-    const int64_t n_c = (plan.start_pos[s] + a.t + 1) / a.ratio;
-    if (int64_t(blockIdx.y) * kMmaKeys >= n_c) return;
-    extern __shared__ __align__(16) double qs[];  // [64 heads][ID + 4], column 4 s + t = dim S t + s
-    const int ID = a.ID, IH = a.IH, S = ID / 4, QR = ID + 4;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-    const int64_t tok = plan.tok_begin[s] + a.t;
-    const float* q = a.q + tok * int64_t(IH) * ID;
-    // q staging: 16-byte loads of 4 consecutive dims S t + 4 u .. + 3 (shared-memory columns
-    // 4 (4 u + j) + t), issued in batches of 8 per thread before any store: a load-then-store loop
-    // is a chain of dependent L2 round trips (64 per thread at the Flash shape).
-    {
-        const int n4 = kMmaHeads * ID / 4;
-        const bool q_aligned = (reinterpret_cast<uintptr_t>(q) & 15) == 0;
-        constexpr int kBatch = 8;
-        for (int e0 = tid; e0 < n4; e0 += kMmaThreads * kBatch) {
-            float4 v[kBatch];
-#pragma unroll
-            for (int b = 0; b < kBatch; ++b) {
-                const int e = e0 + b * kMmaThreads, h = e / (ID / 4);
-                v[b] = make_float4(0, 0, 0, 0);
-                if (e < n4 && h < IH) {
-                    const float* p = q + int64_t(e) * 4;
-                    v[b] = q_aligned ? *reinterpret_cast<const float4*>(p) : make_float4(p[0], p[1], p[2], p[3]);
-                }
-            }
-#pragma unroll
-            for (int b = 0; b < kBatch; ++b) {
-                const int e = e0 + b * kMmaThreads;
-                if (e >= n4) break;
-                const int h = e / (ID / 4), d = (e % (ID / 4)) * 4, t4 = d / S, s4 = d % S;  // dims d..d+3: same t
-                double* dst = qs + h * QR + 4 * s4 + t4;
-                dst[0] = v[b].x, dst[4] = v[b].y, dst[8] = v[b].z, dst[12] = v[b].w;
-            }
-        }
-    }
-    double wh[8];  // weights of this lane's heads g, g + 8, ..., 0 past IH
-#pragma unroll
-    for (int ht = 0; ht < 8; ++ht) wh[ht] = 8 * ht + g < IH ? double(a.w[tok * IH + 8 * ht + g]) : 0.0;
-    __syncthreads();
-    const int32_t* table = plan.page_table + int64_t(s) * plan.pt_stride;
-    float* scores = a.scores + int64_t(s) * a.max_rows;
-    // bf16 rows are read 8 bytes at a time (dims S t + 4 c, S a multiple of 4): every row must start
-    // on an 8-byte boundary, i.e. an even word offset; otherwise element loads through row_elem.
-    const bool bf16_rows = pool.index.fmt == 1 && ((a.idx_row_off | pool.page_elems | pool.index.words) & 1) == 0;
-    const int n_chunks = S / 4;  // 4 k-steps = 4 contiguous dims of a lane per chunk
-    const int64_t stride = int64_t(gridDim.y) * kMmaKeys;
-    // This lane's key rows of tile w0 (one per 8-key group); rows past n_c read as zeros.
-    auto tile_rows = [&](int64_t w0, const float* (&r)[2]) {
-#pragma unroll
-        for (int kg = 0; kg < 2; ++kg) {
-            const int64_t w = w0 + warp * 16 + kg * 8 + g;
-            r[kg] = w < n_c ? comp_row_ptr(pool, table, a.ratio, a.idx_row_off, pool.index.words, w) : nullptr;
-        }
-    };
-    // bf16 rows: the 4 dims of chunk c are one 8-byte load, issued one chunk ahead of use (the
-    // next tile's first chunk during the last chunk of this one).
-    auto load_chunk = [&](const float* const (&r)[2], int c, uint2 (&v)[2]) {
-#pragma unroll
-        for (int kg = 0; kg < 2; ++kg)
-            v[kg] = r[kg] ? *reinterpret_cast<const uint2*>(reinterpret_cast<const uint16_t*>(r[kg]) + S * t + 4 * c)
-                          : make_uint2(0, 0);
-    };
-    const float* row[2];
-    tile_rows(int64_t(blockIdx.y) * kMmaKeys, row);
-    uint2 next[2] = {make_uint2(0, 0), make_uint2(0, 0)};
-    if (bf16_rows) load_chunk(row, 0, next);
-    for (int64_t w0 = int64_t(blockIdx.y) * kMmaKeys; w0 < n_c; w0 += stride) {
-        const float* nrow[2];
-        tile_rows(w0 + stride, nrow);
-        double acc[8][2][2];
-#pragma unroll
-        for (int ht = 0; ht < 8; ++ht)
-#pragma unroll
-            for (int kg = 0; kg < 2; ++kg) acc[ht][kg][0] = acc[ht][kg][1] = 0.0;
-#pragma unroll 1
-        for (int c = 0; c < n_chunks; ++c) {
-            double b[2][4];
-            if (bf16_rows) {
-                const uint2 cur[2] = {next[0], next[1]};
-                if (c + 1 < n_chunks) load_chunk(row, c + 1, next);
-                else load_chunk(nrow, 0, next);
-#pragma unroll
-                for (int kg = 0; kg < 2; ++kg) {
-                    b[kg][0] = double(__uint_as_float(cur[kg].x << 16));
-                    b[kg][1] = double(__uint_as_float(cur[kg].x & 0xffff0000u));
-                    b[kg][2] = double(__uint_as_float(cur[kg].y << 16));
-                    b[kg][3] = double(__uint_as_float(cur[kg].y & 0xffff0000u));
-                }
-            } else {
-#pragma unroll
-                for (int kg = 0; kg < 2; ++kg)
-#pragma unroll
-                    for (int j = 0; j < 4; ++j)
-                        b[kg][j] = row[kg] ? double(row_elem(row[kg], pool.index, S * t + 4 * c + j)) : 0.0;
-            }
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const int col = 4 * (4 * c + j) + t;
-#pragma unroll
-                for (int ht = 0; ht < 8; ++ht) {
-                    if (8 * ht >= IH) break;  // padded head tiles: q = 0, weight 0
-                    const double av = qs[(8 * ht + g) * QR + col];
-                    dmma_8844(acc[ht][0], av, b[0][j]);
-                    dmma_8844(acc[ht][1], av, b[1][j]);
-                }
-            }
-        }
-        // acc[ht][kg][i] = q_(8 ht + g) . k_(key 2 t + i of group kg).
-        double part[2][2];
-#pragma unroll
-        for (int kg = 0; kg < 2; ++kg)
-#pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                double v = 0.0;
-#pragma unroll
-                for (int ht = 0; ht < 8; ++ht) v += wh[ht] * fmax(0.0, acc[ht][kg][i]);
-#pragma unroll
-                for (int o = 4; o < 32; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-                part[kg][i] = v;
-            }
-        if (g == 0) {
-#pragma unroll
-            for (int kg = 0; kg < 2; ++kg)
-#pragma unroll
-                for (int i = 0; i < 2; ++i) {
-                    const int64_t w = w0 + warp * 16 + kg * 8 + 2 * t + i;
-                    if (w < n_c) scores[w] = float(part[kg][i]);
-                }
-        }
-        row[0] = nrow[0], row[1] = nrow[1];
-    }
-}
-
-// The same product on the sm90 FP64 mma shape m16n8k8 (M = 16 heads, N = 8 keys, K = 8 dims per
-// step; 4 head tiles x 2 key groups per warp). Fragments: A a0 (g, t), a1 (g+8, t), a2 (g, t+4),
+// Thread roles: CTA = 4 warps over 64 keys (a warp owns 16 keys: two 8-key groups, all 64 heads as 4
+// head tiles of 16); one wave of CTAs walks the 64-key tiles blockIdx.y, blockIdx.y + gridDim.y, ...
+// so the grid is bounded by the SMs, not by the longest context. mma m16n8k8 f64: M = 16 heads,
+// N = 8 keys, K = 8 dims per step. Fragments: A a0 (g, t), a1 (g+8, t), a2 (g, t+4),
 // a3 (g+8, t+4); B b0 (t, g), b1 (t+4, g); C (g, 2t+i), (g+8, 2t+i). Dims relabelled as physical
 // S8 kappa + s for slot kappa of step s (S8 = ID / 8), so lane t's B values are two contiguous runs
 // of its key row (dims S8 t + s and S8 (t + 4) + s); q sits in shared memory as [head][8 s + 2
 // (kappa % 4) + kappa / 4] (the two A values of a row in one 16-byte load; rows ID + 8 apart: the 2
-// rows of a quarter-warp land in different bank halves). Why: Hopper added the m16n8k{4,8,16} f64
-// shapes; the m8n8k4 form above measured ~0.15 mma per cycle per SM (E16), a third of the FP64
-// tensor peak.
+// rows of a quarter-warp land in different bank halves). Epilogue: ReLU and head weights per lane
+// (its 8 heads), then a fixed shuffle tree over the 8 lanes sharing t (deterministic).
 __device__ __forceinline__ void dmma_16888(double (&d)[4], const double (&a)[4], double b0, double b1) {
     asm volatile("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
                  "{%0, %1, %2, %3};\n"
@@ -392,12 +234,9 @@ __global__ void __launch_bounds__(kMmaThreads, 3) indexer_score_dmma16_kernel(St
 
 cudaError_t indexer_scores(const StepPlan& plan, const PagePool& pool, const IndexerArgs& a, cudaStream_t st) {
     if (plan.n_seqs <= 0 || a.max_rows <= 0) return cudaSuccess;
-    if (a.IH <= kMmaHeads && a.ID % 16 == 0 && a.ID <= kMmaMaxID) {
-        // m16n8k8 needs ID % 32 (DSV4_INDEXER_MMA=m8n8k4 forces the older shape, for A/B).
-        const char* shape = std::getenv("DSV4_INDEXER_MMA");
-        const bool k8 = a.ID % 32 == 0 && !(shape && std::strcmp(shape, "m8n8k4") == 0);
-        auto* kernel = k8 ? indexer_score_dmma16_kernel : indexer_score_dmma_kernel;
-        const size_t smem = k8 ? dmma16_smem_bytes(a.ID) : dmma_smem_bytes(a.ID);
+    if (a.IH <= kMmaHeads && a.ID % 32 == 0 && a.ID <= kMmaMaxID) {
+        auto* kernel = indexer_score_dmma16_kernel;
+        const size_t smem = dmma16_smem_bytes(a.ID);
         cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
         if (e != cudaSuccess) return e;
         int dev = 0, sms = 132;
