@@ -19,28 +19,7 @@ template <bool FP8, bool XF32, int NW, int MTL, int NTT, int ST>
 cudaError_t launch_t(const DenseGemvArgs& a, cudaStream_t s) {
     auto* k = gemm_kc3::dense_gemm_kc3_kernel<FP8, XF32, NW, MTL, NTT, ST>;
     constexpr int smem = gemm_kc3::Layout<FP8, XF32, NW, MTL, NTT, ST>::bytes();
-    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e != cudaSuccess) return e;
-    int dev = 0, sms = 132;
-    if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
-    if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
-    constexpr int R = 16 * NW * MTL, MT = 8 * NTT;
-    const int tiles = a.groups * a.N / R;
-    const int chunks = (a.n_tokens + MT - 1) / MT;
-    const int split = dense_gemm_kc_split(tiles, a.K / 128, sms);
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(unsigned(tiles), unsigned(chunks < 1 ? 1 : (chunks > 1024 ? 1024 : chunks)), unsigned(split));
-    cfg.blockDim = dim3(NW * 32);
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = 1;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = unsigned(split);
-    cfg.attrs = attr;
-    cfg.numAttrs = split > 1 ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, k, a);
+    return dense_gemm_kc_cluster_launch(reinterpret_cast<const void*>(k), smem, 16 * NW * MTL, 8 * NTT, NW * 32, a, s);
 }
 
 }  // namespace

@@ -17,25 +17,20 @@ int dense_gemm_kc_smem(int warps, int rows_per_warp, int tokens, bool x_f32) {
     return 2 * stage > part ? 2 * stage : part;
 }
 
-namespace {
-
-template <bool FP8, bool XF32, int NW, int MTL, int NTT>
-cudaError_t launch_t(const DenseGemvArgs& a, cudaStream_t s) {
-    auto* k = gemm_kc::dense_gemm_kc_kernel<FP8, XF32, NW, MTL, NTT>;
-    constexpr int smem = gemm_kc::smem_bytes<XF32, NW, MTL, NTT>();
-    cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+cudaError_t dense_gemm_kc_cluster_launch(const void* kernel, int smem, int rows_per_cta, int tokens_per_pass,
+                                         int threads, const DenseGemvArgs& a, cudaStream_t s) {
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
     int dev = 0, sms = 132;
     if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
     if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
-    constexpr int R = 16 * NW * MTL, MT = 8 * NTT;
-    const int tiles = a.groups * a.N / R;
-    const int chunks = (a.n_tokens + MT - 1) / MT;
+    const int tiles = a.groups * a.N / rows_per_cta;
+    const int chunks = (a.n_tokens + tokens_per_pass - 1) / tokens_per_pass;
     const int split = dense_gemm_kc_split(tiles, a.K / 128, sms);
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = dim3(unsigned(tiles), unsigned(chunks < 1 ? 1 : (chunks > 1024 ? 1024 : chunks)), unsigned(split));
-    cfg.blockDim = dim3(NW * 32);
-    cfg.dynamicSmemBytes = smem;
+    cfg.blockDim = dim3(unsigned(threads));
+    cfg.dynamicSmemBytes = size_t(smem);
     cfg.stream = s;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeClusterDimension;
@@ -44,7 +39,18 @@ cudaError_t launch_t(const DenseGemvArgs& a, cudaStream_t s) {
     attr[0].val.clusterDim.z = unsigned(split);
     cfg.attrs = attr;
     cfg.numAttrs = split > 1 ? 1 : 0;
-    return cudaLaunchKernelEx(&cfg, k, a);
+    DenseGemvArgs arg = a;
+    void* args[] = {&arg};
+    return cudaLaunchKernelExC(&cfg, kernel, args);
+}
+
+namespace {
+
+template <bool FP8, bool XF32, int NW, int MTL, int NTT>
+cudaError_t launch_t(const DenseGemvArgs& a, cudaStream_t s) {
+    auto* k = gemm_kc::dense_gemm_kc_kernel<FP8, XF32, NW, MTL, NTT>;
+    constexpr int smem = gemm_kc::smem_bytes<XF32, NW, MTL, NTT>();
+    return dense_gemm_kc_cluster_launch(reinterpret_cast<const void*>(k), smem, 16 * NW * MTL, 8 * NTT, NW * 32, a, s);
 }
 
 }  // namespace

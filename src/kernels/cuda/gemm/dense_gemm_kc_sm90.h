@@ -13,6 +13,13 @@ namespace dsv4::cuda::sm90 {
 // while every rank keeps >= 2 blocks. Depends on the shape only (results are batch-invariant).
 int dense_gemm_kc_split(int tiles, int nkb, int sms);
 
+// The launch shared by the three K-chunked forms: grid (row tiles of rows_per_cta, token chunks of
+// tokens_per_pass (at most 1024), split S = dense_gemm_kc_split), clusters (1, 1, S) when S > 1,
+// `threads` per CTA, `smem` bytes of dynamic shared memory (opted in first). kernel: a
+// __global__ void(DenseGemvArgs).
+cudaError_t dense_gemm_kc_cluster_launch(const void* kernel, int smem, int rows_per_cta, int tokens_per_pass,
+                                         int threads, const DenseGemvArgs& a, cudaStream_t s);
+
 // Dynamic shared memory of a configuration (x f32 or bf16), for the legality check.
 int dense_gemm_kc_smem(int warps, int rows_per_warp, int tokens, bool x_f32);
 
