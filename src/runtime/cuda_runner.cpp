@@ -16,9 +16,11 @@
 #include "kernels/cuda/ops/attn_variants.h"
 #include "kernels/cuda/ops/ops.h"
 #include "model/checkpoint.h"
+#include "model/load_plan.h"
 #include "runtime/cuda_fast_table.h"
 #include "runtime/cuda_bench_runner.h"
 #include "runtime/op_profile.h"
+#include "runtime/checkpoint_loader.h"
 #include "runtime/cuda_weights.h"
 
 namespace dsv4 {
@@ -965,6 +967,42 @@ Result<std::unique_ptr<CudaBenchRunner>> make_cuda_runner_synthetic(const ModelC
         return make_synthetic_weights(cfg, w, arena, bytes);
     }));
     return std::unique_ptr<CudaBenchRunner>(std::move(runner));
+}
+
+}  // namespace dsv4
+
+namespace dsv4 {
+
+Result<std::unique_ptr<ModelRunner>> make_cuda_runner(const ModelConfig& cfg, const std::string& checkpoint_dir,
+                                                      const CudaRunnerOptions& opt_in) {
+    if (!cuda_device_available()) return error(StatusCode::kUnavailable, "no CUDA device");
+    DSV4_RETURN_IF_ERROR(cfg.validate());
+    CudaRunnerOptions opt = opt_in;
+    if (const char* k = std::getenv("DSV4_KV_ROWS"); k && *k) opt.kv_rows = k;
+    DSV4_ASSIGN_OR_RETURN(KvRowFormat rows, parse_kv_row_format(opt.kv_rows));
+    DSV4_ASSIGN_OR_RETURN(KvLayout layout, KvLayout::make(cfg, opt.page_tokens, 4, rows));
+    if (opt.n_pages <= 0) opt.n_pages = 64 * layout.pages_for_tokens(4096);
+    if (opt.n_pages < layout.n_state_pages + 1)
+        return invalid_argument("page pool of {} pages cannot hold one sequence", opt.n_pages);
+    if (opt.n_pages > INT32_MAX) return invalid_argument("page pool of {} pages: ids must fit int32", opt.n_pages);
+    int ex_first = 0, ex_count = 0;
+    if (opt.ep_size > 1) {  // [ep2] read only this rank's experts
+        DSV4_ASSIGN_OR_RETURN(auto part, dist::ExpertPartition::make(cfg.n_routed_experts, opt.ep_size));
+        ex_first = part.first(opt.ep_rank);
+        ex_count = part.n_local();
+    }
+    DSV4_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(checkpoint_dir));
+    // Everything is validated before the first device allocation.
+    DSV4_ASSIGN_OR_RETURN(LoadPlan plan, make_load_plan(cfg, ckpt, ex_first, ex_count));
+    // The RefModel only carries the config here: no host weights.
+    auto model = std::make_shared<const RefModel>(cfg, ModelWeights{});
+    auto runner = std::make_unique<CudaRunner>(std::move(model), std::move(layout), opt);
+    CheckpointLoadOptions lo;
+    lo.progress = opt.verbose && opt.ep_rank == 0;
+    DSV4_RETURN_IF_ERROR(runner->init(nullptr, [&](DeviceArena& arena) {
+        return load_checkpoint_weights(cfg, plan, arena, lo);
+    }));
+    return std::unique_ptr<ModelRunner>(std::move(runner));
 }
 
 }  // namespace dsv4

@@ -68,4 +68,13 @@ Result<std::unique_ptr<ModelRunner>> make_cuda_runner(std::shared_ptr<const RefM
                                                       const std::string& checkpoint_dir,
                                                       const CudaRunnerOptions& opt);
 
+// The runner for a checkpoint directory without the CPU reference model: the tensors are planned
+// and validated on the host (model/load_plan.h: every tensor consumed or skipped with a reason)
+// and then streamed in their own formats from the mapped shards to the GPU
+// (runtime/checkpoint_loader.h). With ep_size > 1 only this rank's routed experts are read.
+// `cfg` must be the directory's config.json. Errors: those of Checkpoint::open and make_load_plan
+// (naming tensor and file), ResourceExhausted when the device lacks room (before allocating).
+Result<std::unique_ptr<ModelRunner>> make_cuda_runner(const ModelConfig& cfg, const std::string& checkpoint_dir,
+                                                      const CudaRunnerOptions& opt);
+
 }  // namespace dsv4

@@ -13,6 +13,16 @@
 
 namespace dsv4 {
 
+Result<ModelConfig> load_model_config(const std::string& dir) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec))
+        return error(StatusCode::kNotFound, "model '{}' is neither 'tiny' nor a checkpoint directory", dir);
+    const fs::path path = fs::path(dir) / "config.json";
+    if (!fs::exists(path, ec)) return error(StatusCode::kNotFound, "model directory '{}' has no config.json", dir);
+    return ModelConfig::from_file(path.string());
+}
+
 Result<std::shared_ptr<const RefModel>> load_ref_model(const std::string& model, uint64_t seed,
                                                        RefNumerics numerics) {
     if (model == "tiny") {
@@ -25,7 +35,7 @@ Result<std::shared_ptr<const RefModel>> load_ref_model(const std::string& model,
     std::error_code ec;
     if (!fs::is_directory(model, ec))
         return error(StatusCode::kNotFound, "model '{}' is neither 'tiny' nor a checkpoint directory", model);
-    DSV4_ASSIGN_OR_RETURN(ModelConfig cfg, ModelConfig::from_file((fs::path(model) / "config.json").string()));
+    DSV4_ASSIGN_OR_RETURN(ModelConfig cfg, load_model_config(model));
     DSV4_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(model));
     DSV4_ASSIGN_OR_RETURN(ModelWeights w, ModelWeights::load(cfg, ckpt));
     return std::shared_ptr<const RefModel>(std::make_shared<RefModel>(std::move(cfg), std::move(w), numerics));
@@ -55,11 +65,21 @@ Result<std::unique_ptr<ModelRunner>> make_model_runner(const RunnerOptions& opt)
             }));
             return std::unique_ptr<ModelRunner>(std::move(r));
         }
-        DSV4_ASSIGN_OR_RETURN(auto cmodel, load_ref_model(opt.model, opt.seed));
-        const std::string ckpt = opt.model == "tiny" ? std::string() : opt.model;
-        if (opt.gpus == 1) return make_cuda_runner(cmodel, ckpt, co);
+        if (opt.model == "tiny") {
+            // The built-in tiny model has host weights only (uploaded as f32).
+            DSV4_ASSIGN_OR_RETURN(auto cmodel, load_ref_model(opt.model, opt.seed));
+            if (opt.gpus == 1) return make_cuda_runner(cmodel, std::string(), co);
+            DSV4_ASSIGN_OR_RETURN(auto r, make_multi_gpu_runner(opt.gpus, co, [&](int, const CudaRunnerOptions& o) {
+                return make_cuda_runner(cmodel, std::string(), o);
+            }));
+            return std::unique_ptr<ModelRunner>(std::move(r));
+        }
+        // A checkpoint directory: streamed from the shards to the GPUs; the CPU RefModel (host f32
+        // copies of every weight) is never built.
+        DSV4_ASSIGN_OR_RETURN(ModelConfig cfg, load_model_config(opt.model));
+        if (opt.gpus == 1) return make_cuda_runner(cfg, opt.model, co);
         DSV4_ASSIGN_OR_RETURN(auto r, make_multi_gpu_runner(opt.gpus, co, [&](int, const CudaRunnerOptions& o) {
-            return make_cuda_runner(cmodel, ckpt, o);
+            return make_cuda_runner(cfg, opt.model, o);
         }));
         return std::unique_ptr<ModelRunner>(std::move(r));
 #else

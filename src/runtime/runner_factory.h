@@ -29,6 +29,10 @@ struct RunnerOptions {
 
 Result<std::unique_ptr<ModelRunner>> make_model_runner(const RunnerOptions& opt);
 
+// config.json of a checkpoint directory (a plain directory or a Hugging Face snapshot folder,
+// whose files are symlinks into ../../blobs/). NotFound names the directory.
+Result<ModelConfig> load_model_config(const std::string& dir);
+
 // Loads config.json + safetensors from a directory, or builds the built-in tiny model.
 Result<std::shared_ptr<const RefModel>> load_ref_model(const std::string& model, uint64_t seed,
                                                        RefNumerics numerics = {});

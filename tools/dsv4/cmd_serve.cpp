@@ -3,6 +3,7 @@
 // tests), starts the engine thread and the Beast I/O threads, and runs until SIGINT/SIGTERM.
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -26,8 +27,8 @@ struct ServeOptions {
     std::string backend = "cpu";
     std::string host = "127.0.0.1";
     int port = 8000;
-    std::string tokenizer = ".cache/tokenizer/tokenizer.json";
-    std::string served_name = "deepseek-v4";
+    std::string tokenizer;    // "": the model directory's tokenizer.json, else .cache/tokenizer/tokenizer.json
+    std::string served_name;  // "": the model directory's name (see default_served_name), else deepseek-v4
     int max_running = 64;
     int max_queued = 1024;
     int64_t max_tokens_per_step = 512;
@@ -78,7 +79,38 @@ Result<std::unique_ptr<ModelRunner>> make_runner(const ServeOptions& o) {
     return make_model_runner(ro);
 }
 
-int run_serve(const ServeOptions& o) {
+bool is_model_dir(const std::string& model) {
+    std::error_code ec;
+    return model != "tiny" && model != "fake" && std::filesystem::is_directory(model, ec);
+}
+
+std::string default_tokenizer(const std::string& model) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (is_model_dir(model) && fs::exists(fs::path(model) / "tokenizer.json", ec))
+        return (fs::path(model) / "tokenizer.json").string();
+    return ".cache/tokenizer/tokenizer.json";
+}
+
+// The directory's name; for a Hugging Face cache snapshot
+// (.../models--ORG--NAME/snapshots/HASH) the repository id ORG/NAME.
+std::string default_served_name(const std::string& model) {
+    namespace fs = std::filesystem;
+    if (!is_model_dir(model)) return "deepseek-v4";
+    fs::path p = fs::path(model).lexically_normal();
+    if (p.filename().empty()) p = p.parent_path();
+    const std::string repo = p.parent_path().parent_path().filename().string();
+    if (p.parent_path().filename() == "snapshots" && repo.rfind("models--", 0) == 0) {
+        std::string id = repo.substr(8);
+        if (const size_t at = id.find("--"); at != std::string::npos) id.replace(at, 2, "/");
+        return id;
+    }
+    return p.filename().string();
+}
+
+int run_serve(ServeOptions o) {
+    if (o.tokenizer.empty()) o.tokenizer = default_tokenizer(o.model);
+    if (o.served_name.empty()) o.served_name = default_served_name(o.model);
     auto tok = Tokenizer::from_file(o.tokenizer);
     if (!tok.is_ok()) {
         std::fprintf(stderr,
@@ -137,8 +169,8 @@ void register_serve(CLI::App& app, CommandContext& ctx) {
     cmd->add_option("--backend", o->backend, "cpu | cuda");
     cmd->add_option("--host", o->host, "address to listen on");
     cmd->add_option("--port", o->port, "port (0 = any free port)");
-    cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json");
-    cmd->add_option("--served-model-name", o->served_name, "model name clients must use");
+    cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json (default: the model directory's, else .cache/tokenizer/tokenizer.json)");
+    cmd->add_option("--served-model-name", o->served_name, "model name clients must use (default: the model directory's name)");
     cmd->add_option("--max-running", o->max_running, "sequences in the running batch");
     cmd->add_option("--max-queued", o->max_queued, "waiting requests before 429");
     cmd->add_option("--max-tokens-per-step", o->max_tokens_per_step, "token budget of one step");
