@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include "model/checkpoint.h"
 #include "model/config.h"
 #include "model/safetensors_writer.h"
+#include "model/synthetic_checkpoint.h"
 
 namespace dsv4 {
 namespace {
@@ -329,6 +331,61 @@ TEST(LoadPlan, ExpertParallelRankPlansOnlyItsExperts) {
     auto all = *make_load_plan(cfg, ck);
     EXPECT_LT(plan->checkpoint_bytes, all.checkpoint_bytes);
     EXPECT_FALSE(make_load_plan(cfg, ck, E - 1, 2).is_ok());
+}
+
+// The synthetic writer at tiny shapes (the tiny_quant schedule): official names and dtypes, several
+// shards + index, mtp.0 skipped with its reason, every other tensor consumed; values finite.
+TEST(SyntheticCheckpoint, TinyShapesPlanCompletely) {
+    TempDir t;
+    const std::string json = read_text(kGolden + "/tiny_quant/config.json");
+    auto cfg = *ModelConfig::from_json_text(json);
+    SyntheticCheckpointOptions o;
+    o.shard_bytes = 1 << 20;
+    o.threads = 2;
+    o.progress = false;
+    ASSERT_TRUE(write_synthetic_checkpoint(t.str(), cfg, json, o).is_ok());
+    EXPECT_TRUE(fs::exists(t.str() + "/model.safetensors.index.json"));
+    auto ck = Checkpoint::open(t.str());
+    ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
+    auto plan = make_load_plan(cfg, *ck);
+    ASSERT_TRUE(plan.is_ok()) << plan.status().to_string();
+    std::set<std::string> files;
+    for (const auto& p : plan->tensors) files.insert(p.weight.file);
+    EXPECT_GE(files.size(), 3u);
+    ASSERT_FALSE(plan->skipped.empty());
+    for (const auto& s : plan->skipped) EXPECT_TRUE(s.name.starts_with("mtp.0.")) << s.name;
+    EXPECT_EQ(ck->get("layers.0.attn_norm.weight")->dtype, DType::kBF16);
+    EXPECT_EQ(ck->get("layers.0.ffn.gate.tid2eid")->dtype, DType::kI64);
+    EXPECT_EQ(ck->get("layers.3.ffn.experts.0.w2.weight")->dtype, DType::kI8);
+    EXPECT_EQ(ck->get("layers.2.attn.wq_b.scale")->dtype, DType::kF8E8M0);
+    EXPECT_EQ(ck->get("hc_head_fn")->dtype, DType::kF32);
+    for (const char* n : {"embed.weight", "layers.2.attn.wq_b.weight", "layers.4.ffn.experts.3.w1.weight"}) {
+        const auto shape = plan->find(n)->shape;
+        auto v = load_f32(*ck, n, shape);
+        ASSERT_TRUE(v.is_ok()) << n << ": " << v.status().to_string();
+        double ss = 0;
+        for (float x : *v) ss += double(x) * x;
+        EXPECT_TRUE(std::isfinite(ss) && ss > 0) << n;
+    }
+}
+
+TEST(SyntheticCheckpoint, FlashConfigFollowsTheSpec) {
+    for (int L : {1, 4, 43}) {
+        auto cfg = ModelConfig::from_json_text(flash_config_json(L));
+        ASSERT_TRUE(cfg.is_ok()) << cfg.status().to_string();
+        EXPECT_EQ(cfg->n_layers, L);
+        EXPECT_EQ(cfg->hidden_size, 4096);
+        EXPECT_EQ(cfg->vocab_size, 129280);
+        EXPECT_EQ(cfg->n_routed_experts, 256);
+        EXPECT_EQ(cfg->n_experts_per_tok, 6);
+        if (L == 43) {
+            EXPECT_EQ(cfg->compress_ratio(2), 4);
+            EXPECT_EQ(cfg->compress_ratio(3), 128);
+            EXPECT_EQ(cfg->compress_ratio(42), 4);
+            EXPECT_EQ(cfg->mlp_types[2], MoeRouting::kHash);
+            EXPECT_EQ(cfg->mlp_types[3], MoeRouting::kLearned);
+        }
+    }
 }
 
 }  // namespace

@@ -17,5 +17,6 @@ void register_serve(CLI::App& app, CommandContext& ctx);
 void register_decode_bench(CLI::App& app, CommandContext& ctx);
 void register_proxy_bench(CLI::App& app, CommandContext& ctx);
 void register_plan(CLI::App& app, CommandContext& ctx);
+void register_make_checkpoint(CLI::App& app, CommandContext& ctx);
 
 }  // namespace dsv4::cli

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
     dsv4::cli::register_decode_bench(app, ctx);
     dsv4::cli::register_proxy_bench(app, ctx);
     dsv4::cli::register_plan(app, ctx);
+    dsv4::cli::register_make_checkpoint(app, ctx);
     try {
         app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

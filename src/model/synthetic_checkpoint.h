@@ -1,0 +1,54 @@
+// A synthetic checkpoint in the official DeepSeek-V4-Flash layout (spec §1.1 config.json, §4.1
+// names / shapes / dtypes, §4.2 formats, several shards + model.safetensors.index.json, the mtp.0
+// block), written tensor by tensor so the model is never held in memory: a load-path test
+// fixture of real size (the official 160 GB download cannot be fetched here). Values come from
+// host ports of the seeded GPU fills (kernels/cuda/synth/synth.h; bit-exact, tested against the
+// GPU on small shapes) with the magnitudes of runtime/synthetic_weights.cpp, so logits are finite
+// at any depth; the text is meaningless.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "core/status.h"
+#include "model/config.h"
+
+namespace dsv4 {
+
+// Host ports of cuda::synth::fill_* (same seeds, same element values).
+namespace synth_host {
+void fill_f32(std::span<float> p, uint64_t seed, float lo, float hi, int64_t first = 0);
+void fill_bf16(std::span<uint16_t> p, uint64_t seed, float amp, int64_t first = 0);
+void fill_e4m3(std::span<uint8_t> p, uint64_t seed, int64_t first = 0);
+void fill_ue8m0(std::span<uint8_t> p, uint64_t seed, int lo, int hi, int64_t first = 0);
+void fill_mxfp4(std::span<uint8_t> p, uint64_t seed, int64_t first = 0);
+void fill_tid2eid(std::span<int32_t> p, int64_t V, int k, int hot, uint64_t seed);
+}  // namespace synth_host
+
+struct SyntheticCheckpointOptions {
+    int n_layers = 4;  // num_hidden_layers (43 is the full Flash depth)
+    uint64_t seed = 1;
+    uint64_t shard_bytes = uint64_t(4) << 30;  // a new shard starts once one reaches this size
+    bool mtp = true;                           // write the mtp.0 block
+    int threads = 0;                           // generator threads (0: hardware concurrency)
+    bool progress = true;                      // a line per shard on stderr
+};
+
+// config.json of DeepSeek-V4-Flash (spec §1.1) with num_hidden_layers = n_layers (the per-layer
+// lists cut to n_layers, plus the MTP entry of compress_ratios).
+std::string flash_config_json(int n_layers);
+
+// Writes `config_json` (which must parse to `cfg`), the shards and the index into `dir` (created
+// if missing): the tensors of spec §4.1 for cfg's shapes and layer schedule, in Flash's dtypes.
+// Errors: Internal (cannot create or write a file), InvalidArgument (cfg invalid, or K not a
+// multiple of 32 where MXFP4 needs it).
+Status write_synthetic_checkpoint(const std::string& dir, const ModelConfig& cfg,
+                                  const std::string& config_json,
+                                  const SyntheticCheckpointOptions& opt);
+
+// write_synthetic_checkpoint of flash_config_json(opt.n_layers).
+Status write_synthetic_flash_checkpoint(const std::string& dir,
+                                        const SyntheticCheckpointOptions& opt);
+
+}  // namespace dsv4
