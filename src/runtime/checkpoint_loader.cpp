@@ -13,7 +13,6 @@
 #include <unordered_map>
 
 #include "core/dtype.h"
-#include "kernels/cuda/ops/fast_path.h"
 #include "kernels/ref/ops.h"
 
 namespace dsv4 {
@@ -370,11 +369,7 @@ Result<DevWeights> load_checkpoint_weights(const ModelConfig& cfg, const LoadPla
                              l);
             *dst = it->second;
         }
-        DSV4_RETURN_IF_ERROR(cu(cuda::moe_expert_weights_to_fast_layout(
-                                    &o.ex_w1, &o.ex_w3, &o.ex_w2, plan.expert_count, nullptr),
-                                "expert weight repack"));
-        if (o.ex_w1.fmt == cuda::WFmt::kMxfp4PairRotated)
-            ++fmt_count["experts repacked to mxfp4(pair-rotated), layers"];
+        // The fast expert GEMV layout is applied by the runner (CudaRunner::apply_kernel_choices).
         dw.layers.push_back(o);
     }
     DSV4_RETURN_IF_ERROR(cu(cudaDeviceSynchronize(), "weight load"));

@@ -4,7 +4,8 @@
 // bounded: tensor bytes go from the mapping (page cache, not anonymous memory) into a ring of two
 // pinned staging buffers, one being filled while the other's host-to-device copy runs. Pieces are
 // copied in (shard, offset) order so each shard is read sequentially. Load-time repacks (the
-// pair-rotated MXFP4 expert layout) run on the GPU afterwards, as for upload_weights.
+// pair-rotated MXFP4 expert layout) run on the GPU afterwards, in CudaRunner::apply_kernel_choices
+// as for every weight source.
 // Host-only header; CUDA builds only.
 #pragma once
 
