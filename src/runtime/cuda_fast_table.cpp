@@ -17,7 +17,7 @@ struct OpRow {
 };
 }  // namespace
 
-std::string cuda_fast_kernel_table(const DevWeights& w, const ModelConfig& cfg) {
+std::string cuda_fast_kernel_table(const DevWeights& w, const ModelConfig& cfg, bool fast_kernels) {
     const int64_t d = cfg.hidden_size, H = cfg.n_heads, D = cfg.head_dim, qr = cfg.q_lora_rank;
     const int64_t G = cfg.o_groups, orank = cfg.o_lora_rank, I = cfg.moe_intermediate_size;
     std::vector<std::string> order;
@@ -62,10 +62,10 @@ std::string cuda_fast_kernel_table(const DevWeights& w, const ModelConfig& cfg) 
         note(hash ? "ffn.experts (hash)" : "ffn.experts", cuda::wfmt_name(L.ex_w1.fmt), cuda::moe_fast_decline(a));
     }
     lin("head", w.head, 0, 0, d);
-    const bool on = cuda::fast_kernels_enabled();
+    const bool on = fast_kernels;
     std::string out = std::string("fast decode kernels: ") +
-                      (on ? "on (DSV4_FAST_KERNELS=0 forces the correct-first kernels)\n"
-                          : "off (DSV4_FAST_KERNELS=0): every op takes the correct-first kernels\n");
+                      (on ? "on (option fast_kernels=0 forces the correct-first kernels)\n"
+                          : "off (option fast_kernels=0): every op takes the correct-first kernels\n");
     char buf[512];
     for (const std::string& name : order) {
         const OpRow& r = rows[name];

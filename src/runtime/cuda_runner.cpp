@@ -14,6 +14,10 @@
 
 #include "dist/expert_partition.h"
 #include "kernels/cuda/attention/sparse_decode.h"
+#include "kernels/cuda/gemm/dense_gemv.h"
+#include "kernels/cuda/gemm/kernel_params.h"
+#include "kernels/cuda/moe/moe.h"
+#include "kernels/cuda/ops/fast_path.h"
 #include "kernels/cuda/ops/attn_variants.h"
 #include "kernels/cuda/ops/ops.h"
 #include "kernels/cuda/ops/sample_rows.h"
@@ -95,13 +99,13 @@ public:
 
     // Bench hooks (cuda_bench_runner.h).
     CudaPoolInfo pool_info() const override {
-        return {pool_.base, layout_.page_bytes, opt_.n_pages, opt_.kv_rows};
+        return {pool_.base, layout_.page_bytes, opt_.n_pages, opt_.rt.kv_rows};
     }
     Result<DecodeGraphTiming> time_decode_graph(const ForwardBatch& batch, int warmup, int reps) override;
     std::string variant_table() const override {
         return std::string("decode attention: ") +
-               (fast_attn_ ? "sparse_decode (sm90 mma; DSV4_ATTN_VARIANT / heuristic)\n" : "attn_decode (CUDA cores)\n") +
-               (fast_attn_ ? std::string() : cuda::attn_variant_table(*variant_)) + cuda_fast_kernel_table(w_, cfg_);
+               (fast_attn_ ? "sparse_decode (sm90 mma; option attn_variant / heuristic)\n" : "attn_decode (CUDA cores)\n") +
+               (fast_attn_ ? std::string() : cuda::attn_variant_table(*variant_)) + cuda_fast_kernel_table(w_, cfg_, opt_.rt.fast_kernels);
     }
     size_t device_bytes() const override { return arena_.bytes(); }
     Status collective_warm_up() override {
@@ -127,6 +131,9 @@ private:
     Status plan(const ForwardBatch& batch, bool decode_graph, HostPlan& hp) const;
     Status upload_plan(const HostPlan& hp);
     Status run_step(int B, int T, int max_t, int R);
+    // Resolves opt_.rt's variant names against the registries (an unknown name is an error), stamps the
+    // kernel choices into every weight descriptor and repacks the experts' codes (moe_layout).
+    Status apply_kernel_choices();
     Status attention(int l, const cuda::StepPlan& sp, int T, int max_t, int splits);
     Status moe(int l, int T);
     cuda::StepPlan step_plan(int B) const;
@@ -154,7 +161,7 @@ private:
     // tokens, else null (the projections then round f32 x themselves).
     Status bf16_input(const float* x, int64_t width, int T, void* buf, cudaStream_t s, const void** out) {
         *out = nullptr;
-        if (!buf || opt_.x_bf16_min_tokens <= 0 || T < opt_.x_bf16_min_tokens || T > opt_.max_seqs) return Status::ok();
+        if (!buf || opt_.rt.x_bf16_min_tokens <= 0 || T < opt_.rt.x_bf16_min_tokens || T > opt_.max_seqs) return Status::ok();
         DSV4_CU(cuda::round_to_bf16(x, int64_t(T) * width, buf, s));
         *out = buf;
         return Status::ok();
@@ -166,7 +173,9 @@ private:
         }
         return Status::ok();
     }
-    const cuda::AttnVariant* variant_ = nullptr;
+    const cuda::AttnVariant* variant_ = nullptr;  // CUDA-core attention (attn_decode)
+    int sd_variant_ = -1;                          // forced sparse_decode variant, -1 = heuristic
+    int moe_variant_ = -1;                         // forced MXFP4 expert variant, -1 = heuristic
     bool fast_attn_ = false;
     int n_sms_ = 1;
     int pt_stride_ = 0;
@@ -217,8 +226,7 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
         ep_first_ = ep_->first(opt_.ep_rank);
     }
     DSV4_CU(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-    if (const char* e = std::getenv("DSV4_SIDE_STREAMS"); e && std::strcmp(e, "0") == 0) opt_.side_streams = false;
-    if (opt_.side_streams) {
+    if (opt_.rt.side_streams) {
         for (int i = 0; i < kSideStreams; ++i) {
             DSV4_CU(cudaStreamCreateWithFlags(&side_[i], cudaStreamNonBlocking));
             DSV4_CU(cudaEventCreateWithFlags(&join_[i], cudaEventDisableTiming));
@@ -234,17 +242,7 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
         DSV4_ASSIGN_OR_RETURN(w_, upload_weights(*model_, ckpt, arena_, ep_first_, ep_count_));
     }
 
-    variant_ = &cuda::attn_variant_from_env();
-    if (!opt_.attn_variant.empty()) {
-        bool found = false;
-        for (const auto& v : cuda::attn_variants())
-            if (opt_.attn_variant == v.name) variant_ = &v, found = true;
-        if (!found) return invalid_argument("unknown attention variant '{}'", opt_.attn_variant);
-    }
-    if (const char* g = std::getenv("DSV4_CUDA_GRAPHS"); g && std::strcmp(g, "0") == 0) opt_.use_graphs = false;
-    if (const char* f = std::getenv("DSV4_FAST_KERNELS"); f && std::strcmp(f, "0") == 0) opt_.fast_attention = false;
-    if (const char* f = std::getenv("DSV4_FUSE_MHC"); f && std::strcmp(f, "0") == 0) opt_.fuse_mhc_post_mix = false;
-    if (const char* f = std::getenv("DSV4_X_BF16"); f && std::strcmp(f, "0") == 0) opt_.x_bf16_min_tokens = 0;
+    DSV4_RETURN_IF_ERROR(apply_kernel_choices());
 
     // Page pool (4-byte words; rows in the layout's format, kv_rows resolved by make_cuda_runner).
     pool_.page_elems = layout_.page_elems;
@@ -258,7 +256,7 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
     const KvRowFormat rows = layout_.row_format;
     // The fast kernel reads bf16 [512] rows (16-byte aligned: index rows must keep that) or the
     // 584-byte fp8 rows (8-byte aligned), 64 heads or a multiple of its 16-head tiles.
-    fast_attn_ = opt_.fast_attention && cfg_.head_dim == cuda::kKvHeadDim && cfg_.n_heads % 16 == 0 &&
+    fast_attn_ = opt_.rt.fast_attention && cfg_.head_dim == cuda::kKvHeadDim && cfg_.n_heads % 16 == 0 &&
                  ((rows == KvRowFormat::kBf16 && cfg_.index_head_dim % 8 == 0) ||
                   (rows == KvRowFormat::kFp8 && layout_.main_row.bytes() == cuda::kKvFp8RowBytes));
     DSV4_ASSIGN_OR_RETURN(pool_.base, arena_.alloc_n<float>(size_t(opt_.n_pages) * size_t(layout_.page_elems)));
@@ -326,14 +324,15 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
                                                            : opt_.max_context / r + 1);
         }
         ws_.row_cap = int64_t(Bm) * (cfg_.sliding_window + max_comp);
-        ws_.sd_seq_splits = std::max<int64_t>(int64_t(Bm), 2 * n_sms_);  // batch x splits <= max(batch, target CTAs)
+        // batch x splits <= max(batch, target CTAs): a forced split-KV target larger than 2 x SMs must fit too.
+        ws_.sd_seq_splits = std::max<int64_t>({int64_t(Bm), 2 * int64_t(n_sms_), int64_t(opt_.rt.split_kv_target_ctas)});
         DSV4_ASSIGN_OR_RETURN(ws_.qb, arena_.alloc(Bm * H * D * 2));
         DSV4_ASSIGN_OR_RETURN(ws_.ob, arena_.alloc(Bm * H * D * 2));
         DSV4_ASSIGN_OR_RETURN(ws_.row_offs, arena_.alloc_n<int64_t>(size_t(ws_.row_cap)));
         DSV4_RETURN_IF_ERROR(Ii(ws_.row_start, Bm + 1));
         DSV4_RETURN_IF_ERROR(F(ws_.sd_ws, cuda::sparse_decode_workspace_floats(int(ws_.sd_seq_splits), int(H), 1)));
     }
-    if (opt_.x_bf16_min_tokens > 0 && int64_t(Bm) >= opt_.x_bf16_min_tokens) {
+    if (opt_.rt.x_bf16_min_tokens > 0 && int64_t(Bm) >= opt_.rt.x_bf16_min_tokens) {
         const size_t G = size_t(cfg_.o_groups), orank = size_t(cfg_.o_lora_rank), I = size_t(cfg_.moe_intermediate_size);
         DSV4_ASSIGN_OR_RETURN(ws_.xb_o, arena_.alloc(Bm * H * D * 2));
         DSV4_ASSIGN_OR_RETURN(ws_.xb_z, arena_.alloc(Bm * G * orank * 2));
@@ -382,12 +381,58 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
                      "dsv4 cuda: %d SMs, weights: %s; pool %lld pages x %lld B; graphs %s; KV rows %s (%lld B); "
                      "decode attention %s\n%s",
                      n_sms_, w_.summary.c_str(), (long long)opt_.n_pages, (long long)layout_.page_bytes,
-                     opt_.use_graphs ? "on" : "off", kv_row_format_name(rows), (long long)layout_.main_row.bytes(),
+                     opt_.rt.cuda_graphs ? "on" : "off", kv_row_format_name(rows), (long long)layout_.main_row.bytes(),
                      fast_attn_ ? "sparse_decode (sm90 mma)" : "attn_decode (CUDA cores)",
                      fast_attn_ ? "" : cuda::attn_variant_table(*variant_).c_str());
-        std::fprintf(stderr, "%s", cuda_fast_kernel_table(w_, cfg_).c_str());
+        std::fprintf(stderr, "%s", cuda_fast_kernel_table(w_, cfg_, opt_.rt.fast_kernels).c_str());
     }
     return Status::ok();
+}
+
+Status CudaRunner::apply_kernel_choices() {
+    const RuntimeOptions& rt = opt_.rt;
+    variant_ = cuda::attn_variant_by_name("");
+    if (!rt.attn_variant.empty()) {
+        // One name space for both attention paths: a CUDA-core variant or a sparse_decode one.
+        sd_variant_ = cuda::variant_by_name(rt.attn_variant, cuda::sparse_decode_variant_count(),
+                                            [](int i) { return cuda::sparse_decode_variant_name(i); });
+        const cuda::AttnVariant* v = cuda::attn_variant_by_name(rt.attn_variant);
+        if (v) variant_ = v;
+        if (!v && sd_variant_ < 0) {
+            std::string known;
+            for (const auto& a : cuda::attn_variants()) known += std::string(known.empty() ? "" : ", ") + a.name;
+            for (int i = 0; i < cuda::sparse_decode_variant_count(); ++i) known += ", " + cuda::sparse_decode_variant_name(i);
+            return invalid_argument("option attn_variant: unknown variant '{}' (known: {})", rt.attn_variant, known);
+        }
+    }
+    int gemv = -1;
+    if (!rt.gemv_variant.empty()) {
+        gemv = cuda::variant_by_name(rt.gemv_variant, cuda::dense_gemv_variant_count(),
+                                     [](int i) { return cuda::dense_gemv_variant_name(i); });
+        if (gemv < 0) return invalid_argument("option gemv_variant: unknown variant '{}' (dsv4 decode-bench lists them)", rt.gemv_variant);
+    }
+    if (!rt.moe_variant.empty()) {
+        moe_variant_ = cuda::variant_by_name(rt.moe_variant, cuda::moe_expert_variant_count(),
+                                             [](int i) { return cuda::moe_expert_variant_name(i); });
+        if (moe_variant_ < 0) return invalid_argument("option moe_variant: unknown variant '{}' (dsv4 decode-bench lists them)", rt.moe_variant);
+    }
+    auto stamp = [&](cuda::WeightDesc& w) {
+        w.fast = rt.fast_kernels;
+        w.gemv_variant = gemv;
+    };
+    stamp(w_.embed);
+    stamp(w_.head);
+    const bool repack = rt.fast_kernels && rt.moe_layout == "pair-rotated";
+    const int n_local = ep_count_ > 0 ? ep_count_ : cfg_.n_routed_experts;
+    for (DevLayer& L : w_.layers) {
+        for (cuda::WeightDesc* w : {&L.wq_a, &L.wq_b, &L.wkv, &L.wo_a, &L.wo_b, &L.comp.wkv, &L.comp.wgate, &L.idx_comp.wkv,
+                                    &L.idx_comp.wgate, &L.idx_wq_b, &L.idx_wproj, &L.gate, &L.sh_w1, &L.sh_w3, &L.sh_w2,
+                                    &L.ex_w1, &L.ex_w3, &L.ex_w2})
+            stamp(*w);
+        // The fast expert GEMV's code layout where it applies (fast_path.h); "checkpoint" keeps the file's.
+        DSV4_CU(cuda::moe_expert_weights_to_fast_layout(&L.ex_w1, &L.ex_w3, &L.ex_w2, n_local, repack, stream_));
+    }
+    return cuda_ok(cudaStreamSynchronize(stream_), "expert weight repack");
 }
 
 Status CudaRunner::plan(const ForwardBatch& batch, bool decode_graph, HostPlan& hp) const {
@@ -494,7 +539,7 @@ Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, 
     // The projections of xn are independent until kv_step: q (then the indexer queries, which need
     // q_lat) on stream_, kv / compressor / indexer compressor + weights on side streams. At batch 1
     // each is a short, CTA-starved GEMV, so overlapping them fills the GPU.
-    const bool ov = opt_.side_streams;
+    const bool ov = opt_.rt.side_streams;
     const int n_side = !ov ? 0 : csa ? 3 : r > 0 ? 2 : 1;
     cudaStream_t s_kv = ov ? side_[0] : st, s_comp = ov ? side_[1] : st, s_idx = ov ? side_[2] : st;
     const void* xnb = nullptr;  // bf16 xn for every projection of xn (converted before the fork)
@@ -606,6 +651,8 @@ Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, 
         sa.n_heads = H;
         sa.max_rows = int(cfg_.sliding_window + (r == 0 ? 0 : csa ? int64_t(aa.topk) : opt_.max_context / r));
         sa.scale = aa.scale;
+        sa.variant = sd_variant_;
+        sa.target_ctas = opt_.rt.split_kv_target_ctas;
         const int64_t sd_splits = cuda::sparse_decode_splits_for(sa);
         if (int64_t(sa.batch) * sd_splits > ws_.sd_seq_splits)
             return error(StatusCode::kInternal, "sparse_decode: {} sequences x {} splits exceed the workspace ({})",
@@ -656,7 +703,7 @@ Status CudaRunner::moe(int l, int T) {
     // [ep2] Under expert parallelism the shared expert of layer l runs on rank l % N only (the
     // ranks take turns, so no rank carries it in every layer); the others add no shared term.
     const bool shared_here = !ep_ || ep_->shared_expert_rank(l) == opt_.ep_rank;
-    const bool ov = opt_.side_streams && shared_here;
+    const bool ov = opt_.rt.side_streams && shared_here;
     const void* xnb = nullptr;  // bf16 xn for the shared expert and the router (converted before the fork)
     DSV4_RETURN_IF_ERROR(bf16_input(ws_.xn, d, T, ws_.xb_xn, st, &xnb));
     auto shared_expert = [&](cudaStream_t s) -> Status {  // ys = w2 SwiGLU(w1 xn, w3 xn)
@@ -701,6 +748,8 @@ Status CudaRunner::moe(int l, int T) {
     a.w2 = L.ex_w2;
     a.ep_first = ep_first_;  // [ep2] local experts only (count 0: all)
     a.ep_count = ep_count_;
+    a.fast = opt_.rt.fast_kernels;
+    a.moe_variant = moe_variant_;
     mark("routed experts");
     DSV4_CU(cuda::moe_experts(a, st));
     if (ov) {
@@ -750,7 +799,7 @@ Status CudaRunner::run_step(int B, int T, int max_t, int R) {
             else DSV4_RETURN_IF_ERROR(moe(l, T));
             const bool last = l + 1 == cfg_.n_layers && site == 1;
             const cuda::MhcArgs next = last ? ma : site_args(site == 0 ? l : l + 1, 1 - site);
-            mixed = !last && opt_.fuse_mhc_post_mix && cuda::mhc_post_mix_fusable(T, next);
+            mixed = !last && opt_.rt.fuse_mhc && cuda::mhc_post_mix_fusable(T, next);
             if (mixed) {
                 mark("mhc_post (+ next mixing dots)");
                 DSV4_CU(cuda::mhc_post_mix(ws_.X, ws_.y, ws_.coeffs, T, next, st));
@@ -784,7 +833,7 @@ Status CudaRunner::forward_sampled(const ForwardBatch& batch, StepOutput& out) {
 
 Status CudaRunner::execute(const ForwardBatch& batch, bool honour_sample, StepOutput& out) {
     if (batch.seqs.empty()) return Status::ok();
-    bool decode = opt_.use_graphs;
+    bool decode = opt_.rt.cuda_graphs;
     for (const auto& c : batch.seqs) decode = decode && c.tokens.size() == 1;
     HostPlan hp;
     DSV4_RETURN_IF_ERROR(plan(batch, decode, hp));
@@ -981,7 +1030,7 @@ Result<DecodeGraphTiming> CudaRunner::time_decode_graph(const ForwardBatch& batc
     };
     Status s = time(step, out.step_us);
     if (s.is_ok()) s = time(hit->second, out.head_us);
-    if (const char* p = std::getenv("DSV4_OP_PROFILE"); s.is_ok() && p && std::strcmp(p, "1") == 0) {
+    if (s.is_ok() && opt_.rt.op_profile) {
         // A second capture of the same step with event marks; 1 warm-up + 5 profiled replays.
         OpProfile prof;
         cudaGraphExec_t ge = nullptr;
@@ -1019,8 +1068,7 @@ Result<std::unique_ptr<ModelRunner>> make_cuda_runner(std::shared_ptr<const RefM
                                                       const CudaRunnerOptions& opt_in) {
     if (!cuda_device_available()) return error(StatusCode::kUnavailable, "no CUDA device");
     CudaRunnerOptions opt = opt_in;
-    if (const char* k = std::getenv("DSV4_KV_ROWS"); k && *k) opt.kv_rows = k;
-    DSV4_ASSIGN_OR_RETURN(KvRowFormat rows, parse_kv_row_format(opt.kv_rows));
+    DSV4_ASSIGN_OR_RETURN(KvRowFormat rows, parse_kv_row_format(opt.rt.kv_rows));
     DSV4_ASSIGN_OR_RETURN(KvLayout layout, KvLayout::make(model->config(), opt.page_tokens, 4, rows));
     if (opt.n_pages <= 0) opt.n_pages = 64 * layout.pages_for_tokens(4096);
     if (opt.n_pages < layout.n_state_pages + 1)
@@ -1047,8 +1095,7 @@ Result<std::unique_ptr<CudaBenchRunner>> make_cuda_runner_synthetic(const ModelC
     if (!cuda_device_available()) return error(StatusCode::kUnavailable, "no CUDA device");
     DSV4_RETURN_IF_ERROR(cfg.validate());
     CudaRunnerOptions opt = opt_in;
-    if (const char* k = std::getenv("DSV4_KV_ROWS"); k && *k) opt.kv_rows = k;
-    DSV4_ASSIGN_OR_RETURN(KvRowFormat rows, parse_kv_row_format(opt.kv_rows));
+    DSV4_ASSIGN_OR_RETURN(KvRowFormat rows, parse_kv_row_format(opt.rt.kv_rows));
     DSV4_ASSIGN_OR_RETURN(KvLayout layout, KvLayout::make(cfg, opt.page_tokens, 4, rows));
     if (opt.n_pages <= 0) opt.n_pages = 64 * layout.pages_for_tokens(4096);
     if (opt.n_pages < layout.n_state_pages + 1)

@@ -20,6 +20,7 @@
 #include "dist/device_all_reduce.h"
 #include "model/ref_model.h"
 #include "runtime/model_runner.h"
+#include "runtime/runtime_options.h"
 
 namespace dsv4 {
 
@@ -29,23 +30,9 @@ struct CudaRunnerOptions {
     int max_seqs = 64;            // sequences per step
     int max_tokens = 8192;        // tokens per step
     int64_t max_context = 65536;  // positions per sequence
-    bool use_graphs = true;       // DSV4_CUDA_GRAPHS=0 turns graphs off
-    std::string attn_variant;     // "" : DSV4_ATTN_VARIANT or the default
-    std::string kv_rows = "fp8";  // K=V row storage (window ring + main compressed rows), model/kv_rows.h:
-                                  // "fp8" (the reference FP8 layout, 584 B/row at head_dim 512; indexer rows
-                                  // bf16), "bf16", or "f32" (exact: what the exactness tests use).
-                                  // DSV4_KV_ROWS overrides.
-    bool fast_attention = true;   // decode attention through kernels/cuda/attention/sparse_decode (needs
-                                  // head_dim 512, heads % 16 == 0, bf16 or fp8 rows); DSV4_FAST_KERNELS=0
-                                  // turns it off (the CUDA-core attn_decode path then runs).
-    bool side_streams = true;     // independent work on forked streams inside the step (graph branches): the
-                                  // attention projections (q | kv | compressor | indexer) and the shared
-                                  // expert beside routing + routed experts; DSV4_SIDE_STREAMS=0 serialises
-    bool fuse_mhc_post_mix = true;  // at <= 8 tokens, each mHC expand also computes the next site's mixing dot
-                                    // products (cuda::mhc_post_mix); DSV4_FUSE_MHC=0 keeps two launches
-    int x_bf16_min_tokens = 32;   // from this many tokens up to max_seqs, the large dense projections read a
-                                  // bf16 copy of their input (one rounding pass, values identical to the
-                                  // kernels' own rounding); 0 or DSV4_X_BF16=0: off
+    // Every switch and kernel choice (runtime/runtime_options.h), filled once at start-up by the tool
+    // (defaults < environment < --option) or set directly by tests; the runner reads no environment.
+    RuntimeOptions rt;
     bool verbose = true;          // print the weight summary and the variant table at start-up
     // Expert parallelism (docs/design.md): rank ep_rank of ep_size holds the routed experts
     // [r*E/N, (r+1)*E/N) only; everything else is replicated and every rank runs the same batch.

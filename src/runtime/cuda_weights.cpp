@@ -234,9 +234,7 @@ Result<DevWeights> upload_weights(const RefModel& model, const Checkpoint* ckpt,
         DSV4_ASSIGN_OR_RETURN(o.ex_w1, up.experts(ep, "w1", ex_first, ex_count, I, d, L.experts, &ExpertWeights::w1));
         DSV4_ASSIGN_OR_RETURN(o.ex_w3, up.experts(ep, "w3", ex_first, ex_count, I, d, L.experts, &ExpertWeights::w3));
         DSV4_ASSIGN_OR_RETURN(o.ex_w2, up.experts(ep, "w2", ex_first, ex_count, d, I, L.experts, &ExpertWeights::w2));
-        // The fast expert GEMV's code layout where it applies (fast_path.h; DSV4_MOE_LAYOUT=checkpoint keeps the file's).
-        DSV4_RETURN_IF_ERROR(cuda_status(cuda::moe_expert_weights_to_fast_layout(&o.ex_w1, &o.ex_w3, &o.ex_w2, ex_count, nullptr),
-                                         "expert weight repack"));
+        // The fast expert GEMV's code layout is applied by the runner (CudaRunner::apply_kernel_choices).
         if (o.ex_w1.fmt == cuda::WFmt::kMxfp4PairRotated) ++up.fmt_count["experts repacked to mxfp4(pair-rotated), layers"];
         dw.layers.push_back(o);
     }

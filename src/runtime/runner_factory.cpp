@@ -41,7 +41,7 @@ Result<std::unique_ptr<ModelRunner>> make_model_runner(const RunnerOptions& opt)
         co.max_seqs = opt.max_seqs;
         if (opt.max_context > 0) co.max_context = opt.max_context;
         if (opt.max_tokens > 0) co.max_tokens = opt.max_tokens;
-        if (!opt.kv_rows.empty()) co.kv_rows = opt.kv_rows;
+        co.rt = opt.rt;
         if (opt.synthetic_flash_layers > 0) {
             FlashProxySpec spec;
             spec.n_layers = opt.synthetic_flash_layers;

@@ -6,6 +6,7 @@
 
 #include "model/ref_model.h"
 #include "runtime/model_runner.h"
+#include "runtime/runtime_options.h"
 
 namespace dsv4 {
 
@@ -16,7 +17,7 @@ struct RunnerOptions {
     int64_t n_pages = 0;          // 0: a default sized for the model and backend
     uint64_t seed = 0;            // seed of the built-in tiny model's weights
     RefNumerics numerics;         // CPU reference: quantisation simulation of the DeepSeek reference
-    std::string kv_rows;          // cuda: K=V row storage "fp8" | "bf16" | "f32" ("": the backend default, fp8)
+    RuntimeOptions rt;            // cuda: every switch and kernel choice (runtime/runtime_options.h)
     int gpus = 1;                 // cuda: expert parallel over GPUs 0 .. gpus-1 (runtime/multi_gpu_runner.h)
     // cuda: > 0 serves the synthetic Flash proxy of this many layers (model/flash_proxy.h: Flash
     // shapes, seeded weights generated on the GPU, no checkpoint; the output text is meaningless)

@@ -176,9 +176,7 @@ Result<DevWeights> make_synthetic_weights(const ModelConfig& cfg, const Syntheti
         DSV4_ASSIGN_OR_RETURN(o.ex_w1, g.experts(ex_first, ex_count, I, d));
         DSV4_ASSIGN_OR_RETURN(o.ex_w3, g.experts(ex_first, ex_count, I, d));
         DSV4_ASSIGN_OR_RETURN(o.ex_w2, g.experts(ex_first, ex_count, d, I));
-        // The fast expert GEMV's code layout (fast_path.h; DSV4_MOE_LAYOUT=checkpoint keeps the generated one).
-        DSV4_RETURN_IF_ERROR(cu(cuda::moe_expert_weights_to_fast_layout(&o.ex_w1, &o.ex_w3, &o.ex_w2, ex_count, g.st),
-                                "expert weight repack"));
+        // The fast expert GEMV's code layout is applied by the runner (CudaRunner::apply_kernel_choices).
         dw.layers.push_back(o);
     }
     DSV4_RETURN_IF_ERROR(cu(cudaDeviceSynchronize(), "synthetic weights"));

@@ -601,7 +601,7 @@ int run_decode_bench(const DecodeBenchOptions& o) {
     J["cuda_runtime"] = runtime;
     J["git_sha"] = env_or("DSV4_GIT_SHA");
     std::printf("decode-bench on %s (%d SMs, L2 %d MB)\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
-    std::printf("variants (env DSV4_ATTN_VARIANT / DSV4_MOE_VARIANT / DSV4_GEMV_VARIANT override):\n");
+    std::printf("variants (the runner forces one with --option attn_variant= / moe_variant= / gemv_variant=):\n");
     for (int i = 0; i < sparse_decode_variant_count(); ++i)
         std::printf("  %s %s\n", sparse_decode_variant_name(i).c_str(), sparse_decode_variant_params(i).to_string().c_str());
     for (int i = 0; i < moe_expert_variant_count(); ++i)

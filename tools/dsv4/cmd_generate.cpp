@@ -17,6 +17,7 @@
 #include "tokenizer/incremental_detokenizer.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/dsv4/commands.h"
+#include "tools/dsv4/runtime_cli.h"
 
 namespace dsv4::cli {
 
@@ -39,6 +40,7 @@ struct GenerateArgs {
     bool reference_numerics = false;
     int gpus = 1;
     std::string kv_rows;
+    std::vector<std::string> options;  // --option KEY=VALUE
 };
 
 Result<std::vector<int32_t>> parse_ids(const std::string& s) {
@@ -100,7 +102,11 @@ Status run_generate(const GenerateArgs& a) {
     ro.seed = 0;
     ro.numerics.kv_fp8 = ro.numerics.indexer_fp4 = a.reference_numerics;
     ro.gpus = a.gpus;
-    ro.kv_rows = a.kv_rows;
+    {
+        std::vector<std::string> settings = a.options;
+        if (!a.kv_rows.empty()) settings.insert(settings.begin(), "kv_rows=" + a.kv_rows);  // --option still wins
+        DSV4_ASSIGN_OR_RETURN(ro.rt, resolve_runtime_options(settings, a.backend == "cuda"));
+    }
     const auto t_load = std::chrono::steady_clock::now();
     DSV4_ASSIGN_OR_RETURN(auto runner, make_model_runner(ro));
     const ModelConfig& cfg = runner->config();
@@ -188,7 +194,8 @@ void register_generate(CLI::App& app, CommandContext& ctx) {
     cmd->add_option("--seed", args->seed, "sampling seed");
     cmd->add_flag("--ignore-eos", args->ignore_eos);
     cmd->add_option("--gpus", args->gpus, "cuda: expert parallel over this many GPUs (NCCL; default 1)");
-    cmd->add_option("--kv-rows", args->kv_rows, "cuda: KV row storage fp8 (default), bf16 or f32");
+    cmd->add_option("--kv-rows", args->kv_rows, "cuda: KV row storage fp8 (default), bf16 or f32 (= --option kv_rows=...)");
+    add_runtime_option_flag(cmd, &args->options);
     cmd->add_flag("--reference-numerics", args->reference_numerics,
                   "simulate the DeepSeek reference's FP8 KV and FP4 indexer (CPU backend)");
     cmd->callback([args, &ctx] {

@@ -31,7 +31,6 @@
 #include "runtime/synthetic_context.h"
 #include "tools/dsv4/cmd_proxy_bench.h"
 
-extern char** environ;
 
 namespace dsv4::cli {
 namespace {
@@ -148,17 +147,6 @@ std::string env_or(const char* k, const char* dflt) {
     return v && *v ? v : dflt;
 }
 
-// Every DSV4_* variable of the environment (kernel variant switches live there).
-json dsv4_env() {
-    json j = json::object();
-    for (char** e = environ; e && *e; ++e) {
-        std::string kv = *e;
-        if (kv.rfind("DSV4_", 0) != 0) continue;
-        const size_t eq = kv.find('=');
-        j[kv.substr(0, eq)] = eq == std::string::npos ? "" : kv.substr(eq + 1);
-    }
-    return j;
-}
 
 }  // namespace
 
@@ -184,8 +172,19 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
         return 2;
     }
     const ModelConfig cfg = *cfg_r;
-    // The runner honours DSV4_KV_ROWS over its options: the bench's layout and bytes model must too.
-    if (const char* k = std::getenv("DSV4_KV_ROWS"); k && *k) o.kv_rows = k;
+    // Run-time options once (defaults < environment < --kv-rows < --option); the bench's layout and bytes
+    // model follow the resolved kv_rows.
+    std::vector<std::string> settings = o.options;
+    if (!o.kv_rows.empty()) settings.insert(settings.begin(), "kv_rows=" + o.kv_rows);
+    OptionOrigins origins;
+    auto rt_r = load_runtime_options(settings, &origins);
+    if (!rt_r) {
+        std::fprintf(stderr, "proxy-bench: %s\n", rt_r.status().message().c_str());
+        return 2;
+    }
+    const RuntimeOptions rt = *rt_r;
+    std::fprintf(stderr, "%s", runtime_options_table(rt, origins).c_str());
+    o.kv_rows = rt.kv_rows;
     auto row_fmt = parse_kv_row_format(o.kv_rows);
     if (!row_fmt) {
         std::fprintf(stderr, "proxy-bench: %s\n", row_fmt.status().message().c_str());
@@ -286,7 +285,7 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
     ro.max_seqs = max_seqs;
     ro.max_tokens = max_seqs;
     ro.max_context = int64_t(contexts.back()) + 64;
-    ro.kv_rows = o.kv_rows;
+    ro.rt = rt;
     ro.verbose = true;
     SyntheticWeightsOptions wo;
     wo.seed = o.seed;
@@ -349,7 +348,9 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
     J["weights"] = {{"streamed", got.streamed}, {"experts", got.experts}, {"embed", got.embed}, {"tables", got.tables}};
     J["gpus"] = G;
     J["weights_per_gpu_note"] = "weights: rank 0's allocation (routed experts = its slice)";
-    J["variants"] = {{"table", runner.variant_table()}, {"env", dsv4_env()}};
+    json jopt = json::object();
+    for (const OptionInfo& i : runtime_option_infos()) jopt[i.key] = runtime_option_value(rt, i.key);
+    J["variants"] = {{"table", runner.variant_table()}, {"options", jopt}};
     J["pool_pages"] = n_pages;
     J["points"] = json::array();
     std::printf("active kernels:\n%s", runner.variant_table().c_str());

@@ -17,6 +17,7 @@
 #include "server/http_server.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/dsv4/commands.h"
+#include "tools/dsv4/runtime_cli.h"
 
 namespace dsv4::cli {
 namespace {
@@ -43,6 +44,7 @@ struct ServeOptions {
     int gpus = 1;
     bool synthetic_flash = false;
     int layers = 43;
+    std::vector<std::string> options;  // --option KEY=VALUE
 };
 
 Result<std::unique_ptr<ModelRunner>> make_runner(const ServeOptions& o) {
@@ -75,6 +77,7 @@ Result<std::unique_ptr<ModelRunner>> make_runner(const ServeOptions& o) {
     ro.max_context = o.max_context > 0 ? o.max_context : (o.model == "tiny" || o.synthetic_flash) ? 4096 : 0;
     ro.max_tokens = int(std::max<int64_t>(o.max_tokens_per_step, std::max(o.max_running, 1)));
     if (o.synthetic_flash) ro.synthetic_flash_layers = o.layers;
+    DSV4_ASSIGN_OR_RETURN(ro.rt, resolve_runtime_options(o.options, o.backend == "cuda"));
     return make_model_runner(ro);
 }
 
@@ -152,6 +155,7 @@ void register_serve(CLI::App& app, CommandContext& ctx) {
     cmd->add_flag("--synthetic-flash", o->synthetic_flash,
                   "cuda: serve the synthetic Flash proxy (Flash shapes, seeded weights, meaningless text)");
     cmd->add_option("--layers", o->layers, "layers of --synthetic-flash (default 43 = full Flash)");
+    add_runtime_option_flag(cmd, &o->options);
     cmd->add_option("--fake-rules", o->fake_rules, "fake model: JSON script rules");
     cmd->add_option("--fake-step-delay-us", o->fake_step_delay_us, "fake model: delay per step");
     cmd->add_option("--fake-token-delay-us", o->fake_token_delay_us, "fake model: delay per token");

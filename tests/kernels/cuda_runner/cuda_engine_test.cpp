@@ -65,7 +65,7 @@ TEST(CudaEngine, GreedyOutputsMatchCpuEngine) {
     ro.n_pages = 800;
     ro.page_tokens = 16;
     ro.backend = "cuda";
-    ro.kv_rows = "f32";  // exact rows: greedy outputs identical to the cpu engine
+    ro.rt.kv_rows = "f32";  // exact rows: greedy outputs identical to the cpu engine
     auto gpu = make_model_runner(ro);
     ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
     ro.backend = "cpu";

@@ -231,7 +231,7 @@ TEST_P(CudaFastRunner, MidModelFastKernelsMatchCpuReference) {
         DeviceArena arena;
         auto w = upload_weights(**model, &*ckpt, arena);
         ASSERT_TRUE(w.is_ok()) << w.status().to_string();
-        const std::string table = cuda_fast_kernel_table(*w, cfg);
+        const std::string table = cuda_fast_kernel_table(*w, cfg, true);
         if (flip_free) std::printf("[runner fast mid] dispatch:\n%s", table.c_str());
         EXPECT_EQ(table.find("correct-first ("), std::string::npos) << table;
         EXPECT_EQ(table.find("; else correct-first"), std::string::npos) << table;
@@ -249,8 +249,6 @@ TEST_P(CudaFastRunner, MidModelFastKernelsMatchCpuReference) {
     // identical values, so identical logits; the correct-first kernels.
     for (int pass = 0; pass < 3; ++pass) {
         const bool fast = pass < 2;
-        if (fast) unsetenv("DSV4_FAST_KERNELS");
-        else setenv("DSV4_FAST_KERNELS", "0", 1);
         CudaRunnerOptions o;
         o.max_seqs = 4;
         o.max_tokens = 128;
@@ -259,8 +257,9 @@ TEST_P(CudaFastRunner, MidModelFastKernelsMatchCpuReference) {
         o.verbose = false;
         // Exact f32 KV rows: this test isolates the GEMV/MoE fast path (the fp8/bf16 rows and the
         // sparse_decode attention have their own comparisons in cuda_kv_fp8_test.cpp).
-        o.kv_rows = "f32";
-        if (pass == 1) o.x_bf16_min_tokens = 1;
+        o.rt.kv_rows = "f32";
+        o.rt.fast_kernels = o.rt.fast_attention = fast;  // what DSV4_FAST_KERNELS=0 sets when !fast
+        if (pass == 1) o.rt.x_bf16_min_tokens = 1;
         auto gpu = make_cuda_runner(*model, dir.string(), o);
         ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
         auto cpu_run = RefRunner::create(*model, 64, 64);
@@ -293,7 +292,6 @@ TEST_P(CudaFastRunner, MidModelFastKernelsMatchCpuReference) {
             EXPECT_EQ(r.mismatch, 0);
         }
     }
-    unsetenv("DSV4_FAST_KERNELS");
     EXPECT_GT(worst_fast, 0.0);
     std::filesystem::remove_all(dir);
 }

@@ -56,15 +56,6 @@ std::vector<float> randn(size_t n, uint32_t seed, float s = 1.0f) {
     return v;
 }
 
-// Sets DSV4_FAST_KERNELS for the scope ("0" = correct-first kernels), restoring "unset" after.
-struct FastKernels {
-    explicit FastKernels(bool on) {
-        if (on) unsetenv("DSV4_FAST_KERNELS");
-        else setenv("DSV4_FAST_KERNELS", "0", 1);
-    }
-    ~FastKernels() { unsetenv("DSV4_FAST_KERNELS"); }
-};
-
 // A quantised [N, K] matrix: device bytes, descriptor and the dequantised host copy.
 struct QMat {
     std::vector<uint8_t> data, scale;
@@ -132,7 +123,7 @@ TEST(CudaFastOps, LinearDispatchMatchesFp64AndCorrectFirst) {
             << wfmt_name(c.fmt) << " N=" << c.N << " K=" << c.K;
         std::vector<float> fast, simt;
         for (bool on : {true, false}) {
-            FastKernels fk(on);
+            w.fast = on;  // RuntimeOptions::fast_kernels, as the runner stamps it
             ASSERT_EQ(cuda::linear(w, -1, dx.p, ldx, npg, gin, dy.p, rows, c.T, false, nullptr), cudaSuccess);
             ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
             (on ? fast : simt) = dy.get();
@@ -329,7 +320,7 @@ TEST(CudaFastOps, MoeDispatchMatchesFp64AndCorrectFirst) {
         std::vector<float> fast, simt;
         std::vector<int32_t> ids_fast, ids_simt;
         for (bool on : {true, false}) {
-            FastKernels fk(on);
+            a.fast = on;
             ASSERT_EQ(cuda::moe_experts(a, nullptr), cudaSuccess);
             ASSERT_EQ(cuda::moe_combine(a, dsh.p, dout.p, nullptr), cudaSuccess);
             ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -355,20 +346,20 @@ TEST(CudaFastOps, MoeDispatchMatchesFp64AndCorrectFirst) {
         // (bitdqpk variants) meets the same bounds, and the correct-first path, whose w_at gathers
         // the permuted bits, gives exactly its checkpoint-layout output.
         Dev<uint8_t> rp1(p1), rp3(p3), rp2(p2);
+        a.fast = true;
         cuda::MoeArgs b = a;
         b.w1 = desc(rp1, ds1, I, d);
         b.w3 = desc(rp3, ds3, I, d);
         b.w2 = desc(rp2, ds2, d, I);
-        setenv("DSV4_MOE_LAYOUT", "checkpoint", 1);  // the A/B switch keeps the checkpoint layout
-        ASSERT_EQ(cuda::moe_expert_weights_to_fast_layout(&b.w1, &b.w3, &b.w2, kMaxE, nullptr), cudaSuccess);
+        // moe_layout=checkpoint (enabled false) keeps the checkpoint layout.
+        ASSERT_EQ(cuda::moe_expert_weights_to_fast_layout(&b.w1, &b.w3, &b.w2, kMaxE, false, nullptr), cudaSuccess);
         EXPECT_EQ(b.w1.fmt, cuda::WFmt::kMxfp4);
-        unsetenv("DSV4_MOE_LAYOUT");
-        ASSERT_EQ(cuda::moe_expert_weights_to_fast_layout(&b.w1, &b.w3, &b.w2, kMaxE, nullptr), cudaSuccess);
+        ASSERT_EQ(cuda::moe_expert_weights_to_fast_layout(&b.w1, &b.w3, &b.w2, kMaxE, true, nullptr), cudaSuccess);
         for (const cuda::WeightDesc* w : {&b.w1, &b.w3, &b.w2}) ASSERT_EQ(w->fmt, cuda::WFmt::kMxfp4PairRotated);
         ASSERT_EQ(cuda::moe_fast_decline(b), "");
         std::vector<float> fast_pk, simt_pk;
         for (bool on : {true, false}) {
-            FastKernels fk(on);
+            b.fast = on;
             ASSERT_EQ(cuda::moe_experts(b, nullptr), cudaSuccess);
             ASSERT_EQ(cuda::moe_combine(b, dsh.p, dout.p, nullptr), cudaSuccess);
             ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -395,7 +386,7 @@ TEST(CudaFastOps, TinyQuantGoldenDeclinesEverywhere) {
     DeviceArena arena;
     auto w = upload_weights(**model, &*ckpt, arena);
     ASSERT_TRUE(w.is_ok()) << w.status().to_string();
-    const std::string table = cuda_fast_kernel_table(*w, (*model)->config());
+    const std::string table = cuda_fast_kernel_table(*w, (*model)->config(), true);
     std::printf("[op fast dispatch] tiny_quant:\n%s", table.c_str());
     EXPECT_EQ(table.find("dense_gemv"), std::string::npos);
     EXPECT_EQ(table.find("moe_route"), std::string::npos);

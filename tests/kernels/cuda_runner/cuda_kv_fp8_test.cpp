@@ -465,7 +465,7 @@ TEST_P(CudaKvFp8Golden, Fp8RowsMatchReferenceQat) {
                 GetParam().c_str(), effect.worst, effect.scale, effect.greedy_mismatch);
     SKIP_WITHOUT_GPU();
     CudaRunnerOptions o;
-    o.kv_rows = "fp8";
+    o.rt.kv_rows = "fp8";
     o.n_pages = 6000;
     o.verbose = false;
     auto gpu = make_cuda_runner(*model, dir, o);
@@ -507,7 +507,7 @@ TEST(CudaKvFp8, FastPathFp8MatchesReference) {
     SKIP_WITHOUT_GPU();
     auto model = small512_model(RefNumerics{true, false});
     CudaRunnerOptions o;
-    o.kv_rows = "fp8";
+    o.rt.kv_rows = "fp8";
     o.n_pages = 400000;  // page ids near the top: byte offsets > 2^31 (B09)
     o.max_context = 4096;
     auto gpu = make_cuda_runner(model, "", o);
@@ -528,7 +528,7 @@ TEST(CudaKvFp8, FastPathBf16CloseToExactReference) {
     SKIP_WITHOUT_GPU();
     auto model = small512_model(RefNumerics{});
     CudaRunnerOptions o;
-    o.kv_rows = "bf16";
+    o.rt.kv_rows = "bf16";
     o.n_pages = 3000;
     o.max_context = 4096;
     o.verbose = false;
@@ -552,12 +552,12 @@ TEST(CudaKvFp8, FastVsOldPathAndGraphReplay) {
     std::vector<std::vector<float>> out[3];  // old eager, fast eager, fast graphs
     for (int v = 0; v < 3; ++v) {
         CudaRunnerOptions o;
-        o.kv_rows = "fp8";
+        o.rt.kv_rows = "fp8";
         o.n_pages = 3000;
         o.max_context = 4096;
         o.verbose = false;
-        o.fast_attention = v > 0;
-        o.use_graphs = v == 2;
+        o.rt.fast_attention = v > 0;
+        o.rt.cuda_graphs = v == 2;
         auto gpu = make_cuda_runner(model, "", o);
         ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
         std::vector<Seq> s(2);
@@ -603,11 +603,11 @@ TEST(CudaKvFp8Perf, DecodeStepOldVsFastAttention) {
         double ms[2][3];
         for (int fast = 0; fast < 2; ++fast) {
             CudaRunnerOptions o;
-            o.kv_rows = "fp8";
+            o.rt.kv_rows = "fp8";
             o.max_context = 4096;
             o.max_tokens = 4096;
             o.verbose = false;
-            o.fast_attention = fast == 1;
+            o.rt.fast_attention = fast == 1;
             const int64_t per_seq = KvLayout::make(cfg, 64, 4, KvRowFormat::kFp8)->pages_for_tokens(ctx + 200);
             o.n_pages = per_seq * B + 1;
             auto gpu = make_cuda_runner(model, "", o);

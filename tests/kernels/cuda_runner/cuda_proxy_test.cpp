@@ -50,8 +50,8 @@ Proxy make_proxy(const ModelConfig& cfg, bool graphs, const std::string& rows) {
     o.max_seqs = 8;
     o.max_tokens = 64;
     o.max_context = 4096;
-    o.use_graphs = graphs;
-    o.kv_rows = rows;
+    o.rt.cuda_graphs = graphs;
+    o.rt.kv_rows = rows;
     o.verbose = false;
     SyntheticWeightsOptions w;
     w.seed = 11;

@@ -109,7 +109,7 @@ TEST(CudaRunner, TinyModelMatchesCpuReference) {
     SKIP_WITHOUT_GPU();
     auto model = tiny_model();
     CudaRunnerOptions o;
-    o.kv_rows = "f32";  // exact rows: the comparisons below are at f32 precision
+    o.rt.kv_rows = "f32";  // exact rows: the comparisons below are at f32 precision
     o.n_pages = 4000;
     auto gpu = make_cuda_runner(model, "", o);
     ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
@@ -131,9 +131,9 @@ TEST(CudaRunner, EveryAttentionVariantMatchesCpu) {
     const auto prompt = random_ids(140, model->config().vocab_size, 12);
     for (const auto& v : cuda::attn_variants()) {
         CudaRunnerOptions o;
-        o.kv_rows = "f32";  // exact rows: the comparisons below are at f32 precision
+        o.rt.kv_rows = "f32";  // exact rows: the comparisons below are at f32 precision
         o.n_pages = 2000;
-        o.attn_variant = v.name;
+        o.rt.attn_variant = v.name;
         o.verbose = false;
         auto gpu = make_cuda_runner(model, "", o);
         ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
@@ -153,7 +153,7 @@ TEST(CudaRunner, BatchedPaddedLargePageIds) {
     auto model = tiny_model();
     const ModelConfig& cfg = model->config();
     CudaRunnerOptions o;
-    o.kv_rows = "f32";  // exact rows: the comparisons below are at f32 precision
+    o.rt.kv_rows = "f32";  // exact rows: the comparisons below are at f32 precision
     o.n_pages = 700000;
     o.verbose = false;
     auto gpu = make_cuda_runner(model, "", o);
@@ -198,10 +198,10 @@ TEST(CudaRunner, GraphReplayEqualsEager) {
     std::vector<std::vector<float>> out[3];
     for (int graphs = 0; graphs < 3; ++graphs) {
         CudaRunnerOptions o;
-        o.kv_rows = "f32";  // exact rows: the comparisons below are at f32 precision
+        o.rt.kv_rows = "f32";  // exact rows: the comparisons below are at f32 precision
         o.n_pages = 3000;
-        o.use_graphs = graphs >= 1;
-        o.side_streams = graphs != 2;
+        o.rt.cuda_graphs = graphs >= 1;
+        o.rt.side_streams = graphs != 2;
         o.verbose = false;
         auto gpu = make_cuda_runner(model, "", o);
         ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
@@ -234,7 +234,7 @@ TEST(CudaRunner, Bf16CompressedRowsCloseToCpu) {
     auto model = tiny_model();
     CudaRunnerOptions o;
     o.n_pages = 2000;
-    o.kv_rows = "bf16";
+    o.rt.kv_rows = "bf16";
     o.verbose = false;
     auto gpu = make_cuda_runner(model, "", o);
     ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
@@ -256,7 +256,7 @@ TEST(CudaRunner, FactoryBackendCudaMatchesCpuBackend) {
     ro.model = std::string(env && *env ? env : DSV4_GOLDEN_DIR) + "/tiny_quant";
     ro.n_pages = 600;
     ro.backend = "cuda";
-    ro.kv_rows = "f32";  // exact rows, compared with the cpu backend at 1e-4
+    ro.rt.kv_rows = "f32";  // exact rows, compared with the cpu backend at 1e-4
     auto gpu = make_model_runner(ro);
     ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
     ro.backend = "cpu";
@@ -287,9 +287,9 @@ TEST(CudaRunnerPerf, TinyDecodeStepLatency) {
     auto model = tiny_model();
     for (int graphs = 0; graphs < 2; ++graphs) {
         CudaRunnerOptions o;
-        o.kv_rows = "f32";  // exact rows: the comparisons below are at f32 precision
+        o.rt.kv_rows = "f32";  // exact rows: the comparisons below are at f32 precision
         o.n_pages = 2000;
-        o.use_graphs = graphs == 1;
+        o.rt.cuda_graphs = graphs == 1;
         o.verbose = false;
         auto gpu = make_cuda_runner(model, "", o);
         ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
@@ -346,7 +346,7 @@ TEST_P(CudaGolden, LogitsAndGreedyMatchTransformers) {
     const auto logits = *load_f32(*expected, "logits", lv->shape);
     const int64_t V = (*model)->config().vocab_size;
     CudaRunnerOptions o;
-    o.kv_rows = "f32";  // exact rows: the comparisons below are at f32 precision
+    o.rt.kv_rows = "f32";  // exact rows: the comparisons below are at f32 precision
     o.n_pages = 4000;
     o.verbose = GetParam() == "tiny_quant";
     auto gpu = make_cuda_runner(*model, dir, o);

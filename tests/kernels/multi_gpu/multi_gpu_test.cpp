@@ -154,7 +154,7 @@ CudaRunnerOptions small_options() {
     o.max_seqs = 4;
     o.max_tokens = 64;
     o.max_context = 1024;
-    o.kv_rows = "f32";
+    o.rt.kv_rows = "f32";
     o.verbose = false;
     return o;
 }
@@ -199,7 +199,7 @@ TEST(EpOneGpu, TinyQuantTwoRanksMatchOneRank) {
     ASSERT_TRUE(model.is_ok()) << model.status().to_string();
     const std::string ckpt = golden_dir() + "/tiny_quant";
     CudaRunnerOptions o = small_options();
-    o.use_graphs = false;
+    o.rt.cuda_graphs = false;
     auto ref = make_cuda_runner(*model, ckpt, o);
     ASSERT_TRUE(ref.is_ok()) << ref.status().to_string();
     auto shared = std::make_shared<HostAllReduce::Shared>(2);
@@ -227,7 +227,7 @@ TEST(EpOneGpu, FastMoeTwoRanksMatchOneRank) {
     auto cfg = mid_config(dir);
     ASSERT_TRUE(cfg.is_ok()) << cfg.status().to_string();
     CudaRunnerOptions o = small_options();
-    o.use_graphs = false;
+    o.rt.cuda_graphs = false;
     SyntheticWeightsOptions wo;
     wo.seed = 5;
     auto ref = make_cuda_runner_synthetic(*cfg, wo, o);
@@ -302,7 +302,7 @@ TEST(MultiGpu, TinyQuantTwoGpusMatchOneGpu) {
     RunnerOptions ro;
     ro.model = golden_dir() + "/tiny_quant";
     ro.backend = "cuda";
-    ro.kv_rows = "f32";
+    ro.rt.kv_rows = "f32";
     auto one = make_model_runner(ro);
     ASSERT_TRUE(one.is_ok()) << one.status().to_string();
     ro.gpus = 2;

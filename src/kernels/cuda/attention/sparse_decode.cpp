@@ -36,10 +36,7 @@ std::string sparse_decode_variant_name(int i) {
 }
 
 int sparse_decode_select_variant(const SparseDecodeArgs& a) {
-    if (a.variant >= 0) return a.variant;
-    const int forced = variant_from_env("DSV4_ATTN_VARIANT", sparse_decode_variant_count(),
-                                        [](int i) { return sparse_decode_variant_name(i); });
-    if (forced >= 0 && legal(forced, a)) return forced;
+    if (a.variant >= 0 && a.variant < sparse_decode_variant_count() && legal(a.variant, a)) return a.variant;
     for (int i = 0; i < sparse_decode_variant_count(); ++i)
         if (legal(i, a)) return i;
     return 0;

@@ -29,7 +29,7 @@ struct SparseDecodeArgs {
     float scale = 0.0f;                   // softmax scale, 1/sqrt(512)
     int target_ctas = 0;                  // split-KV target; 0 = 2 x SM count
     int n_splits = 0;                     // 0 = heuristic; > 0 forces
-    int variant = -1;                     // -1 = env DSV4_ATTN_VARIANT, else heuristic
+    int variant = -1;                     // registry index (RuntimeOptions::attn_variant); -1 = heuristic
 };
 
 }  // namespace dsv4::cuda

@@ -1,5 +1,5 @@
-// Host side of the dense weight-streaming GEMV: checks, variant choice (env DSV4_GEMV_VARIANT,
-// else the heuristic in dense_gemv_select_variant), launch.
+// Host side of the dense weight-streaming GEMV: checks, variant choice (DenseGemvArgs::variant, set
+// from RuntimeOptions::gemv_variant by the caller, else the heuristic in dense_gemv_select_variant), launch.
 #include "kernels/cuda/gemm/dense_gemv.h"
 
 #include <cstdint>
@@ -47,8 +47,6 @@ bool dense_gemv_legal(int i, const DenseGemvArgs& a) {
 int dense_gemv_select_variant(const DenseGemvArgs& a) {
     if (a.variant >= 0) return a.variant;
     const int n = dense_gemv_variant_count();
-    const int forced = variant_from_env("DSV4_GEMV_VARIANT", n, [](int i) { return dense_gemv_variant_name(i); });
-    if (forced >= 0 && dense_gemv_legal(forced, a)) return forced;
     // Heuristic (docs/perf/ledger.md E5, E10, measured with f32 x on
     // wo_a, wo_b, shared w1/w2, wq_a, wq_b, LM head at T = 1..256): CUDA cores with the smallest
     // token chunk for n_tokens <= 4 (one weight pass at HBM speed; the K-chunked kernel costs

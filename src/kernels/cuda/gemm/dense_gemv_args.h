@@ -24,7 +24,7 @@ struct DenseGemvArgs {
     int K = 0;                        // reduction length per group (multiple of 512)
     int groups = 1;
     int64_t x_stride = 0;             // elements between tokens; 0 = groups * K
-    int variant = -1;                 // -1 = env DSV4_GEMV_VARIANT, else heuristic
+    int variant = -1;                 // registry index; -1 = the heuristic
 };
 
 }  // namespace dsv4::cuda

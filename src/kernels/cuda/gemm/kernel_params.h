@@ -1,9 +1,8 @@
 // Printable kernel variant parameters shared by the decode ops (attention, MoE, GEMV), and the
-// variant selection rule of design.md: forced by env var, else the op's heuristic, else the first
-// legal variant. Host-only; no CUDA types.
+// variant selection rule of design.md: forced by name (RuntimeOptions), else the op's heuristic, else the
+// first legal variant. Host-only; no CUDA types.
 #pragma once
 
-#include <cstdlib>
 #include <string>
 #include <string_view>
 
@@ -29,13 +28,12 @@ inline std::string variant_name(std::string_view op, const KernelParams& p) {
            "_w" + std::to_string(p.warps) + "_s" + std::to_string(p.stages) + ".sm90";
 }
 
-// Index of the variant named by env var `env` (exact canonical name), -1 when unset or unknown.
+// Index of the variant whose canonical name is `name` among `count` (name_at(i)), -1 when "" or unknown.
 template <typename NameAt>
-int variant_from_env(const char* env, int count, NameAt name_at) {
-    const char* v = std::getenv(env);
-    if (!v || !*v) return -1;
+int variant_by_name(std::string_view name, int count, NameAt name_at) {
+    if (name.empty()) return -1;
     for (int i = 0; i < count; ++i)
-        if (name_at(i) == v) return i;
+        if (name_at(i) == name) return i;
     return -1;
 }
 

@@ -30,6 +30,8 @@ bool legal(int i, const MoeExpertArgs& a) {
 }
 }  // namespace
 
+bool moe_expert_variant_legal(int i, const MoeExpertArgs& a) { return i >= 0 && i < moe_expert_variant_count() && legal(i, a); }
+
 Status moe_route_launch(const MoeRouteArgs& a, cudaStream_t stream) {
     if (a.n_tokens <= 0) return Status::ok();
     if (a.n_experts < 1 || a.n_experts > 1024 || a.top_k < 1 || a.top_k > 8 || a.top_k > a.n_experts)
@@ -99,8 +101,6 @@ std::string moe_expert_variant_name(int i) {
 int moe_expert_select_variant(const MoeExpertArgs& a) {
     if (a.variant >= 0) return a.variant;
     const int n = moe_expert_variant_count();
-    const int forced = variant_from_env("DSV4_MOE_VARIANT", n, [](int i) { return moe_expert_variant_name(i); });
-    if (forced >= 0 && legal(forced, a)) return forced;
     // Heuristic (docs/perf/ledger.md E6): the conversion-free tensor-core kernel, 4 warps, 8 tokens
     // per pass, natural x-read order wins at every measured batch (1, 8, 64, 256: -35..-42% vs
     // the E5 choices). Batch 1 (docs/perf/ledger.md E11): when its grid, (N / rows per CTA) x the expert

@@ -30,7 +30,9 @@ int moe_expert_variant_count();
 MoeWeightLayout moe_expert_variant_layout(int i);  // the only code layout variant i reads
 KernelParams moe_expert_variant_params(int i);  // block_t = tokens/pass, warps, stages = loads in flight
 std::string moe_expert_variant_name(int i);
+// a.variant when >= 0 (callers force a variant only where moe_expert_variant_legal), else the heuristic.
 int moe_expert_select_variant(const MoeExpertArgs& a);
+bool moe_expert_variant_legal(int i, const MoeExpertArgs& a);  // shape, layout and shared memory
 // Errors: kInvalidArgument for bad arguments, no legal variant, or a variant (a.variant) whose
 // code layout is not a.layout.
 Status moe_expert_launch(const MoeExpertArgs& a, cudaStream_t stream);

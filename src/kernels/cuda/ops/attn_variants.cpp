@@ -1,11 +1,7 @@
 // Registry of decode-attention variants (see attn_variants.h).
 #include "kernels/cuda/ops/attn_variants.h"
 
-#include "kernels/cuda/attention/sparse_decode.h"
-
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <sstream>
 
 namespace dsv4::cuda {
@@ -20,23 +16,17 @@ const std::vector<AttnVariant>& attn_variants() {
     return v;
 }
 
-const AttnVariant& attn_variant_from_env() {
-    const char* e = std::getenv("DSV4_ATTN_VARIANT");
+const AttnVariant* attn_variant_by_name(const std::string& name) {
     const auto& all = attn_variants();
-    if (e && *e) {
-        for (const auto& v : all)
-            if (std::strcmp(v.name, e) == 0) return v;
-        // The same variable picks the sparse_decode (tensor-core) variant: such a name is not an error.
-        for (int i = 0; i < sparse_decode_variant_count(); ++i)
-            if (sparse_decode_variant_name(i) == e) return all[0];
-        std::fprintf(stderr, "dsv4: unknown DSV4_ATTN_VARIANT '%s', using '%s'\n", e, all[0].name);
-    }
-    return all[0];
+    if (name.empty()) return &all[0];
+    for (const auto& v : all)
+        if (name == v.name) return &v;
+    return nullptr;
 }
 
 std::string attn_variant_table(const AttnVariant& chosen) {
     std::ostringstream os;
-    os << "decode attention variants (DSV4_ATTN_VARIANT):\n"
+    os << "decode attention variants (option attn_variant):\n"
        << "    name            block_t heads/cta stages target_mult cap_ctas max_splits\n";
     for (const auto& v : attn_variants()) {
         char line[160];

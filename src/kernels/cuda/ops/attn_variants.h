@@ -1,5 +1,5 @@
 // Decode-attention variants: the tunables of the split-KV kernel (attn_decode.cu) as a printable
-// struct, registered by name and chosen with DSV4_ATTN_VARIANT. Host-only.
+// struct, registered by name and chosen by RuntimeOptions::attn_variant. Host-only.
 //
 // TARGET_CTAS heuristic: target = min(cap_ctas, pow2_floor(target_mult * n_sms)); splits =
 // clamp(target / (batch * head_blocks), 1, max_splits). Fixed per batch bucket at graph capture.
@@ -21,8 +21,8 @@ struct AttnVariant {
 };
 
 const std::vector<AttnVariant>& attn_variants();
-// The variant named by DSV4_ATTN_VARIANT (or the first); unknown names fall back with a warning.
-const AttnVariant& attn_variant_from_env();
+// The CUDA-core variant called `name`; null when no variant has that name ("" gives the default, the first).
+const AttnVariant* attn_variant_by_name(const std::string& name);
 std::string attn_variant_table(const AttnVariant& chosen);
 // Heads per CTA actually used for H heads.
 int attn_heads_per_cta(const AttnVariant& v, int H);

@@ -12,8 +12,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "kernels/cuda/gemm/dense_gemv.h"
 #include "kernels/cuda/gemm/dense_gemv_sm90.h"
@@ -22,11 +20,6 @@
 #include "kernels/cuda/ops/simt.h"
 
 namespace dsv4::cuda {
-
-bool fast_kernels_enabled() {
-    const char* v = std::getenv("DSV4_FAST_KERNELS");
-    return !(v && std::strcmp(v, "0") == 0);
-}
 
 namespace {
 
@@ -130,7 +123,7 @@ std::string moe_fast_decline(const MoeArgs& a) {
 cudaError_t linear(const WeightDesc& w, int expert, const float* x, int64_t ldx, int n_per_group, int64_t group_in,
                    float* y, int64_t ldy, int T, bool accumulate, cudaStream_t st, const void* x_bf16) {
     if (T <= 0 || w.N <= 0) return cudaSuccess;
-    if (fast_kernels_enabled() && aligned16(x) && linear_fast_decline(w, n_per_group, group_in, ldx, ldy, accumulate).empty()) {
+    if (w.fast && aligned16(x) && linear_fast_decline(w, n_per_group, group_in, ldx, ldy, accumulate).empty()) {
         DenseGemvArgs g = gemv_args(w, n_per_group, group_in, ldx, T);
         const int64_t e = expert > 0 ? expert : 0;
         g.x = x;
@@ -141,6 +134,8 @@ cudaError_t linear(const WeightDesc& w, int expert, const float* x, int64_t ldx,
         g.w = static_cast<const uint8_t*>(w.data) + e * w.expert_stride;
         g.w_scale = w.fmt == WFmt::kFp8E8M0 ? static_cast<const uint8_t*>(w.scale) + e * w.scale_expert_stride : nullptr;
         g.y = y;
+        if (w.gemv_variant >= 0 && w.gemv_variant < dense_gemv_variant_count() && dense_gemv_legal(w.gemv_variant, g))
+            g.variant = w.gemv_variant;
         const int v = dense_gemv_select_variant(g);
         if (v >= 0 && dense_gemv_legal(v, g)) return sm90::dense_gemv_run(g, v, st);
     }
@@ -149,7 +144,7 @@ cudaError_t linear(const WeightDesc& w, int expert, const float* x, int64_t ldx,
 
 cudaError_t moe_experts(const MoeArgs& a, cudaStream_t st) {
     if (a.T <= 0) return cudaSuccess;
-    if (!fast_kernels_enabled() || !aligned16(a.x) || !moe_fast_decline(a).empty()) return moe_experts_simt(a, st);
+    if (!a.fast || !aligned16(a.x) || !moe_fast_decline(a).empty()) return moe_experts_simt(a, st);
     const MoeFastWs ws = moe_ws(a);
     MoeRouteArgs r;
     r.logits = a.logits;
@@ -211,6 +206,7 @@ cudaError_t moe_experts(const MoeArgs& a, cudaStream_t st) {
         e.n_experts = n_local;  // [ep2]
         e.max_active = std::min(n_local, a.T * a.K);
         e.out = gate_up ? ws.h : static_cast<void*>(a.yp);
+        if (a.moe_variant >= 0 && moe_expert_variant_legal(a.moe_variant, e)) e.variant = a.moe_variant;
         const int v = moe_expert_select_variant(e);
         if (v < 0) return cudaErrorInvalidValue;  // moe_fast_decline checked legality: not reached
         if ((err = sm90::moe_expert_run(e, v, st)) != cudaSuccess) return err;
@@ -219,10 +215,8 @@ cudaError_t moe_experts(const MoeArgs& a, cudaStream_t st) {
 }
 
 cudaError_t moe_expert_weights_to_fast_layout(WeightDesc* w1, WeightDesc* w3, WeightDesc* w2, int n_experts,
-                                              cudaStream_t st) {
-    if (!fast_kernels_enabled()) return cudaSuccess;
-    const char* env = std::getenv("DSV4_MOE_LAYOUT");
-    if (env && std::strcmp(env, "checkpoint") == 0) return cudaSuccess;
+                                              bool enabled, cudaStream_t st) {
+    if (!enabled) return cudaSuccess;
     for (const WeightDesc* w : {w1, w3, w2})
         if (w->fmt != WFmt::kMxfp4 || w->K % 128 != 0 || !stacked(*w, w->N, w->K)) return cudaSuccess;
     for (WeightDesc* w : {w1, w3, w2}) {
@@ -237,8 +231,7 @@ cudaError_t moe_expert_weights_to_fast_layout(WeightDesc* w1, WeightDesc* w3, We
 cudaError_t moe_combine(const MoeArgs& a, const float* shared, float* out, cudaStream_t st) {
     if (a.T <= 0) return cudaSuccess;
     // Same decision as moe_experts (same arguments), so yp is in the layout the experts wrote.
-    if (!fast_kernels_enabled() || !aligned16(a.x) || !moe_fast_decline(a).empty())
-        return moe_combine_simt(a, shared, out, st);
+    if (!a.fast || !aligned16(a.x) || !moe_fast_decline(a).empty()) return moe_combine_simt(a, shared, out, st);
     MoeCombineArgs c;
     c.y = a.yp;
     c.shared = shared;

@@ -3,7 +3,8 @@
 // activations staged from the f32 inputs, f32 accumulation and outputs) and the correct-first
 // kernels (simt.h: f32 activations, any weight format).
 //
-// The fast path is taken when DSV4_FAST_KERNELS is not "0" and the call is legal for it:
+// The fast path is taken when the weight (WeightDesc::fast) or MoeArgs::fast allows it (the runner sets
+// both from RuntimeOptions::fast_kernels) and the call is legal for it:
 //   linear: weight kFp8E8M0 or kBF16, not accumulate, y contiguous (ldy == N), plain or grouped
 //     with group_in == K (the wo_a form), K % 512 == 0, a dense_gemv variant legal for (N, K) (N per
 //     group a multiple of the CTA's rows), x 16-byte aligned and ldx % 8 == 0.
@@ -20,25 +21,22 @@
 
 namespace dsv4::cuda {
 
-// False when env DSV4_FAST_KERNELS is "0" (read at every call, so tests can switch it).
-bool fast_kernels_enabled();
-
 // Why a linear with this weight and layout does not take the fast GEMV ("" = it does, given an
-// aligned x). Does not look at DSV4_FAST_KERNELS.
+// aligned x). Does not look at WeightDesc::fast.
 std::string linear_fast_decline(const WeightDesc& w, int n_per_group, int64_t group_in, int64_t ldx, int64_t ldy,
                                 bool accumulate);
 // Why moe_experts / moe_combine with these arguments do not take the fast kernels ("" = they do).
-// Looks at E, K, d, I, the expert weights and (hash layers) tokens; not at T or DSV4_FAST_KERNELS.
+// Looks at E, K, d, I, the expert weights and (hash layers) tokens; not at T or MoeArgs::fast.
 std::string moe_fast_decline(const MoeArgs& a);
 
-// Load-time choice of the routed experts' code layout (docs/perf/ledger.md E17): when the fast
-// kernels are enabled, env DSV4_MOE_LAYOUT is not "checkpoint", and all three are kMxfp4 stacked
-// [n_experts, N, K/2] with K % 128 == 0, rewrites w1, w3 and w2 in place (device memory, on
-// `st`) to kMxfp4PairRotated and updates their fmt; else leaves them alone. Every reader of
+// Load-time choice of the routed experts' code layout (docs/perf/ledger.md E17): when `enabled`
+// (the runner passes RuntimeOptions fast_kernels && moe_layout == "pair-rotated") and all three are
+// kMxfp4 stacked [n_experts, N, K/2] with K % 128 == 0, rewrites w1, w3 and w2 in place (device
+// memory, on `st`) to kMxfp4PairRotated and updates their fmt; else leaves them alone. Every reader of
 // WeightDesc decodes both layouts (the fast expert GEMV picks its variants by layout; w_at, the
 // correct-first kernels' dequantiser, gathers the permuted bits), so either result is correct.
 // Call once per layer, right after the experts are on the device.
 cudaError_t moe_expert_weights_to_fast_layout(WeightDesc* w1, WeightDesc* w3, WeightDesc* w2, int n_experts,
-                                              cudaStream_t st);
+                                              bool enabled, cudaStream_t st);
 
 }  // namespace dsv4::cuda

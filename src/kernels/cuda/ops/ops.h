@@ -37,6 +37,11 @@ struct WeightDesc {
     int32_t N = 0, K = 0;
     int64_t expert_stride = 0;        // bytes between experts' data
     int64_t scale_expert_stride = 0;  // bytes between experts' scales
+    // Kernel choice for linear() with this weight (the runner sets both from RuntimeOptions at init):
+    // fast = false keeps it on the correct-first f32 kernels; gemv_variant >= 0 forces that dense_gemv
+    // registry index where it is legal for the call (else the heuristic).
+    bool fast = true;
+    int32_t gemv_variant = -1;
 };
 
 // Per-step plan in device memory.
@@ -267,6 +272,10 @@ struct MoeArgs {
     // e - ep_first; routing still runs over all E experts, and an assignment to another rank's
     // expert contributes nothing here (moe_combine sums this rank's experts only). 0: all E.
     int ep_first = 0, ep_count = 0;
+    // Kernel choice (from RuntimeOptions): fast = false takes the correct-first kernels; moe_variant
+    // >= 0 forces that expert-kernel registry index where legal (else the heuristic).
+    bool fast = true;
+    int32_t moe_variant = -1;
 };
 // Routing, permutation, expert GEMMs (SwiGLU with clamp); leaves yp/slot for moe_combine.
 // Stacked MXFP4 experts of legal shapes take the fast decode kernels (fast_path.h: bf16 x and

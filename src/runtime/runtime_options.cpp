@@ -1,0 +1,216 @@
+#include "runtime/runtime_options.h"
+
+#include <charconv>
+#include <cstdlib>
+#include <string>
+
+#include <fmt/format.h>
+
+namespace dsv4 {
+
+namespace {
+
+using Setter = Status (*)(RuntimeOptions&, std::string_view key, std::string_view value);
+using Getter = std::string (*)(const RuntimeOptions&);
+
+struct OptionDef {
+    OptionInfo info;
+    Setter set;
+    Getter get;
+};
+
+Result<bool> parse_bool(std::string_view key, std::string_view v) {
+    if (v == "1" || v == "true" || v == "on" || v == "yes") return true;
+    if (v == "0" || v == "false" || v == "off" || v == "no") return false;
+    return invalid_argument("option {}: '{}' is not a boolean (1/0, true/false, on/off, yes/no)", key, v);
+}
+
+Result<int> parse_count(std::string_view key, std::string_view v) {
+    int x = 0;
+    const auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+    if (ec != std::errc() || p != v.data() + v.size() || x < 0)
+        return invalid_argument("option {}: '{}' is not a non-negative integer", key, v);
+    return x;
+}
+
+Status one_of(std::string_view key, std::string_view v, std::initializer_list<std::string_view> allowed) {
+    for (std::string_view a : allowed)
+        if (v == a) return Status::ok();
+    std::string list;
+    for (std::string_view a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+    return invalid_argument("option {}: '{}' is not one of {}", key, v, list);
+}
+
+#define DSV4_BOOL_OPTION(field)                                                               \
+    [](RuntimeOptions& o, std::string_view k, std::string_view v) -> Status {                 \
+        DSV4_ASSIGN_OR_RETURN(o.field, parse_bool(k, v));                                     \
+        return Status::ok();                                                                  \
+    },                                                                                        \
+        [](const RuntimeOptions& o) -> std::string { return o.field ? "1" : "0"; }
+#define DSV4_COUNT_OPTION(field)                                                              \
+    [](RuntimeOptions& o, std::string_view k, std::string_view v) -> Status {                 \
+        DSV4_ASSIGN_OR_RETURN(o.field, parse_count(k, v));                                    \
+        return Status::ok();                                                                  \
+    },                                                                                        \
+        [](const RuntimeOptions& o) -> std::string { return std::to_string(o.field); }
+#define DSV4_NAME_OPTION(field)                                                               \
+    [](RuntimeOptions& o, std::string_view, std::string_view v) -> Status {                   \
+        o.field = std::string(v);                                                             \
+        return Status::ok();                                                                  \
+    },                                                                                        \
+        [](const RuntimeOptions& o) -> std::string { return o.field; }
+
+const std::vector<OptionDef>& option_defs() {
+    static const std::vector<OptionDef> defs = {
+        {{"kv_rows", "DSV4_KV_ROWS", "K=V row storage on the GPU: fp8 | bf16 | f32 (exact)"},
+         [](RuntimeOptions& o, std::string_view k, std::string_view v) -> Status {
+             DSV4_RETURN_IF_ERROR(one_of(k, v, {"fp8", "bf16", "f32"}));
+             o.kv_rows = std::string(v);
+             return Status::ok();
+         },
+         [](const RuntimeOptions& o) { return o.kv_rows; }},
+        {{"fast_kernels", "DSV4_FAST_KERNELS",
+          "FP8/BF16 linears and MXFP4 MoE on the fast decode kernels (0: correct-first f32 kernels; the "
+          "variable also sets fast_attention)"},
+         DSV4_BOOL_OPTION(fast_kernels)},
+        {{"fast_attention", "DSV4_FAST_ATTENTION", "decode attention on sparse_decode (0: CUDA-core attn_decode)"},
+         DSV4_BOOL_OPTION(fast_attention)},
+        {{"cuda_graphs", "DSV4_CUDA_GRAPHS", "replay decode steps as CUDA graphs"}, DSV4_BOOL_OPTION(cuda_graphs)},
+        {{"side_streams", "DSV4_SIDE_STREAMS", "independent projections and the shared expert on forked streams"},
+         DSV4_BOOL_OPTION(side_streams)},
+        {{"fuse_mhc", "DSV4_FUSE_MHC", "mHC expand fused with the next site's mixing dots at <= 8 tokens"},
+         DSV4_BOOL_OPTION(fuse_mhc)},
+        {{"x_bf16_min_tokens", "DSV4_X_BF16",
+          "from this many tokens the large projections read a bf16 copy of their input (0: off)"},
+         DSV4_COUNT_OPTION(x_bf16_min_tokens)},
+        {{"moe_layout", "DSV4_MOE_LAYOUT", "routed experts' MXFP4 layout: pair-rotated | checkpoint"},
+         [](RuntimeOptions& o, std::string_view k, std::string_view v) -> Status {
+             DSV4_RETURN_IF_ERROR(one_of(k, v, {"pair-rotated", "checkpoint"}));
+             o.moe_layout = std::string(v);
+             return Status::ok();
+         },
+         [](const RuntimeOptions& o) { return o.moe_layout; }},
+        {{"attn_variant", "DSV4_ATTN_VARIANT", "forced decode attention variant (CUDA-core or sparse_decode name)"},
+         DSV4_NAME_OPTION(attn_variant)},
+        {{"gemv_variant", "DSV4_GEMV_VARIANT", "forced dense GEMV/GEMM variant (where legal for the shape)"},
+         DSV4_NAME_OPTION(gemv_variant)},
+        {{"moe_variant", "DSV4_MOE_VARIANT", "forced MXFP4 expert variant (where legal)"}, DSV4_NAME_OPTION(moe_variant)},
+        {{"split_kv_target_ctas", "DSV4_SPLIT_KV_TARGET",
+          "sparse_decode split-KV target CTAs (0: 2 x the SM count)"},
+         DSV4_COUNT_OPTION(split_kv_target_ctas)},
+        {{"op_profile", "DSV4_OP_PROFILE", "proxy-bench: per-op table of the captured step after each point"},
+         DSV4_BOOL_OPTION(op_profile)},
+    };
+    return defs;
+}
+
+#undef DSV4_BOOL_OPTION
+#undef DSV4_COUNT_OPTION
+#undef DSV4_NAME_OPTION
+
+int find_option(std::string_view key) {
+    const auto& defs = option_defs();
+    for (size_t i = 0; i < defs.size(); ++i)
+        if (key == defs[i].info.key) return int(i);
+    return -1;
+}
+
+void note(OptionOrigins* origins, int i, OptionSource s, std::string detail) {
+    if (!origins) return;
+    origins->source[size_t(i)] = s;
+    origins->detail[size_t(i)] = std::move(detail);
+}
+
+}  // namespace
+
+const char* option_source_name(OptionSource s) {
+    switch (s) {
+    case OptionSource::kDefault: return "default";
+    case OptionSource::kTuningFile: return "tuning file";
+    case OptionSource::kEnvironment: return "environment";
+    case OptionSource::kCommandLine: return "command line";
+    }
+    return "?";
+}
+
+const std::vector<OptionInfo>& runtime_option_infos() {
+    static const std::vector<OptionInfo> infos = [] {
+        std::vector<OptionInfo> v;
+        for (const OptionDef& d : option_defs()) v.push_back(d.info);
+        return v;
+    }();
+    return infos;
+}
+
+OptionOrigins::OptionOrigins()
+    : source(option_defs().size(), OptionSource::kDefault), detail(option_defs().size()) {}
+
+Status set_runtime_option(RuntimeOptions& o, std::string_view key, std::string_view value) {
+    const int i = find_option(key);
+    if (i < 0) {
+        std::string keys;
+        for (const OptionDef& d : option_defs()) keys += (keys.empty() ? "" : ", ") + std::string(d.info.key);
+        return invalid_argument("unknown option '{}' (known: {})", key, keys);
+    }
+    return option_defs()[size_t(i)].set(o, key, value);
+}
+
+std::string runtime_option_value(const RuntimeOptions& o, std::string_view key) {
+    const int i = find_option(key);
+    return i < 0 ? std::string() : option_defs()[size_t(i)].get(o);
+}
+
+Status apply_runtime_env(RuntimeOptions& o, OptionOrigins* origins,
+                         const std::function<const char*(const char*)>& lookup) {
+    const auto& defs = option_defs();
+    for (size_t i = 0; i < defs.size(); ++i) {
+        const char* v = lookup(defs[i].info.env);
+        if (!v || !*v) continue;
+        const Status s = defs[i].set(o, defs[i].info.key, v);
+        if (!s.is_ok()) return invalid_argument("{}={}: {}", defs[i].info.env, v, s.message());
+        note(origins, int(i), OptionSource::kEnvironment, defs[i].info.env);
+        // Historical meaning of DSV4_FAST_KERNELS=0: every op on the correct-first kernels, attention too.
+        if (std::string_view(defs[i].info.key) == "fast_kernels" && !o.fast_kernels &&
+            !(lookup("DSV4_FAST_ATTENTION") && *lookup("DSV4_FAST_ATTENTION"))) {
+            o.fast_attention = false;
+            note(origins, find_option("fast_attention"), OptionSource::kEnvironment, "DSV4_FAST_KERNELS");
+        }
+    }
+    return Status::ok();
+}
+
+Status apply_runtime_settings(RuntimeOptions& o, OptionOrigins* origins, const std::vector<std::string>& settings) {
+    for (const std::string& kv : settings) {
+        const size_t eq = kv.find('=');
+        if (eq == std::string::npos || eq == 0)
+            return invalid_argument("--option '{}': expected KEY=VALUE", kv);
+        const std::string_view key(kv.data(), eq), value(kv.data() + eq + 1, kv.size() - eq - 1);
+        DSV4_RETURN_IF_ERROR(set_runtime_option(o, key, value));
+        note(origins, find_option(key), OptionSource::kCommandLine, "--option");
+    }
+    return Status::ok();
+}
+
+Result<RuntimeOptions> load_runtime_options(const std::vector<std::string>& cli_settings, OptionOrigins* origins) {
+    RuntimeOptions o;
+    // The one read of the process environment for run-time switches.
+    DSV4_RETURN_IF_ERROR(apply_runtime_env(o, origins, [](const char* k) -> const char* { return std::getenv(k); }));
+    DSV4_RETURN_IF_ERROR(apply_runtime_settings(o, origins, cli_settings));
+    return o;
+}
+
+std::string runtime_options_table(const RuntimeOptions& o, const OptionOrigins& origins) {
+    std::string out = "run-time options (--option KEY=VALUE > environment > defaults):\n";
+    const auto& defs = option_defs();
+    for (size_t i = 0; i < defs.size(); ++i) {
+        std::string v = defs[i].get(o);
+        if (v.empty()) v = "(heuristic)";
+        std::string src = option_source_name(origins.source[i]);
+        if (!origins.detail[i].empty() && origins.source[i] == OptionSource::kEnvironment)
+            src += " " + origins.detail[i];
+        out += fmt::format("  {:<22} {:<28} {}\n", defs[i].info.key, v, src);
+    }
+    return out;
+}
+
+}  // namespace dsv4

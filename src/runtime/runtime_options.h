@@ -1,0 +1,92 @@
+// Every run-time switch of the runners and kernels in one structure (issue 16, item 1).
+//
+// Filled once at start-up, in rising precedence, from the defaults below, a tuning file (reserved:
+// `OptionSource::kTuningFile`), the environment (DSV4_* variables, docs/env.md) and the command line
+// (`--option KEY=VALUE`, repeatable); printed as a table; then passed down by value: RunnerOptions ->
+// CudaRunnerOptions -> the ops' argument structures (WeightDesc, MoeArgs, SparseDecodeArgs, ...).
+// Nothing below the runner factory reads the environment. Tests set fields directly.
+//
+// Host-only; no CUDA types. Kernel variant names are checked against the variant registries by the
+// CUDA runner at init (an unknown name is an error there, since only a CUDA build knows them).
+#pragma once
+
+#include <array>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace dsv4 {
+
+struct RuntimeOptions {
+    // K=V row storage on the GPU (window ring + main compressed rows, model/kv_rows.h): "fp8" (the
+    // reference 584-byte layout), "bf16" or "f32" (exact).
+    std::string kv_rows = "fp8";
+    // FP8/BF16 linears and MXFP4 MoE layers on the fast decode kernels where legal (bf16
+    // activations); false: the correct-first f32 kernels for every op.
+    bool fast_kernels = true;
+    // Decode attention through sparse_decode (sm90 mma) where legal; false: the CUDA-core attn_decode.
+    bool fast_attention = true;
+    bool cuda_graphs = true;   // decode steps replayed as CUDA graphs
+    bool side_streams = true;  // independent projections / the shared expert on forked streams
+    // At <= 8 tokens the mHC expand also computes the next site's mixing dot products (mhc_post_mix).
+    bool fuse_mhc = true;
+    // From this many tokens up to max_seqs the large dense projections read one bf16 copy of their
+    // input; 0: off (each kernel rounds its f32 input itself; same values).
+    int x_bf16_min_tokens = 32;
+    // Routed experts' MXFP4 code layout on the GPU: "pair-rotated" (bit-repacked at load when the
+    // fast kernels are on; docs/perf/ledger.md E17) or "checkpoint" (as in the file).
+    std::string moe_layout = "pair-rotated";
+    // Forced kernel variants by canonical name ("" = the op's heuristic). attn_variant names either a
+    // CUDA-core attention variant (attn_variants.cpp) or a sparse_decode variant.
+    std::string attn_variant;
+    std::string gemv_variant;  // dense_gemv / dense_gemm_kc* (dsv4 decode-bench lists the names)
+    std::string moe_variant;   // MXFP4 expert GEMV
+    // sparse_decode split-KV: CTAs the splits aim for (batch x head blocks x splits); 0 = 2 x SMs.
+    int split_kv_target_ctas = 0;
+    // proxy-bench: after timing a point, the per-op table of the captured step (runtime/op_profile.h).
+    bool op_profile = false;
+};
+
+enum class OptionSource { kDefault, kTuningFile, kEnvironment, kCommandLine };
+const char* option_source_name(OptionSource s);
+
+// One row of the option table: key, the environment variable that sets it, what it means.
+struct OptionInfo {
+    const char* key;
+    const char* env;
+    const char* help;
+};
+const std::vector<OptionInfo>& runtime_option_infos();
+
+// Where each option's value came from (index = position in runtime_option_infos()).
+struct OptionOrigins {
+    std::vector<OptionSource> source;
+    std::vector<std::string> detail;  // e.g. the variable name or "--option"
+    OptionOrigins();
+};
+
+// Sets one option from text. Booleans take 1/0, true/false, on/off, yes/no; integers decimal >= 0;
+// enumerations their listed values. Errors (kInvalidArgument): an unknown key (the message lists the
+// known ones) or a value the option does not take (the message names the key and the accepted values).
+Status set_runtime_option(RuntimeOptions& o, std::string_view key, std::string_view value);
+// Current value of `key` as text ("" for an unknown key).
+std::string runtime_option_value(const RuntimeOptions& o, std::string_view key);
+
+// Applies the DSV4_* variables that `lookup` returns (nullptr = unset). DSV4_FAST_KERNELS=0 turns off
+// both fast_kernels and fast_attention (its historical meaning). Errors as set_runtime_option, naming
+// the variable.
+Status apply_runtime_env(RuntimeOptions& o, OptionOrigins* origins,
+                         const std::function<const char*(const char*)>& lookup);
+// Applies "KEY=VALUE" settings (the command line's --option values) in order.
+Status apply_runtime_settings(RuntimeOptions& o, OptionOrigins* origins, const std::vector<std::string>& settings);
+
+// defaults < environment (the process's, read here once) < command-line settings.
+Result<RuntimeOptions> load_runtime_options(const std::vector<std::string>& cli_settings, OptionOrigins* origins);
+
+// Table for the start-up log: key, value, source, one row per option.
+std::string runtime_options_table(const RuntimeOptions& o, const OptionOrigins& origins);
+
+}  // namespace dsv4
