@@ -11,6 +11,11 @@
 // running sum; device: per-warp shuffle scans / per-digit bucket sums), so where the draw lands
 // within ~1e-15 (relative) of a boundary between two tokens the two may pick neighbours. Logprobs
 // are computed in double on both sides and agree to float rounding.
+// logit_bias: the request path carries none (SamplingParams has no field, the server ignores the
+// key); when it does, it is one more per-row token list added to the raw logits before penalties.
+// Measured (H200, cuda_sample_rows_test perf, V=129,280): 240 us for one row at temperature 1.0,
+// 352 us for 64 rows, 468 us for 256; with top_p 0.9, 615 / 733 / 1,271 us. One CTA per row, so
+// one row is latency-bound: splitting a row over several CTAs is the next step if it shows.
 #pragma once
 
 #include <cstdint>
