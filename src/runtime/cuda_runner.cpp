@@ -3,6 +3,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +20,7 @@
 #include "kernels/cuda/ops/fast_path.h"
 #include "kernels/cuda/ops/attn_variants.h"
 #include "kernels/cuda/ops/ops.h"
+#include "kernels/cuda/ops/sample_rows.h"
 #include "model/checkpoint.h"
 #include "model/load_plan.h"
 #include "runtime/cuda_fast_table.h"
@@ -93,7 +95,7 @@ public:
     int64_t max_positions() const override { return opt_.max_context; }
     Status forward(const ForwardBatch& batch, std::vector<std::vector<float>>& logits) override;
     bool supports_device_sample(DeviceSample m) const override {
-        return m == DeviceSample::kNone || m == DeviceSample::kGreedy;
+        return m == DeviceSample::kNone || m == DeviceSample::kGreedy || m == DeviceSample::kFull;
     }
     Status forward_sampled(const ForwardBatch& batch, StepOutput& out) override;
 
@@ -182,6 +184,27 @@ private:
     int n_gate_ranges_ = 0;
     std::map<int, cudaGraphExec_t> graphs_;
     int32_t* sampled_ = nullptr;  // [max_seqs] device-sampled ids (allocated on first use)
+    // kFull rows (cuda::sample_rows), allocated on first use: weights [max_seqs, V] f32, per-row
+    // results [max_seqs]; args and penalty tokens grow with the step's needs.
+    float* sample_w_ = nullptr;
+    cuda::SampleRowOut* sample_out_ = nullptr;
+    struct GrowBuf {
+        void* p = nullptr;
+        size_t cap = 0;
+        ~GrowBuf() { if (p) cudaFree(p); }
+        Status reserve(size_t bytes) {
+            if (bytes <= cap) return Status::ok();
+            if (p) cudaFree(p);
+            p = nullptr;
+            cap = 0;
+            DSV4_CU(cudaMalloc(&p, bytes));
+            cap = bytes;
+            return Status::ok();
+        }
+    };
+    GrowBuf sample_args_, sample_toks_, sample_saved_;
+    Status sample_full(const std::vector<cuda::SampleRowArgs>& args, const std::vector<cuda::SamplePenaltyToken>& toks,
+                       std::vector<cuda::SampleRowOut>& res);
     std::map<int, cudaGraphExec_t> head_graphs_;  // bench: non-layer work alone, per bucket
     OpProfile* prof_ = nullptr;                   // bench: op marks while capturing a profiled step
     int ep_first_ = 0, ep_count_ = 0;             // [ep2] local routed experts (count 0: all, no EP)
@@ -805,6 +828,8 @@ Status CudaRunner::forward(const ForwardBatch& batch, std::vector<std::vector<fl
 Status CudaRunner::forward_sampled(const ForwardBatch& batch, StepOutput& out) {
     out.logits.clear();
     out.tokens.clear();
+    out.logprobs.clear();
+    out.top_logprobs.clear();
     return execute(batch, true, out);
 }
 
@@ -824,19 +849,77 @@ Status CudaRunner::execute(const ForwardBatch& batch, bool honour_sample, StepOu
     return fetch_outputs(batch, honour_sample, hp.R, out);
 }
 
+Status CudaRunner::sample_full(const std::vector<cuda::SampleRowArgs>& args,
+                               const std::vector<cuda::SamplePenaltyToken>& toks, std::vector<cuda::SampleRowOut>& res) {
+    const size_t V = size_t(cfg_.vocab_size);
+    if (!sample_w_) {
+        DSV4_ASSIGN_OR_RETURN(sample_w_, arena_.alloc_n<float>(size_t(opt_.max_seqs) * V));
+        DSV4_ASSIGN_OR_RETURN(sample_out_, arena_.alloc_n<cuda::SampleRowOut>(size_t(opt_.max_seqs)));
+    }
+    DSV4_RETURN_IF_ERROR(sample_args_.reserve(args.size() * sizeof(cuda::SampleRowArgs)));
+    DSV4_RETURN_IF_ERROR(sample_toks_.reserve(std::max<size_t>(1, toks.size()) * sizeof(cuda::SamplePenaltyToken)));
+    DSV4_RETURN_IF_ERROR(sample_saved_.reserve(std::max<size_t>(1, toks.size()) * sizeof(float)));
+    DSV4_CU(cudaMemcpyAsync(sample_args_.p, args.data(), args.size() * sizeof(cuda::SampleRowArgs),
+                            cudaMemcpyHostToDevice, stream_));
+    if (!toks.empty())
+        DSV4_CU(cudaMemcpyAsync(sample_toks_.p, toks.data(), toks.size() * sizeof(cuda::SamplePenaltyToken),
+                                cudaMemcpyHostToDevice, stream_));
+    DSV4_CU(cuda::sample_rows(ws_.logits, int64_t(V), static_cast<const cuda::SampleRowArgs*>(sample_args_.p),
+                              int(args.size()), static_cast<const cuda::SamplePenaltyToken*>(sample_toks_.p), sample_w_,
+                              static_cast<float*>(sample_saved_.p), sample_out_, stream_));
+    res.resize(args.size());
+    DSV4_CU(cudaMemcpyAsync(res.data(), sample_out_, res.size() * sizeof(cuda::SampleRowOut), cudaMemcpyDeviceToHost,
+                            stream_));
+    return Status::ok();
+}
+
 Status CudaRunner::fetch_outputs(const ForwardBatch& batch, bool honour_sample, int R, StepOutput& out) {
     const size_t V = size_t(cfg_.vocab_size);
     std::vector<int> host_rows, dev_rows;  // indices into the R logits rows
+    std::vector<DeviceSample> dev_mode;    // per dev_rows entry
+    std::vector<cuda::SampleRowArgs> full;
+    std::vector<cuda::SamplePenaltyToken> toks;
+    bool any_greedy = false;
     for (const auto& c : batch.seqs) {
         if (!c.want_logits) continue;
         const int r = int(host_rows.size() + dev_rows.size());
-        if (honour_sample && c.sample == DeviceSample::kGreedy) dev_rows.push_back(r);
-        else if (honour_sample && c.sample != DeviceSample::kNone)
+        if (!honour_sample || c.sample == DeviceSample::kNone) {
+            host_rows.push_back(r);
+            continue;
+        }
+        if (c.sample != DeviceSample::kGreedy && c.sample != DeviceSample::kFull)
             return invalid_argument("sequence {}: device sample mode {} is not supported", c.seq_id, int(c.sample));
-        else host_rows.push_back(r);
+        dev_rows.push_back(r);
+        dev_mode.push_back(c.sample);
+        if (c.sample == DeviceSample::kGreedy) {
+            any_greedy = true;
+            continue;
+        }
+        const DeviceSampleParams& p = c.params;
+        if (p.logprobs > kMaxDeviceTopLogprobs)
+            return invalid_argument("sequence {}: {} top logprobs, the device sampler returns at most {}", c.seq_id,
+                                    p.logprobs, kMaxDeviceTopLogprobs);
+        cuda::SampleRowArgs a;
+        a.row = r;
+        a.temperature = p.temperature;
+        a.top_p = p.top_p;
+        a.min_p = p.min_p;
+        a.top_k = p.top_k;
+        a.repetition_penalty = p.repetition_penalty;
+        a.presence_penalty = p.presence_penalty;
+        a.frequency_penalty = p.frequency_penalty;
+        a.logprobs = p.logprobs;
+        a.seed = p.seed;
+        a.stream = p.stream;
+        a.position = p.position;
+        a.tok_begin = int32_t(toks.size());
+        a.n_tok = int32_t(p.penalty_tokens.size());
+        for (const PenaltyToken& t : p.penalty_tokens)
+            toks.push_back({t.token, t.output_count, uint8_t(t.seen), uint8_t(t.masked)});
+        full.push_back(a);
     }
     std::vector<int32_t> ids;
-    if (!dev_rows.empty()) {
+    if (any_greedy) {
         if (!sampled_) {
             DSV4_ASSIGN_OR_RETURN(sampled_, arena_.alloc_n<int32_t>(size_t(opt_.max_seqs)));
         }
@@ -844,6 +927,10 @@ Status CudaRunner::fetch_outputs(const ForwardBatch& batch, bool honour_sample, 
         ids.resize(size_t(R));
         DSV4_CU(cudaMemcpyAsync(ids.data(), sampled_, ids.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
     }
+    // The argmax reads the raw rows before sample_rows touches them (same stream); sample_rows
+    // restores what it modifies, so the host rows below are the model's logits either way.
+    std::vector<cuda::SampleRowOut> res;
+    if (!full.empty()) DSV4_RETURN_IF_ERROR(sample_full(full, toks, res));
     // Host rows: one copy when they are all the rows, else one per row.
     std::vector<float> host(host_rows.size() * V);
     if (int(host_rows.size()) == R && R > 0) {
@@ -856,7 +943,21 @@ Status CudaRunner::fetch_outputs(const ForwardBatch& batch, bool honour_sample, 
     DSV4_CU(cudaStreamSynchronize(stream_));
     for (size_t i = 0; i < host_rows.size(); ++i)
         out.logits.emplace_back(host.begin() + i * V, host.begin() + (i + 1) * V);
-    for (int r : dev_rows) out.tokens.push_back(ids[size_t(r)]);
+    size_t fi = 0;
+    for (size_t k = 0; k < dev_rows.size(); ++k) {
+        if (dev_mode[k] == DeviceSample::kGreedy) {
+            out.tokens.push_back(ids[size_t(dev_rows[k])]);
+            out.logprobs.push_back(0.0f);
+            out.top_logprobs.emplace_back();
+            continue;
+        }
+        const cuda::SampleRowOut& o = res[fi++];
+        out.tokens.push_back(o.token);
+        out.logprobs.push_back(o.logprob);
+        std::vector<std::pair<int32_t, float>> top;
+        for (int t = 0; t < o.n_top; ++t) top.emplace_back(o.top_token[t], o.top_logprob[t]);
+        out.top_logprobs.push_back(std::move(top));
+    }
     return Status::ok();
 }
 

@@ -15,7 +15,30 @@ enum class DeviceSample : uint8_t {
     kNone = 0,    // return the vocab_size f32 logits row
     kGreedy = 1,  // return argmax of the logits: lowest id on ties, NaN skipped, 0 if all NaN
                   // (exactly sample_token's greedy result when sample_is_plain_argmax holds)
+    kFull = 2,    // sample_token's whole algorithm with SeqChunk::params (penalties, masks,
+                  // temperature, min_p / top_k / top_p, the seeded draw, logprobs)
 };
+
+// A token id the penalties or stop masking of one row touch (ids unique within a row).
+struct PenaltyToken {
+    int32_t token = 0;
+    int32_t output_count = 0;  // occurrences in the output so far
+    bool seen = false;         // in the prompt or the output (repetition penalty)
+    bool masked = false;       // set to -inf (min_tokens not reached: EOS / stop ids)
+};
+
+// A kFull row's SamplingParams and SampleContext, flattened (the runner layer does not know the
+// sampler's types). Ranges as in SamplingParams; logprobs at most 20 (kMaxDeviceTopLogprobs).
+struct DeviceSampleParams {
+    float temperature = 1.0f, top_p = 1.0f, min_p = 0.0f;
+    int32_t top_k = 0;
+    float repetition_penalty = 1.0f, presence_penalty = 0.0f, frequency_penalty = 0.0f;
+    int32_t logprobs = -1;
+    uint64_t seed = 0, stream = 0;
+    int64_t position = 0;  // index of the token being sampled within the output
+    std::span<const PenaltyToken> penalty_tokens;
+};
+inline constexpr int kMaxDeviceTopLogprobs = 20;
 
 // One sequence's slice of work in a step: a prefill chunk (many tokens) or a decode step (one).
 struct SeqChunk {
@@ -25,6 +48,7 @@ struct SeqChunk {
     bool want_logits = true;             // produce logits for the last token of the chunk
     std::span<const int32_t> page_table; // pages owned by the sequence, in KvLayout order
     DeviceSample sample = DeviceSample::kNone;  // with want_logits: logits row or sampled token
+    DeviceSampleParams params;                  // with sample == kFull
 };
 
 struct ForwardBatch {

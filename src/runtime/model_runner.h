@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -18,6 +19,10 @@ namespace dsv4 {
 struct StepOutput {
     std::vector<std::vector<float>> logits;  // [n rows with sample kNone][vocab_size] f32
     std::vector<int32_t> tokens;             // [n rows with sample != kNone] ids in [0, vocab)
+    // Aligned with tokens; filled for kFull rows with params.logprobs >= 0 (else 0 / empty): the
+    // chosen token's logprob and the params.logprobs most likely (token, logprob), best first.
+    std::vector<float> logprobs;
+    std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;
 };
 
 class ModelRunner {
@@ -46,6 +51,8 @@ public:
     virtual Status forward_sampled(const ForwardBatch& batch, StepOutput& out) {
         out.logits.clear();
         out.tokens.clear();
+        out.logprobs.clear();
+        out.top_logprobs.clear();
         for (const auto& c : batch.seqs)
             if (c.want_logits && c.sample != DeviceSample::kNone)
                 return invalid_argument("sequence {}: this runner does not sample on the device", c.seq_id);

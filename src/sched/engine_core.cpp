@@ -3,9 +3,11 @@
 
 #include <algorithm>
 #include <random>
+#include <unordered_map>
 
 #include "core/check.h"
 #include "core/philox.h"
+#include "sched/device_sample.h"
 
 namespace dsv4 {
 namespace {
@@ -176,18 +178,33 @@ StepStats EngineCore::step() {
             .eos_token = eos,
         };
     };
-    // Plain-greedy rows are sampled by the runner when it can (no logits copy); every other row
-    // needs the host sampler (penalties, masks, logprobs, random draws).
+    // Plain-greedy rows are sampled by the runner when it can (an argmax, no logits copy); every
+    // other row by the runner's full sampler when it has one (kFull: penalties, masks, the seeded
+    // draw and logprobs where the logits are), else by the host sampler.
     const bool dev_greedy =
         cfg_.device_sampling && runner_.supports_device_sample(DeviceSample::kGreedy);
+    const bool dev_full = cfg_.device_sampling && runner_.supports_device_sample(DeviceSample::kFull);
     ForwardBatch batch;
     batch.seqs.reserve(plan.chunks.size());
+    std::vector<std::vector<PenaltyToken>> pen(plan.chunks.size());  // kFull rows' token lists
     int64_t n_host_rows = 0, n_dev_rows = 0;
-    for (const auto& c : plan.chunks) {
-        const bool dev = c.want_logits && dev_greedy &&
-                         sample_is_plain_argmax(c.seq->params, sample_context(c.seq));
-        n_dev_rows += dev;
-        n_host_rows += c.want_logits && !dev;
+    for (size_t i = 0; i < plan.chunks.size(); ++i) {
+        const auto& c = plan.chunks[i];
+        DeviceSample mode = DeviceSample::kNone;
+        DeviceSampleParams dp;
+        if (c.want_logits) {
+            const SampleContext ctx = sample_context(c.seq);
+            const SamplingParams& p = c.seq->params;
+            if (dev_greedy && sample_is_plain_argmax(p, ctx)) {
+                mode = DeviceSample::kGreedy;
+            } else if (dev_full && p.logprobs <= kMaxDeviceTopLogprobs) {
+                mode = DeviceSample::kFull;
+                pen[i] = penalty_tokens(p, c.seq->penalties, ctx);
+                dp = device_sample_params(p, ctx, pen[i]);
+            }
+        }
+        n_dev_rows += mode != DeviceSample::kNone;
+        n_host_rows += c.want_logits && mode == DeviceSample::kNone;
         batch.seqs.push_back(SeqChunk{
             .seq_id = c.seq->seq_id,
             .tokens = std::span<const int32_t>(c.seq->tokens).subspan(size_t(c.start),
@@ -195,7 +212,8 @@ StepStats EngineCore::step() {
             .start_pos = c.start,
             .want_logits = c.want_logits,
             .page_table = c.seq->pages,
-            .sample = dev ? DeviceSample::kGreedy : DeviceSample::kNone,
+            .sample = mode,
+            .params = dp,
         });
     }
     StepOutput out;
@@ -227,7 +245,12 @@ StepStats EngineCore::step() {
         const int64_t pos = seq->n_output();
         SampleResult r;
         if (batch.seqs[i].sample != DeviceSample::kNone) {
-            r.token = out.tokens[dev_row++];  // logprob unused: logprobs were not requested
+            // kGreedy rows asked for no logprobs; kFull rows carry them when asked.
+            r.token = out.tokens[dev_row];
+            if (dev_row < out.logprobs.size()) r.logprob = out.logprobs[dev_row];
+            if (dev_row < out.top_logprobs.size())
+                for (const auto& [t, lp] : out.top_logprobs[dev_row]) r.top.push_back({t, lp});
+            ++dev_row;
             ++st.n_device_sampled;
         } else {
             r = sample_token(out.logits[row++], seq->params, seq->penalties, sample_context(seq));

@@ -188,18 +188,30 @@ Result<std::string> render_chat(const ordered_json& messages, const ChatOptions&
     if (!parsed) return parsed.status();
     std::vector<ChatMessage> msgs = std::move(*parsed);
 
-    // Request-level tools and response format go into a leading system turn of their own.
-    ChatMessage lead;
-    lead.role = "system";
+    // Request-level tools and response format are the server's to place; the encoder renders a
+    // message's tools block after that message's text. As vLLM's DeepSeek-V4 adapter does, they
+    // join a leading system or developer message (so the prompt reads "{content}\n\n## Tools"),
+    // replacing tools that message carried itself (one tools block, the request's); without
+    // such a message, a system message carrying only them is inserted.
+    std::vector<ordered_json> req_tools;
     if (!opts.tools.is_null() && !opts.tools.empty()) {
         auto tools = parse_tools(opts.tools, "tools");
         if (!tools) return tools.status();
-        lead.tools = std::move(*tools);
+        req_tools = std::move(*tools);
     }
-    if (!opts.response_format.is_null() && !opts.response_format.empty())
-        lead.response_format = opts.response_format;
-    if (!lead.tools.empty() || !lead.response_format.is_null())
-        msgs.insert(msgs.begin(), std::move(lead));
+    const bool has_format = !opts.response_format.is_null() && !opts.response_format.empty();
+    if (!req_tools.empty() || has_format) {
+        const bool has_head = !msgs.empty() && (msgs.front().role == "system" ||
+                                                msgs.front().role == "developer");
+        if (!has_head) {
+            ChatMessage lead;
+            lead.role = "system";
+            msgs.insert(msgs.begin(), std::move(lead));
+        }
+        ChatMessage& head = msgs.front();
+        if (!req_tools.empty()) head.tools = std::move(req_tools);
+        if (has_format) head.response_format = opts.response_format;
+    }
 
     msgs = fold_tool_results(std::move(msgs));
     sort_tool_results(msgs);

@@ -18,11 +18,14 @@ struct ChatOptions {
     // "max" prepends the Think-Max paragraph in thinking mode; every other value (high, low,
     // empty, ...) renders the same prompt, as in the reference.
     std::string reasoning_effort;
-    // OpenAI tools array. When non-empty it goes into a system turn placed first (with no text),
-    // which is what OpenAI-compatible servers do with the request's tools. Keep key order by
-    // passing ordered_json: the schemas are printed in the order they are stored.
+    // OpenAI tools array (the request's). When non-empty it is attached to the first message if
+    // that is a system or developer message, rendered after its text and replacing tools that
+    // message carried; otherwise a system message carrying only the tools is placed first. This
+    // is vLLM's placement for DeepSeek-V4. Keep key order by passing ordered_json: the schemas
+    // are printed in the order they are stored.
     nlohmann::ordered_json tools;
-    // Rendered verbatim as JSON in the same leading system turn ("## Response Format").
+    // Rendered verbatim as JSON ("## Response Format") in the same message as the tools, after
+    // them.
     nlohmann::ordered_json response_format;
     // False leaves off the "<｜Assistant｜>" + think marker after a final user turn.
     bool add_generation_prompt = true;

@@ -8,9 +8,9 @@ installed by tools/npm).
 
 A case is {"messages": [...], and optional "thinking", "reasoning_effort", "tools",
 "response_format", "add_generation_prompt", "drop_thinking"}; they are applied the way
-OpenAI-compatible servers drive the encoder: request tools (and response_format) go into a
-leading system turn, "reasoning_content" is the encoder's "reasoning", efforts other than
-max/high are None.
+OpenAI-compatible servers drive the encoder: request tools (and response_format) join a leading
+system or developer message (rendered after its content), else a new leading system message;
+"reasoning_content" is the encoder's "reasoning"; efforts other than max/high are None.
 
 usage: make_goldens.py ENCODER_DIR [TOKENIZER_JSON]
 """
@@ -35,13 +35,19 @@ def to_encoder_messages(case):
         if m.get("role") in ("user", "tool") and m.get("content") is None:
             m["content"] = ""
         msgs.append(m)
-    lead = {"role": "system"}
+    # Request-level tools (and response_format) join a leading system or developer message,
+    # after its content, replacing tools it carried itself; without one, a system message
+    # carrying only them is inserted. This is how vLLM's DeepSeek-V4 adapter places request tools.
+    extra = {}
     if case.get("tools"):
-        lead["tools"] = case["tools"]
+        extra["tools"] = case["tools"]
     if case.get("response_format"):
-        lead["response_format"] = case["response_format"]
-    if len(lead) > 1:
-        msgs.insert(0, lead)
+        extra["response_format"] = case["response_format"]
+    if extra:
+        if msgs and msgs[0].get("role") in ("system", "developer"):
+            msgs[0].update(extra)
+        else:
+            msgs.insert(0, dict(role="system", **extra))
     return msgs
 
 

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "core/philox.h"
+#include "sched/device_sample.h"
 #include "sched/engine_core.h"
 #include "sched/fake_runner.h"
 
@@ -71,6 +72,46 @@ SamplingParams greedy(int max_tokens) {
     p.temperature = 0;
     p.max_tokens = max_tokens;
     return p;
+}
+
+// penalty_tokens (the kFull row's token list): applying each unique entry once, with the float
+// operations sample_rows uses, gives exactly the logits sample_token's penalties and stop masking
+// leave behind (sample_token modifies its row in place when no logprobs are asked for).
+TEST(DeviceSampling, PenaltyTokensReproduceTheHostPenaltiesAndMasks) {
+    std::vector<int32_t> prompt = {3, 3, 9, 40, 41, 3, 1}, output = {9, 9, 9, 12, 40, 5, 12};
+    PenaltyState pen;
+    pen.reset(prompt, output);
+    for (int variant = 0; variant < 4; ++variant) {
+        SamplingParams p;
+        p.temperature = 0;
+        p.repetition_penalty = variant == 1 ? 1.0f : 1.3f;
+        p.presence_penalty = variant == 2 ? 0.0f : 0.5f;
+        p.frequency_penalty = variant == 2 ? 0.0f : -0.25f;
+        p.stop_token_ids = {5, 63};
+        const SampleContext ctx{.seed = 1, .position = 2, .suppress_stops = variant != 3, .eos_token = 1};
+        std::vector<float> logits(64);
+        for (size_t i = 0; i < logits.size(); ++i) logits[i] = float(int(i * 37 % 23) - 11) * 0.37f;
+        std::vector<float> host = logits, dev = logits;
+        (void)sample_token(host, p, pen, ctx);
+        const auto toks = penalty_tokens(p, pen, ctx);
+        std::set<int32_t> ids;
+        for (const auto& t : toks) {
+            EXPECT_TRUE(ids.insert(t.token).second) << "token " << t.token << " listed twice";
+            float l = dev[size_t(t.token)];
+            if (p.repetition_penalty != 1.0f && t.seen) l = l > 0 ? l / p.repetition_penalty : l * p.repetition_penalty;
+            if ((p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) && t.output_count > 0) {
+                const float f = p.frequency_penalty * float(t.output_count);
+                l = (l - f) - p.presence_penalty;
+            }
+            if (t.masked) l = -INFINITY;
+            dev[size_t(t.token)] = l;
+        }
+        EXPECT_EQ(dev, host) << "variant " << variant;
+        const DeviceSampleParams d = device_sample_params(p, ctx, toks);
+        EXPECT_EQ(d.seed, 1u);
+        EXPECT_EQ(d.position, 2);
+        EXPECT_EQ(d.penalty_tokens.size(), toks.size());
+    }
 }
 
 TEST(DeviceSampling, PlainArgmaxOnlyWhenTheHostSamplerWouldDoNothingElse) {

@@ -12,6 +12,7 @@
 #include "runtime/ref_runner.h"
 #include "runtime/runner_factory.h"
 #include "sample/sampler.h"
+#include "sched/device_sample.h"
 #include "tokenizer/chat_encoding.h"
 #include "tokenizer/incremental_detokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -133,18 +134,26 @@ Status run_generate(const GenerateArgs& a) {
     int64_t pos = 0;
     const auto t0 = std::chrono::steady_clock::now();
     double ttft_s = 0;
-    // Plain greedy is sampled where the logits are when the runner can (no logits copy).
+    // Sampled where the logits are when the runner can (no logits copy): plain greedy as an
+    // argmax, anything else by the runner's full sampler (the same tokens as the host's).
     const bool dev_greedy = runner->supports_device_sample(DeviceSample::kGreedy);
+    const bool dev_full = runner->supports_device_sample(DeviceSample::kFull);
     for (int64_t i = 0; i < a.max_tokens; ++i) {
         SampleContext ctx{a.seed, 0, i, false, int32_t(cfg.eos_token_id)};
-        const bool dev = dev_greedy && sample_is_plain_argmax(sp, ctx);
+        DeviceSample mode = DeviceSample::kNone;
+        if (dev_greedy && sample_is_plain_argmax(sp, ctx)) mode = DeviceSample::kGreedy;
+        else if (dev_full) mode = DeviceSample::kFull;
+        const std::vector<PenaltyToken> pen =
+            mode == DeviceSample::kFull ? penalty_tokens(sp, penalties, ctx) : std::vector<PenaltyToken>{};
         ForwardBatch batch;
-        batch.seqs.push_back(SeqChunk{1, chunk, pos, true, table, dev ? DeviceSample::kGreedy : DeviceSample::kNone});
+        batch.seqs.push_back(SeqChunk{.seq_id = 1, .tokens = chunk, .start_pos = pos, .want_logits = true,
+                                      .page_table = table, .sample = mode,
+                                      .params = device_sample_params(sp, ctx, pen)});
         StepOutput out;
         DSV4_RETURN_IF_ERROR(runner->forward_sampled(batch, out));
         pos += int64_t(chunk.size());
         SampleResult s;
-        if (dev) s.token = out.tokens.at(0);
+        if (mode != DeviceSample::kNone) s.token = out.tokens.at(0);
         else s = sample_token(out.logits.at(0), sp, penalties, ctx);
         if (i == 0) ttft_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         output.push_back(s.token);

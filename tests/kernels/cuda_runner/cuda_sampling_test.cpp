@@ -14,6 +14,7 @@
 #include "runtime/cuda_runner.h"
 #include "runtime/runner_factory.h"
 #include "sample/sampler.h"
+#include "sched/device_sample.h"
 #include "sched/engine_core.h"
 #include "tests/kernels/cuda_runner/cuda_test_util.h"
 
@@ -49,11 +50,13 @@ std::vector<int32_t> table_for(const ModelRunner& r, int64_t n_tokens, int64_t& 
 }
 
 ForwardBatch batch_of(const std::vector<Seq>& seqs, const std::vector<std::vector<int32_t>>& chunks,
-                      const std::vector<DeviceSample>& modes, const std::vector<bool>& want) {
+                      const std::vector<DeviceSample>& modes, const std::vector<bool>& want,
+                      const std::vector<DeviceSampleParams>& params = {}) {
     ForwardBatch b;
     for (size_t i = 0; i < seqs.size(); ++i)
         b.seqs.push_back(SeqChunk{.seq_id = seqs[i].id, .tokens = chunks[i], .start_pos = seqs[i].pos,
-                                  .want_logits = want[i], .page_table = seqs[i].table, .sample = modes[i]});
+                                  .want_logits = want[i], .page_table = seqs[i].table, .sample = modes[i],
+                                  .params = i < params.size() ? params[i] : DeviceSampleParams{}});
     return b;
 }
 
@@ -78,25 +81,36 @@ TEST(CudaSampling, DeviceGreedyEqualsHostArgmaxOfTheSameStep) {
     std::vector<std::vector<int32_t>> chunks(n);
     for (int i = 0; i < n; ++i)
         for (int k = 0; k < lens[i]; ++k) chunks[i].push_back(int32_t(g() % uint32_t(V)));
-    const DeviceSample G = DeviceSample::kGreedy, N = DeviceSample::kNone;
-    int device_rows = 0, logits_rows = 0, steps = 0;
+    const DeviceSample G = DeviceSample::kGreedy, N = DeviceSample::kNone, F = DeviceSample::kFull;
+    int device_rows = 0, full_rows = 0, logits_rows = 0, steps = 0;
     double logits_diff = 0;
-    for (int st = 0; st < 8; ++st) {
+    for (int st = 0; st < 9; ++st) {
         // Step 0: prefill (eager) with one chunk that wants no logits; later steps: decode (graphs).
         std::vector<DeviceSample> modes(n);
         std::vector<bool> want(n, true);
-        for (int i = 0; i < n; ++i) modes[i] = (i + st) % 3 == 0 ? N : G;
+        for (int i = 0; i < n; ++i) modes[i] = (i + st) % 3 == 0 ? N : (i + st) % 3 == 1 ? G : F;
         if (st == 0) want[3] = false;
+        if (st == 7) std::fill(modes.begin(), modes.end(), F);
+        // kFull rows: seeded temperature 1.0 with top_p 0.95 on odd rows (as sample_token does it).
+        std::vector<SamplingParams> sp(n);
+        std::vector<SampleContext> ctx(n);
+        std::vector<DeviceSampleParams> dp(n);
+        for (int i = 0; i < n; ++i) {
+            sp[i].temperature = 1.0f;
+            sp[i].top_p = i % 2 ? 0.95f : 1.0f;
+            ctx[i] = SampleContext{.seed = 40 + uint64_t(i), .stream = 0, .position = st};
+            dp[i] = device_sample_params(sp[i], ctx[i], {});
+        }
         if (st == 5) std::fill(modes.begin(), modes.end(), G);  // every row on the device
         if (st == 6) std::fill(modes.begin(), modes.end(), N);  // none
-        const ForwardBatch b = batch_of(seqs, chunks, modes, want);
+        const ForwardBatch b = batch_of(seqs, chunks, modes, want, dp);
         std::vector<std::vector<float>> la;
         ASSERT_TRUE(A.forward(b, la).is_ok());  // sample flags ignored: logits for every want row
         StepOutput ob;
         const Status s = B.forward_sampled(b, ob);
         ASSERT_TRUE(s.is_ok()) << s.to_string();
         int n_want = 0, n_dev = 0;
-        for (int i = 0; i < n; ++i) n_want += want[i], n_dev += want[i] && modes[i] == G;
+        for (int i = 0; i < n; ++i) n_want += want[i], n_dev += want[i] && modes[i] != N;
         ASSERT_EQ(int(la.size()), n_want);
         ASSERT_EQ(int(ob.tokens.size()), n_dev);
         ASSERT_EQ(int(ob.logits.size()), n_want - n_dev);
@@ -113,6 +127,12 @@ TEST(CudaSampling, DeviceGreedyEqualsHostArgmaxOfTheSameStep) {
                 EXPECT_EQ(ob.tokens[dev], want_tok) << "step " << st << " seq " << i;
                 next[i] = {ob.tokens[dev++]};
                 ++device_rows;
+            } else if (modes[i] == F) {
+                std::vector<float> row = ref_row;
+                EXPECT_EQ(ob.tokens[dev], sample_token(row, sp[i], PenaltyState{}, ctx[i]).token)
+                    << "kFull, step " << st << " seq " << i;
+                next[i] = {ob.tokens[dev++]};
+                ++full_rows;
             } else {
                 const auto& got = ob.logits[host++];
                 ASSERT_EQ(got.size(), size_t(V));
@@ -127,17 +147,19 @@ TEST(CudaSampling, DeviceGreedyEqualsHostArgmaxOfTheSameStep) {
     }
     EXPECT_EQ(logits_diff, 0.0) << "the logits rows of the two runners differ";
     std::printf("[device sampling] %d steps (eager prefill + graph decode), B=%d: %d device-greedy ids equal the host "
-                "argmax of the same step, %d logits rows identical (max |diff| %.3g)\n",
-                steps, n, device_rows, logits_rows, logits_diff);
+                "argmax of the same step, %d kFull ids equal sample_token on it, %d logits rows identical (max |diff| %.3g)\n",
+                steps, n, device_rows, full_rows, logits_rows, logits_diff);
 }
 
 class Sink : public RequestSink {
 public:
     void on_event(SeqEvent&& ev) override {
         tokens.insert(tokens.end(), ev.tokens.begin(), ev.tokens.end());
+        for (const auto& r : ev.logprobs) logprobs.push_back(r.logprob);
         if (ev.finish == FinishReason::kError) error = ev.error;
     }
     std::vector<int32_t> tokens;
+    std::vector<float> logprobs;
     std::string error;
 };
 
@@ -156,18 +178,31 @@ TEST(CudaSampling, EngineOutputsIdenticalWithDeviceSamplingOnAndOff) {
         p.temperature = 0;
         p.max_tokens = 12;
         p.ignore_eos = true;
-        if (i == 3) p.repetition_penalty = 1.2f;                      // host
-        if (i == 4) p.temperature = 0.8f, p.top_k = 40, p.seed = 3;  // host
-        if (i == 5) p.ignore_eos = false, p.min_tokens = 4;          // host for 4 tokens, then device
+        if (i == 3) p.repetition_penalty = 1.2f;                      // device kFull (host when off)
+        if (i == 4) p.temperature = 0.8f, p.top_k = 40, p.seed = 3;  // device kFull
+        if (i == 5) p.ignore_eos = false, p.min_tokens = 4;          // kFull for 4 tokens, then kGreedy
+        if (i == 6) p.temperature = 1.0f, p.seed = 11, p.logprobs = 3, p.presence_penalty = 0.4f;
+        params.push_back(p);
+    }
+    for (int i = 0; i < 4; ++i) {  // seeded temperature 1.0 (the served default), top_p, min_p
+        SamplingParams p;
+        p.temperature = 1.0f;
+        p.seed = 100 + uint64_t(i);
+        p.max_tokens = 12;
+        p.ignore_eos = true;
+        if (i == 1) p.top_p = 0.9f;
+        if (i == 2) p.min_p = 0.05f, p.frequency_penalty = 0.5f;
+        if (i == 3) p.temperature = 0.6f, p.top_k = 5, p.top_p = 0.8f;
         params.push_back(p);
     }
     std::mt19937 g(9);
     std::vector<std::vector<int32_t>> prompts;
-    for (int len : {1, 5, 37, 90, 3, 64, 17}) {
+    for (int len : {1, 5, 37, 90, 3, 64, 17, 9, 21, 2, 44}) {
         std::vector<int32_t> p(static_cast<size_t>(len));
         for (auto& t : p) t = int32_t(2 + g() % 20000);
         prompts.push_back(p);
     }
+    std::vector<std::vector<float>> lps[2];
     auto serve = [&](bool device, int64_t& n_dev) {
         EngineConfig cfg;
         cfg.sched.max_running = 8;
@@ -190,6 +225,7 @@ TEST(CudaSampling, EngineOutputsIdenticalWithDeviceSamplingOnAndOff) {
         for (auto& s : sinks) {
             EXPECT_TRUE(s->error.empty()) << s->error;
             out.push_back(s->tokens);
+            lps[device].push_back(s->logprobs);
         }
         return out;
     };
@@ -199,11 +235,15 @@ TEST(CudaSampling, EngineOutputsIdenticalWithDeviceSamplingOnAndOff) {
     for (const auto& t : on) total += int64_t(t.size());
     EXPECT_EQ(on, off);
     EXPECT_EQ(dev_off, 0);
-    EXPECT_GT(dev_on, 0);
-    EXPECT_LT(dev_on, total);
+    EXPECT_EQ(dev_on, total);  // every row: kGreedy or kFull
+    for (size_t i = 0; i < lps[0].size(); ++i) {
+        ASSERT_EQ(lps[0][i].size(), lps[1][i].size()) << "request " << i;
+        for (size_t k = 0; k < lps[0][i].size(); ++k) EXPECT_NEAR(lps[0][i][k], lps[1][i][k], 1e-4);
+    }
+    EXPECT_FALSE(lps[1][6].empty());
     int same = 0;
     for (size_t i = 0; i < on.size(); ++i) same += on[i] == off[i];
-    std::printf("[engine cuda device sampling] %zu requests (greedy, penalty, seeded top-k, min_tokens): %lld of %lld "
+    std::printf("[engine cuda device sampling] %zu requests (greedy, penalties, seeded temperature / top-k / top-p / min-p, logprobs, min_tokens): %lld of %lld "
                 "tokens sampled on the device; %d/%zu outputs identical to device sampling off\n",
                 on.size(), (long long)dev_on, (long long)total, same, on.size());
 }
