@@ -1060,6 +1060,18 @@ Result<DecodeGraphTiming> CudaRunner::time_decode_graph(const ForwardBatch& batc
 
 }  // namespace
 
+// The KV/state page layout of `cfg` in opt.rt.kv_rows rows; fills opt.n_pages (0: room for 64 sequences of
+// 4096 tokens). Errors: a bad row format, a pool that cannot hold one sequence, page ids beyond int32.
+static Result<KvLayout> runner_layout(const ModelConfig& cfg, CudaRunnerOptions& opt) {
+    DSV4_ASSIGN_OR_RETURN(KvRowFormat rows, parse_kv_row_format(opt.rt.kv_rows));
+    DSV4_ASSIGN_OR_RETURN(KvLayout layout, KvLayout::make(cfg, opt.page_tokens, 4, rows));
+    if (opt.n_pages <= 0) opt.n_pages = 64 * layout.pages_for_tokens(4096);
+    if (opt.n_pages < layout.n_state_pages + 1)
+        return invalid_argument("page pool of {} pages cannot hold one sequence", opt.n_pages);
+    if (opt.n_pages > INT32_MAX) return invalid_argument("page pool of {} pages: ids must fit int32", opt.n_pages);
+    return layout;
+}
+
 bool cuda_device_available() {
     int n = 0;
     return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
@@ -1070,12 +1082,7 @@ Result<std::unique_ptr<ModelRunner>> make_cuda_runner(std::shared_ptr<const RefM
                                                       const CudaRunnerOptions& opt_in) {
     if (!cuda_device_available()) return error(StatusCode::kUnavailable, "no CUDA device");
     CudaRunnerOptions opt = opt_in;
-    DSV4_ASSIGN_OR_RETURN(KvRowFormat rows, parse_kv_row_format(opt.rt.kv_rows));
-    DSV4_ASSIGN_OR_RETURN(KvLayout layout, KvLayout::make(model->config(), opt.page_tokens, 4, rows));
-    if (opt.n_pages <= 0) opt.n_pages = 64 * layout.pages_for_tokens(4096);
-    if (opt.n_pages < layout.n_state_pages + 1)
-        return invalid_argument("page pool of {} pages cannot hold one sequence", opt.n_pages);
-    if (opt.n_pages > INT32_MAX) return invalid_argument("page pool of {} pages: ids must fit int32", opt.n_pages);
+    DSV4_ASSIGN_OR_RETURN(KvLayout layout, runner_layout(model->config(), opt));
     auto runner = std::make_unique<CudaRunner>(std::move(model), std::move(layout), opt);
     if (checkpoint_dir.empty()) {
         DSV4_RETURN_IF_ERROR(runner->init(nullptr));
@@ -1097,12 +1104,7 @@ Result<std::unique_ptr<CudaBenchRunner>> make_cuda_runner_synthetic(const ModelC
     if (!cuda_device_available()) return error(StatusCode::kUnavailable, "no CUDA device");
     DSV4_RETURN_IF_ERROR(cfg.validate());
     CudaRunnerOptions opt = opt_in;
-    DSV4_ASSIGN_OR_RETURN(KvRowFormat rows, parse_kv_row_format(opt.rt.kv_rows));
-    DSV4_ASSIGN_OR_RETURN(KvLayout layout, KvLayout::make(cfg, opt.page_tokens, 4, rows));
-    if (opt.n_pages <= 0) opt.n_pages = 64 * layout.pages_for_tokens(4096);
-    if (opt.n_pages < layout.n_state_pages + 1)
-        return invalid_argument("page pool of {} pages cannot hold one sequence", opt.n_pages);
-    if (opt.n_pages > INT32_MAX) return invalid_argument("page pool of {} pages: ids must fit int32", opt.n_pages);
+    DSV4_ASSIGN_OR_RETURN(KvLayout layout, runner_layout(cfg, opt));
     // The RefModel only carries the config here: no host weights.
     auto model = std::make_shared<const RefModel>(cfg, ModelWeights{});
     auto runner = std::make_unique<CudaRunner>(std::move(model), std::move(layout), opt);
@@ -1126,12 +1128,7 @@ Result<std::unique_ptr<ModelRunner>> make_cuda_runner(const ModelConfig& cfg, co
     if (!cuda_device_available()) return error(StatusCode::kUnavailable, "no CUDA device");
     DSV4_RETURN_IF_ERROR(cfg.validate());
     CudaRunnerOptions opt = opt_in;
-    DSV4_ASSIGN_OR_RETURN(KvRowFormat rows, parse_kv_row_format(opt.rt.kv_rows));
-    DSV4_ASSIGN_OR_RETURN(KvLayout layout, KvLayout::make(cfg, opt.page_tokens, 4, rows));
-    if (opt.n_pages <= 0) opt.n_pages = 64 * layout.pages_for_tokens(4096);
-    if (opt.n_pages < layout.n_state_pages + 1)
-        return invalid_argument("page pool of {} pages cannot hold one sequence", opt.n_pages);
-    if (opt.n_pages > INT32_MAX) return invalid_argument("page pool of {} pages: ids must fit int32", opt.n_pages);
+    DSV4_ASSIGN_OR_RETURN(KvLayout layout, runner_layout(cfg, opt));
     int ex_first = 0, ex_count = 0;
     if (opt.ep_size > 1) {  // [ep2] read only this rank's experts
         DSV4_ASSIGN_OR_RETURN(auto part, dist::ExpertPartition::make(cfg.n_routed_experts, opt.ep_size));
