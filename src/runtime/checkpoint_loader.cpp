@@ -13,7 +13,6 @@
 #include <unordered_map>
 
 #include "core/dtype.h"
-#include "kernels/ref/ops.h"
 
 namespace dsv4 {
 
@@ -316,16 +315,7 @@ Result<DevWeights> load_checkpoint_weights(const ModelConfig& cfg, const LoadPla
     DSV4_ASSIGN_OR_RETURN(dw.head, mat(plan.head_tied ? "embed.weight" : "head.weight"));
     DSV4_ASSIGN_OR_RETURN(dw.norm, vec("norm.weight"));
     DSV4_ASSIGN_OR_RETURN(dw.hc_head, mhc("hc_head"));
-    const auto rm = ref::make_rope_table(cfg.rope_theta, cfg.rope_dim, false, 1, 1, 1, 1);
-    const auto rc = ref::make_rope_table(cfg.compress_rope_theta, cfg.rope_dim, cfg.yarn.enabled,
-                                         cfg.yarn.factor, cfg.yarn.original_max_position,
-                                         cfg.yarn.beta_fast, cfg.yarn.beta_slow);
-    DSV4_ASSIGN_OR_RETURN(void* rmp,
-                          arena.upload(rm.inv_freq.data(), rm.inv_freq.size() * sizeof(float)));
-    DSV4_ASSIGN_OR_RETURN(void* rcp,
-                          arena.upload(rc.inv_freq.data(), rc.inv_freq.size() * sizeof(float)));
-    dw.rope_main = static_cast<const float*>(rmp);
-    dw.rope_compress = static_cast<const float*>(rcp);
+    DSV4_RETURN_IF_ERROR(upload_rope_tables(cfg, arena, dw).status());
     for (int l = 0; l < cfg.n_layers; ++l) {
         const std::string p = "layers." + std::to_string(l) + ".";
         DevLayer o;

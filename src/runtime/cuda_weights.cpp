@@ -172,6 +172,17 @@ Result<void*> DeviceArena::upload(const void* host, size_t bytes) {
     return p;
 }
 
+Result<size_t> upload_rope_tables(const ModelConfig& cfg, DeviceArena& arena, DevWeights& dw) {
+    const auto rm = ref::make_rope_table(cfg.rope_theta, cfg.rope_dim, false, 1, 1, 1, 1);
+    const auto rc = ref::make_rope_table(cfg.compress_rope_theta, cfg.rope_dim, cfg.yarn.enabled, cfg.yarn.factor,
+                                         cfg.yarn.original_max_position, cfg.yarn.beta_fast, cfg.yarn.beta_slow);
+    DSV4_ASSIGN_OR_RETURN(void* m, arena.upload(rm.inv_freq.data(), rm.inv_freq.size() * sizeof(float)));
+    DSV4_ASSIGN_OR_RETURN(void* c, arena.upload(rc.inv_freq.data(), rc.inv_freq.size() * sizeof(float)));
+    dw.rope_main = static_cast<const float*>(m);
+    dw.rope_compress = static_cast<const float*>(c);
+    return (rm.inv_freq.size() + rc.inv_freq.size()) * sizeof(float);
+}
+
 Result<DevWeights> upload_weights(const RefModel& model, const Checkpoint* ckpt, DeviceArena& arena,
                                   int expert_first, int expert_count) {
     const ModelConfig& cfg = model.config();
@@ -189,11 +200,7 @@ Result<DevWeights> upload_weights(const RefModel& model, const Checkpoint* ckpt,
     DSV4_ASSIGN_OR_RETURN(dw.head, up.matrix(own_head ? "head.weight" : "embed.weight", V, d, W.head));
     DSV4_ASSIGN_OR_RETURN(dw.norm, up.vec(W.norm));
     DSV4_ASSIGN_OR_RETURN(dw.hc_head, upload_mhc(up, W.hc_head_fn, W.hc_head_base, W.hc_head_scale));
-    const auto rm = ref::make_rope_table(cfg.rope_theta, cfg.rope_dim, false, 1, 1, 1, 1);
-    const auto rc = ref::make_rope_table(cfg.compress_rope_theta, cfg.rope_dim, cfg.yarn.enabled, cfg.yarn.factor,
-                                         cfg.yarn.original_max_position, cfg.yarn.beta_fast, cfg.yarn.beta_slow);
-    DSV4_ASSIGN_OR_RETURN(dw.rope_main, up.vec(rm.inv_freq));
-    DSV4_ASSIGN_OR_RETURN(dw.rope_compress, up.vec(rc.inv_freq));
+    DSV4_RETURN_IF_ERROR(upload_rope_tables(cfg, arena, dw).status());
     for (int l = 0; l < cfg.n_layers; ++l) {
         const LayerWeights& L = W.layers[l];
         const std::string p = "layers." + std::to_string(l) + ".";
@@ -235,7 +242,6 @@ Result<DevWeights> upload_weights(const RefModel& model, const Checkpoint* ckpt,
         DSV4_ASSIGN_OR_RETURN(o.ex_w3, up.experts(ep, "w3", ex_first, ex_count, I, d, L.experts, &ExpertWeights::w3));
         DSV4_ASSIGN_OR_RETURN(o.ex_w2, up.experts(ep, "w2", ex_first, ex_count, d, I, L.experts, &ExpertWeights::w2));
         // The fast expert GEMV's code layout is applied by the runner (CudaRunner::apply_kernel_choices).
-        if (o.ex_w1.fmt == cuda::WFmt::kMxfp4PairRotated) ++up.fmt_count["experts repacked to mxfp4(pair-rotated), layers"];
         dw.layers.push_back(o);
     }
     dw.summary = fmt::format("{:.1f} MiB on the device;", double(arena.bytes()) / (1 << 20));

@@ -76,6 +76,11 @@ struct DevWeights {
     std::string summary;  // formats used, bytes
 };
 
+// The two RoPE inverse-frequency tables of `cfg` (main: rope_theta; compressed rows: compress_rope_theta
+// with YaRN), derived from the config alone, uploaded into dw.rope_main / dw.rope_compress. Returns the
+// bytes uploaded. Errors: device allocation or copy failures.
+Result<size_t> upload_rope_tables(const ModelConfig& cfg, DeviceArena& arena, DevWeights& dw);
+
 // Uploads the model. `ckpt` may be null (f32 from model.weights()). Expert parallelism: only the
 // routed experts [expert_first, expert_first + expert_count) are uploaded (packed from local index
 // 0); expert_count 0 uploads all. Errors: a range outside [0, E).

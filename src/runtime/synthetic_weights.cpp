@@ -127,11 +127,8 @@ Result<DevWeights> make_synthetic_weights(const ModelConfig& cfg, const Syntheti
     DSV4_ASSIGN_OR_RETURN(dw.head, g.bf16(V, d, &g.tally.streamed));
     DSV4_ASSIGN_OR_RETURN(dw.norm, g.vec(d, 0.8f, 1.2f));
     DSV4_ASSIGN_OR_RETURN(dw.hc_head, g.mhc(n, n * d, 1));
-    const auto rm = ref::make_rope_table(cfg.rope_theta, cfg.rope_dim, false, 1, 1, 1, 1);
-    const auto rc = ref::make_rope_table(cfg.compress_rope_theta, cfg.rope_dim, cfg.yarn.enabled, cfg.yarn.factor,
-                                         cfg.yarn.original_max_position, cfg.yarn.beta_fast, cfg.yarn.beta_slow);
-    DSV4_ASSIGN_OR_RETURN(dw.rope_main, g.host_vec(rm.inv_freq));
-    DSV4_ASSIGN_OR_RETURN(dw.rope_compress, g.host_vec(rc.inv_freq));
+    DSV4_ASSIGN_OR_RETURN(const size_t rope_bytes, upload_rope_tables(cfg, arena, dw));
+    g.tally.streamed += int64_t(rope_bytes);
     g.tally.expert_params_one = 3 * I * d;
     for (int l = 0; l < cfg.n_layers; ++l) {
         DevLayer o;
