@@ -1,0 +1,218 @@
+// Private to the CUDA runner's sources (cuda_runner.cpp: setup, plan, step, graphs, outputs, factories;
+// cuda_runner_layers.cpp: the attention and MoE blocks of one layer). Not a public interface: see
+// cuda_runner.h. Host-only (CUDA runtime types, no device code).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <optional>
+
+#include "dist/expert_partition.h"
+#include "kernels/cuda/attention/sparse_decode.h"
+#include "kernels/cuda/gemm/dense_gemv.h"
+#include "kernels/cuda/gemm/kernel_params.h"
+#include "kernels/cuda/moe/moe.h"
+#include "kernels/cuda/ops/fast_path.h"
+#include "kernels/cuda/ops/attn_variants.h"
+#include "kernels/cuda/ops/ops.h"
+#include "kernels/cuda/ops/sample_rows.h"
+#include "model/checkpoint.h"
+#include "model/load_plan.h"
+#include "runtime/cuda_fast_table.h"
+#include "runtime/cuda_bench_runner.h"
+#include "runtime/op_profile.h"
+#include "runtime/checkpoint_loader.h"
+#include "runtime/cuda_weights.h"
+
+namespace dsv4::cuda_runner_detail {
+
+
+inline Status cuda_ok(cudaError_t e, const char* what) {
+    if (e == cudaSuccess) return Status::ok();
+    return error(StatusCode::kInternal, "CUDA error in {}: {}", what, cudaGetErrorString(e));
+}
+#define DSV4_CU(expr) DSV4_RETURN_IF_ERROR(cuda_ok((expr), #expr))
+
+// Activation and plan buffers, sized once from the options (fixed addresses: graphs replay them).
+struct Workspace {
+    float *X, *xn, *coeffs, *y, *qlat_raw, *qlat, *q, *kv_raw, *kv, *cv, *cg, *iv, *ig, *iq, *iw, *o, *z;
+    float *glog, *wts, *h, *yp, *sa, *sb, *sh, *ys, *scores, *part_acc, *part_ml, *hn, *logits;
+    int32_t *ids, *counts, *perm, *slot, *sel, *n_sel, *logit_rows;
+    int32_t *tok_begin, *n_tok, *page_table, *tokens, *pos;
+    int64_t* start_pos;
+    int64_t *gate_off, *gate_len;
+    double* mhc_mix = nullptr;  // [mhc_mix_rows, (2+n)n + 1] mHC mixing dot products (MhcArgs::mix_ws)
+    int64_t mhc_mix_rows = 0;   // max(T, 32 B): decode steps split each token's n*d reduction in 32 chunks
+    int64_t max_rows = 0;
+    // Fast decode attention (sparse_decode): row lists, bf16 q / out, split partials.
+    void *qb = nullptr, *ob = nullptr;
+    // bf16 copies of the inputs of the large dense projections (round_to_bf16), for 32..max_seqs
+    // tokens: [max_seqs, width] each, for o (wo_a), z (wo_b), q_lat (wq_b, indexer wq_b), xn (the
+    // projections of xn and the router), sh (shared w2). Null when off.
+    void *xb_o = nullptr, *xb_z = nullptr, *xb_qlat = nullptr, *xb_xn = nullptr, *xb_sh = nullptr;
+    int64_t* row_offs = nullptr;
+    int32_t* row_start = nullptr;
+    float* sd_ws = nullptr;
+    int64_t row_cap = 0;        // entries of row_offs
+    int64_t sd_seq_splits = 0;  // batch x splits the split workspace holds
+};
+
+// Host copy of a step plan (pinned staging is not needed at these sizes).
+struct HostPlan {
+    int B = 0, T = 0, max_t = 0, R = 0;
+    std::vector<int32_t> tok_begin, n_tok, page_table, tokens, pos, logit_rows;
+    std::vector<int64_t> start_pos;
+};
+
+// Where init() takes the weights from when not from the RefModel/checkpoint (synthetic weights).
+using WeightSource = std::function<Result<DevWeights>(DeviceArena&)>;
+
+class CudaRunner final : public CudaBenchRunner {
+public:
+    CudaRunner(std::shared_ptr<const RefModel> model, KvLayout layout, CudaRunnerOptions opt)
+        : model_(std::move(model)), cfg_(model_->config()), layout_(std::move(layout)), opt_(std::move(opt)) {}
+    ~CudaRunner() override {
+        for (auto& [b, g] : graphs_) cudaGraphExecDestroy(g);
+        for (auto& [b, g] : head_graphs_) cudaGraphExecDestroy(g);
+        for (cudaStream_t s : side_)
+            if (s) cudaStreamDestroy(s);
+        for (cudaEvent_t e : join_)
+            if (e) cudaEventDestroy(e);
+        if (fork_) cudaEventDestroy(fork_);
+        if (stream_) cudaStreamDestroy(stream_);
+    }
+
+    Status init(const Checkpoint* ckpt, WeightSource source = {});
+    const ModelConfig& config() const override { return cfg_; }
+    const KvLayout& kv_layout() const override { return layout_; }
+    int64_t n_pages() const override { return opt_.n_pages; }
+    int64_t max_positions() const override { return opt_.max_context; }
+    Status forward(const ForwardBatch& batch, std::vector<std::vector<float>>& logits) override;
+    bool supports_device_sample(DeviceSample m) const override {
+        return m == DeviceSample::kNone || m == DeviceSample::kGreedy || m == DeviceSample::kFull;
+    }
+    Status forward_sampled(const ForwardBatch& batch, StepOutput& out) override;
+
+    // Bench hooks (cuda_bench_runner.h).
+    CudaPoolInfo pool_info() const override {
+        return {pool_.base, layout_.page_bytes, opt_.n_pages, opt_.rt.kv_rows};
+    }
+    Result<DecodeGraphTiming> time_decode_graph(const ForwardBatch& batch, int warmup, int reps) override;
+    std::string variant_table() const override {
+        return std::string("decode attention: ") +
+               (fast_attn_ ? "sparse_decode (sm90 mma; option attn_variant / heuristic)\n" : "attn_decode (CUDA cores)\n") +
+               (fast_attn_ ? std::string() : cuda::attn_variant_table(*variant_)) + cuda_fast_kernel_table(w_, cfg_, opt_.rt.fast_kernels);
+    }
+    size_t device_bytes() const override { return arena_.bytes(); }
+    Status collective_warm_up() override {
+        // [ep2] One eager all-reduce of the largest MoE output before any capture (NCCL sets up its
+        // connections outside graph capture); every rank calls it together.
+        if (ep_count_ == 0) return Status::ok();
+        DSV4_RETURN_IF_ERROR(
+            opt_.ep_all_reduce->sum_f32(ws_.y, int64_t(opt_.max_tokens) * cfg_.hidden_size, stream_));
+        return cuda_ok(cudaStreamSynchronize(stream_), "expert-parallel warm-up all-reduce");
+    }
+
+private:
+    // The step itself; honour_sample: kGreedy rows come back as argmax ids (cuda::argmax_rows).
+    Status execute(const ForwardBatch& batch, bool honour_sample, StepOutput& out);
+    // Copies the step's logits rows / device-sampled ids (rows of ws_.logits, batch order) out.
+    Status fetch_outputs(const ForwardBatch& batch, bool honour_sample, int R, StepOutput& out);
+    // The decode graph of bucket B (captured on first use; the plan must be uploaded).
+    Result<cudaGraphExec_t> decode_graph(int B);
+    // Captures what `body` launches on stream_ and instantiates it (the caller owns the result).
+    Result<cudaGraphExec_t> capture(const std::function<Status()>& body);
+    Status run_head(int T, int R);
+    Status lm_head(int R);  // mHC head + final norm + LM head for R logit rows
+    Status plan(const ForwardBatch& batch, bool decode_graph, HostPlan& hp) const;
+    Status upload_plan(const HostPlan& hp);
+    Status run_step(int B, int T, int max_t, int R);
+    // Resolves opt_.rt's variant names against the registries (an unknown name is an error), stamps the
+    // kernel choices into every weight descriptor and repacks the experts' codes (moe_layout).
+    Status apply_kernel_choices();
+    Status attention(int l, const cuda::StepPlan& sp, int T, int max_t, int splits);
+    Status moe(int l, int T);
+    cuda::StepPlan step_plan(int B) const;
+
+    std::shared_ptr<const RefModel> model_;
+    const ModelConfig& cfg_;
+    KvLayout layout_;
+    CudaRunnerOptions opt_;
+    DeviceArena arena_;
+    DevWeights w_;
+    Workspace ws_{};
+    cuda::PagePool pool_;
+    cudaStream_t stream_ = nullptr;
+    // Fork/join of independent work inside a step: side streams wait for fork_ recorded on stream_,
+    // stream_ waits for join_[i] recorded on side_[i]. Under capture this makes graph branches.
+    static constexpr int kSideStreams = 3;
+    cudaStream_t side_[kSideStreams] = {};
+    cudaEvent_t fork_ = nullptr, join_[kSideStreams] = {};
+    Status fork(int n) {
+        DSV4_CU(cudaEventRecord(fork_, stream_));
+        for (int i = 0; i < n; ++i) DSV4_CU(cudaStreamWaitEvent(side_[i], fork_, 0));
+        return Status::ok();
+    }
+    // *out = x [T, width] rounded to bf16 in buf (on stream s) when the bf16-input path is on for T
+    // tokens, else null (the projections then round f32 x themselves).
+    Status bf16_input(const float* x, int64_t width, int T, void* buf, cudaStream_t s, const void** out) {
+        *out = nullptr;
+        if (!buf || opt_.rt.x_bf16_min_tokens <= 0 || T < opt_.rt.x_bf16_min_tokens || T > opt_.max_seqs) return Status::ok();
+        DSV4_CU(cuda::round_to_bf16(x, int64_t(T) * width, buf, s));
+        *out = buf;
+        return Status::ok();
+    }
+    Status join(int n) {
+        for (int i = 0; i < n; ++i) {
+            DSV4_CU(cudaEventRecord(join_[i], side_[i]));
+            DSV4_CU(cudaStreamWaitEvent(stream_, join_[i], 0));
+        }
+        return Status::ok();
+    }
+    const cuda::AttnVariant* variant_ = nullptr;  // CUDA-core attention (attn_decode)
+    int sd_variant_ = -1;                          // forced sparse_decode variant, -1 = heuristic
+    int moe_variant_ = -1;                         // forced MXFP4 expert variant, -1 = heuristic
+    bool fast_attn_ = false;
+    int n_sms_ = 1;
+    int pt_stride_ = 0;
+    int n_gate_ranges_ = 0;
+    std::map<int, cudaGraphExec_t> graphs_;
+    int32_t* sampled_ = nullptr;  // [max_seqs] device-sampled ids (allocated on first use)
+    // kFull rows (cuda::sample_rows), allocated on first use: weights [max_seqs, V] f32, per-row
+    // results [max_seqs]; args and penalty tokens grow with the step's needs.
+    float* sample_w_ = nullptr;
+    cuda::SampleRowOut* sample_out_ = nullptr;
+    struct GrowBuf {
+        void* p = nullptr;
+        size_t cap = 0;
+        ~GrowBuf() { if (p) cudaFree(p); }
+        Status reserve(size_t bytes) {
+            if (bytes <= cap) return Status::ok();
+            if (p) cudaFree(p);
+            p = nullptr;
+            cap = 0;
+            DSV4_CU(cudaMalloc(&p, bytes));
+            cap = bytes;
+            return Status::ok();
+        }
+    };
+    GrowBuf sample_args_, sample_toks_, sample_saved_;
+    Status sample_full(const std::vector<cuda::SampleRowArgs>& args, const std::vector<cuda::SamplePenaltyToken>& toks,
+                       std::vector<cuda::SampleRowOut>& res);
+    std::map<int, cudaGraphExec_t> head_graphs_;  // bench: non-layer work alone, per bucket
+    OpProfile* prof_ = nullptr;                   // bench: op marks while capturing a profiled step
+    int ep_first_ = 0, ep_count_ = 0;             // [ep2] local routed experts (count 0: all, no EP)
+    std::optional<dist::ExpertPartition> ep_;     // [ep2] set when ep_size > 1
+    void mark(const char* label) {
+        if (prof_) prof_->mark(label, stream_);
+    }
+};
+
+}  // namespace dsv4::cuda_runner_detail

@@ -1,0 +1,252 @@
+// CudaRunner's per-layer blocks (see cuda_runner_impl.h): the attention block (projections, KV
+// step, indexer, decode attention, output projections) and the MoE block (router, routed and shared
+// experts, combine, the expert-parallel all-reduce).
+#include "runtime/cuda_runner_impl.h"
+
+namespace dsv4::cuda_runner_detail {
+
+Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, int splits) {
+    const DevLayer& L = w_.layers[l];
+    const LayerStateLayout& S = layout_.layers[l];
+    const int d = cfg_.hidden_size, H = cfg_.n_heads, D = cfg_.head_dim, qr = cfg_.q_lora_rank, R = cfg_.rope_dim;
+    const float eps = float(cfg_.rms_norm_eps);
+    const int r = cfg_.compress_ratio(l);
+    const bool csa = cfg_.layer_types[l] == AttnType::kCSA;
+    const float* rope = r == 0 ? w_.rope_main : w_.rope_compress;
+    cudaStream_t st = stream_;
+    const int IH = cfg_.index_n_heads, ID = cfg_.index_head_dim;
+    const int kappa = csa ? 2 : 1;
+    // The projections of xn are independent until kv_step: q (then the indexer queries, which need
+    // q_lat) on stream_, kv / compressor / indexer compressor + weights on side streams. At batch 1
+    // each is a short, CTA-starved GEMV, so overlapping them fills the GPU.
+    const bool ov = opt_.rt.side_streams;
+    const int n_side = !ov ? 0 : csa ? 3 : r > 0 ? 2 : 1;
+    cudaStream_t s_kv = ov ? side_[0] : st, s_comp = ov ? side_[1] : st, s_idx = ov ? side_[2] : st;
+    const void* xnb = nullptr;  // bf16 xn for every projection of xn (converted before the fork)
+    DSV4_RETURN_IF_ERROR(bf16_input(ws_.xn, d, T, ws_.xb_xn, st, &xnb));
+    if (ov) DSV4_RETURN_IF_ERROR(fork(n_side));
+    mark(ov ? "q|kv|compressor|indexer proj (streams)" : "q: wq_a+norm+wq_b+rope");
+    DSV4_CU(cuda::linear(L.wq_a, -1, ws_.xn, d, 0, 0, ws_.qlat_raw, qr, T, false, st, xnb));
+    DSV4_CU(cuda::norm_rope(ws_.qlat_raw, qr, ws_.qlat, qr, T, qr, true, L.q_norm, eps, nullptr, 0, ws_.pos, 1, false, st));
+    const void* qlb = nullptr;
+    DSV4_RETURN_IF_ERROR(bf16_input(ws_.qlat, qr, T, ws_.xb_qlat, st, &qlb));
+    DSV4_CU(cuda::linear(L.wq_b, -1, ws_.qlat, qr, 0, 0, ws_.q, int64_t(H) * D, T, false, st, qlb));
+    DSV4_CU(cuda::norm_rope(ws_.q, D, ws_.q, D, T * H, D, true, nullptr, eps, rope, R, ws_.pos, H, false, st));
+    if (csa) {
+        DSV4_CU(cuda::linear(L.idx_wq_b, -1, ws_.qlat, qr, 0, 0, ws_.iq, int64_t(IH) * ID, T, false, st, qlb));
+        DSV4_CU(cuda::norm_rope(ws_.iq, ID, ws_.iq, ID, T * IH, ID, false, nullptr, eps, w_.rope_compress, R, ws_.pos,
+                                IH, false, st));
+    }
+    if (!ov) mark("kv: wkv+norm+rope");
+    DSV4_CU(cuda::linear(L.wkv, -1, ws_.xn, d, 0, 0, ws_.kv_raw, D, T, false, s_kv, xnb));
+    DSV4_CU(cuda::norm_rope(ws_.kv_raw, D, ws_.kv, D, T, D, true, L.kv_norm, eps, rope, R, ws_.pos, 1, false, s_kv));
+    if (r > 0) {
+        if (!ov) mark("compressor proj");
+        DSV4_CU(cuda::linear(L.comp.wkv, -1, ws_.xn, d, 0, 0, ws_.cv, kappa * D, T, false, s_comp, xnb));
+        DSV4_CU(cuda::linear(L.comp.wgate, -1, ws_.xn, d, 0, 0, ws_.cg, kappa * D, T, false, s_comp, xnb));
+    }
+    if (csa) {
+        if (!ov) mark("indexer proj");
+        DSV4_CU(cuda::linear(L.idx_comp.wkv, -1, ws_.xn, d, 0, 0, ws_.iv, 2 * ID, T, false, s_idx, xnb));
+        DSV4_CU(cuda::linear(L.idx_comp.wgate, -1, ws_.xn, d, 0, 0, ws_.ig, 2 * ID, T, false, s_idx, xnb));
+        DSV4_CU(cuda::linear(L.idx_wproj, -1, ws_.xn, d, 0, 0, ws_.iw, IH, T, false, s_idx, xnb));
+        const float wscale = 1.0f / std::sqrt(float(ID)) / std::sqrt(float(IH));
+        DSV4_CU(cuda::scale_inplace(ws_.iw, int64_t(T) * IH, wscale, s_idx));
+    }
+    if (ov) DSV4_RETURN_IF_ERROR(join(n_side));
+    cuda::KvStepArgs ka;
+    ka.W = cfg_.sliding_window;
+    ka.D = D;
+    ka.ring_off = S.ring_offset;
+    ka.kv = ws_.kv;
+    ka.rope_inv_freq = w_.rope_compress;
+    ka.rope_dim = R;
+    ka.eps = eps;
+    if (r > 0) {
+        ka.comp[0] = {r, D, csa, S.comp_kv_offset, S.comp_gate_offset, S.row_offset, pool_.main, ws_.cv, ws_.cg,
+                      L.comp.ape, L.comp.norm};
+        ka.n_comp = 1;
+    }
+    if (csa) {
+        ka.comp[1] = {r, ID, true, S.idx_kv_offset, S.idx_gate_offset, S.idx_row_offset, pool_.index, ws_.iv,
+                      ws_.ig, L.idx_comp.ape, L.idx_comp.norm};
+        ka.n_comp = 2;
+    }
+    cuda::IndexerArgs ia;
+    ia.ratio = r;
+    ia.IH = IH;
+    ia.ID = ID;
+    ia.topk = cfg_.index_topk;
+    ia.idx_row_off = S.idx_row_offset;
+    ia.q = ws_.iq;
+    ia.w = ws_.iw;
+    ia.scores = ws_.scores;
+    ia.max_rows = ws_.max_rows;
+    ia.sel = ws_.sel;
+    ia.n_sel = ws_.n_sel;
+    cuda::AttnArgs aa;
+    aa.H = H;
+    aa.D = D;
+    aa.W = cfg_.sliding_window;
+    aa.ratio = r;
+    aa.csa = csa;
+    aa.ring_off = S.ring_offset;
+    aa.row_off = S.row_offset;
+    aa.topk = std::max(cfg_.index_topk, 1);
+    aa.sel = ws_.sel;
+    aa.n_sel = ws_.n_sel;
+    aa.q = ws_.q;
+    aa.sink = L.attn_sink;
+    aa.inv_freq = rope;
+    aa.rope_dim = R;
+    aa.scale = 1.0f / std::sqrt(float(D));
+    aa.part_acc = ws_.part_acc;
+    aa.part_ml = ws_.part_ml;
+    aa.out = ws_.o;
+    // Fast path: row lists -> sparse_decode (bf16 q / out) -> f32 with inverse RoPE.
+    cuda::RowListArgs ra;
+    cuda::SparseDecodeArgs sa;
+    if (fast_attn_) {
+        ra.W = cfg_.sliding_window;
+        ra.ratio = r;
+        ra.csa = csa;
+        ra.ring_off = S.ring_offset;
+        ra.row_off = S.row_offset;
+        ra.topk = aa.topk;
+        ra.sel = ws_.sel;
+        ra.n_sel = ws_.n_sel;
+        ra.unit_bytes = pool_.main.fmt == int32_t(KvRowFormat::kFp8) ? 1 : 2;
+        ra.offsets = ws_.row_offs;
+        ra.row_start = ws_.row_start;
+        ra.capacity = ws_.row_cap;
+        sa.q = ws_.qb;
+        sa.kv_pool = pool_.base;
+        sa.row_offsets = ws_.row_offs;
+        sa.row_start = ws_.row_start;
+        sa.sink = L.attn_sink;
+        sa.out = ws_.ob;
+        sa.workspace = ws_.sd_ws;
+        sa.format = ra.unit_bytes == 1 ? cuda::KvFormat::kFp8 : cuda::KvFormat::kBf16;
+        sa.batch = sp.n_seqs;
+        sa.n_heads = H;
+        sa.max_rows = int(cfg_.sliding_window + (r == 0 ? 0 : csa ? int64_t(aa.topk) : opt_.max_context / r));
+        sa.scale = aa.scale;
+        sa.variant = sd_variant_;
+        sa.target_ctas = opt_.rt.split_kv_target_ctas;
+        const int64_t sd_splits = cuda::sparse_decode_splits_for(sa);
+        if (int64_t(sa.batch) * sd_splits > ws_.sd_seq_splits)
+            return error(StatusCode::kInternal, "sparse_decode: {} sequences x {} splits exceed the workspace ({})",
+                         sa.batch, sd_splits, ws_.sd_seq_splits);
+    }
+    for (int t = 0; t < max_t; ++t) {
+        ka.t = ia.t = aa.t = ra.t = t;
+        mark("kv_step (ring+compressors)");
+        DSV4_CU(cuda::kv_step(sp, pool_, ka, st));
+        if (csa) {
+            mark("indexer scores");
+            DSV4_CU(cuda::indexer_scores(sp, pool_, ia, st));
+            mark("indexer top-k");
+            DSV4_CU(cuda::indexer_select(sp, ia, st));
+        }
+        if (fast_attn_) {
+            mark("attn row lists + q bf16");
+            DSV4_CU(cuda::build_row_lists(sp, pool_, ra, st));
+            DSV4_CU(cuda::q_rows_bf16(sp, t, ws_.q, H * D, ws_.qb, st));
+            mark("sparse_decode");
+            DSV4_RETURN_IF_ERROR(cuda::sparse_decode_launch(sa, st));
+            mark("attn out (inv rope)");
+            DSV4_CU(cuda::attn_out_rows(sp, t, ws_.ob, H, D, rope, R, ws_.o, st));
+        } else {
+            mark("attn_decode");
+            DSV4_CU(cuda::attn_decode(sp, pool_, aa, *variant_, splits, st));
+        }
+    }
+    const int G = cfg_.o_groups, orank = cfg_.o_lora_rank, hpg = H / G;
+    mark("wo_a+wo_b");
+    const void* ob = nullptr;
+    DSV4_RETURN_IF_ERROR(bf16_input(ws_.o, int64_t(H) * D, T, ws_.xb_o, st, &ob));
+    DSV4_CU(cuda::linear(L.wo_a, -1, ws_.o, int64_t(H) * D, orank, int64_t(hpg) * D, ws_.z, int64_t(G) * orank, T,
+                         false, st, ob));
+    const void* zb = nullptr;
+    DSV4_RETURN_IF_ERROR(bf16_input(ws_.z, int64_t(G) * orank, T, ws_.xb_z, st, &zb));
+    DSV4_CU(cuda::linear(L.wo_b, -1, ws_.z, int64_t(G) * orank, 0, 0, ws_.y, d, T, false, st, zb));
+    return Status::ok();
+}
+
+Status CudaRunner::moe(int l, int T) {
+    const DevLayer& L = w_.layers[l];
+    const int d = cfg_.hidden_size, E = cfg_.n_routed_experts, I = cfg_.moe_intermediate_size;
+    const float lim = float(cfg_.swiglu_limit);
+    cudaStream_t st = stream_;
+    // The shared expert is independent of routing: on a side stream it overlaps the router and the
+    // routed experts (joined before the combine, which adds its output).
+    // [ep2] Under expert parallelism the shared expert of layer l runs on rank l % N only (the
+    // ranks take turns, so no rank carries it in every layer); the others add no shared term.
+    const bool shared_here = !ep_ || ep_->shared_expert_rank(l) == opt_.ep_rank;
+    const bool ov = opt_.rt.side_streams && shared_here;
+    const void* xnb = nullptr;  // bf16 xn for the shared expert and the router (converted before the fork)
+    DSV4_RETURN_IF_ERROR(bf16_input(ws_.xn, d, T, ws_.xb_xn, st, &xnb));
+    auto shared_expert = [&](cudaStream_t s) -> Status {  // ys = w2 SwiGLU(w1 xn, w3 xn)
+        DSV4_CU(cuda::linear(L.sh_w1, -1, ws_.xn, d, 0, 0, ws_.sa, I, T, false, s, xnb));
+        DSV4_CU(cuda::linear(L.sh_w3, -1, ws_.xn, d, 0, 0, ws_.sb, I, T, false, s, xnb));
+        DSV4_CU(cuda::swiglu(ws_.sa, ws_.sb, ws_.sh, int64_t(T) * I, lim, s));
+        const void* shb = nullptr;
+        DSV4_RETURN_IF_ERROR(bf16_input(ws_.sh, I, T, ws_.xb_sh, s, &shb));
+        DSV4_CU(cuda::linear(L.sh_w2, -1, ws_.sh, I, 0, 0, ws_.ys, d, T, false, s, shb));
+        return Status::ok();
+    };
+    if (ov) {
+        DSV4_RETURN_IF_ERROR(fork(1));
+        DSV4_RETURN_IF_ERROR(shared_expert(side_[0]));
+    }
+    mark(ov ? "router gate (shared expert on a side stream)" : "router gate");
+    DSV4_CU(cuda::linear(L.gate, -1, ws_.xn, d, 0, 0, ws_.glog, E, T, false, st, xnb));
+    cuda::MoeArgs a;
+    a.T = T;
+    a.E = E;
+    a.K = cfg_.n_experts_per_tok;
+    a.d = d;
+    a.I = I;
+    a.logits = ws_.glog;
+    const bool hash = cfg_.mlp_types[l] == MoeRouting::kHash;
+    a.bias = hash ? nullptr : L.gate_bias;
+    a.tid2eid = hash ? L.tid2eid : nullptr;
+    a.tokens = ws_.tokens;
+    a.route_scale = float(cfg_.routed_scaling_factor);
+    a.norm_topk = cfg_.norm_topk_prob;
+    a.limit = lim;
+    a.ids = ws_.ids;
+    a.wts = ws_.wts;
+    a.counts = ws_.counts;
+    a.perm = ws_.perm;
+    a.slot = ws_.slot;
+    a.x = ws_.xn;
+    a.h = ws_.h;
+    a.yp = ws_.yp;
+    a.w1 = L.ex_w1;
+    a.w3 = L.ex_w3;
+    a.w2 = L.ex_w2;
+    a.ep_first = ep_first_;  // [ep2] local experts only (count 0: all)
+    a.ep_count = ep_count_;
+    a.fast = opt_.rt.fast_kernels;
+    a.moe_variant = moe_variant_;
+    mark("routed experts");
+    DSV4_CU(cuda::moe_experts(a, st));
+    if (ov) {
+        mark("shared expert (join)");
+        DSV4_RETURN_IF_ERROR(join(1));
+    } else if (shared_here) {
+        mark("shared expert");
+        DSV4_RETURN_IF_ERROR(shared_expert(st));
+    }
+    mark("moe combine");
+    DSV4_CU(cuda::moe_combine(a, shared_here ? ws_.ys : nullptr, ws_.y, st));
+    if (ep_count_ > 0) {
+        // [ep2] y = sum over ranks of each rank's partial MoE output: identical bits on every rank.
+        mark("ep all-reduce");
+        DSV4_RETURN_IF_ERROR(opt_.ep_all_reduce->sum_f32(ws_.y, int64_t(T) * d, st));
+    }
+    return Status::ok();
+}
+
+}  // namespace dsv4::cuda_runner_detail
