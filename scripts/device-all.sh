@@ -10,7 +10,7 @@
 #   run(command="scripts/device-all.sh peer", carry=["build-all-bin"], timeout_s=300)
 # Stages: tests (dsv4_cuda_tests [TESTS_FILTER] + dsv4_perf_ops_tests), proxy (20-layer sweep, PROXY_TIME_BUDGET
 # seconds, default 240), peer (3-layer proxy + transformers eager + tools/peer/ratio.py,
-# PEER_TIME_BUDGET default 100), sanitize (compute-sanitizer memcheck + racecheck on reduced shapes),
+# PEER_TIME_BUDGET default 100), prefill (offline prefill points of the 20-layer proxy, PREFILL_*), sanitize (compute-sanitizer memcheck + racecheck on reduced shapes),
 # opprof (DSV4_OP_PROFILE per-op table, OPPROF_BATCHES), ncu (per-kernel table, NCU_BATCHES), serve (generate cuda vs cpu + HTTP serve --backend cuda), profile (nsys per-kernel table of the 3-layer proxy step, when nsys exists).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -108,7 +108,7 @@ for stage in "$@"; do
         if ! command -v compute-sanitizer > /dev/null; then
             SUMMARY+=("sanitize: compute-sanitizer not found")
         else
-            F='CudaOps.*:CudaOpsPaged.*:CudaOpsEdge.*:CudaFastOps.*:RowLists.*:KvRows.*:CudaRunner.GraphReplayEqualsEager'
+            F='CudaOps.*:CudaOpsPaged.*:CudaOpsEdge.*:CudaFastOps.*:RowLists.*:KvRows.*:CudaRunner.GraphReplayEqualsEager:CudaBatchedPrefill.*Small'
             timeout "${MEMCHECK_S:-240}" compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN"/dsv4_cuda_tests \
                 --gtest_filter="$F" > "$OUT/memcheck.log" 2>&1
             m=$?
@@ -118,6 +118,23 @@ for stage in "$@"; do
             r=$?
             tail -n 3 "$OUT/memcheck.log" "$OUT/racecheck.log"
             SUMMARY+=("sanitize: memcheck rc=$m, racecheck rc=$r (124 = timed out)")
+        fi
+        ;;
+    prefill)
+        # Offline prefill on the 20-layer proxy (issue 22 item 3): tokens/s, TFLOP/s and % of the
+        # cuBLAS bf16 GEMM peak measured in the same run, TTFT of the first prompt. PREFILL_A_OPTS
+        # (e.g. "--option batched_prefill=0") adds a second run at PREFILL_A_LENS for comparison.
+        "$BIN"/dsv4-proxy-bench proxy-bench --prefill-only --prefill-lens "${PREFILL_LENS:-128,1024,4096,16384}" \
+            --prefill-users "${PREFILL_USERS:-1,16}" --prefill-reps "${PREFILL_REPS:-3}" ${PREFILL_ARGS:-} \
+            --json "$OUT/prefill20.json" > "$OUT/prefill20.txt" 2>&1
+        SUMMARY+=("prefill (20 layers): rc=$?")
+        grep -A30 "^prefill:" "$OUT/prefill20.txt" | head -40
+        if [[ -n "${PREFILL_A_OPTS:-}" ]]; then
+            "$BIN"/dsv4-proxy-bench proxy-bench --prefill-only --prefill-lens "${PREFILL_A_LENS:-128,1024}" \
+                --prefill-users 1 --prefill-reps "${PREFILL_REPS:-3}" --no-gemm-peak ${PREFILL_A_OPTS} \
+                --json "$OUT/prefill20_a.json" > "$OUT/prefill20_a.txt" 2>&1
+            SUMMARY+=("prefill A (${PREFILL_A_OPTS}): rc=$?")
+            grep -A10 "^prefill:" "$OUT/prefill20_a.txt" | head -14
         fi
         ;;
     serve)

@@ -38,6 +38,14 @@ public:
     // the same step (same positions): state writes repeat, the values stay finite.
     // Errors: a sequence with more than one token; plan errors as forward().
     virtual Result<DecodeGraphTiming> time_decode_graph(const ForwardBatch& batch, int warmup, int reps) = 0;
+    // Runs `batch` once eagerly (any chunk sizes, e.g. a prefill step) with CUDA-event marks
+    // between op classes and returns the per-op table (runtime/op_profile.h; us summed over the
+    // layers). The step's state writes happen as in forward(). Errors: plan errors as forward();
+    // kUnimplemented where the runner cannot (expert-parallel runners).
+    virtual Result<std::string> profile_step(const ForwardBatch& batch) {
+        (void)batch;
+        return error(StatusCode::kUnimplemented, "profile_step: not supported by this runner");
+    }
     virtual std::string variant_table() const = 0;  // the active attention variant (printable)
     virtual size_t device_bytes() const = 0;        // everything the runner allocated
     // Runs f on the page pool of every GPU the runner spans (the synthetic context fill must

@@ -53,11 +53,19 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
     fast_attn_ = opt_.rt.fast_attention && cfg_.head_dim == cuda::kKvHeadDim && cfg_.n_heads % 16 == 0 &&
                  ((rows == KvRowFormat::kBf16 && cfg_.index_head_dim % 8 == 0) ||
                   (rows == KvRowFormat::kFp8 && layout_.main_row.bytes() == cuda::kKvFp8RowBytes));
-    DSV4_ASSIGN_OR_RETURN(pool_.base, arena_.alloc_n<float>(size_t(opt_.n_pages) * size_t(layout_.page_elems)));
+    // Batched prefill stages the step's window rows right after the pages (row offsets are pool words).
+    batched_ = fast_attn_ && opt_.rt.batched_prefill && rows != KvRowFormat::kF32;
+    pf_block_ = std::max(1, opt_.rt.prefill_query_block);
+    const size_t page_words = size_t(opt_.n_pages) * size_t(layout_.page_elems);
+    const size_t stage_words = batched_ ? size_t(opt_.max_tokens) * size_t(layout_.row_words_main) : 0;
+    DSV4_ASSIGN_OR_RETURN(pool_.base, arena_.alloc_n<float>(page_words + stage_words));
+    ws_.stage_word = int64_t(page_words);
     pt_stride_ = int(layout_.pages_for_tokens(opt_.max_context));
 
-    // Workspace.
+    // Workspace. Bm: sequences of a step; Bq: entries of the attention workspaces (batched prefill
+    // runs up to pf_block_ pseudo-sequences per launch).
     const size_t Tm = size_t(opt_.max_tokens), Bm = size_t(opt_.max_seqs);
+    const size_t Bq = batched_ ? std::max(Bm, size_t(pf_block_)) : Bm;
     const size_t n = cfg_.hc_mult, d = cfg_.hidden_size, H = cfg_.n_heads, D = cfg_.head_dim, qr = cfg_.q_lora_rank;
     const size_t ID = std::max(cfg_.index_head_dim, 1), IH = std::max(cfg_.index_n_heads, 1);
     const size_t E = cfg_.n_routed_experts, K = cfg_.n_experts_per_tok, I = cfg_.moe_intermediate_size;
@@ -103,7 +111,7 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
     DSV4_RETURN_IF_ERROR(F(ws_.sb, Tm * I));
     DSV4_RETURN_IF_ERROR(F(ws_.sh, Tm * I));
     DSV4_RETURN_IF_ERROR(F(ws_.ys, Tm * d));
-    DSV4_RETURN_IF_ERROR(F(ws_.scores, Bm * size_t(ws_.max_rows)));
+    DSV4_RETURN_IF_ERROR(F(ws_.scores, Bq * size_t(ws_.max_rows)));
     const size_t old_path = fast_attn_ ? 0 : 1;  // the CUDA-core kernel's split partials
     DSV4_RETURN_IF_ERROR(F(ws_.part_acc, std::max<size_t>(1, old_path * Bm * H * splits * D)));
     DSV4_RETURN_IF_ERROR(F(ws_.part_ml, std::max<size_t>(1, old_path * Bm * H * splits * 2)));
@@ -117,13 +125,13 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
                                                            ? int64_t(cfg_.index_topk)
                                                            : opt_.max_context / r + 1);
         }
-        ws_.row_cap = int64_t(Bm) * (cfg_.sliding_window + max_comp);
+        ws_.row_cap = int64_t(Bq) * (cfg_.sliding_window + max_comp);
         // batch x splits <= max(batch, target CTAs): a forced split-KV target larger than 2 x SMs must fit too.
-        ws_.sd_seq_splits = std::max<int64_t>({int64_t(Bm), 2 * int64_t(n_sms_), int64_t(opt_.rt.split_kv_target_ctas)});
-        DSV4_ASSIGN_OR_RETURN(ws_.qb, arena_.alloc(Bm * H * D * 2));
-        DSV4_ASSIGN_OR_RETURN(ws_.ob, arena_.alloc(Bm * H * D * 2));
+        ws_.sd_seq_splits = std::max<int64_t>({int64_t(Bq), 2 * int64_t(n_sms_), int64_t(opt_.rt.split_kv_target_ctas)});
+        DSV4_ASSIGN_OR_RETURN(ws_.qb, arena_.alloc(Bq * H * D * 2));
+        DSV4_ASSIGN_OR_RETURN(ws_.ob, arena_.alloc(Bq * H * D * 2));
         DSV4_ASSIGN_OR_RETURN(ws_.row_offs, arena_.alloc_n<int64_t>(size_t(ws_.row_cap)));
-        DSV4_RETURN_IF_ERROR(Ii(ws_.row_start, Bm + 1));
+        DSV4_RETURN_IF_ERROR(Ii(ws_.row_start, Bq + 1));
         DSV4_RETURN_IF_ERROR(F(ws_.sd_ws, cuda::sparse_decode_workspace_floats(int(ws_.sd_seq_splits), int(H), 1)));
     }
     if (opt_.rt.x_bf16_min_tokens > 0 && int64_t(Bm) >= opt_.rt.x_bf16_min_tokens) {
@@ -140,8 +148,8 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
     DSV4_RETURN_IF_ERROR(Ii(ws_.counts, 3 * E + 1));
     DSV4_RETURN_IF_ERROR(Ii(ws_.perm, Tm * K));
     DSV4_RETURN_IF_ERROR(Ii(ws_.slot, Tm * K));
-    DSV4_RETURN_IF_ERROR(Ii(ws_.sel, Bm * topk));
-    DSV4_RETURN_IF_ERROR(Ii(ws_.n_sel, Bm));
+    DSV4_RETURN_IF_ERROR(Ii(ws_.sel, Bq * topk));
+    DSV4_RETURN_IF_ERROR(Ii(ws_.n_sel, Bq));
     DSV4_RETURN_IF_ERROR(Ii(ws_.logit_rows, Bm));
     DSV4_RETURN_IF_ERROR(Ii(ws_.tok_begin, Bm));
     DSV4_RETURN_IF_ERROR(Ii(ws_.n_tok, Bm));
@@ -149,6 +157,18 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
     DSV4_RETURN_IF_ERROR(Ii(ws_.tokens, Tm));
     DSV4_RETURN_IF_ERROR(Ii(ws_.pos, Tm));
     DSV4_ASSIGN_OR_RETURN(ws_.start_pos, arena_.alloc_n<int64_t>(Bm));
+    if (batched_) {
+        DSV4_RETURN_IF_ERROR(Ii(ws_.pf_tok_begin, Tm));
+        DSV4_RETURN_IF_ERROR(Ii(ws_.pf_n_tok, Tm));
+        DSV4_RETURN_IF_ERROR(Ii(ws_.pf_seq, Tm));
+        DSV4_ASSIGN_OR_RETURN(ws_.pf_start_pos, arena_.alloc_n<int64_t>(Tm));
+        DSV4_ASSIGN_OR_RETURN(ws_.pf_stage_from, arena_.alloc_n<int64_t>(Tm));
+        // Pseudo-sequence i is token i of the step: tok_begin i, one token (fixed for the runner's life).
+        std::vector<int32_t> iota(Tm), ones(Tm, 1);
+        for (size_t i = 0; i < Tm; ++i) iota[i] = int32_t(i);
+        DSV4_CU(cudaMemcpy(ws_.pf_tok_begin, iota.data(), Tm * sizeof(int32_t), cudaMemcpyHostToDevice));
+        DSV4_CU(cudaMemcpy(ws_.pf_n_tok, ones.data(), Tm * sizeof(int32_t), cudaMemcpyHostToDevice));
+    }
 
     // Gate ranges reset to -inf at sequence start.
     std::vector<int64_t> off, len;
@@ -183,6 +203,39 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
     return Status::ok();
 }
 
+Status CudaRunner::setup_prefill_gemm() {
+    const RuntimeOptions& rt = opt_.rt;
+    if (!rt.fast_kernels || rt.prefill_gemm_min_tokens <= 0 || opt_.max_tokens < rt.prefill_gemm_min_tokens)
+        return Status::ok();
+    // Scratch: the largest FP8 dense weight as bf16, and a slice of the widest x rows.
+    int64_t w_elems = 0, x_cols = 0;
+    for (const DevLayer& L : w_.layers)
+        for (const cuda::WeightDesc* w : {&L.wq_a, &L.wq_b, &L.wkv, &L.wo_a, &L.wo_b, &L.comp.wkv, &L.comp.wgate,
+                                          &L.idx_comp.wkv, &L.idx_comp.wgate, &L.idx_wq_b, &L.idx_wproj, &L.gate,
+                                          &L.sh_w1, &L.sh_w3, &L.sh_w2}) {
+            if (w->fmt == cuda::WFmt::kFp8E8M0) w_elems = std::max(w_elems, int64_t(w->N) * w->K);
+            x_cols = std::max<int64_t>(x_cols, w->K);
+        }
+    x_cols = std::max<int64_t>(x_cols, int64_t(cfg_.n_heads) * cfg_.head_dim);  // wo_a reads all heads' rows
+    gemm_.x_rows = std::min<int64_t>(opt_.max_tokens, 2048);
+    gemm_.x_cols = x_cols;
+    gemm_.w_scratch_elems = w_elems;
+    gemm_.min_tokens = rt.prefill_gemm_min_tokens;
+    DSV4_ASSIGN_OR_RETURN(gemm_.x_scratch, arena_.alloc(size_t(gemm_.x_rows * x_cols) * 2));
+    if (w_elems > 0) {
+        DSV4_ASSIGN_OR_RETURN(gemm_.w_scratch, arena_.alloc(size_t(w_elems) * 2));
+    }
+    constexpr size_t kCublasWorkspace = size_t(32) << 20;
+    DSV4_ASSIGN_OR_RETURN(void* cw, arena_.alloc(kCublasWorkspace));
+    if (cublasCreate(&gemm_.handle) != CUBLAS_STATUS_SUCCESS) {
+        gemm_.handle = nullptr;
+        return error(StatusCode::kInternal, "cuBLAS: cublasCreate failed (prefill GEMMs)");
+    }
+    if (cublasSetWorkspace(gemm_.handle, cw, kCublasWorkspace) != CUBLAS_STATUS_SUCCESS)
+        return error(StatusCode::kInternal, "cuBLAS: cublasSetWorkspace failed");
+    return Status::ok();
+}
+
 Status CudaRunner::apply_kernel_choices() {
     const RuntimeOptions& rt = opt_.rt;
     variant_ = cuda::attn_variant_by_name("");
@@ -210,9 +263,11 @@ Status CudaRunner::apply_kernel_choices() {
                                              [](int i) { return cuda::moe_expert_variant_name(i); });
         if (moe_variant_ < 0) return invalid_argument("option moe_variant: unknown variant '{}' (dsv4 decode-bench lists them)", rt.moe_variant);
     }
+    DSV4_RETURN_IF_ERROR(setup_prefill_gemm());
     auto stamp = [&](cuda::WeightDesc& w) {
         w.fast = rt.fast_kernels;
         w.gemv_variant = gemv;
+        w.gemm = gemm_.handle ? &gemm_ : nullptr;
     };
     stamp(w_.embed);
     stamp(w_.head);
@@ -286,6 +341,19 @@ Status CudaRunner::plan(const ForwardBatch& batch, bool decode_graph, HostPlan& 
     if (hp.T > opt_.max_tokens)
         return invalid_argument("{} tokens in one step, the CUDA runner takes {}", hp.T, opt_.max_tokens);
     hp.R = int(hp.logit_rows.size());
+    hp.batched = !decode_graph && batched_step(hp.max_t);
+    if (hp.batched) {
+        hp.pf_seq.resize(size_t(hp.T));
+        hp.pf_pos.resize(size_t(hp.T));
+        hp.pf_stage_from.resize(size_t(hp.T));
+        for (int s = 0; s < B; ++s)
+            for (int i = 0; i < hp.n_tok[s]; ++i) {
+                const size_t tok = size_t(hp.tok_begin[s] + i);
+                hp.pf_seq[tok] = s;
+                hp.pf_pos[tok] = hp.start_pos[s] + i;
+                hp.pf_stage_from[tok] = hp.start_pos[s];
+            }
+    }
     return Status::ok();
 }
 
@@ -302,6 +370,11 @@ Status CudaRunner::upload_plan(const HostPlan& hp) {
     DSV4_RETURN_IF_ERROR(up(ws_.tokens, hp.tokens.data(), hp.T * sizeof(int32_t)));
     DSV4_RETURN_IF_ERROR(up(ws_.pos, hp.pos.data(), hp.T * sizeof(int32_t)));
     DSV4_RETURN_IF_ERROR(up(ws_.logit_rows, rows.data(), rows.size() * sizeof(int32_t)));
+    if (hp.batched) {
+        DSV4_RETURN_IF_ERROR(up(ws_.pf_seq, hp.pf_seq.data(), hp.T * sizeof(int32_t)));
+        DSV4_RETURN_IF_ERROR(up(ws_.pf_start_pos, hp.pf_pos.data(), hp.T * sizeof(int64_t)));
+        DSV4_RETURN_IF_ERROR(up(ws_.pf_stage_from, hp.pf_stage_from.data(), hp.T * sizeof(int64_t)));
+    }
     // Pageable sources: wait before the host vectors go away.
     return cuda_ok(cudaStreamSynchronize(stream_), "plan upload");
 }
@@ -604,6 +677,21 @@ Result<DecodeGraphTiming> CudaRunner::time_decode_graph(const ForwardBatch& batc
     cudaEventDestroy(e1);
     DSV4_RETURN_IF_ERROR(s);
     return out;
+}
+
+Result<std::string> CudaRunner::profile_step(const ForwardBatch& batch) {
+    HostPlan hp;
+    DSV4_RETURN_IF_ERROR(plan(batch, false, hp));
+    DSV4_RETURN_IF_ERROR(upload_plan(hp));
+    OpProfile prof;
+    DSV4_CU(prof.reserve(65536));
+    prof_ = &prof;
+    Status s = run_step(hp.B, hp.T, hp.max_t, hp.R);
+    prof_ = nullptr;
+    DSV4_RETURN_IF_ERROR(s);
+    DSV4_CU(cudaStreamSynchronize(stream_));
+    DSV4_CU(prof.accumulate());
+    return prof.table(1);
 }
 
 }  // namespace cuda_runner_detail

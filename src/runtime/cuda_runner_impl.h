@@ -22,6 +22,7 @@
 #include "kernels/cuda/ops/fast_path.h"
 #include "kernels/cuda/ops/attn_variants.h"
 #include "kernels/cuda/ops/ops.h"
+#include "kernels/cuda/ops/prefill_gemm.h"
 #include "kernels/cuda/ops/sample_rows.h"
 #include "model/checkpoint.h"
 #include "model/load_plan.h"
@@ -62,6 +63,11 @@ struct Workspace {
     float* sd_ws = nullptr;
     int64_t row_cap = 0;        // entries of row_offs
     int64_t sd_seq_splits = 0;  // batch x splits the split workspace holds
+    // Batched prefill (attention_batched): one pseudo-sequence per token of the step, [max_tokens]
+    // each (n_tok all 1), and the staging rows after the pool's pages (stage_word, in words).
+    int32_t *pf_tok_begin = nullptr, *pf_n_tok = nullptr, *pf_seq = nullptr;
+    int64_t *pf_start_pos = nullptr, *pf_stage_from = nullptr;
+    int64_t stage_word = 0;
 };
 
 // Host copy of a step plan (pinned staging is not needed at these sizes).
@@ -69,6 +75,10 @@ struct HostPlan {
     int B = 0, T = 0, max_t = 0, R = 0;
     std::vector<int32_t> tok_begin, n_tok, page_table, tokens, pos, logit_rows;
     std::vector<int64_t> start_pos;
+    // Batched prefill steps: per token, its sequence, its position and its chunk's first position.
+    bool batched = false;
+    std::vector<int32_t> pf_seq;
+    std::vector<int64_t> pf_pos, pf_stage_from;
 };
 
 // Where init() takes the weights from when not from the RefModel/checkpoint (synthetic weights).
@@ -86,6 +96,7 @@ public:
         for (cudaEvent_t e : join_)
             if (e) cudaEventDestroy(e);
         if (fork_) cudaEventDestroy(fork_);
+        if (gemm_.handle) cublasDestroy(gemm_.handle);
         if (stream_) cudaStreamDestroy(stream_);
     }
 
@@ -105,6 +116,7 @@ public:
         return {pool_.base, layout_.page_bytes, opt_.n_pages, opt_.rt.kv_rows};
     }
     Result<DecodeGraphTiming> time_decode_graph(const ForwardBatch& batch, int warmup, int reps) override;
+    Result<std::string> profile_step(const ForwardBatch& batch) override;
     std::string variant_table() const override {
         return std::string("decode attention: ") +
                (fast_attn_ ? "sparse_decode (sm90 mma; option attn_variant / heuristic)\n" : "attn_decode (CUDA cores)\n") +
@@ -137,7 +149,18 @@ private:
     // Resolves opt_.rt's variant names against the registries (an unknown name is an error), stamps the
     // kernel choices into every weight descriptor and repacks the experts' codes (moe_layout).
     Status apply_kernel_choices();
+    // cuBLAS handle and scratch of the large-token dense linears (option prefill_gemm_min_tokens).
+    Status setup_prefill_gemm();
+    // Steps whose dense linears go through cuBLAS share its scratch: they run without side streams.
+    bool gemm_step(int T) const { return gemm_.handle && T >= gemm_.min_tokens; }
     Status attention(int l, const cuda::StepPlan& sp, int T, int max_t, int splits);
+    // The state and attention part of attention() for a batched prefill step (cuda_runner_prefill.cpp):
+    // staging, chunk compressors, the indexer and sparse_decode over pseudo-sequences of
+    // prefill_query_block tokens, ring write-back. ka/ia/ra/sa as attention() fills them.
+    Status attention_batched(const cuda::StepPlan& sp, int T, int max_t, bool csa, cuda::KvStepArgs& ka,
+                             cuda::IndexerArgs& ia, cuda::RowListArgs& ra, cuda::SparseDecodeArgs& sa, const float* rope);
+    // Batched prefill is built (fast attention, packed rows, option on) and used for steps with max_t > 1.
+    bool batched_step(int max_t) const { return batched_ && max_t > 1; }
     Status moe(int l, int T);
     cuda::StepPlan step_plan(int B) const;
 
@@ -180,6 +203,9 @@ private:
     int sd_variant_ = -1;                          // forced sparse_decode variant, -1 = heuristic
     int moe_variant_ = -1;                         // forced MXFP4 expert variant, -1 = heuristic
     bool fast_attn_ = false;
+    bool batched_ = false;  // batched prefill available (batched_step)
+    cuda::PrefillGemm gemm_;  // handle null: off
+    int pf_block_ = 1;      // query tokens per batched attention launch
     int n_sms_ = 1;
     int pt_stride_ = 0;
     int n_gate_ranges_ = 0;

@@ -19,7 +19,7 @@ Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, 
     // The projections of xn are independent until kv_step: q (then the indexer queries, which need
     // q_lat) on stream_, kv / compressor / indexer compressor + weights on side streams. At batch 1
     // each is a short, CTA-starved GEMV, so overlapping them fills the GPU.
-    const bool ov = opt_.rt.side_streams;
+    const bool ov = opt_.rt.side_streams && !gemm_step(T);
     const int n_side = !ov ? 0 : csa ? 3 : r > 0 ? 2 : 1;
     cudaStream_t s_kv = ov ? side_[0] : st, s_comp = ov ? side_[1] : st, s_idx = ov ? side_[2] : st;
     const void* xnb = nullptr;  // bf16 xn for every projection of xn (converted before the fork)
@@ -138,7 +138,11 @@ Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, 
             return error(StatusCode::kInternal, "sparse_decode: {} sequences x {} splits exceed the workspace ({})",
                          sa.batch, sd_splits, ws_.sd_seq_splits);
     }
-    for (int t = 0; t < max_t; ++t) {
+    if (batched_step(max_t)) {
+        if (!fast_attn_) return error(StatusCode::kInternal, "batched prefill without the fast attention path");
+        DSV4_RETURN_IF_ERROR(attention_batched(sp, T, max_t, csa, ka, ia, ra, sa, rope));
+    }
+    for (int t = 0; t < max_t && !batched_step(max_t); ++t) {
         ka.t = ia.t = aa.t = ra.t = t;
         mark("kv_step (ring+compressors)");
         DSV4_CU(cuda::kv_step(sp, pool_, ka, st));
@@ -183,7 +187,7 @@ Status CudaRunner::moe(int l, int T) {
     // [ep2] Under expert parallelism the shared expert of layer l runs on rank l % N only (the
     // ranks take turns, so no rank carries it in every layer); the others add no shared term.
     const bool shared_here = !ep_ || ep_->shared_expert_rank(l) == opt_.ep_rank;
-    const bool ov = opt_.rt.side_streams && shared_here;
+    const bool ov = opt_.rt.side_streams && shared_here && !gemm_step(T);
     const void* xnb = nullptr;  // bf16 xn for the shared expert and the router (converted before the fork)
     DSV4_RETURN_IF_ERROR(bf16_input(ws_.xn, d, T, ws_.xb_xn, st, &xnb));
     auto shared_expert = [&](cudaStream_t s) -> Status {  // ys = w2 SwiGLU(w1 xn, w3 xn)

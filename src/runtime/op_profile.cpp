@@ -25,8 +25,15 @@ void OpProfile::mark(const char* label, cudaStream_t st) {
     if (n_used_ >= events_.size()) return;
     labels_[n_used_] = label;
     // External: inside stream capture a plain record only expresses a dependency; this flag makes it
-    // an event-record node that really records (and times) when the graph replays.
-    if (cudaEventRecordWithFlags(events_[n_used_], st, cudaEventRecordExternal) == cudaSuccess) ++n_used_;
+    // an event-record node that really records (and times) when the graph replays. Outside capture
+    // (an eagerly profiled step) the flag is illegal and a plain record times the stream.
+    cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(st, &cs) != cudaSuccess) cs = cudaStreamCaptureStatusNone;
+    const cudaError_t e = cs == cudaStreamCaptureStatusActive
+                              ? cudaEventRecordWithFlags(events_[n_used_], st, cudaEventRecordExternal)
+                              : cudaEventRecord(events_[n_used_], st);
+    if (e == cudaSuccess) ++n_used_;
+    else (void)cudaGetLastError();  // a dropped mark must not fail the next launch's check
 }
 
 cudaError_t OpProfile::accumulate() {

@@ -1,4 +1,5 @@
-// OpProfile: where a captured decode step spends its device time, op class by op class. Marks
+// OpProfile: where a decode step (captured) or a prefill step (eager, CudaBenchRunner::profile_step)
+// spends its device time, op class by op class. Marks
 // record CUDA events on the step's stream (inside graph capture they become event-record nodes),
 // so one replay of the profiled graph gives the time between consecutive marks; the span after a
 // mark is charged to that mark's label and summed over layers. Bench-only (DSV4_OP_PROFILE=1 in

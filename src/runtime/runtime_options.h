@@ -46,6 +46,14 @@ struct RuntimeOptions {
     std::string moe_variant;   // MXFP4 expert GEMV
     // sparse_decode split-KV: CTAs the splits aim for (batch x head blocks x splits); 0 = 2 x SMs.
     int split_kv_target_ctas = 0;
+    // Prefill and mixed steps (more than one token of a sequence) on the fast attention path run
+    // the layer's attention for all query tokens at once (prefill_state.cu), in blocks of
+    // prefill_query_block tokens; false: kv_step + decode attention token by token (same bits).
+    bool batched_prefill = true;
+    int prefill_query_block = 256;
+    // From this many tokens in a step the FP8/BF16 dense linears run as cuBLAS bf16 GEMMs
+    // (kernels/cuda/ops/prefill_gemm.h; those steps run without side streams); 0: never.
+    int prefill_gemm_min_tokens = 512;
     // proxy-bench: after timing a point, the per-op table of the captured step (runtime/op_profile.h).
     bool op_profile = false;
 };

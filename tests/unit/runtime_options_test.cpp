@@ -24,6 +24,8 @@ TEST(RuntimeOptions, DefaultsAreTheDocumentedOnes) {
     EXPECT_EQ(o.x_bf16_min_tokens, 32);
     EXPECT_EQ(o.moe_layout, "pair-rotated");
     EXPECT_EQ(o.split_kv_target_ctas, 0);
+    EXPECT_TRUE(o.batched_prefill);
+    EXPECT_EQ(o.prefill_query_block, 256);
     EXPECT_FALSE(o.op_profile);
 }
 
@@ -42,7 +44,11 @@ TEST(RuntimeOptions, EnvironmentThenCommandLine) {
     EXPECT_EQ(o.x_bf16_min_tokens, 0);
     EXPECT_EQ(o.split_kv_target_ctas, 512);
     EXPECT_EQ(o.gemv_variant, "dense_gemm_kc.bt32_bh16_w4_s0.sm90");
-    ASSERT_TRUE(apply_runtime_settings(o, &orig, {"kv_rows=f32", "cuda_graphs=on", "side_streams=false"}).is_ok());
+    ASSERT_TRUE(apply_runtime_settings(o, &orig, {"kv_rows=f32", "cuda_graphs=on", "side_streams=false",
+                                                  "batched_prefill=0", "prefill_query_block=64"})
+                    .is_ok());
+    EXPECT_FALSE(o.batched_prefill);
+    EXPECT_EQ(o.prefill_query_block, 64);
     EXPECT_EQ(o.kv_rows, "f32");  // the command line wins over the environment
     EXPECT_TRUE(o.cuda_graphs);
     EXPECT_FALSE(o.side_streams);

@@ -42,9 +42,18 @@ void register_proxy_bench(CLI::App& app, CommandContext& ctx) {
     cmd->add_option("--time-budget", o->time_budget_s, "seconds; later points are skipped once exceeded (0: none)");
     cmd->add_flag("!--no-gemm-peak", o->gemm_peak, "skip the cuBLAS bf16 GEMM peak measurement");
     cmd->add_option("--gpus", o->gpus, "expert parallel over this many GPUs (NCCL; default 1)");
-    cmd->callback([&ctx, o, batches, contexts] {
+    auto plens = std::make_shared<std::string>(), pusers = std::make_shared<std::string>("1");
+    cmd->add_option("--prefill-lens", *plens, "comma-separated prompt lengths of the prefill points (none by default)");
+    cmd->add_option("--prefill-users", *pusers, "comma-separated concurrent prompts per prefill point (default 1)");
+    cmd->add_option("--prefill-chunk", o->prefill_chunk, "prefill: tokens of one sequence per step (default 4096)");
+    cmd->add_option("--prefill-step", o->prefill_step, "prefill: tokens of all sequences per step (default 8192)");
+    cmd->add_option("--prefill-reps", o->prefill_reps, "prefill: timed repetitions per point (default 3)");
+    cmd->add_flag("--prefill-only", o->prefill_only, "prefill points only (no decode points)");
+    cmd->callback([&ctx, o, batches, contexts, plens, pusers] {
         o->batches = int_list(*batches);
         o->contexts = int_list(*contexts);
+        o->prefill_lens = int_list(*plens);
+        o->prefill_users = int_list(*pusers);
         ctx.exit_code = run_proxy_bench(*o);
     });
 }

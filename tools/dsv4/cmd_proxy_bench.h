@@ -29,6 +29,15 @@ struct ProxyBenchOptions {
     double time_budget_s = 0;     // > 0: skip remaining points once the run has taken this long
     bool gemm_peak = true;        // measure the cuBLAS bf16 GEMM peak (TFLOP/s reference)
     int gpus = 1;                 // expert parallel over GPUs 0 .. gpus-1 (each generates only its experts)
+    // Prefill points (cmd_proxy_bench_prefill.cpp): fresh prompts of each length for each number of
+    // users, run through forward() in chunked-prefill steps; empty: none.
+    std::vector<int> prefill_lens;
+    std::vector<int> prefill_users{1};
+    int prefill_chunk = 4096;   // tokens of one sequence per step
+    int prefill_step = 8192;    // tokens of all sequences per step
+    int prefill_reps = 3;       // timed repetitions per point (median reported)
+    bool prefill_only = false;  // skip the decode points
+    bool op_profile_prefill = false;  // from option op_profile: per-op table of each 1-user point's first step
 };
 
 // Runs the benchmark; returns a process exit code. Without CUDA it prints why and returns 2.

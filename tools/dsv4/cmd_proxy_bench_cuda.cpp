@@ -30,6 +30,7 @@
 #include "runtime/multi_gpu_runner.h"
 #include "runtime/synthetic_context.h"
 #include "tools/dsv4/cmd_proxy_bench.h"
+#include "tools/dsv4/cmd_proxy_bench_prefill.h"
 
 
 namespace dsv4::cli {
@@ -259,18 +260,25 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
         return 2;
     }
     const KvLayout& layout = *layout_r;
-    const int max_b = batches.back();
+    int max_b = batches.back(), max_prompt = 0;
+    for (int u : o.prefill_users) max_b = std::max(max_b, u);
+    for (int L : o.prefill_lens) max_prompt = std::max(max_prompt, L);
+    const bool prefill = !o.prefill_lens.empty();
     int max_seqs = 1;
     while (max_seqs < max_b) max_seqs *= 2;
+    const int max_tokens = prefill ? std::max(max_seqs, o.prefill_step) : max_seqs;
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
     // Workspace: ~0.7 MB of f32 activations per token, logits, split-KV partials (64 heads x 32
     // splits x 512) per sequence; plus 0.5 GB of plan/score buffers and allocator slack.
-    const double ws_est = double(max_seqs) * (0.7e6 + 4.0 * double(cfg.vocab_size) + 4.0 * 64 * 32 * 513) + 0.5e9;
+    const double ws_est = double(max_seqs) * (0.7e6 + 4.0 * double(cfg.vocab_size) + 4.0 * 64 * 32 * 513) +
+                          double(max_tokens) * 0.7e6 + 0.5e9;
     const double pool_budget = double(free_b) - double(wb_gpu.total()) - ws_est - o.reserve_gb * 1e9;
     int64_t need_max = 0;
     for (int L : contexts)
         for (int B : batches) need_max = std::max(need_max, int64_t(B) * layout.pages_for_tokens(int64_t(L) + 1));
+    for (int L : o.prefill_lens)
+        for (int U : o.prefill_users) need_max = std::max(need_max, int64_t(U) * layout.pages_for_tokens(int64_t(L) + 1));
     const int64_t n_pages = std::max<int64_t>(
         std::min<int64_t>(need_max, int64_t(pool_budget / double(layout.page_bytes))), layout.pages_for_tokens(1));
     std::printf("memory per GPU (%d GPU%s): %.1f GB free; weights %.2f GB; workspace ~%.1f GB; reserve %.1f GB; pool "
@@ -283,8 +291,8 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
     ro.page_tokens = 64;
     ro.n_pages = n_pages;
     ro.max_seqs = max_seqs;
-    ro.max_tokens = max_seqs;
-    ro.max_context = int64_t(contexts.back()) + 64;
+    ro.max_tokens = max_tokens;
+    ro.max_context = std::max<int64_t>(int64_t(contexts.back()) + 64, max_prompt + 64);
     ro.rt = rt;
     ro.verbose = true;
     SyntheticWeightsOptions wo;
@@ -366,6 +374,7 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
     std::map<int, std::pair<int, double>> last_at;  // context -> (batch, median step us) last measured
     for (int B : batches) {
         for (int L : contexts) {
+            if (o.prefill_only) break;
             const int64_t P = layout.pages_for_tokens(int64_t(L) + 1);
             json pt{{"batch", B}, {"context", L}};
             if (int64_t(B) * P > n_pages) {
@@ -476,6 +485,8 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
             J["points"].push_back(pt);
         }
     }
+    o.op_profile_prefill = rt.op_profile;
+    if (prefill && !run_prefill_points(runner, cfg, wb_gpu, rows, layout, o, gemm_tf, J)) exit_code = 3;
     J["wall_s"] = elapsed();
     std::ofstream f(o.json);
     f << J.dump(1) << "\n";

@@ -18,6 +18,7 @@
 #include "core/dtype.h"
 #include "kernels/cuda/ops/fast_path.h"
 #include "kernels/cuda/ops/ops.h"
+#include "kernels/cuda/ops/prefill_gemm.h"
 #include "model/checkpoint.h"
 #include "model/quant.h"
 #include "runtime/cuda_fast_table.h"
@@ -149,6 +150,74 @@ TEST(CudaFastOps, LinearDispatchMatchesFp64AndCorrectFirst) {
         EXPECT_LT(err_simt, 4e-3);  // bf16 rounding of x (2^-9 relative per element)
         EXPECT_GT(err_simt, 0.0);   // the two paths really differ (bf16 vs f32 x)
     }
+}
+
+// Large-token calls through cuBLAS (prefill_gemm.h, WeightDesc::gemm): FP8 dequantised to bf16,
+// x rounded to bf16, f32 accumulation; against fp64 with the same bf16 x. Token counts at, above
+// and across the threshold and the x-slice size (3 slices of 96 rows), plain and grouped forms,
+// x given as f32 (rounded by the call) and as the caller's bf16 copy. Below the threshold the
+// call must take the GEMV kernels (same values up to the summation order).
+TEST(CudaFastOps, PrefillGemmMatchesFp64) {
+    SKIP_WITHOUT_GPU();
+    cuda::PrefillGemm g;
+    ASSERT_EQ(cublasCreate(&g.handle), CUBLAS_STATUS_SUCCESS);
+    g.min_tokens = 64;
+    g.x_rows = 96;
+    g.x_cols = 8 * 1024;
+    g.w_scratch_elems = 4096 * 1024;
+    Dev<uint16_t> xs(size_t(g.x_rows * g.x_cols)), ws(size_t(g.w_scratch_elems));
+    g.x_scratch = xs.p;
+    g.w_scratch = ws.p;
+    const LinearCase cases[] = {
+        {cuda::WFmt::kFp8E8M0, 1024, 1024, 64, 1}, {cuda::WFmt::kFp8E8M0, 512, 2048, 257, 1},
+        {cuda::WFmt::kFp8E8M0, 256, 1024, 200, 8}, {cuda::WFmt::kBF16, 512, 1024, 97, 1},
+        {cuda::WFmt::kBF16, 64, 4096, 130, 1},     {cuda::WFmt::kFp8E8M0, 4096, 512, 63, 1},
+    };
+    uint32_t seed = 900;
+    for (const LinearCase& c : cases)
+        for (bool given_bf16 : {false, true}) {
+            const int64_t rows = int64_t(c.groups) * c.N, ldx = int64_t(c.groups) * c.K;
+            const QMat q = quantise(randn(size_t(rows) * c.K, seed++, 0.05f), rows, c.K, c.fmt);
+            const auto x = randn(size_t(c.T) * ldx, seed++);
+            std::vector<uint16_t> xb(x.size());
+            for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]);
+            Dev<uint8_t> dw(q.data), ds(q.scale);
+            Dev<float> dx(x), dy(size_t(c.T) * rows);
+            Dev<uint16_t> dxb(xb);
+            cuda::WeightDesc w;
+            w.fmt = c.fmt;
+            w.data = dw.p;
+            w.scale = q.scale.empty() ? nullptr : ds.p;
+            w.N = int32_t(rows);
+            w.K = c.K;
+            w.gemm = &g;
+            const int npg = c.groups > 1 ? c.N : 0;
+            const int64_t gin = c.groups > 1 ? c.K : 0;
+            const std::string why = cuda::prefill_gemm_decline(g, w, npg, gin, ldx, rows, false, c.T);
+            EXPECT_EQ(why.empty(), c.T >= g.min_tokens) << why;
+            ASSERT_EQ(cuda::linear(w, -1, dx.p, ldx, npg, gin, dy.p, rows, c.T, false, nullptr,
+                                   given_bf16 ? static_cast<const void*>(dxb.p) : nullptr),
+                      cudaSuccess);
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+            const auto y = dy.get();
+            double err = 0;
+            for (int t = 0; t < c.T; ++t)
+                for (int64_t n = 0; n < rows; ++n) {
+                    const int64_t off = (c.groups > 1 ? n / c.N : 0) * c.K;
+                    double s = 0, abs_sum = 0;
+                    for (int k = 0; k < c.K; ++k) {
+                        const double xv = round_bf16(x[size_t(t) * ldx + off + k]);
+                        s += double(q.deq[size_t(n) * c.K + k]) * xv;
+                        abs_sum += std::fabs(double(q.deq[size_t(n) * c.K + k]) * xv);
+                    }
+                    err = std::max(err, std::fabs(double(y[size_t(t) * rows + n]) - s) / (abs_sum + 1e-30));
+                }
+            std::printf("[op prefill gemm] %-16s N=%4d K=%4d T=%3d groups=%d x %s: |y - fp64(bf16 x)| <= %.2e (x sum|w x|)%s\n",
+                        wfmt_name(c.fmt), c.N, c.K, c.T, c.groups, given_bf16 ? "bf16" : "f32 ", err,
+                        why.empty() ? " (cuBLAS)" : " (GEMV kernels)");
+            EXPECT_LT(err, 2e-5);
+        }
+    cublasDestroy(g.handle);
 }
 
 TEST(CudaFastOps, LinearDispatchDeclines) {

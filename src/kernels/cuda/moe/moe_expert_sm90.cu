@@ -217,6 +217,10 @@ const Entry kTable[] = {
     // Pair-rotated weights (docs/perf/ledger.md E17): the bitdqp form and its 2-way split-K.
     entry_mma<4, 1, 2, 4>(),
     entry_mma<4, 1, 2, 4, 1, 2>(),
+    // Measured and not instantiated any more (docs/perf/ledger.md E28): 16 and 32 tokens per pass on
+    // pair-rotated weights (entry_mma<4, 2 or 4, 2, 4>) for prefill chunks (dozens of rows per
+    // expert): the routed experts of a 4,096-token step took 498 ms instead of 394 (the 32-token
+    // down form spills; fewer CTAs fit per SM).
 };
 
 }  // namespace

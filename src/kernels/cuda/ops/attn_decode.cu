@@ -37,7 +37,7 @@ __global__ void attn_split_kernel(StepPlan plan, PagePool pool, AttnArgs a, int 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int h = hb * hpc + warp;
     const int D = a.D, dpl = D / 32;
-    const int32_t* table = plan.page_table + int64_t(s) * plan.pt_stride;
+    const int32_t* table = seq_table(plan, s);
     const RowSet rs = row_set(plan, a, s);
     const int chunk = (rs.n_rows + splits - 1) / splits;
     const int begin = split * chunk, end = min(rs.n_rows, begin + chunk);

@@ -50,15 +50,19 @@ __global__ void row_list_kernel(StepPlan plan, PagePool pool, RowListArgs a) {
         a.row_start[s] = int32_t(start);
         if (s == plan.n_seqs - 1) a.row_start[s + 1] = int32_t(start + n);
     }
-    const int32_t* table = plan.page_table + int64_t(s) * plan.pt_stride;
+    const int32_t* table = seq_table(plan, s);
     const int64_t per_word = 4 / a.unit_bytes;
     const int32_t words = pool.main.words;
     for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
         int64_t word;
         if (j < r.n_win) {
             const int64_t pos = r.p - r.n_win + 1 + j;
-            const int64_t e = a.ring_off + (pos % a.W) * words;  // state area element
-            word = int64_t(table[e / pool.page_elems]) * pool.page_elems + e % pool.page_elems;
+            if (a.stage_from && pos >= a.stage_from[s]) {
+                word = a.stage_word + (int64_t(plan.tok_begin[s]) + a.t - (r.p - pos)) * words;
+            } else {
+                const int64_t e = a.ring_off + (pos % a.W) * words;  // state area element
+                word = int64_t(table[e / pool.page_elems]) * pool.page_elems + e % pool.page_elems;
+            }
         } else {
             const int64_t w = a.csa ? a.sel[int64_t(s) * a.topk + (j - r.n_win)] : (j - r.n_win);
             word = comp_row_word(pool, table, a.ratio, a.row_off, words, w);

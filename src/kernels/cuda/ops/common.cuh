@@ -97,6 +97,11 @@ __device__ __forceinline__ float w_at(const WeightDesc& w, int e, int64_t n, int
     return 0.0f;
 }
 
+// Page table of plan entry s (StepPlan::table_row maps pseudo-sequences to their sequence's row).
+__device__ __forceinline__ const int32_t* seq_table(const StepPlan& plan, int s) {
+    return plan.page_table + int64_t(plan.table_row ? plan.table_row[s] : s) * plan.pt_stride;
+}
+
 // Element e of sequence s's state area (spans state pages; 64-bit arithmetic, B09).
 __device__ __forceinline__ float* state_ptr(const PagePool& p, const int32_t* table, int64_t e) {
     return p.base + int64_t(table[e / p.page_elems]) * p.page_elems + e % p.page_elems;

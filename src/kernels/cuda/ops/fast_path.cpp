@@ -17,6 +17,7 @@
 #include "kernels/cuda/gemm/dense_gemv_sm90.h"
 #include "kernels/cuda/moe/moe.h"
 #include "kernels/cuda/moe/moe_sm90.h"
+#include "kernels/cuda/ops/prefill_gemm.h"
 #include "kernels/cuda/ops/simt.h"
 
 namespace dsv4::cuda {
@@ -123,6 +124,10 @@ std::string moe_fast_decline(const MoeArgs& a) {
 cudaError_t linear(const WeightDesc& w, int expert, const float* x, int64_t ldx, int n_per_group, int64_t group_in,
                    float* y, int64_t ldy, int T, bool accumulate, cudaStream_t st, const void* x_bf16) {
     if (T <= 0 || w.N <= 0) return cudaSuccess;
+    if (w.fast && w.gemm && aligned16(x) &&
+        *prefill_gemm_decline(*w.gemm, w, n_per_group, group_in, ldx, ldy, accumulate, T) == '\0')
+        return prefill_gemm_linear(*w.gemm, w, x, x_bf16 && aligned16(x_bf16) ? x_bf16 : nullptr, ldx, n_per_group,
+                                   group_in, y, ldy, T, st);
     if (w.fast && aligned16(x) && linear_fast_decline(w, n_per_group, group_in, ldx, ldy, accumulate).empty()) {
         DenseGemvArgs g = gemv_args(w, n_per_group, group_in, ldx, T);
         const int64_t e = expert > 0 ? expert : 0;

@@ -38,7 +38,7 @@ __global__ void indexer_score_kernel(StepPlan plan, PagePool pool, IndexerArgs a
     const float* hw = a.w + tok * a.IH;
     for (int i = threadIdx.x; i < a.IH * a.ID; i += blockDim.x) qs[(i / a.ID) * ldq + i % a.ID] = q[i];
     __syncthreads();
-    const int32_t* table = plan.page_table + int64_t(s) * plan.pt_stride;
+    const int32_t* table = seq_table(plan, s);
     float* scores = a.scores + int64_t(s) * a.max_rows;
     const int64_t w_end = n_c < w0 + kKeysPerCta ? n_c : w0 + kKeysPerCta;
     for (int64_t w = w0 + warp; w < w_end; w += nw) {
@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(kMmaThreads, 3) indexer_score_dmma16_kernel(St
             wh[ht][r] = h < IH ? double(a.w[tok * IH + h]) : 0.0;
         }
     __syncthreads();
-    const int32_t* table = plan.page_table + int64_t(s) * plan.pt_stride;
+    const int32_t* table = seq_table(plan, s);
     float* scores = a.scores + int64_t(s) * a.max_rows;
     const bool bf16_rows = pool.index.fmt == 1 && ((a.idx_row_off | pool.page_elems | pool.index.words) & 1) == 0;
     const int n_chunks = S8 / 4;  // 4 steps per chunk: 4 contiguous dims of each of the lane's two runs

@@ -7,7 +7,7 @@
 // Shared memory: one entry (dim floats, dynamic) + 32 doubles. Bound: memory / latency (tiny
 // amounts of data per token; the pooling reads kappa*r*kappa*c state elements per closed window).
 // State elements are addressed through the page table (state areas may straddle pages).
-#include "kernels/cuda/ops/common.cuh"
+#include "kernels/cuda/ops/compressor.cuh"
 
 namespace dsv4::cuda {
 
@@ -15,14 +15,14 @@ namespace {
 __global__ void reset_zero_kernel(StepPlan plan, PagePool pool, int64_t state_elems) {
     const int s = blockIdx.y;
     if (plan.n_tok[s] <= 0 || plan.start_pos[s] != 0) return;
-    const int32_t* table = plan.page_table + int64_t(s) * plan.pt_stride;
+    const int32_t* table = seq_table(plan, s);
     for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < state_elems; e += int64_t(gridDim.x) * blockDim.x)
         *state_ptr(pool, table, e) = 0.0f;
 }
 __global__ void reset_gate_kernel(StepPlan plan, PagePool pool, const int64_t* off, const int64_t* len, int n_ranges) {
     const int s = blockIdx.y;
     if (plan.n_tok[s] <= 0 || plan.start_pos[s] != 0) return;
-    const int32_t* table = plan.page_table + int64_t(s) * plan.pt_stride;
+    const int32_t* table = seq_table(plan, s);
     for (int r = 0; r < n_ranges; ++r)
         for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < len[r]; e += int64_t(gridDim.x) * blockDim.x)
             *state_ptr(pool, table, off[r] + e) = kNegInf;
@@ -40,34 +40,12 @@ __device__ void compressor_step(const CompressorArgs& c, const PagePool& pool, c
     }
     __syncthreads();
     if ((p + 1) % r != 0) return;  // uniform across the block
-    const int n_slots = c.overlap ? 2 * r : r;
-    double ss = 0.0;
-    for (int ch = threadIdx.x; ch < dim; ch += blockDim.x) {
-        float mx = kNegInf;
-        for (int j = 0; j < n_slots; ++j) {
-            const int64_t off = int64_t(j) * width + ((c.overlap && j >= r) ? dim : 0) + ch;
-            mx = fmaxf(mx, *state_ptr(pool, table, c.gate_off + off));
-        }
-        float den = 0.0f, num = 0.0f;
-        for (int j = 0; j < n_slots; ++j) {
-            const int64_t off = int64_t(j) * width + ((c.overlap && j >= r) ? dim : 0) + ch;
-            const float g = *state_ptr(pool, table, c.gate_off + off);
-            const float e = (g == kNegInf) ? 0.0f : expf(g - mx);
-            den += e;
-            num += e * *state_ptr(pool, table, c.kv_off + off);
-        }
-        const float v = num / den;
-        entry[ch] = v;
-        ss += double(v) * v;
-    }
-    ss = block_sum_d(ss, red);
-    const float inv = 1.0f / sqrtf(float(ss / double(dim)) + eps);
-    for (int ch = threadIdx.x; ch < dim; ch += blockDim.x) entry[ch] = entry[ch] * inv * c.norm[ch];
-    __syncthreads();
-    const int64_t w = p / r;
-    for (int i = threadIdx.x; i < rope_dim / 2; i += blockDim.x) rope_pair(entry, dim, rope_dim, inv_freq, w * r, i, false);
-    __syncthreads();
-    store_row_block(entry, comp_row_ptr(pool, table, r, c.row_off, c.fmt.words, w), c.fmt);
+    emit_compressed_row(c, pool, table, p / r, inv_freq, rope_dim, eps, entry, red,
+                        [&](int j, int ch, float* g, float* v) {
+                            const int64_t off = int64_t(j) * width + int64_t(slot_half(c, j)) * dim + ch;
+                            *g = *state_ptr(pool, table, c.gate_off + off);
+                            *v = *state_ptr(pool, table, c.kv_off + off);
+                        });
     if (c.overlap) {
         for (int64_t i = threadIdx.x; i < int64_t(r) * width; i += blockDim.x) {
             *state_ptr(pool, table, c.kv_off + i) = *state_ptr(pool, table, c.kv_off + int64_t(r) * width + i);
@@ -90,7 +68,7 @@ __global__ void kv_step_kernel(StepPlan plan, PagePool pool, KvStepArgs a) {
     __shared__ double red[32];
     const int s = blockIdx.x;
     if (a.t >= plan.n_tok[s]) return;
-    const int32_t* table = plan.page_table + int64_t(s) * plan.pt_stride;
+    const int32_t* table = seq_table(plan, s);
     const int64_t tok = plan.tok_begin[s] + a.t;
     const int64_t p = plan.start_pos[s] + a.t;
     const int64_t ring_row = a.ring_off + (p % a.W) * pool.main.words;

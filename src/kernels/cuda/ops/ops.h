@@ -42,6 +42,8 @@ struct WeightDesc {
     // registry index where it is legal for the call (else the heuristic).
     bool fast = true;
     int32_t gemv_variant = -1;
+    // Large-token calls (prefill) through cuBLAS (prefill_gemm.h) when set and the call qualifies.
+    const struct PrefillGemm* gemm = nullptr;
 };
 
 // Per-step plan in device memory.
@@ -54,6 +56,9 @@ struct StepPlan {
     int32_t pt_stride = 0;
     const int32_t* tokens;       // [T]
     const int32_t* pos;          // [T] absolute positions
+    // [B] page-table row of each entry, or null (entry s uses row s). Batched prefill runs its
+    // query tokens as one-token pseudo-sequences that share their sequence's page table.
+    const int32_t* table_row = nullptr;
 };
 
 // Stored geometry of one cached row (model/kv_rows.h KvRowSpec flattened for device code).
@@ -176,6 +181,30 @@ cudaError_t kv_step(const StepPlan& plan, const PagePool& pool, const KvStepArgs
 cudaError_t write_kv_rows(const float* src, int64_t n, const int64_t* dst_words, float* base, const RowFormat& f,
                           cudaStream_t st);
 
+// ---- prefill_state.cu -----------------------------------------------------------------------
+// Batched prefill: what kv_step does token by token, for every token of the step at once, so the
+// layer's attention can run all query tokens together (as one-token pseudo-sequences, see
+// StepPlan::table_row and RowListArgs::stage_from). Order within a layer:
+//   stage_kv_rows -> compress_chunk -> compress_state_chunk -> attention -> ring_write_chunk.
+// The result (ring, compressor state rows that are read again, compressed rows) equals running
+// kv_step for t = 0 .. max_t - 1, bit for bit: the rows are pooled by the same device code
+// (compressor.cuh) and stored by the same writer.
+//
+// Rows of a.kv [T, D] (f32) stored in the pool's main format at stage_word + i * main.words
+// (the staging area: T rows after the pages, one contiguous block).
+cudaError_t stage_kv_rows(const PagePool& pool, const float* kv, int T, int64_t stage_word, cudaStream_t st);
+// Every compressed row whose window closes inside a sequence's chunk (positions start_pos ..
+// start_pos + n_tok - 1), pooled from the chunk's projections and, for window slots before the
+// chunk, the state rows; max_t bounds n_tok.
+cudaError_t compress_chunk(const StepPlan& plan, const PagePool& pool, const KvStepArgs& a, int max_t, cudaStream_t st);
+// The compressor state rows as token-at-a-time processing leaves them (the rows later windows
+// read: the open window's tokens and, with overlap, the last closed window). After compress_chunk.
+cudaError_t compress_state_chunk(const StepPlan& plan, const PagePool& pool, const KvStepArgs& a, cudaStream_t st);
+// The last min(n_tok, W) staging rows of each sequence copied to their ring slots. After the
+// layer's attention has read the ring.
+cudaError_t ring_write_chunk(const StepPlan& plan, const PagePool& pool, const KvStepArgs& a, int64_t stage_word,
+                             cudaStream_t st);
+
 // ---- indexer.cu -----------------------------------------------------------------------------
 struct IndexerArgs {
     int t = 0, ratio = 0, IH = 0, ID = 0, topk = 0;
@@ -238,6 +267,12 @@ struct RowListArgs {
     int64_t* offsets = nullptr;         // out [capacity]: pool offsets of each row, sequence by sequence
     int32_t* row_start = nullptr;       // out [B + 1]: CSR bounds
     int64_t capacity = 0;               // rows beyond it are dropped (size it B x max rows per sequence)
+    // Batched prefill (prefill_state.cu): window positions >= stage_from[s] are read from the
+    // step's staging rows instead of the ring (the ring is written back after the layer's
+    // attention). Staging row i (the step's token i) starts at pool word stage_word + i * main.words;
+    // position q of entry s is token tok_begin[s] + t - (p - q). Null: ring only.
+    const int64_t* stage_from = nullptr;  // [B]
+    int64_t stage_word = 0;
 };
 // Rows of sequence s (query position p = start_pos + t): window slots (p - n_win + 1 .. p) mod W
 // oldest first, n_win = min(p + 1, W); then CSA: sel[s, 0 .. n_sel), HCA: w = 0 .. (p+1)/ratio.

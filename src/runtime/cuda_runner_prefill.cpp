@@ -1,0 +1,65 @@
+// CudaRunner's batched prefill attention (see cuda_runner_impl.h, attention_batched). Why: the
+// token-at-a-time path launches kv_step, the indexer and the decode attention once per token of the
+// longest chunk (about 7 launches x 4096 tokens per layer for a 4K prompt, ~800 tokens/s on the
+// 20-layer proxy, ledger E23). Here each layer's state work is a few launches for the whole step
+// and the query tokens run as one-token pseudo-sequences through the same decode kernels:
+//   1. the step's K=V rows are written to staging rows in the pool's format;
+//   2. every compressed row whose window closes inside a chunk is pooled (compress_chunk), then
+//      the compressor state rows are left as the token loop leaves them (compress_state_chunk);
+//   3. per block of prefill_query_block tokens: indexer scores + top-k (CSA), row lists (window
+//      positions inside the chunk from staging, earlier ones from the ring), q to bf16,
+//      sparse_decode, the inverse-RoPE output rows;
+//   4. the ring gets each sequence's last W rows (ring_write_chunk).
+// A pseudo-sequence sees exactly the rows its token saw in the loop (window positions <= p,
+// compressed windows closed at or before p), in the same order, so the output is bit-identical.
+#include "runtime/cuda_runner_impl.h"
+
+namespace dsv4::cuda_runner_detail {
+
+Status CudaRunner::attention_batched(const cuda::StepPlan& sp, int T, int max_t, bool csa, cuda::KvStepArgs& ka,
+                                     cuda::IndexerArgs& ia, cuda::RowListArgs& ra, cuda::SparseDecodeArgs& sa,
+                                     const float* rope) {
+    cudaStream_t st = stream_;
+    const int H = cfg_.n_heads, D = cfg_.head_dim, R = cfg_.rope_dim;
+    mark("prefill: stage rows + chunk compressors");
+    DSV4_CU(cuda::stage_kv_rows(pool_, ka.kv, T, ws_.stage_word, st));
+    if (ka.n_comp > 0) {
+        DSV4_CU(cuda::compress_chunk(sp, pool_, ka, max_t, st));
+        DSV4_CU(cuda::compress_state_chunk(sp, pool_, ka, st));
+    }
+    ra.t = ia.t = 0;
+    ra.stage_word = ws_.stage_word;
+    for (int q0 = 0; q0 < T; q0 += pf_block_) {
+        cuda::StepPlan qp = sp;  // pseudo-sequences q0 .. q0 + nq - 1: token i of the step each
+        qp.n_seqs = std::min(pf_block_, T - q0);
+        qp.tok_begin = ws_.pf_tok_begin + q0;
+        qp.n_tok = ws_.pf_n_tok + q0;
+        qp.start_pos = ws_.pf_start_pos + q0;
+        qp.table_row = ws_.pf_seq + q0;
+        ra.stage_from = ws_.pf_stage_from + q0;
+        if (csa) {
+            mark("prefill: indexer scores + top-k");
+            DSV4_CU(cuda::indexer_scores(qp, pool_, ia, st));
+            DSV4_CU(cuda::indexer_select(qp, ia, st));
+        }
+        mark("prefill: row lists + q bf16");
+        DSV4_CU(cuda::build_row_lists(qp, pool_, ra, st));
+        DSV4_CU(cuda::q_rows_bf16(qp, 0, ws_.q, H * D, ws_.qb, st));
+        mark("prefill: sparse_decode");
+        sa.batch = qp.n_seqs;
+        const int64_t splits = cuda::sparse_decode_splits_for(sa);
+        if (int64_t(sa.batch) * splits > ws_.sd_seq_splits)
+            return error(StatusCode::kInternal, "sparse_decode: {} query tokens x {} splits exceed the workspace ({})",
+                         sa.batch, splits, ws_.sd_seq_splits);
+        DSV4_RETURN_IF_ERROR(cuda::sparse_decode_launch(sa, st));
+        mark("prefill: attn out (inv rope)");
+        DSV4_CU(cuda::attn_out_rows(qp, 0, ws_.ob, H, D, rope, R, ws_.o, st));
+    }
+    sa.batch = sp.n_seqs;
+    ra.stage_from = nullptr;
+    mark("prefill: ring write-back");
+    DSV4_CU(cuda::ring_write_chunk(sp, pool_, ka, ws_.stage_word, st));
+    return Status::ok();
+}
+
+}  // namespace dsv4::cuda_runner_detail

@@ -1,0 +1,189 @@
+// Batched prefill (RuntimeOptions::batched_prefill, src/kernels/cuda/ops/prefill_state.cu) against
+// the token-at-a-time path it replaces, on the fast attention path (head_dim 512, fp8 and bf16
+// rows): the same script of steps on three runners (token loop; batched in blocks of 7 query
+// tokens; batched in blocks of 256) must give bit-identical logits in every step, including the
+// decode steps after the prefill, which read the ring, the compressor state rows and the compressed
+// rows the batched path left. The script mixes what a serving step holds: a prefill chunk beside
+// decoding sequences, chunks that start and end mid-window (ratio 4, 16 and 128 boundaries and the
+// sliding window), a chunk longer than the window, and one-token chunks. split_kv_target_ctas is 1
+// so that sparse_decode uses one split whatever the batch (split-KV rounding depends on the
+// number of splits, which depends on the batch; that is not what this test is about).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/weights.h"
+#include "runtime/cuda_runner.h"
+#include "runtime/runner_factory.h"
+#include "runtime/ref_runner.h"
+#include "tests/kernels/cuda_runner/cuda_test_util.h"
+
+namespace dsv4 {
+namespace {
+
+std::vector<int32_t> ids(int n, int64_t vocab, uint32_t seed) {
+    std::mt19937 g(seed);
+    std::vector<int32_t> v(static_cast<size_t>(n));
+    for (auto& x : v) x = int32_t(g() % uint32_t(vocab));
+    return v;
+}
+
+// head_dim 512 at small width: window 32, CSA r4 (top-8), HCA r16.
+ModelConfig small_config() {
+    ModelConfig c = tiny_model_config();
+    c.vocab_size = 1024;
+    c.hidden_size = 64;
+    c.n_layers = 4;
+    c.n_heads = 16;
+    c.head_dim = 512;
+    c.rope_dim = 64;
+    c.q_lora_rank = 64;
+    c.o_lora_rank = 32;
+    c.o_groups = 2;
+    c.sliding_window = 32;
+    c.compress_ratios = {0, 4, 16, 4};
+    c.layer_types = {AttnType::kSliding, AttnType::kCSA, AttnType::kHCA, AttnType::kCSA};
+    c.mlp_types = {MoeRouting::kHash, MoeRouting::kLearned, MoeRouting::kLearned, MoeRouting::kLearned};
+    c.index_n_heads = 4;
+    c.index_head_dim = 64;
+    c.index_topk = 8;
+    c.n_routed_experts = 8;
+    c.n_experts_per_tok = 2;
+    c.moe_intermediate_size = 32;
+    return c;
+}
+
+// DeepSeek-V4-Flash's attention geometry at small width: 64 heads x 512, window 128, CSA r4 with
+// the top-512 indexer (64 heads x 128), HCA r128.
+ModelConfig flash_geometry_config() {
+    ModelConfig c = small_config();
+    c.n_layers = 3;
+    c.n_heads = 64;
+    c.o_groups = 8;
+    c.sliding_window = 128;
+    c.compress_ratios = {0, 4, 128};
+    c.layer_types = {AttnType::kSliding, AttnType::kCSA, AttnType::kHCA};
+    c.mlp_types = {MoeRouting::kHash, MoeRouting::kLearned, MoeRouting::kLearned};
+    c.index_n_heads = 64;
+    c.index_head_dim = 128;
+    c.index_topk = 512;
+    return c;
+}
+
+// One step: per sequence, the tokens it runs (empty: not in the step).
+using Step = std::vector<std::vector<int32_t>>;
+
+// The script's logits rows, step by step, in batch order.
+std::vector<std::vector<float>> run_script(ModelRunner& r, const std::vector<Step>& script, int64_t max_len) {
+    const size_t B = script[0].size();
+    SimplePagePool pool(r.n_pages());
+    std::vector<std::vector<int32_t>> tables(B);
+    std::vector<int64_t> pos(B, 0);
+    for (auto& t : tables) EXPECT_TRUE(pool.grow(t, r.kv_layout().pages_for_tokens(max_len)));
+    std::vector<std::vector<float>> all;
+    for (const Step& st : script) {
+        ForwardBatch b;
+        for (size_t s = 0; s < B; ++s)
+            if (!st[s].empty()) b.seqs.push_back(SeqChunk{int64_t(s) + 1, st[s], pos[s], true, tables[s]});
+        std::vector<std::vector<float>> out;
+        const Status s = r.forward(b, out);
+        EXPECT_TRUE(s.is_ok()) << s.to_string();
+        if (!s.is_ok()) return all;
+        for (size_t i = 0; i < B; ++i) pos[i] += int64_t(st[i].size());
+        all.insert(all.end(), out.begin(), out.end());
+    }
+    return all;
+}
+
+// Three sequences: chunk sizes chosen so that chunks start and end off every window boundary.
+std::vector<Step> script_for(int64_t V, const std::vector<std::vector<int>>& chunks, int n_decode) {
+    std::vector<Step> script;
+    const size_t B = chunks.size();
+    size_t n_steps = 0;
+    for (const auto& c : chunks) n_steps = std::max(n_steps, c.size());
+    uint32_t seed = 100;
+    for (size_t k = 0; k < n_steps; ++k) {
+        Step st(B);
+        for (size_t s = 0; s < B; ++s)
+            if (k < chunks[s].size() && chunks[s][k] > 0) st[s] = ids(chunks[s][k], V, seed++);
+        script.push_back(st);
+    }
+    for (int k = 0; k < n_decode; ++k) {
+        Step st(B);
+        for (size_t s = 0; s < B; ++s) st[s] = ids(1, V, seed++);
+        script.push_back(st);
+    }
+    return script;
+}
+
+void expect_batched_equals_loop(const ModelConfig& cfg, const char* rows, const std::vector<Step>& script,
+                                int64_t max_len, int max_tokens) {
+    ASSERT_TRUE(cfg.validate().is_ok());
+    auto model = std::make_shared<const RefModel>(cfg, ModelWeights::random(cfg, 17), RefNumerics{});
+    std::vector<std::vector<float>> out[3];
+    const int blocks[3] = {0, 7, 256};  // 0: token loop
+    for (int v = 0; v < 3; ++v) {
+        CudaRunnerOptions o;
+        o.rt.kv_rows = rows;
+        o.rt.batched_prefill = blocks[v] > 0;
+        o.rt.prefill_query_block = blocks[v] > 0 ? blocks[v] : 256;
+        o.rt.split_kv_target_ctas = 1;
+        o.max_seqs = 4;
+        o.max_tokens = max_tokens;
+        o.max_context = int(max_len);
+        o.n_pages = 4000;
+        o.verbose = false;
+        auto gpu = make_cuda_runner(model, "", o);
+        ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
+        out[v] = run_script(**gpu, script, max_len);
+    }
+    ASSERT_EQ(out[1].size(), out[0].size());
+    ASSERT_EQ(out[2].size(), out[0].size());
+    size_t differing[3] = {0, 0, 0};
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < out[0].size(); ++i)
+        for (int v = 1; v < 3; ++v) {
+            ASSERT_EQ(out[v][i].size(), out[0][i].size());
+            bool same = true;
+            for (size_t j = 0; j < out[0][i].size(); ++j) {
+                const double d = std::fabs(double(out[v][i][j]) - out[0][i][j]);
+                worst = std::max(worst, d);
+                scale = std::max(scale, double(std::fabs(out[0][i][j])));
+                same = same && out[v][i][j] == out[0][i][j];
+            }
+            differing[v] += !same;
+        }
+    std::printf("[batched prefill] %s rows, %d heads, window %d: %zu logit rows; rows differing from the token loop: "
+                "block 7 %zu, block 256 %zu (max |diff| %.3g, logit scale %.3g)\n",
+                rows, cfg.n_heads, cfg.sliding_window, out[0].size(), differing[1], differing[2], worst, scale);
+    EXPECT_EQ(differing[1], 0u);
+    EXPECT_EQ(differing[2], 0u);
+    EXPECT_GT(scale, 0.0);
+}
+
+TEST(CudaBatchedPrefill, BitIdenticalToTheTokenLoopSmall) {
+    SKIP_WITHOUT_GPU();
+    const ModelConfig cfg = small_config();
+    // seq 0: 1, 45, 3, 70 tokens (crosses the 32-row window twice, HCA r16 at odd offsets);
+    // seq 1: decodes beside seq 0's chunks after a 17-token start; seq 2 joins late with 38 + 1.
+    const auto script = script_for(cfg.vocab_size, {{1, 45, 3, 70, 0}, {17, 1, 1, 1, 1}, {0, 0, 38, 1, 33}}, 10);
+    for (const char* rows : {"fp8", "bf16"}) expect_batched_equals_loop(cfg, rows, script, 512, 256);
+}
+
+TEST(CudaBatchedPrefill, BitIdenticalToTheTokenLoopFlashGeometry) {
+    SKIP_WITHOUT_GPU();
+    const ModelConfig cfg = flash_geometry_config();
+    // seq 0 reaches 2,400 positions (600 compressed CSA rows: the top-512 selects; 18 HCA rows) in
+    // chunks of 1, 700, 1,699; seq 1 decodes beside it; seq 2 runs 130 + 129 (past the window).
+    const auto script =
+        script_for(cfg.vocab_size, {{1, 700, 1699, 0}, {5, 1, 1, 1}, {0, 130, 129, 1}}, 6);
+    expect_batched_equals_loop(cfg, "fp8", script, 2560, 2048);
+}
+
+}  // namespace
+}  // namespace dsv4
