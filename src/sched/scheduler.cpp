@@ -76,6 +76,9 @@ StepPlan Scheduler::schedule() {
         if (seq->n_pending() != 1 || seq->n_computed == 0) continue;
         if (make_room(seq, int64_t(seq->tokens.size()))) add_chunk(seq, 1);
     }
+    // Prefill room: the rest of the budget, capped when the step decodes (max_prefill_tokens_with_decode).
+    if (plan.n_decode_tokens > 0 && cfg_.max_prefill_tokens_with_decode > 0)
+        budget = std::min(budget, cfg_.max_prefill_tokens_with_decode);
     // 2. Unfinished prefills of running sequences.
     snapshot = running_;
     for (Sequence* seq : snapshot) {

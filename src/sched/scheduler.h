@@ -22,6 +22,12 @@ struct SchedulerConfig {
     int max_running = 64;               // sequences in the running set
     int64_t max_tokens_per_step = 512;  // token budget of one forward (prefill + decode)
     int64_t max_prefill_chunk = 512;    // largest prefill slice of one sequence in one step
+    // Prefill tokens of a step that also decodes (0: only the step budget bounds them). Why: a
+    // 4,096-token chunk makes that step several times a decode step, and every decoding sequence
+    // waits for it (inter-token latency p99 1.2 s against an 81 ms median at 64 users, ledger E28);
+    // a smaller share per mixed step spreads a prompt over more steps instead. Steps without
+    // decodes still take max_tokens_per_step.
+    int64_t max_prefill_tokens_with_decode = 0;
 };
 
 struct ScheduledChunk {

@@ -15,6 +15,8 @@
 #include "sched/engine.h"
 #include "sched/engine_core.h"
 #include "sched/fake_runner.h"
+#include "sched/scheduler.h"
+#include "model/weights.h"
 
 namespace dsv4 {
 namespace {
@@ -58,6 +60,7 @@ struct RunSetup {
     int max_running = 64;
     int64_t n_pages = 4096;
     uint64_t shuffle = 0;
+    int64_t with_decode = 0;  // SchedulerConfig::max_prefill_tokens_with_decode
 };
 
 // Runs every job to completion through one EngineCore; returns per-job results.
@@ -69,7 +72,7 @@ std::vector<Collected> run_jobs(const std::vector<Job>& jobs, const RunSetup& rs
     FakeRunner runner(fo);
     EngineConfig cfg;
     cfg.sched = {.max_running = rs.max_running, .max_tokens_per_step = rs.budget,
-                 .max_prefill_chunk = rs.chunk};
+                 .max_prefill_chunk = rs.chunk, .max_prefill_tokens_with_decode = rs.with_decode};
     cfg.page_shuffle_seed = rs.shuffle;
     EngineStats stats;
     EngineCore core(runner, cfg, stats);
@@ -198,6 +201,8 @@ TEST(EngineInvariance, AloneMixedChunkedPagedPreempted) {
         {.budget = 40, .chunk = 17, .max_running = 2},
         // Few pages: forces preemption by recompute.
         {.budget = 256, .chunk = 64, .n_pages = 40, .shuffle = 5},
+        // Prefill capped at 9 tokens in steps that also decode.
+        {.budget = 512, .chunk = 256, .with_decode = 9},
     };
     for (const auto& rs : setups) {
         int64_t preempted = 0, used = -1;
@@ -211,6 +216,47 @@ TEST(EngineInvariance, AloneMixedChunkedPagedPreempted) {
                     << " chunk " << rs.chunk << " pages " << rs.n_pages;
             EXPECT_EQ(got[i].finish[0], FinishReason::kLength);
         }
+    }
+}
+
+// max_prefill_tokens_with_decode: a step that decodes carries at most that many prefill tokens;
+// a step without decodes still takes the whole budget; 0 leaves the budget alone.
+TEST(Scheduler, PrefillShareOfStepsThatDecode) {
+    for (int64_t cap : {int64_t(0), int64_t(48)}) {
+        const KvLayout layout = *KvLayout::make(tiny_model_config(), 16, 4);
+        PageAllocator pages(4096, 0);
+        Scheduler sched({.max_running = 8, .max_tokens_per_step = 1000, .max_prefill_chunk = 300,
+                         .max_prefill_tokens_with_decode = cap},
+                        layout, pages);
+        auto add = [&](int64_t id, int len) {
+            auto q = std::make_unique<Sequence>();
+            q->seq_id = id;
+            q->request_id = uint64_t(id);
+            q->tokens = make_prompt(len, uint64_t(id));
+            q->n_prompt = len;
+            sched.add(std::move(q));
+        };
+        add(1, 20);
+        StepPlan p = sched.schedule();  // no decodes yet: the whole 20-token prompt
+        EXPECT_EQ(p.n_prefill_tokens, 20);
+        sched.commit(p);
+        p.chunks[0].seq->tokens.push_back(7);  // its first output token: now it decodes
+        add(2, 700);
+        add(3, 500);
+        p = sched.schedule();
+        EXPECT_EQ(p.n_decode_tokens, 1);
+        EXPECT_EQ(p.n_prefill_tokens, cap > 0 ? cap : 600) << "cap " << cap;  // else 2 chunks of 300
+        sched.commit(p);
+        Sequence* first = nullptr;
+        for (const auto& c : p.chunks)
+            if (c.seq->seq_id == 1) first = c.seq;
+        ASSERT_NE(first, nullptr);
+        sched.finish(first);  // nothing decodes now: the full budget again
+        p = sched.schedule();
+        EXPECT_EQ(p.n_decode_tokens, 0);
+        EXPECT_EQ(p.n_prefill_tokens, cap > 0 ? 600 : 500);  // cap 0: 300 + the 200 left of sequence 3
+        sched.commit(p);
+        sched.remove_all();
     }
 }
 

@@ -35,6 +35,7 @@ struct ServeOptions {
     // 0 = the backend's default (set_step_budget_defaults).
     int64_t max_tokens_per_step = 0;
     int64_t max_prefill_chunk = 0;
+    int64_t max_prefill_with_decode = 0;  // SchedulerConfig::max_prefill_tokens_with_decode
     int64_t max_context = 0;
     int64_t page_tokens = 64;
     int64_t n_pages = 0;
@@ -49,11 +50,11 @@ struct ServeOptions {
     std::vector<std::string> options;  // --option KEY=VALUE
 };
 
-// The CUDA runner's prefill walks each chunk token by token with every sequence of the step in
-// one launch, so a step's cost follows its longest chunk, not its token count: a large budget
-// lets many prompts share those launches, and the dense GEMMs take larger passes. Measured on the
-// 20-layer synthetic Flash proxy (H200, issue 22): 8192/4096 against 512/512 gave 1.7x (128-token
-// prompts), 3.2x (1K) and 1.65x (4K) prefill tok/s at 16 users and +0-6% at one user. The CPU
+// Measured on the 20-layer synthetic Flash proxy (H200, issue 22), when the CUDA runner still
+// walked each chunk token by token: 8192/4096 against 512/512 gave 1.7x (128-token prompts), 3.2x
+// (1K) and 1.65x (4K) prefill tok/s at 16 users (ledger E23). With batched prefill (E27) and the
+// cuBLAS projections (E28) large chunks still pay off (the GEMMs take them whole); what a mixed
+// step costs the decoding sequences is bounded separately (--max-prefill-with-decode). The CPU
 // reference keeps the small budget (its cost is per token; a smaller step keeps decode latency low).
 void set_step_budget_defaults(ServeOptions& o) {
     const bool cuda = o.backend == "cuda";
@@ -144,6 +145,7 @@ int run_serve(ServeOptions o) {
     cfg.sched.max_running = o.max_running;
     cfg.sched.max_tokens_per_step = o.max_tokens_per_step;
     cfg.sched.max_prefill_chunk = o.max_prefill_chunk;
+    cfg.sched.max_prefill_tokens_with_decode = o.max_prefill_with_decode;
     cfg.max_queued = o.max_queued;
     cfg.max_context = o.max_context;
     // The built-in tiny model claims a 1M context; a demo needs far less than that.
@@ -191,6 +193,8 @@ void register_serve(CLI::App& app, CommandContext& ctx) {
     cmd->add_option("--max-queued", o->max_queued, "waiting requests before 429");
     cmd->add_option("--max-tokens-per-step", o->max_tokens_per_step, "token budget of one step (0 = 8192 on cuda, 512 on cpu)");
     cmd->add_option("--max-prefill-chunk", o->max_prefill_chunk, "largest prefill chunk (0 = 4096 on cuda, 512 on cpu)");
+    cmd->add_option("--max-prefill-with-decode", o->max_prefill_with_decode,
+                    "prefill tokens of a step that also decodes (0 = only the step budget; bounds inter-token latency)");
     cmd->add_option("--max-context", o->max_context, "prompt + output tokens (0 = the model's; 4096 for tiny)");
     cmd->add_option("--page-tokens", o->page_tokens, "tokens per cache page");
     cmd->add_option("--n-pages", o->n_pages, "cache pages (0 = default)");
