@@ -345,6 +345,11 @@ Status write_synthetic_checkpoint(const std::string& dir, const ModelConfig& cfg
         std::ofstream c(fs::path(dir) / "config.json");
         c << config_json;
         if (!c) return error(StatusCode::kInternal, "cannot write {}/config.json", dir);
+        // What the official repository ships beside it (spec §5: ids, recommended sampling).
+        std::ofstream g(fs::path(dir) / "generation_config.json");
+        g << "{\n  \"bos_token_id\": 0,\n  \"eos_token_id\": 1,\n  \"do_sample\": true,\n"
+             "  \"temperature\": 1.0,\n  \"top_p\": 1.0\n}\n";
+        if (!g) return error(StatusCode::kInternal, "cannot write {}/generation_config.json", dir);
     }
     Builder B{opt.seed};
     const int64_t d = cfg.hidden_size, V = cfg.vocab_size, n = cfg.hc_mult;

@@ -102,7 +102,7 @@ void App::generate(const HttpRequest& hreq, bool chat, const std::shared_ptr<Res
                                 "invalid_request_error", {}, "unsupported_media_type"});
         return;
     }
-    auto parsed = parse_openai_request(hreq.body, chat);
+    auto parsed = parse_openai_request(hreq.body, chat, &opt_.defaults);
     if (auto* e = std::get_if<ApiError>(&parsed)) {
         send_error(*w, *e);
         return;
@@ -149,7 +149,10 @@ void App::generate(const HttpRequest& hreq, bool chat, const std::shared_ptr<Res
         return;
     }
     const int64_t room = engine_.max_context() - int64_t(prompt.size());
-    if (!req.max_tokens_given) req.params.max_tokens = std::max<int64_t>(1, chat ? room : std::min<int64_t>(16, room));
+    if (!req.max_tokens_given) {
+        const int64_t want = opt_.default_max_tokens ? *opt_.default_max_tokens : chat ? room : 16;
+        req.params.max_tokens = std::max<int64_t>(1, std::min(want, room));
+    }
 
     const uint64_t id = engine_.next_request_id();
     auto handler = std::make_shared<GenerationHandler>(engine_, tok_, opt_.model_name, req, id,

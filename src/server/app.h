@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "sched/engine.h"
@@ -37,6 +38,10 @@ struct ServerStats {
 
 struct AppOptions {
     std::string model_name = "deepseek-v4";
+    // Values of the sampling fields a request omits (the model's generation_config.json, see
+    // server/generation_defaults.h); default_max_tokens replaces the context-room default.
+    SamplingParams defaults;
+    std::optional<int64_t> default_max_tokens;
 };
 
 class App {

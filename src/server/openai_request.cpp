@@ -160,7 +160,8 @@ std::optional<ApiError> parse_tools(const ojson& t) {
 
 }  // namespace
 
-std::variant<ParsedRequest, ApiError> parse_openai_request(std::string_view body, bool chat) {
+std::variant<ParsedRequest, ApiError> parse_openai_request(std::string_view body, bool chat,
+                                                           const SamplingParams* defaults) {
     if (body.empty()) return bad_request("the request body is empty; send a JSON object");
     if (!nesting_ok(body)) return bad_request("the JSON body is nested too deeply");
     ojson j = ojson::parse(body.begin(), body.end(), nullptr, false);
@@ -169,6 +170,7 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(std::string_view body
 
     ParsedRequest r;
     r.chat = chat;
+    if (defaults) r.params = *defaults;
     Reader rd(j);
     try {
         if (const ojson* m = rd.get("model")) {

@@ -41,6 +41,9 @@ struct ParsedRequest {
 };
 
 // `body`: the raw request body. Returns the parsed request or the error to send.
-std::variant<ParsedRequest, ApiError> parse_openai_request(std::string_view body, bool chat);
+// defaults (optional): the sampling values of the fields the body omits (generation_defaults.h);
+// null: SamplingParams' own.
+std::variant<ParsedRequest, ApiError> parse_openai_request(std::string_view body, bool chat,
+                                                           const SamplingParams* defaults = nullptr);
 
 }  // namespace dsv4

@@ -2,8 +2,13 @@
 // name the parameter and never echo the body; good bodies parse into the expected params.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <string>
 
+#include <unistd.h>
+
+#include "server/generation_defaults.h"
 #include "server/openai_request.h"
 
 namespace dsv4 {
@@ -51,6 +56,48 @@ TEST(OpenAIRequest, ParsesParams) {
     auto c = parse_openai_request(R"({"prompt":[[1,2,3]],"logprobs":2})", false);
     ASSERT_TRUE(std::holds_alternative<ParsedRequest>(c));
     EXPECT_EQ(std::get<ParsedRequest>(c).prompt_ids, (std::vector<int32_t>{1, 2, 3}));
+}
+
+// generation_config.json as request defaults (issue 14 item 4): read keys applied, the rest
+// ignored, bad values rejected naming file and key; explicit request fields win over them.
+TEST(GenerationDefaults, FromTheModelDirectory) {
+    const auto dir = std::filesystem::temp_directory_path() / ("dsv4_gencfg_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    auto write = [&](const std::string& text) { std::ofstream(dir / "generation_config.json") << text; };
+    {
+        auto none = load_generation_defaults(dir.string());  // no file: built-in defaults
+        ASSERT_TRUE(none.is_ok());
+        EXPECT_TRUE(none->summary.empty());
+        EXPECT_EQ(none->params.temperature, SamplingParams{}.temperature);
+        EXPECT_FALSE(none->max_tokens.has_value());
+    }
+    write(R"({"bos_token_id":0,"eos_token_id":1,"do_sample":true,"temperature":0.6,"top_p":0.95,
+              "top_k":-1,"max_new_tokens":333,"transformers_version":"4.57"})");
+    auto d = load_generation_defaults(dir.string());
+    ASSERT_TRUE(d.is_ok()) << d.status().to_string();
+    EXPECT_FLOAT_EQ(d->params.temperature, 0.6f);
+    EXPECT_FLOAT_EQ(d->params.top_p, 0.95f);
+    EXPECT_EQ(d->params.top_k, 0);
+    EXPECT_EQ(d->max_tokens, 333);
+    EXPECT_NE(d->summary.find("temperature 0.6"), std::string::npos) << d->summary;
+    const std::string msgs = R"("messages":[{"role":"user","content":"hi"}])";
+    auto r = parse_openai_request("{" + msgs + "}", true, &d->params);
+    ASSERT_TRUE(std::holds_alternative<ParsedRequest>(r));
+    EXPECT_FLOAT_EQ(std::get<ParsedRequest>(r).params.temperature, 0.6f);
+    EXPECT_FLOAT_EQ(std::get<ParsedRequest>(r).params.top_p, 0.95f);
+    r = parse_openai_request("{" + msgs + R"(,"temperature":0,"top_p":0.5})", true, &d->params);
+    ASSERT_TRUE(std::holds_alternative<ParsedRequest>(r));
+    EXPECT_TRUE(std::get<ParsedRequest>(r).params.greedy());
+    EXPECT_FLOAT_EQ(std::get<ParsedRequest>(r).params.top_p, 0.5f);
+    for (const char* bad : {R"({"temperature":"hot"})", R"({"temperature":3})", R"({"top_p":0})",
+                            R"({"top_k":1.5})", R"({"max_new_tokens":0})", R"({"repetition_penalty":0})", "[1]",
+                            "{"}) {
+        write(bad);
+        auto e = load_generation_defaults(dir.string());
+        ASSERT_FALSE(e.is_ok()) << bad;
+        EXPECT_NE(e.status().message().find("generation_config.json"), std::string::npos) << e.status().message();
+    }
+    std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "sched/engine.h"
 #include "sched/fake_runner.h"
 #include "server/app.h"
+#include "server/generation_defaults.h"
 #include "server/http_server.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/dsv4/commands.h"
@@ -136,6 +137,17 @@ int run_serve(ServeOptions o) {
                      tok.status().to_string().c_str());
         return 2;
     }
+    AppOptions app_opt{.model_name = o.served_name};
+    if (is_model_dir(o.model)) {  // checked before the weights load: a bad file fails fast
+        auto gd = load_generation_defaults(o.model);
+        if (!gd.is_ok()) {
+            std::fprintf(stderr, "dsv4 serve: %s\n", gd.status().to_string().c_str());
+            return 2;
+        }
+        app_opt.defaults = gd->params;
+        app_opt.default_max_tokens = gd->max_tokens;
+        if (!gd->summary.empty()) std::fprintf(stderr, "dsv4 serve: request defaults from %s\n", gd->summary.c_str());
+    }
     auto runner = make_runner(o);
     if (!runner.is_ok()) {
         std::fprintf(stderr, "dsv4 serve: %s\n", runner.status().to_string().c_str());
@@ -152,7 +164,7 @@ int run_serve(ServeOptions o) {
     if ((o.model == "tiny" || o.synthetic_flash) && o.max_context == 0) cfg.max_context = 4096;
     Engine engine(std::move(runner.value()), cfg);
     engine.start();
-    App app(engine, std::move(tok.value()), AppOptions{.model_name = o.served_name});
+    App app(engine, std::move(tok.value()), app_opt);
     HttpServerOptions ho;
     ho.host = o.host;
     ho.port = uint16_t(o.port);
