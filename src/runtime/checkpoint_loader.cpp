@@ -2,6 +2,7 @@
 #include "runtime/checkpoint_loader.h"
 
 #include <cuda_runtime.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -13,6 +14,7 @@
 #include <unordered_map>
 
 #include "core/dtype.h"
+#include "runtime/load_progress.h"
 
 namespace dsv4 {
 
@@ -237,7 +239,14 @@ Result<DevWeights> load_checkpoint_weights(const ModelConfig& cfg, const LoadPla
         return a.src < b.src;
     });
     std::map<std::string, uint64_t> shard_bytes;
-    for (const Copy& c : copies) shard_bytes[*c.file] += c.src_bytes;
+    uint64_t total_bytes = 0;
+    for (const Copy& c : copies) {
+        shard_bytes[*c.file] += c.src_bytes;
+        total_bytes += c.src_bytes;
+    }
+    const bool bar = opt.progress && (opt.bar == CheckpointLoadOptions::Bar::kOn ||
+                                      (opt.bar == CheckpointLoadOptions::Bar::kAuto && isatty(STDERR_FILENO)));
+    LoadProgress progress(total_bytes, bar);
 
     StagingRing ring;
     DSV4_RETURN_IF_ERROR(ring.init(opt.staging_bytes));
@@ -250,7 +259,7 @@ Result<DevWeights> load_checkpoint_weights(const ModelConfig& cfg, const LoadPla
         DSV4_RETURN_IF_ERROR(ring.drain());
         st.peak_rss_anon = std::max(st.peak_rss_anon, rss_anon_bytes());
         ++st.shards;
-        if (opt.progress) {
+        if (opt.progress && !bar) {
             const double s =
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - shard_t0).count();
             std::fprintf(stderr, "[load] shard %d/%zu %s: %.2f GB in %.2f s (%.2f GB/s)\n",
@@ -274,6 +283,7 @@ Result<DevWeights> load_checkpoint_weights(const ModelConfig& cfg, const LoadPla
         }
         shard_done += c.src_bytes;
         st.bytes_read += c.src_bytes;
+        progress.update(st.bytes_read);
         since_sample += c.src_bytes;
         if (since_sample >= (uint64_t(1) << 30)) {
             since_sample = 0;
@@ -281,6 +291,7 @@ Result<DevWeights> load_checkpoint_weights(const ModelConfig& cfg, const LoadPla
         }
     }
     DSV4_RETURN_IF_ERROR(finish_shard());
+    progress.finish();
 
     // Assemble the DevWeights from the copies' destinations.
     auto mat = [&](const std::string& n) -> Result<cuda::WeightDesc> {

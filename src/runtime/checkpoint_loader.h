@@ -23,6 +23,9 @@ namespace dsv4 {
 struct CheckpointLoadOptions {
     size_t staging_bytes = size_t(64) << 20;  // per pinned staging buffer (two are allocated)
     bool progress = true;                     // a line per shard on stderr and the final summary
+    // With progress on a terminal (isatty(stderr)): one line redrawn in place (bytes, GB/s, ETA)
+    // instead of the per-shard lines (load_progress.h). kAuto: whether stderr is a terminal.
+    enum class Bar { kAuto, kOn, kOff } bar = Bar::kAuto;
 };
 
 struct CheckpointLoadStats {
