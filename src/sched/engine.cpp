@@ -58,6 +58,9 @@ Status Engine::submit(GenRequest req) {
                          "the server is busy: {} requests are already waiting; retry later",
                          queued);
         }
+        // Idle until now: the stall clock starts with this request, not with the last step.
+        if (inbox_.empty() && stats_.running_requests.load() + stats_.waiting_requests.load() == 0)
+            stats_.progress_us = steady_now_us();
         inbox_.push_back(std::move(req));
     }
     cv_.notify_one();
@@ -104,12 +107,14 @@ void Engine::loop() {
         // Aborts after adds: an abort that raced with its own submit still finds the request.
         for (uint64_t id : aborts) core_.abort(id);
         aborts.clear();
+        stats_.progress_us = steady_now_us();
         if (core_.has_work()) {
             // An empty plan should not happen (admission guarantees progress); never spin on it.
             if (core_.step().n_seqs == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
         } else {
             core_.publish_stats();
         }
+        stats_.progress_us = steady_now_us();
     }
 }
 

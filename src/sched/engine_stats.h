@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <vector>
@@ -30,6 +31,12 @@ private:
     uint64_t count_ = 0;
 };
 
+// Steady-clock time in microseconds (EngineStats::progress_us).
+inline int64_t steady_now_us() {
+    return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
 struct EngineStats {
     std::atomic<int64_t> running_requests{0};
     std::atomic<int64_t> waiting_requests{0};
@@ -53,6 +60,10 @@ struct EngineStats {
     std::atomic<int64_t> last_step_decode_tokens{0};
     std::atomic<int64_t> last_step_forward_us{0};
     std::atomic<int64_t> last_step_total_us{0};
+    // Steady-clock microseconds of the engine's last sign of progress: the end of a step or of an
+    // inbox pass, or a submit that found the engine idle (so an idle period is not a stall). With
+    // requests pending and this far in the past, the engine is stalled (GET /health answers 503).
+    std::atomic<int64_t> progress_us{0};
 
     Histogram ttft_s{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
     Histogram tpot_s{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};

@@ -62,14 +62,100 @@ void App::send_error(ResponseWriter& w, const ApiError& e, const HeaderList& ext
     w.send(e.status, "application/json", e.body(), extra);
 }
 
+bool App::authorized(const HttpRequest& req) const {
+    if (opt_.api_key.empty()) return true;
+    const std::string want = "Bearer " + opt_.api_key;
+    const std::string& got = req.authorization;
+    // Constant time in the key: every byte of the expected value is compared, whatever matched.
+    unsigned diff = got.size() == want.size() ? 0u : 1u;
+    for (size_t i = 0; i < want.size(); ++i) diff |= unsigned(uint8_t(want[i]) ^ uint8_t(i < got.size() ? got[i] : 0));
+    return diff == 0;
+}
+
+void App::health(ResponseWriter& w) {
+    const EngineStats& es = engine_.stats();
+    const int64_t pending = es.running_requests.load() + es.waiting_requests.load();
+    const double idle_s = double(steady_now_us() - es.progress_us.load()) / 1e6;
+    if (opt_.health_stall_s > 0 && pending > 0 && idle_s > opt_.health_stall_s) {
+        count_status(503);
+        w.send(503, "application/json",
+               json{{"status", "stalled"}, {"pending_requests", pending}, {"seconds_since_progress", idle_s}}.dump());
+        return;
+    }
+    count_status(200);
+    w.send(200, "application/json", R"({"status":"ok"})");
+}
+
+// vLLM's POST /tokenize: {"prompt": text} or {"messages": [...]} (the chat format, with the
+// generation prompt) -> {"count", "max_model_len", "tokens"}.
+void App::tokenize(const HttpRequest& req, ResponseWriter& w) {
+    const json j = json::parse(req.body, nullptr, false);
+    if (j.is_discarded() || !j.is_object())
+        return send_error(w, bad_request("the request body must be a JSON object"));
+    std::string text;
+    if (j.contains("messages")) {
+        // The chat request parser validates the messages (and tools) as /v1/chat/completions does.
+        json body = j;
+        body.erase("add_special_tokens");
+        body.erase("add_generation_prompt");
+        auto parsed = parse_openai_request(body.dump(), true, &opt_.defaults);
+        if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(w, *e);
+        const ParsedRequest& pr = std::get<ParsedRequest>(parsed);
+        ChatOptions co;
+        co.thinking = pr.thinking;
+        co.reasoning_effort = pr.reasoning_effort;
+        if (pr.tools_enabled && !pr.tools.is_null()) co.tools = pr.tools;
+        if (!pr.response_format.is_null()) co.response_format = pr.response_format;
+        auto rendered = render_chat(pr.messages, co);
+        if (!rendered.is_ok()) return send_error(w, bad_request(rendered.status().message(), "messages"));
+        text = *rendered;
+    } else if (j.contains("prompt") && j["prompt"].is_string()) {
+        text = j["prompt"].get<std::string>();
+    } else {
+        return send_error(w, bad_request("send 'prompt' (a string) or 'messages'", "prompt"));
+    }
+    auto ids = tok_.encode(text);
+    if (!ids.is_ok()) return send_error(w, ApiError{400, ids.status().message(), "invalid_request_error", "prompt", {}});
+    count_status(200);
+    w.send(200, "application/json",
+           json{{"count", ids->size()}, {"max_model_len", engine_.max_context()}, {"tokens", *ids}}.dump());
+}
+
+// vLLM's POST /detokenize: {"tokens": [ids]} -> {"prompt": text} (special tokens kept).
+void App::detokenize(const HttpRequest& req, ResponseWriter& w) {
+    const json j = json::parse(req.body, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || !j.contains("tokens") || !j["tokens"].is_array())
+        return send_error(w, bad_request("the body must be {\"tokens\": [token ids]}", "tokens"));
+    std::vector<int32_t> ids;
+    for (const auto& t : j["tokens"]) {
+        if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tok_.vocab_size())
+            return send_error(w, bad_request(fmt::format("'tokens' must hold token ids in [0, {})", tok_.vocab_size()),
+                                             "tokens"));
+        ids.push_back(int32_t(t.get<int64_t>()));
+    }
+    count_status(200);
+    w.send(200, "application/json",
+           json{{"prompt", tok_.decode(ids, false)}}.dump(-1, ' ', false, json::error_handler_t::replace));
+}
+
 void App::handle(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& w) {
     ++stats_.requests_total;
     const std::string path = path_of(req.target);
     const bool get = req.method == "GET" || req.method == "HEAD";
     const bool post = req.method == "POST";
+    const bool open_route = (path == "/health" || path == "/metrics") && !opt_.guard_health_metrics;
+    if (!open_route && !authorized(req)) {
+        send_error(*w, ApiError{401, "missing or invalid API key (send 'Authorization: Bearer <key>')",
+                                "invalid_request_error", {}, "invalid_api_key"},
+                   {{"WWW-Authenticate", "Bearer"}});
+        return;
+    }
     if (path == "/health" && get) {
-        count_status(200);
-        w->send(200, "application/json", R"({"status":"ok"})");
+        health(*w);
+    } else if (path == "/tokenize" && post) {
+        tokenize(req, *w);
+    } else if (path == "/detokenize" && post) {
+        detokenize(req, *w);
     } else if (path == "/metrics" && get) {
         count_status(200);
         w->send(200, "text/plain; version=0.0.4; charset=utf-8", metrics_text());
@@ -87,7 +173,7 @@ void App::handle(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& 
     } else if (path == "/v1/completions" && post) {
         generate(req, false, w);
     } else if (path == "/v1/chat/completions" || path == "/v1/completions" || path == "/health" ||
-               path == "/metrics" || path == "/v1/models") {
+               path == "/metrics" || path == "/v1/models" || path == "/tokenize" || path == "/detokenize") {
         send_error(*w, ApiError{405, fmt::format("method {} is not allowed on {}",
                                                  req.method.substr(0, 16), path),
                                 "invalid_request_error", {}, "method_not_allowed"});

@@ -21,6 +21,7 @@ struct HttpRequest {
     std::string target;        // path and query
     std::string content_type;  // "" when absent
     std::string body;
+    std::string authorization;  // the Authorization header, "" when absent
 };
 
 // Front-end counters for /metrics (the engine has its own).
@@ -42,6 +43,13 @@ struct AppOptions {
     // server/generation_defaults.h); default_max_tokens replaces the context-room default.
     SamplingParams defaults;
     std::optional<int64_t> default_max_tokens;
+    // Non-empty: every /v1 route and /tokenize, /detokenize need "Authorization: Bearer <api_key>"
+    // (401 otherwise; compared in constant time); with guard_health_metrics also /health and /metrics.
+    std::string api_key;
+    bool guard_health_metrics = false;
+    // GET /health answers 503 when requests are pending and the engine has shown no progress for
+    // this many seconds (EngineStats::progress_us); 0: never.
+    double health_stall_s = 60.0;
 };
 
 class App {
@@ -58,6 +66,10 @@ public:
 
 private:
     void generate(const HttpRequest& req, bool chat, const std::shared_ptr<ResponseWriter>& w);
+    void tokenize(const HttpRequest& req, ResponseWriter& w);
+    void detokenize(const HttpRequest& req, ResponseWriter& w);
+    void health(ResponseWriter& w);
+    bool authorized(const HttpRequest& req) const;
 
     Engine& engine_;
     Tokenizer tok_;

@@ -126,7 +126,8 @@ private:
         }
         auto& msg = parser_->get();
         HttpRequest req{std::string(msg.method_string()), std::string(msg.target()),
-                        std::string(msg[http::field::content_type]), std::move(msg.body())};
+                        std::string(msg[http::field::content_type]), std::move(msg.body()),
+                        std::string(msg[http::field::authorization])};
         keep_alive_ = msg.keep_alive();
         head_ = msg.method() == http::verb::head;
         stream_.expires_never();

@@ -407,6 +407,73 @@ test('/health stays responsive during a long prefill', { timeout: 120000 }, asyn
   assert.equal((await long).status, 200);
 });
 
+test('/tokenize and /detokenize (as vLLM serves them)', { timeout: 120000 }, async (t) => {
+  const srv = await startServer(['--model', 'fake', '--max-context', '512']);
+  t.after(() => srv.stop());
+  const text = 'Hello, 世界! tokenize me';
+  const r = await postJson(srv.port, '/tokenize', { model: MODEL, prompt: text });
+  assert.equal(r.status, 200, r.body);
+  const j = JSON.parse(r.body);
+  assert.deepEqual(j.tokens, Array.from(await ids(text)));
+  assert.equal(j.count, j.tokens.length);
+  assert.equal(j.max_model_len, 512);
+  const d = await postJson(srv.port, '/detokenize', { model: MODEL, tokens: j.tokens });
+  assert.equal(d.status, 200, d.body);
+  assert.equal(JSON.parse(d.body).prompt, text);
+  // The chat form renders the conversation as /v1/chat/completions would: more tokens than the text.
+  const c = await postJson(srv.port, '/tokenize', { messages: userMsg(text) });
+  assert.equal(c.status, 200, c.body);
+  assert.ok(JSON.parse(c.body).count > j.count);
+  for (const [p, body] of [['/detokenize', { tokens: [1, -5] }], ['/detokenize', { tokens: 'x' }],
+    ['/detokenize', { tokens: [1e9] }], ['/tokenize', { prompt: 5 }], ['/tokenize', { messages: 'hi' }]]) {
+    const e = await postJson(srv.port, p, body);
+    assert.equal(e.status, 400, `${p} ${JSON.stringify(body)}: ${e.body}`);
+    assert.ok(JSON.parse(e.body).error.message.length > 0);
+  }
+  assert.equal((await raw(srv.port, { method: 'GET', path: '/tokenize' })).status, 405);
+});
+
+test('--api-key: Bearer token on /v1 and /tokenize; /health and /metrics open unless guarded', { timeout: 120000 }, async (t) => {
+  const srv = await startServer(['--model', 'fake', '--api-key', 'sekret-123']);
+  t.after(() => srv.stop());
+  const good = new OpenAI({ baseURL: srv.base + '/v1', apiKey: 'sekret-123', maxRetries: 0 });
+  const bad = new OpenAI({ baseURL: srv.base + '/v1', apiKey: 'sekret-12', maxRetries: 0 });
+  assert.equal((await good.models.list()).data[0].id, MODEL);
+  const r = await good.completions.create({ model: MODEL, prompt: 'hi', max_tokens: 2 });
+  assert.ok(r.choices[0].text !== undefined);
+  await assert.rejects(bad.models.list(), (e) => e.status === 401);
+  await assert.rejects(bad.chat.completions.create({ model: MODEL, messages: userMsg('x') }), (e) => e.status === 401);
+  const none = await postJson(srv.port, '/v1/completions', { prompt: 'hi', max_tokens: 1 });
+  assert.equal(none.status, 401);
+  assert.equal(JSON.parse(none.body).error.code, 'invalid_api_key');
+  assert.equal(none.headers['www-authenticate'], 'Bearer');
+  assert.equal((await postJson(srv.port, '/tokenize', { prompt: 'x' })).status, 401);
+  assert.equal((await raw(srv.port, { method: 'GET', path: '/health' })).status, 200);
+  assert.equal((await raw(srv.port, { method: 'GET', path: '/metrics' })).status, 200);
+  const guarded = await startServer(['--model', 'fake', '--api-key', 'k', '--guard-health-metrics']);
+  t.after(() => guarded.stop());
+  assert.equal((await raw(guarded.port, { method: 'GET', path: '/health' })).status, 401);
+  assert.equal((await raw(guarded.port, { method: 'GET', path: '/health',
+    headers: { authorization: 'Bearer k' } })).status, 200);
+});
+
+test('/health answers 503 while a step stalls the engine, 200 when idle again', { timeout: 120000 }, async (t) => {
+  // One 3,000-token step at 1 ms per token keeps the engine thread in one step for 3 s; the stall
+  // threshold is 1 s. Idle before and after: 200 (an idle engine is not a stalled one).
+  const srv = await startServer(['--model', 'fake', '--fake-token-delay-us', '1000', '--health-stall-s', '1',
+    '--max-tokens-per-step', '4000', '--max-prefill-chunk', '4000', '--max-context', '4096']);
+  t.after(() => srv.stop());
+  await new Promise((r) => setTimeout(r, 1500));
+  assert.equal((await raw(srv.port, { method: 'GET', path: '/health' })).status, 200);
+  const long = postJson(srv.port, '/v1/completions', { prompt: Array(3000).fill(300), max_tokens: 1 });
+  await new Promise((r) => setTimeout(r, 1800));
+  const h = await raw(srv.port, { method: 'GET', path: '/health' });
+  assert.equal(h.status, 503, h.body);
+  assert.equal(JSON.parse(h.body).status, 'stalled');
+  assert.equal((await long).status, 200);
+  assert.equal((await raw(srv.port, { method: 'GET', path: '/health' })).status, 200);
+});
+
 test('1000 concurrent streaming requests: none lost', { timeout: 300000 }, async (t) => {
   const srv = await startServer(['--model', 'fake', '--max-running', '256', '--max-queued', '2000',
     '--max-tokens-per-step', '2048']);

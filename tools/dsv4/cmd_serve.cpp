@@ -3,6 +3,7 @@
 // tests), starts the engine thread and the Beast I/O threads, and runs until SIGINT/SIGTERM.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -49,6 +50,9 @@ struct ServeOptions {
     bool synthetic_flash = false;
     int layers = 43;
     std::vector<std::string> options;  // --option KEY=VALUE
+    std::string api_key;               // "" = the DSV4_API_KEY variable, else no key
+    bool guard_health_metrics = false;
+    double health_stall_s = 60.0;
 };
 
 // Measured on the 20-layer synthetic Flash proxy (H200, issue 22), when the CUDA runner still
@@ -138,6 +142,15 @@ int run_serve(ServeOptions o) {
         return 2;
     }
     AppOptions app_opt{.model_name = o.served_name};
+    // The key from the environment keeps it out of the process list (the flag wins when given).
+    if (o.api_key.empty())
+        if (const char* k = std::getenv("DSV4_API_KEY"); k && *k) o.api_key = k;
+    app_opt.api_key = o.api_key;
+    app_opt.guard_health_metrics = o.guard_health_metrics;
+    app_opt.health_stall_s = o.health_stall_s;
+    if (!o.api_key.empty())
+        std::fprintf(stderr, "dsv4 serve: API key required on /v1 routes and /tokenize, /detokenize%s\n",
+                     o.guard_health_metrics ? ", /health and /metrics" : "");
     if (is_model_dir(o.model)) {  // checked before the weights load: a bad file fails fast
         auto gd = load_generation_defaults(o.model);
         if (!gd.is_ok()) {
@@ -207,6 +220,11 @@ void register_serve(CLI::App& app, CommandContext& ctx) {
     cmd->add_option("--max-prefill-chunk", o->max_prefill_chunk, "largest prefill chunk (0 = 4096 on cuda, 512 on cpu)");
     cmd->add_option("--max-prefill-with-decode", o->max_prefill_with_decode,
                     "prefill tokens of a step that also decodes (0 = only the step budget; bounds inter-token latency)");
+    cmd->add_option("--api-key", o->api_key,
+                    "require 'Authorization: Bearer KEY' on /v1 routes and /tokenize, /detokenize (default: $DSV4_API_KEY)");
+    cmd->add_flag("--guard-health-metrics", o->guard_health_metrics, "with --api-key, also guard /health and /metrics");
+    cmd->add_option("--health-stall-s", o->health_stall_s,
+                    "GET /health answers 503 when requests wait and the engine made no progress this long (0 = never)");
     cmd->add_option("--max-context", o->max_context, "prompt + output tokens (0 = the model's; 4096 for tiny)");
     cmd->add_option("--page-tokens", o->page_tokens, "tokens per cache page");
     cmd->add_option("--n-pages", o->n_pages, "cache pages (0 = default)");
