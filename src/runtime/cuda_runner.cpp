@@ -536,7 +536,7 @@ Status CudaRunner::fetch_outputs(const ForwardBatch& batch, bool honour_sample, 
         a.tok_begin = int32_t(toks.size());
         a.n_tok = int32_t(p.penalty_tokens.size());
         for (const PenaltyToken& t : p.penalty_tokens)
-            toks.push_back({t.token, t.output_count, uint8_t(t.seen), uint8_t(t.masked)});
+            toks.push_back({t.token, t.output_count, uint8_t(t.seen), uint8_t(t.masked), t.bias});
         full.push_back(a);
     }
     std::vector<int32_t> ids;

@@ -25,6 +25,7 @@ struct PenaltyToken {
     int32_t output_count = 0;  // occurrences in the output so far
     bool seen = false;         // in the prompt or the output (repetition penalty)
     bool masked = false;       // set to -inf (min_tokens not reached: EOS / stop ids)
+    float bias = 0.0f;         // logit_bias, added first
 };
 
 // A kFull row's SamplingParams and SampleContext, flattened (the runner layer does not know the

@@ -80,7 +80,7 @@ void PenaltyState::reset(std::span<const int32_t> prompt, std::span<const int32_
 }
 
 bool sample_is_plain_argmax(const SamplingParams& params, const SampleContext& ctx) {
-    if (!params.greedy() || params.has_penalties() || params.logprobs >= 0) return false;
+    if (!params.greedy() || params.has_penalties() || params.logprobs >= 0 || !params.logit_bias.empty()) return false;
     // Stop masking changes the argmax only if there is something to mask.
     const bool masks = ctx.suppress_stops && ((!params.ignore_eos && ctx.eos_token >= 0) ||
                                               !params.stop_token_ids.empty());
@@ -103,6 +103,8 @@ SampleResult sample_token(std::span<float> logits, const SamplingParams& params,
         if (params.logprobs >= 0) saved.emplace_back(t, logits[size_t(t)]);
         logits[size_t(t)] = v;
     };
+    for (const auto& [t, b] : params.logit_bias)
+        if (t >= 0 && t < vocab) modify(t, logits[size_t(t)] + b);
     if (params.repetition_penalty != 1.0f) {
         auto apply = [&](int32_t t) {
             if (t < 0 || t >= vocab) return;

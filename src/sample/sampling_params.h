@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 namespace dsv4 {
@@ -23,6 +24,9 @@ struct SamplingParams {
     std::vector<int32_t> stop_token_ids;  // finish (reason "stop") when one is sampled
     bool ignore_eos = false;           // keep generating past EOS (benchmarks)
     int logprobs = -1;                 // -1 = none; else also return this many top alternatives
+    // OpenAI logit_bias: (token id, bias in [-100, 100]) added to the raw logits before the
+    // penalties (vLLM's order); unique ids.
+    std::vector<std::pair<int32_t, float>> logit_bias;
 
     bool greedy() const { return temperature <= 0.0f; }
     bool has_penalties() const {

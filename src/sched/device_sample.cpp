@@ -16,6 +16,7 @@ std::vector<PenaltyToken> penalty_tokens(const SamplingParams& p, const PenaltyS
         if (fresh) out.push_back(PenaltyToken{.token = t});
         return out[it->second];
     };
+    for (const auto& [t, b] : p.logit_bias) entry(t).bias = b;
     const bool rep = p.repetition_penalty != 1.0f;
     const bool pres_freq = p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
     if (rep)

@@ -61,6 +61,9 @@ Status EngineCore::validate(const GenRequest& req) const {
     for (int32_t t : req.params.stop_token_ids)
         if (t < 0 || t >= vocab)
             return invalid_argument("stop token id {} is outside the vocabulary", t);
+    for (const auto& [t, b] : req.params.logit_bias)
+        if (t < 0 || t >= vocab)
+            return invalid_argument("logit_bias token id {} is outside the vocabulary [0, {})", t, vocab);
     const int64_t n_prompt = int64_t(req.prompt.size());
     if (n_prompt >= max_context_)
         return error(StatusCode::kOutOfRange,

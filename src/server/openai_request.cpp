@@ -3,6 +3,9 @@
 // stop_token_ids, min_tokens, skip_special_tokens).
 #include "server/openai_request.h"
 
+#include <charconv>
+#include <climits>
+
 #include <fmt/format.h>
 
 #include <cmath>
@@ -18,6 +21,7 @@ constexpr int kMaxNesting = 128;
 constexpr int kMaxN = 16;
 constexpr int kMaxTopLogprobs = 20;
 constexpr size_t kMaxStops = 16;
+constexpr size_t kMaxLogitBias = 1024;  // OpenAI documents no limit; this bounds the per-row device list
 
 // nlohmann's parser recurses per nesting level; refuse deep bodies before parsing so a body
 // of a million '[' cannot overflow the stack.
@@ -220,6 +224,23 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(std::string_view body
                 return bad_request(fmt::format("'stop' must be a string or an array of at most "
                                                "{} strings", kMaxStops),
                                    "stop");
+            }
+        }
+        if (const ojson* lb = rd.get("logit_bias"); lb && !lb->is_null()) {
+            // OpenAI: {"token id": bias in [-100, 100]}; keys are decimal token ids.
+            if (!lb->is_object() || lb->size() > kMaxLogitBias)
+                return bad_request(fmt::format("'logit_bias' must be an object of at most {} token ids", kMaxLogitBias),
+                                   "logit_bias");
+            r.params.logit_bias.clear();
+            for (const auto& [k, b] : lb->items()) {
+                int64_t id = -1;
+                const auto [end, ec] = std::from_chars(k.data(), k.data() + k.size(), id);
+                if (ec != std::errc() || end != k.data() + k.size() || id < 0 || id > INT32_MAX)
+                    return bad_request(fmt::format("'logit_bias' keys must be token ids, got '{}'", k.substr(0, 40)),
+                                       "logit_bias");
+                if (!b.is_number() || !(b.get<double>() >= -100.0 && b.get<double>() <= 100.0))
+                    return bad_request("'logit_bias' values must be numbers in [-100, 100]", "logit_bias");
+                r.params.logit_bias.emplace_back(int32_t(id), float(b.get<double>()));
             }
         }
         if (const ojson* s = rd.get("stop_token_ids")) {

@@ -527,4 +527,13 @@ test('default tiny model answers an openai chat', { timeout: 300000 }, async (t)
   for await (const ch of await client.chat.completions.create({ model: MODEL, messages: userMsg('Hello!'), max_tokens: 6, temperature: 0, stream: true }))
     for (const c of ch.choices) text += c.delta.content || '';
   assert.equal(text, a.choices[0].message.content);
+  // logit_bias +100 on one token makes every greedy output that token; an id outside the
+  // vocabulary is a 400 naming the field.
+  const forced = (await ids(' yes'))[0];
+  const f = await client.completions.create({ model: MODEL, prompt: 'Hello', max_tokens: 4, temperature: 0,
+    logit_bias: { [String(forced)]: 100 }, logprobs: 0 });
+  assert.equal(f.choices[0].logprobs.tokens.length, 4);
+  assert.deepEqual(f.choices[0].text, ' yes'.repeat(4));
+  await assert.rejects(client.completions.create({ model: MODEL, prompt: 'Hello', max_tokens: 1,
+    logit_bias: { '99999999': 5 } }), (e) => e.status === 400 && /logit_bias/.test(e.message));
 });

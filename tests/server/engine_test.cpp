@@ -173,6 +173,36 @@ TEST(Sampler, PenaltiesAndMinP) {
     }
 }
 
+// logit_bias: added to the raw logits before the penalties (vLLM's order); +100 forces a token,
+// -100 removes one; logprobs still describe the unbiased distribution.
+TEST(Sampler, LogitBias) {
+    const std::vector<float> l = {5.f, 4.9f, 0.f, -1.f};
+    SamplingParams p = greedy(1);
+    auto l1 = l;
+    p.logit_bias = {{3, 100.f}};
+    EXPECT_EQ(sample_token(l1, p, PenaltyState{}, {}).token, 3);
+    auto l2 = l;
+    p.logit_bias = {{0, -100.f}};
+    EXPECT_EQ(sample_token(l2, p, PenaltyState{}, {}).token, 1);
+    EXPECT_FALSE(sample_is_plain_argmax(p, {}));
+    // Bias then repetition penalty: (5 - 1) / 2 = 2 < 4.9 / 2 = 2.45 (token 1 seen too).
+    p.logit_bias = {{0, -1.f}};
+    p.repetition_penalty = 2.0f;
+    PenaltyState ps;
+    const std::vector<int32_t> prompt = {0, 1};
+    ps.reset(prompt, {});
+    auto l3 = l;
+    EXPECT_EQ(sample_token(l3, p, ps, {}).token, 1);
+    p.repetition_penalty = 1.0f;
+    p.logprobs = 1;
+    p.logit_bias = {{3, 100.f}};
+    auto l4 = l;
+    const SampleResult r = sample_token(l4, p, PenaltyState{}, {});
+    EXPECT_EQ(r.token, 3);
+    ASSERT_FALSE(r.top.empty());
+    EXPECT_EQ(r.top[0].token, 0);  // the model's own top token
+}
+
 // B01/B02/B04/B15 at the engine level: identical greedy and seeded tokens in every setup.
 TEST(EngineInvariance, AloneMixedChunkedPagedPreempted) {
     std::vector<Job> jobs;

@@ -2,6 +2,7 @@
 // name the parameter and never echo the body; good bodies parse into the expected params.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -26,6 +27,9 @@ TEST(OpenAIRequest, RejectsMalformedBodies) {
         "{" + msgs + R"(,"stop":[1]})", "{" + msgs + R"(,"max_tokens":1.5})",
         "{" + msgs + R"(,"max_tokens":99999999999999999999})", std::string(5000, '['),
         "{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\"}]}",
+        "{" + msgs + R"(,"logit_bias":[1]})", "{" + msgs + R"(,"logit_bias":{"x":1}})",
+        "{" + msgs + R"(,"logit_bias":{"-1":1}})", "{" + msgs + R"(,"logit_bias":{"5":101}})",
+        "{" + msgs + R"(,"logit_bias":{"5":"a"}})",
     };
     for (const auto& b : bad) {
         auto r = parse_openai_request(b, true);
@@ -53,6 +57,11 @@ TEST(OpenAIRequest, ParsesParams) {
     EXPECT_EQ(p.n, 2);
     EXPECT_TRUE(p.stream && p.include_usage && p.thinking);
     EXPECT_EQ(p.params.logprobs, 3);
+    auto b = parse_openai_request(R"({"prompt":"x","logit_bias":{"17":-100,"4":2.5}})", false);
+    ASSERT_TRUE(std::holds_alternative<ParsedRequest>(b));
+    auto lb = std::get<ParsedRequest>(b).params.logit_bias;
+    std::sort(lb.begin(), lb.end());
+    EXPECT_EQ(lb, (std::vector<std::pair<int32_t, float>>{{4, 2.5f}, {17, -100.f}}));
     auto c = parse_openai_request(R"({"prompt":[[1,2,3]],"logprobs":2})", false);
     ASSERT_TRUE(std::holds_alternative<ParsedRequest>(c));
     EXPECT_EQ(std::get<ParsedRequest>(c).prompt_ids, (std::vector<int32_t>{1, 2, 3}));

@@ -66,6 +66,10 @@ std::vector<Case> cases() {
     add("stop masking", [](SamplingParams& p) { p.ignore_eos = false, p.stop_token_ids = {5, 7, 11}; }, true);
     add("top_k>V", [](SamplingParams& p) { p.top_k = kV + 5; });
     add("top_p tiny", [](SamplingParams& p) { p.top_p = 1e-4f; });
+    add("logit_bias", [](SamplingParams& p) { p.logit_bias = {{3, 5.5f}, {9, -100.0f}, {kV - 1, 2.25f}}; });
+    add("greedy logit_bias penalties", [](SamplingParams& p) {
+        p.temperature = 0, p.repetition_penalty = 1.2f, p.logit_bias = {{2, 7.0f}, {4, -3.0f}};
+    });
     return c;
 }
 
@@ -123,7 +127,8 @@ TEST(CudaSampleRows, SameTokensAsTheHostSampler) {
                 a.frequency_penalty = d.frequency_penalty, a.logprobs = d.logprobs;
                 a.seed = d.seed, a.stream = d.stream, a.position = d.position;
                 a.tok_begin = int32_t(toks.size()), a.n_tok = int32_t(pt.size());
-                for (const auto& t : pt) toks.push_back({t.token, t.output_count, uint8_t(t.seen), uint8_t(t.masked)});
+                for (const auto& t : pt)
+                    toks.push_back({t.token, t.output_count, uint8_t(t.seen), uint8_t(t.masked), t.bias});
             }
             ASSERT_LE(toks.size(), max_toks);
             ASSERT_EQ(cudaMemcpy(d_args, args.data(), args.size() * sizeof(args[0]), cudaMemcpyHostToDevice), cudaSuccess);

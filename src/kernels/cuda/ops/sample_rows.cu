@@ -243,6 +243,7 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(float* logits, in
         if (pt.token < 0 || pt.token >= V) continue;
         float l = L[pt.token];
         saved[a.tok_begin + j] = l;
+        if (pt.bias != 0.0f) l = __fadd_rn(l, pt.bias);
         if (a.repetition_penalty != 1.0f && pt.seen)
             l = l > 0 ? __fdiv_rn(l, a.repetition_penalty) : __fmul_rn(l, a.repetition_penalty);
         if ((a.presence_penalty != 0.0f || a.frequency_penalty != 0.0f) && pt.output_count > 0)

@@ -31,6 +31,7 @@ struct SamplePenaltyToken {
     int32_t output_count = 0;  // occurrences in the output (presence / frequency penalties)
     uint8_t seen = 0;          // in the prompt or the output (repetition penalty)
     uint8_t masked = 0;        // -inf (min_tokens not reached: EOS / stop ids)
+    float bias = 0.0f;         // logit_bias, added before the penalties
 };
 
 // Per row: the sequence's SamplingParams and SampleContext, flattened. temperature <= 0 = greedy
