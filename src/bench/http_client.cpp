@@ -7,6 +7,7 @@
 
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -14,8 +15,11 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+
+#include "core/philox.h"
 
 namespace dsv4::bench {
 
@@ -128,15 +132,28 @@ public:
     double now() const {
         return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
     }
-    void launch_next() {
-        if (next_ >= jobs.size()) return;
-        std::make_shared<Call>(*this, next_++)->start();
+    // Starts what may start: arrived, not started, fewer than `concurrency` in flight.
+    void launch_ready() {
+        while (next_ < arrived_ && in_flight_ < opt.concurrency) {
+            ++in_flight_;
+            std::make_shared<Call>(*this, next_++)->start();
+        }
+    }
+    void start() {
+        if (opt.request_rate <= 0) {
+            arrived_ = jobs.size();
+            launch_ready();
+            return;
+        }
+        arrivals_ = poisson_arrivals(int(jobs.size()), opt.request_rate, opt.arrival_seed);
+        arm_arrival();
     }
     void on_done(const RequestRecord& rec) {
         ++done_;
+        --in_flight_;
         if (!rec.ok) ++errors_;
         if (progress_) progress_(done_, errors_);
-        launch_next();
+        launch_ready();
     }
 
     const BatchOptions& opt;
@@ -146,9 +163,24 @@ public:
     tcp::resolver::results_type endpoints;
 
 private:
+    // Open loop: wait for the next arrival time, count it arrived, launch, re-arm.
+    void arm_arrival() {
+        if (arrived_ >= jobs.size()) return;
+        timer_.expires_at(t0_ + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                    std::chrono::duration<double>(arrivals_[arrived_])));
+        timer_.async_wait([this](beast::error_code ec) {
+            if (ec) return;
+            ++arrived_;
+            launch_ready();
+            arm_arrival();
+        });
+    }
     const ProgressFn& progress_;
     std::chrono::steady_clock::time_point t0_ = std::chrono::steady_clock::now();
-    size_t next_ = 0;
+    asio::steady_timer timer_{io};
+    std::vector<double> arrivals_;
+    size_t next_ = 0, arrived_ = 0;
+    int in_flight_ = 0;
     int done_ = 0, errors_ = 0;
 };
 
@@ -252,6 +284,18 @@ Result<HttpResponse> http_post_json(const Url& url, const std::string& path,
     return blocking_request(url, http::verb::post, path, body, timeout_s);
 }
 
+std::vector<double> poisson_arrivals(int n, double rate, uint64_t seed) {
+    std::vector<double> t(size_t(std::max(n, 0)));
+    double at = 0;
+    for (int i = 0; i < n; ++i) {
+        // u in (0, 1]: -log(u) / rate is an exponential gap with mean 1 / rate.
+        const double u = 1.0 - double(philox_uniform(seed, 0x0a11, uint64_t(i)));
+        at += -std::log(u) / rate;
+        t[size_t(i)] = at;
+    }
+    return t;
+}
+
 Result<std::vector<RequestRecord>> run_streaming_batch(const BatchOptions& opt,
                                                        const std::vector<StreamJob>& jobs,
                                                        const ProgressFn& progress) {
@@ -261,8 +305,8 @@ Result<std::vector<RequestRecord>> run_streaming_batch(const BatchOptions& opt,
     beast::error_code ec;
     state.endpoints = resolver.resolve(opt.url.host, opt.url.port, ec);
     if (ec) return error(StatusCode::kUnavailable, "resolve {}: {}", opt.url.host, ec.message());
-    const size_t first_wave = std::min<size_t>(jobs.size(), static_cast<size_t>(opt.concurrency));
-    for (size_t i = 0; i < first_wave; ++i) state.launch_next();
+    if (opt.request_rate < 0) return invalid_argument("request rate must be >= 0 (got {})", opt.request_rate);
+    state.start();
     state.io.run();
     return std::move(state.records);
 }

@@ -41,9 +41,18 @@ struct StreamJob {
 struct BatchOptions {
     Url url;
     std::string path;                   // "/v1/chat/completions" etc. (base_path is prepended)
-    int concurrency = 1;
+    int concurrency = 1;                // closed loop: requests in flight; open loop: the cap
     double timeout_s = 600;             // per request, connect to last byte
+    // Open loop (as `vllm bench serve --request-rate`): > 0 requests/s arriving as a Poisson
+    // process (exponential gaps drawn from arrival_seed); an arrival waits while `concurrency`
+    // requests are in flight. 0: closed loop (the next request starts when one finishes).
+    double request_rate = 0;
+    uint64_t arrival_seed = 1;
 };
+
+// Arrival times in seconds from the start of a batch of n open-loop requests at `rate` per second
+// (cumulative exponential gaps, Philox-seeded: the same times for the same seed).
+std::vector<double> poisson_arrivals(int n, double rate, uint64_t seed);
 
 // Called on the io thread after every finished request.
 using ProgressFn = std::function<void(int done, int errors)>;

@@ -54,11 +54,14 @@ namespace {
 
 Result<std::vector<RequestRecord>> run_batch(const SweepOptions& opt, const Target& t,
                                              std::vector<StreamJob> jobs, int level,
-                                             const std::string& label, ProgressBar* progress) {
+                                             const std::string& label, ProgressBar* progress,
+                                             uint64_t arrival_seed) {
     BatchOptions b{.url = t.url,
                    .path = opt.chat ? "/v1/chat/completions" : "/v1/completions",
                    .concurrency = level,
-                   .timeout_s = opt.timeout_s};
+                   .timeout_s = opt.timeout_s,
+                   .request_rate = opt.request_rate,
+                   .arrival_seed = arrival_seed};
     const int total = static_cast<int>(jobs.size());
     ProgressFn fn = [&](int done, int errors) {
         if (progress) progress->update(label, done, total, errors);
@@ -90,17 +93,23 @@ Result<std::vector<IterationMetrics>> run_sweep(const SweepOptions& opt, const P
             const std::string label =
                 fmt::format("{}conc {} warm-up", t.name.empty() ? "" : "[" + t.name + "] ", level);
             DSV4_RETURN_IF_ERROR(
-                run_batch(opt, t, std::move(jobs), level, label, hooks.progress).status());
+                run_batch(opt, t, std::move(jobs), level, label, hooks.progress,
+                          mix_seed(opt.seed, level, kWarmupStream))
+                    .status());
         }
         for (int it = 0; it < opt.iterations; ++it) {
             for (size_t ti = 0; ti < targets.size(); ++ti) {
                 const Target& t = targets[ti];
                 auto jobs = build_jobs(prompts, t.model, opt, mix_seed(opt.seed, level, it), n);
                 const std::string label =
-                    fmt::format("{}conc {} iter {}/{}", t.name.empty() ? "" : "[" + t.name + "] ",
-                                level, it + 1, opt.iterations);
+                    opt.request_rate > 0
+                        ? fmt::format("{}rate {}/s cap {} iter {}/{}", t.name.empty() ? "" : "[" + t.name + "] ",
+                                      opt.request_rate, level, it + 1, opt.iterations)
+                        : fmt::format("{}conc {} iter {}/{}", t.name.empty() ? "" : "[" + t.name + "] ",
+                                      level, it + 1, opt.iterations);
                 DSV4_ASSIGN_OR_RETURN(auto records,
-                                      run_batch(opt, t, std::move(jobs), level, label, hooks.progress));
+                                      run_batch(opt, t, std::move(jobs), level, label, hooks.progress,
+                                                mix_seed(opt.seed, level, it)));
                 IterationMetrics m = compute_iteration(records);
                 m.config = t.name;
                 m.level = level;

@@ -35,6 +35,9 @@ struct SweepOptions {
     double temperature = 0;
     uint64_t seed = 0;
     double timeout_s = 600;
+    // > 0: open loop at this many requests/s (Poisson arrivals), the level capping requests in
+    // flight (BatchOptions::request_rate); 0: closed loop at the level's concurrency.
+    double request_rate = 0;
 
     int requests_for(int level) const { return n > 0 ? n : std::max(n_min, n_mult * level); }
 };

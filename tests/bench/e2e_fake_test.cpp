@@ -62,6 +62,38 @@ TEST(BenchE2eFake, SweepMeasuresEveryRequest) {
     }
 }
 
+// Open loop (--request-rate): every request sent is answered; no request starts before its
+// Poisson arrival time (timers never fire early, so this cannot fail on a slow machine); the cap
+// holds: never more than `concurrency` requests in flight.
+TEST(BenchE2eFake, OpenLoopArrivalsAndCap) {
+    FakeOpenAiServer srv;
+    auto url = parse_url(srv.url());
+    ASSERT_TRUE(url.is_ok());
+    SweepOptions so;
+    so.max_tokens = 4;
+    so.chat = false;
+    const auto jobs = build_jobs(words(4), "fake-model", so, 7, 30);
+    const std::vector<double> at = poisson_arrivals(30, 200.0, 99);
+    ASSERT_EQ(at.size(), 30u);
+    for (size_t i = 1; i < at.size(); ++i) EXPECT_GT(at[i], at[i - 1]);
+    EXPECT_EQ(poisson_arrivals(30, 200.0, 99), at);  // seeded
+    BatchOptions b{.url = *url, .path = "/v1/completions", .concurrency = 3, .timeout_s = 60,
+                   .request_rate = 200.0, .arrival_seed = 99};
+    auto r = run_streaming_batch(b, jobs, nullptr);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    ASSERT_EQ(r->size(), 30u);
+    for (size_t i = 0; i < r->size(); ++i) {
+        const RequestRecord& rec = (*r)[i];
+        EXPECT_TRUE(rec.ok) << rec.error;
+        EXPECT_GE(rec.start + 1e-6, at[i]) << "request " << i << " started before its arrival";
+        int in_flight = 0;  // requests running at this one's start
+        for (const RequestRecord& o : *r) in_flight += o.start <= rec.start && o.end > rec.start;
+        EXPECT_LE(in_flight, 3);
+    }
+    b.request_rate = -1;
+    EXPECT_FALSE(run_streaming_batch(b, jobs, nullptr).is_ok());
+}
+
 TEST(BenchE2eFake, ChunkCountsWithoutUsage) {
     testing::FakeServerOptions fo;
     fo.send_usage = false;

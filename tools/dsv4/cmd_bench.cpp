@@ -301,6 +301,9 @@ void register_bench(CLI::App& app, CommandContext& ctx) {
     cmd->add_option("--max-tokens", f->sweep.max_tokens, "Output tokens per request")->capture_default_str();
     cmd->add_option("--conc", f->levels, "Concurrency levels")->capture_default_str();
     cmd->add_option("--n", f->sweep.n, "Requests per measured batch (default: --n-mult x level)");
+    cmd->add_option("--request-rate", f->sweep.request_rate,
+                    "Open loop: requests/s arriving as a Poisson process, --conc capping those in flight "
+                    "(0 = closed loop at --conc)");
     cmd->add_option("--n-mult", f->sweep.n_mult, "Requests per batch as a multiple of the level")
         ->capture_default_str();
     cmd->add_option("--n-min", f->sweep.n_min, "Lower bound on requests per batch with --n-mult")
