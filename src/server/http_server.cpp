@@ -37,12 +37,14 @@ const char* reason_phrase(int status) {
     switch (status) {
         case 200: return "OK";
         case 400: return "Bad Request";
+        case 401: return "Unauthorized";
         case 404: return "Not Found";
         case 405: return "Method Not Allowed";
         case 413: return "Payload Too Large";
         case 415: return "Unsupported Media Type";
         case 422: return "Unprocessable Entity";
         case 429: return "Too Many Requests";
+        case 431: return "Request Header Fields Too Large";
         case 500: return "Internal Server Error";
         case 503: return "Service Unavailable";
         default: return "Unknown";
@@ -109,7 +111,7 @@ private:
         if (closed_) return;
         parser_.emplace();
         parser_->body_limit(opt_.max_body_bytes);
-        parser_->header_limit(64 * 1024);
+        parser_->header_limit(uint32_t(std::min<size_t>(opt_.max_header_bytes, UINT32_MAX)));
         stream_.expires_after(std::chrono::seconds(opt_.idle_timeout_s));
         http::async_read(stream_, buffer_, *parser_,
                          beast::bind_front_handler(&Session::on_read, shared_from_this()));
@@ -119,6 +121,7 @@ private:
         if (closed_) return;
         if (ec) {
             if (ec == http::error::body_limit) return reject(413, "the request body is too large");
+            if (ec == http::error::header_limit) return reject(431, "the request headers are too large");
             if (ec.category() == beast::http::make_error_code(http::error::bad_version).category() &&
                 ec != http::error::end_of_stream && ec != http::error::partial_message)
                 return reject(400, "malformed HTTP request");
@@ -252,6 +255,24 @@ struct HttpServer::Impl {
                 // Out of file descriptors and the like: back off briefly instead of spinning.
                 retry.expires_after(std::chrono::milliseconds(20));
                 retry.async_wait([this](beast::error_code) { do_accept(); });
+                return;
+            }
+            if (app.stats().connections_open.load() >= opt.max_connections) {
+                // Over the cap: a short 503 written synchronously (small, fits the socket buffer), then close.
+                beast::error_code ignored;
+                const std::string body = ApiError{503, "too many open connections; retry later", "server_error", {},
+                                                  "too_many_connections"}
+                                             .body();
+                const std::string msg = fmt::format(
+                    "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+                    "Connection: close\r\nContent-Length: {}\r\n\r\n{}",
+                    body.size(), body);
+                s.non_blocking(true, ignored);
+                s.write_some(net::buffer(msg), ignored);
+                s.shutdown(tcp::socket::shutdown_both, ignored);
+                s.close(ignored);
+                app.count_status(503);
+                do_accept();
                 return;
             }
             std::make_shared<Session>(std::move(s), app, opt)->run();

@@ -16,8 +16,12 @@ struct HttpServerOptions {
     std::string host = "127.0.0.1";
     uint16_t port = 8000;           // 0 = any free port (see HttpServer::port())
     int io_threads = 2;
-    size_t max_body_bytes = 8u << 20;
-    int idle_timeout_s = 300;       // keep-alive connections waiting for a request
+    size_t max_body_bytes = 8u << 20;      // larger bodies: 413
+    size_t max_header_bytes = 64u << 10;   // larger request heads: 431
+    int idle_timeout_s = 300;              // keep-alive connections waiting for a request
+    // Open connections beyond this are answered 503 (Retry-After) and closed at once, so a flood of
+    // idle or slow clients cannot exhaust file descriptors or memory.
+    int max_connections = 4096;
 };
 
 class HttpServer {

@@ -474,6 +474,39 @@ test('/health answers 503 while a step stalls the engine, 200 when idle again', 
   assert.equal((await raw(srv.port, { method: 'GET', path: '/health' })).status, 200);
 });
 
+test('limits: 413 body, 431 headers, 503 over the connection cap, idle connections closed', { timeout: 120000 }, async (t) => {
+  const net = require('node:net');
+  const srv = await startServer(['--model', 'fake', '--max-body-bytes', '1000', '--max-header-bytes', '2000',
+    '--max-connections', '4', '--idle-timeout-s', '1']);
+  t.after(() => srv.stop());
+  const big = await raw(srv.port, { path: '/v1/completions', headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ prompt: 'x'.repeat(2000), max_tokens: 1 }) });
+  assert.equal(big.status, 413, big.body);
+  const hdr = await raw(srv.port, { method: 'GET', path: '/health', headers: { 'x-pad': 'y'.repeat(3000) } });
+  assert.equal(hdr.status, 431, hdr.body);
+  const ok = await postJson(srv.port, '/v1/completions', { prompt: 'hi', max_tokens: 1 });
+  assert.equal(ok.status, 200, ok.body);
+  // Four idle connections fill the cap; the fifth is answered 503 and closed.
+  const idle = [];
+  for (let i = 0; i < 4; i++) {
+    const s = net.connect(srv.port, '127.0.0.1');
+    await new Promise((r) => s.on('connect', r));
+    idle.push(s);
+  }
+  await new Promise((r) => setTimeout(r, 100));
+  const over = await raw(srv.port, { method: 'GET', path: '/health' });
+  assert.equal(over.status, 503, over.body);
+  assert.equal(over.headers['retry-after'], '1');
+  // The idle timeout (1 s) closes the four; then the server takes connections again.
+  const closed = await Promise.all(idle.map((s) => new Promise((r) => {
+    const t0 = Date.now();
+    s.on('close', () => r(Date.now() - t0));
+    s.on('error', () => {});
+  })));
+  assert.ok(closed.every((ms) => ms < 10000), `idle connections closed after ${closed} ms`);
+  assert.equal((await raw(srv.port, { method: 'GET', path: '/health' })).status, 200);
+});
+
 test('1000 concurrent streaming requests: none lost', { timeout: 300000 }, async (t) => {
   const srv = await startServer(['--model', 'fake', '--max-running', '256', '--max-queued', '2000',
     '--max-tokens-per-step', '2048']);

@@ -53,6 +53,7 @@ struct ServeOptions {
     std::string api_key;               // "" = the DSV4_API_KEY variable, else no key
     bool guard_health_metrics = false;
     double health_stall_s = 60.0;
+    HttpServerOptions http;  // host, port and io_threads are set from the fields above
 };
 
 // Measured on the 20-layer synthetic Flash proxy (H200, issue 22), when the CUDA runner still
@@ -178,7 +179,7 @@ int run_serve(ServeOptions o) {
     Engine engine(std::move(runner.value()), cfg);
     engine.start();
     App app(engine, std::move(tok.value()), app_opt);
-    HttpServerOptions ho;
+    HttpServerOptions ho = o.http;
     ho.host = o.host;
     ho.port = uint16_t(o.port);
     ho.io_threads = o.io_threads;
@@ -225,6 +226,11 @@ void register_serve(CLI::App& app, CommandContext& ctx) {
     cmd->add_flag("--guard-health-metrics", o->guard_health_metrics, "with --api-key, also guard /health and /metrics");
     cmd->add_option("--health-stall-s", o->health_stall_s,
                     "GET /health answers 503 when requests wait and the engine made no progress this long (0 = never)");
+    cmd->add_option("--max-body-bytes", o->http.max_body_bytes, "largest request body (413 beyond; default 8 MiB)");
+    cmd->add_option("--max-header-bytes", o->http.max_header_bytes, "largest request head (431 beyond; default 64 KiB)");
+    cmd->add_option("--idle-timeout-s", o->http.idle_timeout_s, "keep-alive connections idle this long are closed (default 300)");
+    cmd->add_option("--max-connections", o->http.max_connections,
+                    "open connections beyond this get 503 and are closed (default 4096)");
     cmd->add_option("--max-context", o->max_context, "prompt + output tokens (0 = the model's; 4096 for tiny)");
     cmd->add_option("--page-tokens", o->page_tokens, "tokens per cache page");
     cmd->add_option("--n-pages", o->n_pages, "cache pages (0 = default)");
