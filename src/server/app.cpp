@@ -150,6 +150,16 @@ void App::handle(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& 
                    {{"WWW-Authenticate", "Bearer"}});
         return;
     }
+    if (draining_ && (path == "/health" || (post && path != "/detokenize"))) {
+        if (path == "/health") {
+            count_status(503);
+            w->send(503, "application/json", R"({"status":"draining"})");
+            return;
+        }
+        send_error(*w, ApiError{503, "the server is shutting down", "server_error", {}, "shutting_down"},
+                   {{"Retry-After", "1"}});
+        return;
+    }
     if (path == "/health" && get) {
         health(*w);
     } else if (path == "/tokenize" && post) {

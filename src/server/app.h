@@ -63,6 +63,10 @@ public:
     // Sends an error reply and counts it.
     void send_error(ResponseWriter& w, const ApiError& e, const HeaderList& extra = {});
     void count_status(int status);
+    // Graceful shutdown: from now on generation and tokenize routes answer 503 (Retry-After) and
+    // /health answers 503 "draining", while requests already admitted run to completion.
+    void set_draining() { draining_ = true; }
+    bool draining() const { return draining_; }
 
 private:
     void generate(const HttpRequest& req, bool chat, const std::shared_ptr<ResponseWriter>& w);
@@ -75,6 +79,7 @@ private:
     Tokenizer tok_;
     AppOptions opt_;
     ServerStats stats_;
+    std::atomic<bool> draining_{false};
 };
 
 }  // namespace dsv4

@@ -332,6 +332,14 @@ void HttpServer::wait_for_signal() {
     sig_ioc.run();
 }
 
+void HttpServer::stop_accepting() {
+    if (!impl_ || impl_->threads.empty()) return;
+    net::post(impl_->ioc, [this] {
+        beast::error_code ec;
+        impl_->acceptor.close(ec);
+    });
+}
+
 void HttpServer::stop() {
     if (!impl_ || impl_->threads.empty()) return;
     net::post(impl_->ioc, [this] {

@@ -31,6 +31,7 @@ public:
     Status start();            // binds, listens and starts the I/O threads
     uint16_t port() const;
     void wait_for_signal();    // blocks until SIGINT or SIGTERM
+    void stop_accepting();     // closes the listening socket; open connections keep being served
     void stop();
 
 private:

@@ -507,6 +507,30 @@ test('limits: 413 body, 431 headers, 503 over the connection cap, idle connectio
   assert.equal((await raw(srv.port, { method: 'GET', path: '/health' })).status, 200);
 });
 
+test('SIGTERM drains: admitted requests finish, new ones are refused, exit 0', { timeout: 120000 }, async (t) => {
+  const srv = await startServer(['--model', 'fake', '--fake-token-delay-us', '2000', '--drain-timeout-s', '30']);
+  const exited = new Promise((r) => srv.proc.on('exit', (code, sig) => r({ code, sig })));
+  t.after(() => srv.stop());
+  const inflight = postJson(srv.port, '/v1/completions', { prompt: 'hello', max_tokens: 300, ignore_eos: true,
+    temperature: 0 });
+  await new Promise((r) => setTimeout(r, 200));
+  srv.proc.kill('SIGTERM');
+  await new Promise((r) => setTimeout(r, 150));
+  let refused = false;
+  try {
+    refused = (await postJson(srv.port, '/v1/completions', { prompt: 'late', max_tokens: 1 })).status === 503;
+  } catch (e) {
+    refused = true;  // the listening socket is closed: connection refused
+  }
+  assert.ok(refused, 'a request after SIGTERM was served');
+  const r = await inflight;
+  assert.equal(r.status, 200, r.body);
+  const j = JSON.parse(r.body);
+  assert.equal(j.choices[0].finish_reason, 'length');
+  assert.equal(j.usage.completion_tokens, 300);
+  assert.deepEqual(await exited, { code: 0, sig: null });
+});
+
 test('1000 concurrent streaming requests: none lost', { timeout: 300000 }, async (t) => {
   const srv = await startServer(['--model', 'fake', '--max-running', '256', '--max-queued', '2000',
     '--max-tokens-per-step', '2048']);

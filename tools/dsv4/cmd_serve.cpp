@@ -3,6 +3,8 @@
 // tests), starts the engine thread and the Beast I/O threads, and runs until SIGINT/SIGTERM.
 #include <algorithm>
 #include <cstdio>
+#include <thread>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -53,6 +55,7 @@ struct ServeOptions {
     std::string api_key;               // "" = the DSV4_API_KEY variable, else no key
     bool guard_health_metrics = false;
     double health_stall_s = 60.0;
+    double drain_timeout_s = 30.0;  // SIGTERM: how long admitted requests may run on
     HttpServerOptions http;  // host, port and io_threads are set from the fields above
 };
 
@@ -197,7 +200,20 @@ int run_serve(ServeOptions o) {
                 o.host.c_str(), unsigned(server.port()));
     std::fflush(stdout);
     server.wait_for_signal();
-    std::printf("dsv4 serve: shutting down\n");
+    // Graceful: stop accepting, refuse new work (503), let admitted requests finish for up to
+    // --drain-timeout-s, then stop (what is still running gets an error event).
+    std::printf("dsv4 serve: draining (up to %.0f s)\n", o.drain_timeout_s);
+    std::fflush(stdout);
+    app.set_draining();
+    server.stop_accepting();
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.drain_timeout_s);
+    auto busy = [&] {
+        const EngineStats& es = engine.stats();
+        return es.running_requests.load() + es.waiting_requests.load() > 0 || app.stats().streams_open.load() > 0;
+    };
+    while (busy() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (!busy()) std::this_thread::sleep_for(std::chrono::milliseconds(100));  // last replies leave the sockets
+    std::printf("dsv4 serve: shutting down%s\n", busy() ? " (drain timeout: cancelling what is left)" : "");
     std::fflush(stdout);
     server.stop();
     engine.stop();
@@ -226,6 +242,8 @@ void register_serve(CLI::App& app, CommandContext& ctx) {
     cmd->add_flag("--guard-health-metrics", o->guard_health_metrics, "with --api-key, also guard /health and /metrics");
     cmd->add_option("--health-stall-s", o->health_stall_s,
                     "GET /health answers 503 when requests wait and the engine made no progress this long (0 = never)");
+    cmd->add_option("--drain-timeout-s", o->drain_timeout_s,
+                    "on SIGTERM/SIGINT: refuse new requests and let admitted ones finish this long (default 30)");
     cmd->add_option("--max-body-bytes", o->http.max_body_bytes, "largest request body (413 beyond; default 8 MiB)");
     cmd->add_option("--max-header-bytes", o->http.max_header_bytes, "largest request head (431 beyond; default 64 KiB)");
     cmd->add_option("--idle-timeout-s", o->http.idle_timeout_s, "keep-alive connections idle this long are closed (default 300)");
