@@ -12,10 +12,14 @@ cd "$(dirname "$0")/.."
 if [ "${DSV4_FUZZ_SECONDS:-30}" != 0 ] && command -v clang++ >/dev/null; then
     cmake -S . -B build-fuzz -G Ninja -DDSV4_FUZZ=ON -DDSV4_WITH_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
         -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >/dev/null
-    cmake --build build-fuzz --target safetensors_header_fuzz tokenizer_fuzz -j "${JOBS:-$(nproc)}"
+    cmake --build build-fuzz --target safetensors_header_fuzz tokenizer_fuzz openai_request_fuzz -j "${JOBS:-$(nproc)}"
     mkdir -p build-fuzz/corpus/safetensors
     build-fuzz/tests/fuzz/safetensors_header_fuzz -max_total_time="${DSV4_FUZZ_SECONDS:-30}" -print_final_stats=1 \
         -dict=tests/fuzz/safetensors.dict build-fuzz/corpus/safetensors tests/fuzz/corpus/safetensors
+    # OpenAI request bodies (chat and completions) and the chat renderer (issue 21 item 2).
+    mkdir -p build-fuzz/corpus/openai_request
+    build-fuzz/tests/fuzz/openai_request_fuzz -max_total_time="${DSV4_FUZZ_SECONDS:-30}" -print_final_stats=1 \
+        build-fuzz/corpus/openai_request tests/fuzz/corpus/openai_request
     # Tokenizer encoder (skips, exit 77, when .cache/tokenizer/tokenizer.json is missing).
     tests/fuzz/run_tokenizer_fuzz.sh build-fuzz/tests/fuzz/tokenizer_fuzz . "${DSV4_FUZZ_SECONDS:-30}" || [ $? -eq 77 ]
 fi

@@ -39,14 +39,6 @@ ApiError status_to_error(const Status& s) {
 
 }  // namespace
 
-std::string ApiError::body() const {
-    json e = {{"message", message},
-              {"type", type},
-              {"param", param.empty() ? json(nullptr) : json(param)},
-              {"code", code.empty() ? json(nullptr) : json(code)}};
-    return json{{"error", e}}.dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
 App::App(Engine& engine, Tokenizer tok, AppOptions opt)
     : engine_(engine), tok_(std::move(tok)), opt_(std::move(opt)) {}
 
