@@ -78,6 +78,23 @@ void App::health(ResponseWriter& w) {
     w.send(200, "application/json", R"({"status":"ok"})");
 }
 
+// Readiness (GET /ready), apart from liveness (/health): 503 while draining or while the waiting
+// queue is full (a new request would get 429), so a load balancer routes elsewhere without the
+// process being restarted; 200 otherwise.
+void App::ready(ResponseWriter& w) {
+    const int64_t waiting = engine_.stats().waiting_requests.load();
+    const int64_t cap = engine_.config().max_queued;
+    const char* why = draining_ ? "draining" : waiting >= cap ? "queue full" : nullptr;
+    if (why) {
+        count_status(503);
+        w.send(503, "application/json", json{{"status", "not ready"}, {"reason", why}, {"waiting_requests", waiting}}.dump(),
+               {{"Retry-After", "1"}});
+        return;
+    }
+    count_status(200);
+    w.send(200, "application/json", json{{"status", "ready"}, {"waiting_requests", waiting}}.dump());
+}
+
 // vLLM's POST /tokenize: {"prompt": text} or {"messages": [...]} (the chat format, with the
 // generation prompt) -> {"count", "max_model_len", "tokens"}.
 void App::tokenize(const HttpRequest& req, ResponseWriter& w) {
@@ -135,11 +152,15 @@ void App::handle(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& 
     const std::string path = path_of(req.target);
     const bool get = req.method == "GET" || req.method == "HEAD";
     const bool post = req.method == "POST";
-    const bool open_route = (path == "/health" || path == "/metrics") && !opt_.guard_health_metrics;
+    const bool open_route = (path == "/health" || path == "/ready" || path == "/metrics") && !opt_.guard_health_metrics;
     if (!open_route && !authorized(req)) {
         send_error(*w, ApiError{401, "missing or invalid API key (send 'Authorization: Bearer <key>')",
                                 "invalid_request_error", {}, "invalid_api_key"},
                    {{"WWW-Authenticate", "Bearer"}});
+        return;
+    }
+    if (path == "/ready" && get) {
+        ready(*w);
         return;
     }
     if (draining_ && (path == "/health" || (post && path != "/detokenize"))) {
@@ -175,7 +196,8 @@ void App::handle(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& 
     } else if (path == "/v1/completions" && post) {
         generate(req, false, w);
     } else if (path == "/v1/chat/completions" || path == "/v1/completions" || path == "/health" ||
-               path == "/metrics" || path == "/v1/models" || path == "/tokenize" || path == "/detokenize") {
+               path == "/metrics" || path == "/v1/models" || path == "/tokenize" || path == "/detokenize" ||
+               path == "/ready") {
         send_error(*w, ApiError{405, fmt::format("method {} is not allowed on {}",
                                                  req.method.substr(0, 16), path),
                                 "invalid_request_error", {}, "method_not_allowed"});

@@ -73,6 +73,7 @@ private:
     void tokenize(const HttpRequest& req, ResponseWriter& w);
     void detokenize(const HttpRequest& req, ResponseWriter& w);
     void health(ResponseWriter& w);
+    void ready(ResponseWriter& w);
     bool authorized(const HttpRequest& req) const;
 
     Engine& engine_;
