@@ -138,11 +138,10 @@ Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, 
             return error(StatusCode::kInternal, "sparse_decode: {} sequences x {} splits exceed the workspace ({})",
                          sa.batch, sd_splits, ws_.sd_seq_splits);
     }
-    if (batched_step(max_t)) {
-        if (!fast_attn_) return error(StatusCode::kInternal, "batched prefill without the fast attention path");
-        DSV4_RETURN_IF_ERROR(attention_batched(sp, T, max_t, csa, ka, ia, ra, sa, rope));
-    }
-    for (int t = 0; t < max_t && !batched_step(max_t); ++t) {
+    // Batched prefill (only built with fast attention) replaces the token loop below.
+    const bool batched = batched_step(max_t);
+    if (batched) DSV4_RETURN_IF_ERROR(attention_batched(sp, T, max_t, csa, ka, ia, ra, sa, rope));
+    for (int t = 0; t < (batched ? 0 : max_t); ++t) {
         ka.t = ia.t = aa.t = ra.t = t;
         mark("kv_step (ring+compressors)");
         DSV4_CU(cuda::kv_step(sp, pool_, ka, st));

@@ -103,19 +103,12 @@ void App::tokenize(const HttpRequest& req, ResponseWriter& w) {
         return send_error(w, bad_request("the request body must be a JSON object"));
     std::string text;
     if (j.contains("messages")) {
-        // The chat request parser validates the messages (and tools) as /v1/chat/completions does.
-        json body = j;
-        body.erase("add_special_tokens");
-        body.erase("add_generation_prompt");
-        auto parsed = parse_openai_request(body.dump(), true, &opt_.defaults);
+        // The chat request parser validates the messages (and tools) as /v1/chat/completions does;
+        // it ignores the keys it does not read (vLLM's add_generation_prompt, add_special_tokens).
+        auto parsed = parse_openai_request(req.body, true, &opt_.defaults);
         if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(w, *e);
         const ParsedRequest& pr = std::get<ParsedRequest>(parsed);
-        ChatOptions co;
-        co.thinking = pr.thinking;
-        co.reasoning_effort = pr.reasoning_effort;
-        if (pr.tools_enabled && !pr.tools.is_null()) co.tools = pr.tools;
-        if (!pr.response_format.is_null()) co.response_format = pr.response_format;
-        auto rendered = render_chat(pr.messages, co);
+        auto rendered = render_chat(pr.messages, chat_options(pr));
         if (!rendered.is_ok()) return send_error(w, bad_request(rendered.status().message(), "messages"));
         text = *rendered;
     } else if (j.contains("prompt") && j["prompt"].is_string()) {
@@ -228,12 +221,7 @@ void App::generate(const HttpRequest& hreq, bool chat, const std::shared_ptr<Res
 
     std::vector<int32_t> prompt;
     if (chat) {
-        ChatOptions co;
-        co.thinking = req.thinking;
-        co.reasoning_effort = req.reasoning_effort;
-        if (req.tools_enabled && !req.tools.is_null()) co.tools = req.tools;
-        if (!req.response_format.is_null()) co.response_format = req.response_format;
-        auto text = render_chat(req.messages, co);
+        auto text = render_chat(req.messages, chat_options(req));
         if (!text.is_ok()) {
             send_error(*w, bad_request(text.status().message(), "messages"));
             return;

@@ -164,6 +164,15 @@ std::optional<ApiError> parse_tools(const ojson& t) {
 
 }  // namespace
 
+ChatOptions chat_options(const ParsedRequest& r) {
+    ChatOptions co;
+    co.thinking = r.thinking;
+    co.reasoning_effort = r.reasoning_effort;
+    if (r.tools_enabled && !r.tools.is_null()) co.tools = r.tools;
+    if (!r.response_format.is_null()) co.response_format = r.response_format;
+    return co;
+}
+
 std::variant<ParsedRequest, ApiError> parse_openai_request(std::string_view body, bool chat,
                                                            const SamplingParams* defaults) {
     if (body.empty()) return bad_request("the request body is empty; send a JSON object");

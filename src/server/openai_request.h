@@ -13,6 +13,7 @@
 
 #include "sample/sampling_params.h"
 #include "server/api_error.h"
+#include "tokenizer/chat_encoding.h"
 
 namespace dsv4 {
 
@@ -41,6 +42,10 @@ struct ParsedRequest {
 };
 
 // `body`: the raw request body. Returns the parsed request or the error to send.
+// The chat renderer's options for a parsed chat request: thinking mode, reasoning effort, the
+// request's tools (unless tool_choice is "none") and response_format.
+ChatOptions chat_options(const ParsedRequest& r);
+
 // defaults (optional): the sampling values of the fields the body omits (generation_defaults.h);
 // null: SamplingParams' own.
 std::variant<ParsedRequest, ApiError> parse_openai_request(std::string_view body, bool chat,

@@ -41,12 +41,7 @@ void run(std::string_view body, bool chat) {
     check(p.params.logprobs <= 20);
     for (const auto& [t, b] : p.params.logit_bias) check(t >= 0 && b >= -100.0f && b <= 100.0f);
     if (chat) {
-        dsv4::ChatOptions co;
-        co.thinking = p.thinking;
-        co.reasoning_effort = p.reasoning_effort;
-        if (p.tools_enabled && !p.tools.is_null()) co.tools = p.tools;
-        if (!p.response_format.is_null()) co.response_format = p.response_format;
-        (void)dsv4::render_chat(p.messages, co);
+        (void)dsv4::render_chat(p.messages, dsv4::chat_options(p));
     }
 }
 

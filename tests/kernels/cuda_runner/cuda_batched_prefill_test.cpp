@@ -22,6 +22,7 @@
 #include "runtime/runner_factory.h"
 #include "runtime/ref_runner.h"
 #include "tests/kernels/cuda_runner/cuda_test_util.h"
+#include "tests/kernels/cuda_runner/small512_config.h"
 
 namespace dsv4 {
 namespace {
@@ -33,35 +34,10 @@ std::vector<int32_t> ids(int n, int64_t vocab, uint32_t seed) {
     return v;
 }
 
-// head_dim 512 at small width: window 32, CSA r4 (top-8), HCA r16.
-ModelConfig small_config() {
-    ModelConfig c = tiny_model_config();
-    c.vocab_size = 1024;
-    c.hidden_size = 64;
-    c.n_layers = 4;
-    c.n_heads = 16;
-    c.head_dim = 512;
-    c.rope_dim = 64;
-    c.q_lora_rank = 64;
-    c.o_lora_rank = 32;
-    c.o_groups = 2;
-    c.sliding_window = 32;
-    c.compress_ratios = {0, 4, 16, 4};
-    c.layer_types = {AttnType::kSliding, AttnType::kCSA, AttnType::kHCA, AttnType::kCSA};
-    c.mlp_types = {MoeRouting::kHash, MoeRouting::kLearned, MoeRouting::kLearned, MoeRouting::kLearned};
-    c.index_n_heads = 4;
-    c.index_head_dim = 64;
-    c.index_topk = 8;
-    c.n_routed_experts = 8;
-    c.n_experts_per_tok = 2;
-    c.moe_intermediate_size = 32;
-    return c;
-}
-
 // DeepSeek-V4-Flash's attention geometry at small width: 64 heads x 512, window 128, CSA r4 with
 // the top-512 indexer (64 heads x 128), HCA r128.
 ModelConfig flash_geometry_config() {
-    ModelConfig c = small_config();
+    ModelConfig c = small512_config();
     c.n_layers = 3;
     c.n_heads = 64;
     c.o_groups = 8;
@@ -168,7 +144,7 @@ void expect_batched_equals_loop(const ModelConfig& cfg, const char* rows, const 
 
 TEST(CudaBatchedPrefill, BitIdenticalToTheTokenLoopSmall) {
     SKIP_WITHOUT_GPU();
-    const ModelConfig cfg = small_config();
+    const ModelConfig cfg = small512_config();
     // seq 0: 1, 45, 3, 70 tokens (crosses the 32-row window twice, HCA r16 at odd offsets);
     // seq 1: decodes beside seq 0's chunks after a 17-token start; seq 2 joins late with 38 + 1.
     const auto script = script_for(cfg.vocab_size, {{1, 45, 3, 70, 0}, {17, 1, 1, 1, 1}, {0, 0, 38, 1, 33}}, 10);

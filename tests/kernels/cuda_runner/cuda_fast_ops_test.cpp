@@ -93,6 +93,22 @@ struct LinearCase {
     int N, K, T, groups;  // groups > 1: grouped form, N per group, x row = groups * K
 };
 
+// fp64 reference of output (t, n) of a LinearCase with x rounded to bf16 as the fast kernels stage
+// it: the dot product and sum |w x| (the error scale).
+struct RefDot {
+    double dot = 0, abs_sum = 0;
+};
+RefDot ref_dot(const LinearCase& c, const QMat& q, const std::vector<float>& x, int64_t ldx, int t, int64_t n) {
+    const int64_t off = (c.groups > 1 ? n / c.N : 0) * c.K;
+    RefDot r;
+    for (int k = 0; k < c.K; ++k) {
+        const double p = double(q.deq[size_t(n) * c.K + k]) * round_bf16(x[size_t(t) * ldx + off + k]);
+        r.dot += p;
+        r.abs_sum += std::fabs(p);
+    }
+    return r;
+}
+
 TEST(CudaFastOps, LinearDispatchMatchesFp64AndCorrectFirst) {
     SKIP_WITHOUT_GPU();
     const LinearCase cases[] = {
@@ -132,13 +148,7 @@ TEST(CudaFastOps, LinearDispatchMatchesFp64AndCorrectFirst) {
         double err_ref = 0, err_simt = 0, worst_bound = 0;
         for (int t = 0; t < c.T; ++t)
             for (int64_t n = 0; n < rows; ++n) {
-                const int64_t off = (c.groups > 1 ? n / c.N : 0) * c.K;
-                double s = 0, abs_sum = 0;
-                for (int k = 0; k < c.K; ++k) {
-                    const double xv = round_bf16(x[size_t(t) * ldx + off + k]);
-                    s += double(q.deq[size_t(n) * c.K + k]) * xv;
-                    abs_sum += std::fabs(double(q.deq[size_t(n) * c.K + k]) * xv);
-                }
+                const auto [s, abs_sum] = ref_dot(c, q, x, ldx, t, n);
                 const double f = fast[size_t(t) * rows + n], o = simt[size_t(t) * rows + n];
                 err_ref = std::max(err_ref, std::fabs(f - s) / (abs_sum + 1e-30));
                 err_simt = std::max(err_simt, std::fabs(f - o) / (abs_sum + 1e-30));
@@ -203,13 +213,7 @@ TEST(CudaFastOps, PrefillGemmMatchesFp64) {
             double err = 0;
             for (int t = 0; t < c.T; ++t)
                 for (int64_t n = 0; n < rows; ++n) {
-                    const int64_t off = (c.groups > 1 ? n / c.N : 0) * c.K;
-                    double s = 0, abs_sum = 0;
-                    for (int k = 0; k < c.K; ++k) {
-                        const double xv = round_bf16(x[size_t(t) * ldx + off + k]);
-                        s += double(q.deq[size_t(n) * c.K + k]) * xv;
-                        abs_sum += std::fabs(double(q.deq[size_t(n) * c.K + k]) * xv);
-                    }
+                    const auto [s, abs_sum] = ref_dot(c, q, x, ldx, t, n);
                     err = std::max(err, std::fabs(double(y[size_t(t) * rows + n]) - s) / (abs_sum + 1e-30));
                 }
             std::printf("[op prefill gemm] %-16s N=%4d K=%4d T=%3d groups=%d x %s: |y - fp64(bf16 x)| <= %.2e (x sum|w x|)%s\n",
