@@ -263,6 +263,13 @@ Status CudaRunner::apply_kernel_choices() {
                                              [](int i) { return cuda::moe_expert_variant_name(i); });
         if (moe_variant_ < 0) return invalid_argument("option moe_variant: unknown variant '{}' (dsv4 decode-bench lists them)", rt.moe_variant);
     }
+    if (!rt.moe_gemm_variant.empty()) {
+        moe_gemm_variant_ = cuda::variant_by_name(rt.moe_gemm_variant, cuda::moe_grouped_variant_count(),
+                                                  [](int i) { return cuda::moe_grouped_variant_name(i); });
+        if (moe_gemm_variant_ < 0)
+            return invalid_argument("option moe_gemm_variant: unknown variant '{}' (dsv4 decode-bench lists them)",
+                                    rt.moe_gemm_variant);
+    }
     DSV4_RETURN_IF_ERROR(setup_prefill_gemm());
     auto stamp = [&](cuda::WeightDesc& w) {
         w.fast = rt.fast_kernels;

@@ -202,6 +202,7 @@ private:
     const cuda::AttnVariant* variant_ = nullptr;  // CUDA-core attention (attn_decode)
     int sd_variant_ = -1;                          // forced sparse_decode variant, -1 = heuristic
     int moe_variant_ = -1;                         // forced MXFP4 expert variant, -1 = heuristic
+    int moe_gemm_variant_ = -1;                    // forced grouped expert GEMM variant, -1 = first legal
     bool fast_attn_ = false;
     bool batched_ = false;  // batched prefill available (batched_step)
     cuda::PrefillGemm gemm_;  // handle null: off

@@ -95,6 +95,8 @@ const std::vector<OptionDef>& option_defs() {
         {{"gemv_variant", "DSV4_GEMV_VARIANT", "forced dense GEMV/GEMM variant (where legal for the shape)"},
          DSV4_NAME_OPTION(gemv_variant)},
         {{"moe_variant", "DSV4_MOE_VARIANT", "forced MXFP4 expert variant (where legal)"}, DSV4_NAME_OPTION(moe_variant)},
+        {{"moe_gemm_variant", "DSV4_MOE_GEMM_VARIANT", "forced grouped MXFP4 expert GEMM variant (where legal)"},
+         DSV4_NAME_OPTION(moe_gemm_variant)},
         {{"split_kv_target_ctas", "DSV4_SPLIT_KV_TARGET",
           "sparse_decode split-KV target CTAs (0: 2 x the SM count)"},
          DSV4_COUNT_OPTION(split_kv_target_ctas)},
@@ -107,6 +109,9 @@ const std::vector<OptionDef>& option_defs() {
         {{"prefill_gemm_min_tokens", "DSV4_PREFILL_GEMM",
           "from this many tokens per step the dense FP8/BF16 linears run as cuBLAS GEMMs (0: never)"},
          DSV4_COUNT_OPTION(prefill_gemm_min_tokens)},
+        {{"moe_gemm_min_tokens", "DSV4_MOE_GEMM",
+          "from this many tokens per step the routed experts run as the grouped MXFP4 GEMM (0: never)"},
+         DSV4_COUNT_OPTION(moe_gemm_min_tokens)},
         {{"op_profile", "DSV4_OP_PROFILE", "proxy-bench: per-op table of the captured step after each point"},
          DSV4_BOOL_OPTION(op_profile)},
     };

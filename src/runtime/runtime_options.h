@@ -44,6 +44,7 @@ struct RuntimeOptions {
     std::string attn_variant;
     std::string gemv_variant;  // dense_gemv / dense_gemm_kc* (dsv4 decode-bench lists the names)
     std::string moe_variant;   // MXFP4 expert GEMV
+    std::string moe_gemm_variant;  // grouped MXFP4 expert GEMM (prefill-sized steps)
     // sparse_decode split-KV: CTAs the splits aim for (batch x head blocks x splits); 0 = 2 x SMs.
     int split_kv_target_ctas = 0;
     // Prefill and mixed steps (more than one token of a sequence) on the fast attention path run
@@ -54,6 +55,9 @@ struct RuntimeOptions {
     // From this many tokens in a step the FP8/BF16 dense linears run as cuBLAS bf16 GEMMs
     // (kernels/cuda/ops/prefill_gemm.h; those steps run without side streams); 0: never.
     int prefill_gemm_min_tokens = 512;
+    // From this many tokens in a step the routed experts run as the grouped MXFP4 GEMM
+    // (kernels/cuda/moe/moe_grouped_sm90.cu; same bits as the GEMV); 0: never.
+    int moe_gemm_min_tokens = 512;
     // proxy-bench: after timing a point, the per-op table of the captured step (runtime/op_profile.h).
     bool op_profile = false;
 };

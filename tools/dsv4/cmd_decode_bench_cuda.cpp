@@ -319,8 +319,10 @@ struct MoePoint {
 
 // mode 0: full routed path (route+permute fused where small, gate-up, down, combine); 1: expert
 // GEMVs only; 2: full routed path with route and permute as two kernels (the pre-moe-b1 path).
+// gemm_variant >= 0: the expert GEMMs run as that grouped GEMM variant (moe_grouped_launch) instead
+// of the GEMV `variant`.
 MoePoint bench_moe(const std::vector<MoeLayer>& layers, int B, int variant, bool skewed, int mode, int reps,
-                   double copy_gbs, cudaStream_t s, uint32_t seed) {
+                   double copy_gbs, cudaStream_t s, uint32_t seed, int gemm_variant = -1) {
     const int NR = 4;
     std::vector<MoeSet> sets;
     std::mt19937 g(seed);
@@ -340,6 +342,7 @@ MoePoint bench_moe(const std::vector<MoeLayer>& layers, int B, int variant, bool
         BENCH_CHECK(cudaMemcpy(m.bias.p, bias.data(), bias.size() * 4, cudaMemcpyHostToDevice));
         sets.push_back(std::move(m));
     }
+    Buf tiles(size_t(moe_grouped_max_tiles(B * kTopK, kE) + 1) * 4);
     auto route = [&](MoeSet& m) {
         MoeRouteArgs ra;
         ra.logits = m.logits.as<float>();
@@ -389,7 +392,15 @@ MoePoint bench_moe(const std::vector<MoeLayer>& layers, int B, int variant, bool
         // The weights are uniform random bytes, so they are equally valid codes in either layout
         // and the kernels' work does not depend on them: a forced variant gets its own layout.
         gu.layout = variant >= 0 ? moe_expert_variant_layout(variant) : MoeWeightLayout::kCheckpoint;
-        check_status(moe_expert_launch(gu, s), "moe gate-up");
+        const bool grouped = gemm_variant >= 0;
+        if (grouped) {
+            gu.variant = gemm_variant;
+            gu.layout = moe_grouped_variant_layout(gemm_variant);
+            gu.n_tiles = tiles.as<int32_t>();
+            gu.tile_list = gu.n_tiles + 1;
+        }
+        auto launch = [&](const MoeExpertArgs& a) { return grouped ? moe_grouped_launch(a, s) : moe_expert_launch(a, s); };
+        check_status(launch(gu), "moe gate-up");
         MoeExpertArgs dn = gu;
         dn.mode = MoeExpertMode::kDown;
         dn.x = m.h.p;
@@ -400,7 +411,7 @@ MoePoint bench_moe(const std::vector<MoeLayer>& layers, int B, int variant, bool
         dn.out = m.y.p;
         dn.N = kHidden;
         dn.K = kInter;
-        check_status(moe_expert_launch(dn, s), "moe down");
+        check_status(launch(dn), "moe down");
     };
     auto combine = [&](MoeSet& m) {
         MoeCombineArgs ca;
@@ -444,6 +455,11 @@ MoePoint bench_moe(const std::vector<MoeLayer>& layers, int B, int variant, bool
     probe.n_active = sets[0].nact.as<int32_t>();
     probe.max_active = std::min(kE, B * kTopK);
     probe.mode = MoeExpertMode::kGateUp;
+    if (gemm_variant >= 0) {
+        p.j["variant"] = moe_grouped_variant_name(gemm_variant);
+        p.us = t.med_us;
+        return p;
+    }
     std::string vname = moe_expert_variant_name(moe_expert_select_variant(probe));
     probe.mode = MoeExpertMode::kDown;
     probe.N = kHidden;
@@ -601,13 +617,15 @@ int run_decode_bench(const DecodeBenchOptions& o) {
     J["cuda_runtime"] = runtime;
     J["git_sha"] = env_or("DSV4_GIT_SHA");
     std::printf("decode-bench on %s (%d SMs, L2 %d MB)\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
-    std::printf("variants (the runner forces one with --option attn_variant= / moe_variant= / gemv_variant=):\n");
+    std::printf("variants (the runner forces one with --option attn_variant= / moe_variant= / gemv_variant= / moe_gemm_variant=):\n");
     for (int i = 0; i < sparse_decode_variant_count(); ++i)
         std::printf("  %s %s\n", sparse_decode_variant_name(i).c_str(), sparse_decode_variant_params(i).to_string().c_str());
     for (int i = 0; i < moe_expert_variant_count(); ++i)
         std::printf("  %s %s\n", moe_expert_variant_name(i).c_str(), moe_expert_variant_params(i).to_string().c_str());
     for (int i = 0; i < dense_gemv_variant_count(); ++i)
         std::printf("  %s %s\n", dense_gemv_variant_name(i).c_str(), dense_gemv_variant_params(i).to_string().c_str());
+    for (int i = 0; i < moe_grouped_variant_count(); ++i)  // --option moe_gemm_variant=
+        std::printf("  %s\n", moe_grouped_variant_name(i).c_str());
 
     const auto [copy, copy_memcpy] = measure_copy(s);
     const double gemm = measure_gemm(s);
@@ -692,7 +710,7 @@ int run_decode_bench(const DecodeBenchOptions& o) {
         }
     }
 
-    if (has(o.sections, "moe") || has(o.sections, "moe_sweep")) {
+    if (has(o.sections, "moe") || has(o.sections, "moe_sweep") || has(o.sections, "moe_gemm")) {
         std::vector<MoeLayer> layers;
         layers.push_back(make_moe_layer(g));
         layers.push_back(make_moe_layer(g));
@@ -714,6 +732,47 @@ int run_decode_bench(const DecodeBenchOptions& o) {
                     std::fflush(stdout);
                 }
         save();
+        // Prefill-sized steps (issue 22): the tensor-core GEMV on pair-rotated weights against every
+        // grouped GEMM variant of that layout, rounds alternating the order, at each --batches size.
+        if (has(o.sections, "moe_gemm"))
+            for (int B : o.batches) {
+                MoeExpertArgs probe;
+                probe.layout = MoeWeightLayout::kPairRotated;
+                probe.N = kInter;
+                probe.K = kHidden;
+                probe.n_rows = B * kTopK;
+                const int gemv = moe_expert_select_variant(probe);
+                std::vector<std::pair<std::string, int>> cands{{moe_expert_variant_name(gemv), -1}};
+                for (int i = 0; i < moe_grouped_variant_count(); ++i)
+                    if (moe_grouped_variant_layout(i) == MoeWeightLayout::kPairRotated)
+                        cands.emplace_back(moe_grouped_variant_name(i), i);
+                json pt;
+                const int n = int(cands.size());
+                for (int r = 0; r < o.rounds; ++r)
+                    for (int i = 0; i < n; ++i) {
+                        const auto& [name, gv] = cands[(r % 2) ? n - 1 - i : i];
+                        MoePoint p = bench_moe(layers, B, gv < 0 ? gemv : -1, false, 1, o.reps, copy, s, 700 + r, gv);
+                        pt[name]["median_us"].push_back(p.us);
+                        pt[name]["tflops"].push_back(p.j["tflops"]);
+                    }
+                J["moe_gemm"].push_back(json{{"batch", B}, {"configs", pt}});
+                for (auto& [name, v] : pt.items()) {
+                    double lo = 1e30, hi = 0, sum = 0, tf = 0;
+                    for (auto& x : v["median_us"]) {
+                        lo = std::min(lo, x.get<double>());
+                        hi = std::max(hi, x.get<double>());
+                        sum += x.get<double>();
+                    }
+                    for (auto& x : v["tflops"]) tf = std::max(tf, x.get<double>());
+                    char line[256];
+                    std::snprintf(line, sizeof line, "moe_gemm B=%-5d %-34s %9.1f us [%.1f-%.1f] %6.1f TFLOP/s", B,
+                                  name.c_str(), sum / v["median_us"].size(), lo, hi, tf);
+                    table.push_back(line);
+                    std::printf("%s\n", line);
+                }
+                std::fflush(stdout);
+                save();
+            }
         if (has(o.sections, "moe_sweep"))
             for (int B : sweep_batches()) {
                 json pt;

@@ -16,6 +16,7 @@
 #include <random>
 
 #include "core/dtype.h"
+#include "kernels/cuda/moe/moe.h"
 #include "kernels/cuda/ops/fast_path.h"
 #include "kernels/cuda/ops/ops.h"
 #include "kernels/cuda/ops/prefill_gemm.h"
@@ -302,6 +303,62 @@ std::vector<double> moe_ref(const std::vector<float>& x, const std::vector<float
     return out;
 }
 
+// Runs a's experts and combine; the output read back.
+std::vector<float> run_moe(const cuda::MoeArgs& a, const float* shared, float* out_dev, size_t n) {
+    std::vector<float> got(n, std::nanf(""));
+    EXPECT_EQ(cudaMemcpy(out_dev, got.data(), n * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cuda::moe_experts(a, nullptr), cudaSuccess);
+    EXPECT_EQ(cuda::moe_combine(a, shared, out_dev, nullptr), cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(got.data(), out_dev, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+    return got;
+}
+
+// Every grouped expert GEMM variant legal for a's shapes and layout (forced through
+// MoeArgs::grouped_variant, from one token on) gives the output of the tensor-core GEMV without
+// split-K (which the heuristic picks at small grids) bit for bit: the same operands meet in the
+// same order (moe_grouped_sm90.cu).
+void grouped_matches_gemv(cuda::MoeArgs a, const float* shared, float* out_dev, size_t n, const char* what) {
+    a.fast = true;
+    cuda::MoeExpertArgs probe;  // a grid far above one wave: the heuristic's plain (unsplit) form
+    probe.N = a.I;
+    probe.K = a.d;
+    probe.n_experts = 1024;
+    probe.n_rows = 1024;
+    probe.layout = a.w1.fmt == cuda::WFmt::kMxfp4PairRotated ? cuda::MoeWeightLayout::kPairRotated
+                                                             : cuda::MoeWeightLayout::kCheckpoint;
+    a.moe_variant = cuda::moe_expert_select_variant(probe);
+    ASSERT_EQ(cuda::moe_expert_variant_params(a.moe_variant).split, 0) << cuda::moe_expert_variant_name(a.moe_variant);
+    const std::vector<float> gemv = run_moe(a, shared, out_dev, n);
+    a.grouped_min_tokens = 1;
+    int ran = 0;
+    for (int v = 0; v < cuda::moe_grouped_variant_count(); ++v) {
+        a.grouped_variant = v;
+        bool legal = true;
+        for (bool gate_up : {true, false}) {
+            cuda::MoeExpertArgs e;
+            e.mode = gate_up ? cuda::MoeExpertMode::kGateUp : cuda::MoeExpertMode::kDown;
+            e.N = gate_up ? a.I : a.d;
+            e.K = gate_up ? a.d : a.I;
+            e.n_experts = a.E;
+            e.layout = a.w1.fmt == cuda::WFmt::kMxfp4PairRotated ? cuda::MoeWeightLayout::kPairRotated
+                                                                 : cuda::MoeWeightLayout::kCheckpoint;
+            legal = legal && cuda::moe_grouped_variant_legal(v, e);
+        }
+        if (!legal) continue;
+        ASSERT_EQ(cuda::moe_grouped_decline(a), "") << cuda::moe_grouped_variant_name(v);
+        const std::vector<float> got = run_moe(a, shared, out_dev, n);
+        size_t diff = 0;
+        for (size_t i = 0; i < n; ++i) diff += std::memcmp(&got[i], &gemv[i], sizeof(float)) != 0;
+        EXPECT_EQ(diff, 0u) << cuda::moe_grouped_variant_name(v) << " (" << what << ", T=" << a.T << ", E=" << a.E
+                            << "): outputs differing from the GEMV's";
+        ++ran;
+    }
+    std::printf("[op fast moe] %s: %d grouped GEMM variants bitwise equal to %s\n", what, ran,
+                cuda::moe_expert_variant_name(a.moe_variant).c_str());
+    EXPECT_GT(ran, 0) << what;
+}
+
 struct MoeCase {
     int E, K, T;
     bool hash;
@@ -311,8 +368,10 @@ TEST(CudaFastOps, MoeDispatchMatchesFp64AndCorrectFirst) {
     SKIP_WITHOUT_GPU();
     const int d = 1024, I = 1024, V = 97;
     const float lim = 10.0f, rscale = 1.5f;
+    // The last two are prefill-sized (tens to 130 rows per expert: several token tiles of the
+    // grouped GEMM, partial last tiles).
     const MoeCase cases[] = {{16, 4, 1, false}, {16, 4, 13, true}, {40, 6, 5, false}, {8, 2, 37, true}, {12, 8, 3, false},
-                              {40, 6, 8, false}};
+                              {40, 6, 8, false},  {40, 6, 300, false}, {12, 8, 200, true}};
     uint32_t seed = 100;
     // Experts stacked [E, N, K/2] as the runner uploads them (each case takes the first E); std 0.2
     // so the clamp is exercised.
@@ -414,6 +473,7 @@ TEST(CudaFastOps, MoeDispatchMatchesFp64AndCorrectFirst) {
                     E, K, T, c.hash ? "hash " : "score", scale, err_ref, err_simt);
         EXPECT_LT(err_ref, 2e-3 * scale);   // a bf16 rounding of h may flip (1 ulp = 2^-8)
         EXPECT_LT(err_simt, 2e-2 * scale);  // bf16 x and h vs f32
+        grouped_matches_gemv(a, dsh.p, dout.p, fast.size(), "checkpoint layout");
 
         // The same experts repacked at "load" into the fast path's code layout: the fast path
         // (bitdqpk variants) meets the same bounds, and the correct-first path, whose w_at gathers
@@ -443,6 +503,7 @@ TEST(CudaFastOps, MoeDispatchMatchesFp64AndCorrectFirst) {
         std::printf("[op fast moe] pair-rotated: |fast - fp64| %.2e\n", err_pk);
         EXPECT_LT(err_pk, 2e-3 * scale);
         EXPECT_EQ(simt_pk, simt) << "correct-first path on pair-rotated weights";
+        grouped_matches_gemv(b, dsh.p, dout.p, fast_pk.size(), "pair-rotated layout");
     }
 }
 

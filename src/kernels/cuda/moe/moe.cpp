@@ -2,6 +2,7 @@
 // DSV4_MOE_VARIANT, then the first legal entry), launches.
 #include "kernels/cuda/moe/moe.h"
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/cuda/moe/moe_sm90.h"
@@ -149,6 +150,49 @@ Status moe_expert_launch(const MoeExpertArgs& a, cudaStream_t stream) {
     if (v < 0 || v >= moe_expert_variant_count() || !legal(v, a))
         return invalid_argument("moe_expert: no legal variant for N={} K={}", a.N, a.K);
     return wrap(sm90::moe_expert_run(a, v, stream), "moe_expert " + moe_expert_variant_name(v));
+}
+
+int moe_grouped_variant_count() { return sm90::moe_grouped_count(); }
+MoeWeightLayout moe_grouped_variant_layout(int i) { return sm90::moe_grouped_shape(i).layout; }
+std::string moe_grouped_variant_name(int i) {
+    const sm90::MoeGroupedShape s = sm90::moe_grouped_shape(i);
+    std::string n = s.layout == MoeWeightLayout::kPairRotated ? "moe_gemm_pk" : "moe_gemm";
+    n += "_w" + std::to_string(s.warps) + "_mt" + std::to_string(s.tiles) + "_t" + std::to_string(s.mt) + "_s" +
+         std::to_string(s.stages);
+    if (s.min_blocks > 1) n += "_mb" + std::to_string(s.min_blocks);
+    return n;
+}
+bool moe_grouped_variant_legal(int i, const MoeExpertArgs& a) {
+    if (i < 0 || i >= moe_grouped_variant_count()) return false;
+    const sm90::MoeGroupedShape s = sm90::moe_grouped_shape(i);
+    const int rows = s.warps * s.tiles * 16;
+    const int cols = a.mode == MoeExpertMode::kGateUp ? rows / 2 : rows;
+    return s.layout == a.layout && !a.x_f32 && a.K > 0 && a.K % 128 == 0 && a.N > 0 && a.N % cols == 0 &&
+           a.n_experts >= 1 && a.n_experts <= 1024 && s.smem_bytes <= 232448;
+}
+int moe_grouped_select_variant(const MoeExpertArgs& a) {
+    if (moe_grouped_variant_legal(a.variant, a)) return a.variant;
+    // Token tile by the mean rows per expert (docs/perf/ledger.md E29, Flash shapes, one layer's
+    // gate-up + down): 12 rows (512 tokens) 16-row tiles 2.12 ms vs 32-row 2.33 ms; 24 rows (1K)
+    // 32-row 2.48 ms vs 16-row 3.76 ms; 96 rows (4K) 64-row, 2 CTAs per SM, 6.95 ms vs 32-row 7.92 ms.
+    const double per_expert = double(a.n_rows) / std::max(1, a.n_experts);
+    const int want_mt = per_expert <= 16 ? 16 : per_expert <= 48 ? 32 : 64;
+    for (int pass = 0; pass < 2; ++pass)
+        for (int i = 0; i < moe_grouped_variant_count(); ++i)
+            if ((pass == 1 || sm90::moe_grouped_shape(i).mt == want_mt) && moe_grouped_variant_legal(i, a)) return i;
+    return -1;
+}
+int moe_grouped_max_tiles(int n_rows, int n_experts) { return sm90::moe_grouped_max_tiles(n_rows, n_experts, 16); }
+Status moe_grouped_launch(const MoeExpertArgs& a, cudaStream_t stream) {
+    if (!a.x || !a.w1 || !a.w1_scale || !a.expert_count || !a.expert_offset || !a.out || !a.tile_list || !a.n_tiles ||
+        (a.mode == MoeExpertMode::kGateUp && (!a.w3 || !a.w3_scale || !a.perm_token || !a.perm_w)) ||
+        (a.mode == MoeExpertMode::kDown && !a.perm_dst))
+        return invalid_argument("moe_grouped: null pointer argument");
+    const int v = moe_grouped_select_variant(a);
+    if (v < 0)
+        return invalid_argument("moe_grouped: no legal variant for N={} K={} ({} layout, x {})", a.N, a.K,
+                                layout_name(a.layout), a.x_f32 ? "f32" : "bf16");
+    return wrap(sm90::moe_grouped_run(a, v, stream), "moe_grouped");
 }
 
 }  // namespace dsv4::cuda

@@ -37,4 +37,20 @@ bool moe_expert_variant_legal(int i, const MoeExpertArgs& a);  // shape, layout 
 // code layout is not a.layout.
 Status moe_expert_launch(const MoeExpertArgs& a, cudaStream_t stream);
 
+// Grouped MXFP4 expert GEMM for prefill-sized steps (moe_grouped_sm90.cu): MoeExpertArgs'
+// contract with x bf16 in both modes (x_f32 false), n_rows = n_tokens * top_k, and the work-list
+// workspace tile_list [moe_grouped_max_tiles(n_rows, n_experts)] / n_tiles [1]. Outputs bitwise
+// equal to moe_expert_launch's tensor-core variants on the same layout. Legal for K % 128 == 0, N a
+// multiple of the CTA's columns (256 or 512 on the registered shapes), n_experts <= 1024.
+int moe_grouped_variant_count();
+std::string moe_grouped_variant_name(int i);
+MoeWeightLayout moe_grouped_variant_layout(int i);
+bool moe_grouped_variant_legal(int i, const MoeExpertArgs& a);
+// a.variant when legal, else the first legal entry (the registry's order is the preference).
+int moe_grouped_select_variant(const MoeExpertArgs& a);
+// Work-list entries to allocate for n_rows rows (any registered variant).
+int moe_grouped_max_tiles(int n_rows, int n_experts);
+// Errors: kInvalidArgument for null pointers, an f32 x or no legal variant; kInternal on launch errors.
+Status moe_grouped_launch(const MoeExpertArgs& a, cudaStream_t stream);
+
 }  // namespace dsv4::cuda

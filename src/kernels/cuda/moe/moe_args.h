@@ -74,6 +74,11 @@ struct MoeExpertArgs {
     int K = 0;                         // reduction length, multiple of 1024
     float swiglu_limit = 10.0f;        // <= 0: no clamp
     int n_rows = 0;                    // n_tokens * top_k: variant-selection hint only
+    // Grouped GEMM (moe_grouped_launch) only: its work list of (expert, token tile) entries, written
+    // by the launch itself. tile_list [moe_grouped_max_tiles(n_rows, n_experts)] and n_tiles [1]:
+    // int32 workspace.
+    int32_t* tile_list = nullptr;
+    int32_t* n_tiles = nullptr;
     int variant = -1;                  // -1 = env DSV4_MOE_VARIANT, else heuristic
 };
 

@@ -25,6 +25,19 @@ int moe_expert_min_blocks(int i);  // tensor-core: __launch_bounds__ minimum CTA
 MoeWeightLayout moe_expert_layout(int i);  // the code layout entry i reads
 // cudaErrorInvalidValue when variant is out of range or its layout is not a.layout.
 cudaError_t moe_expert_run(const MoeExpertArgs& a, int variant, cudaStream_t stream);
+// Grouped expert GEMM (moe_grouped_sm90.cu): NW warps of WT m16 weight tiles each, MT rows of one
+// expert per CTA, STAGES-deep cp.async ring, MINB CTAs per SM asked of the register allocator.
+struct MoeGroupedShape {
+    int warps, tiles, mt, stages, min_blocks;
+    MoeWeightLayout layout;
+    int smem_bytes;
+};
+int moe_grouped_count();
+MoeGroupedShape moe_grouped_shape(int i);
+// Upper bound of the work-list entries for n_rows rows over n_experts with tiles of mt rows.
+int moe_grouped_max_tiles(int n_rows, int n_experts, int mt);
+// Writes a.tile_list / a.n_tiles, then runs the GEMM. cudaErrorInvalidValue for a bad variant or layout.
+cudaError_t moe_grouped_run(const MoeExpertArgs& a, int variant, cudaStream_t stream);
 // In place over n_words 32-bit words of e2m1 codes (4-byte aligned): checkpoint -> pair-rotated.
 cudaError_t moe_weight_repack_run(uint32_t* w, size_t n_words, cudaStream_t stream);
 

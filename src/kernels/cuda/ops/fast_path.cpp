@@ -87,6 +87,29 @@ MoeFastWs moe_ws(const MoeArgs& a) {
     return w;
 }
 
+// The grouped GEMM's extra workspace, after the fast path's in the same h buffer (f32 [T*K, I],
+// of which the bf16 h uses half): n_tiles, the work list and x rounded to bf16 [T, d] (16-byte
+// aligned). Null members when the buffer is too small (tiny top_k * I), then the GEMV runs.
+struct MoeGroupedWs {
+    int32_t *n_tiles = nullptr, *tile_list = nullptr;
+    void* xb = nullptr;
+};
+MoeGroupedWs moe_grouped_ws(const MoeArgs& a, const MoeFastWs& f) {
+    const int64_t rows = int64_t(a.T) * a.K;
+    char* const end = reinterpret_cast<char*>(a.h + rows * a.I);
+    char* p = reinterpret_cast<char*>(f.n_active + 1);
+    MoeGroupedWs w;
+    int32_t* n_tiles = reinterpret_cast<int32_t*>(p);
+    int32_t* list = n_tiles + 1;
+    p = reinterpret_cast<char*>(list + moe_grouped_max_tiles(int(rows), a.ep_count > 0 ? a.ep_count : a.E));
+    p = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(p) + 15) & ~uintptr_t(15));
+    if (p + int64_t(a.T) * a.d * 2 > end) return w;
+    w.n_tiles = n_tiles;
+    w.tile_list = list;
+    w.xb = p;
+    return w;
+}
+
 }  // namespace
 
 std::string linear_fast_decline(const WeightDesc& w, int n_per_group, int64_t group_in, int64_t ldx, int64_t ldy,
@@ -117,6 +140,23 @@ std::string moe_fast_decline(const MoeArgs& a) {
         e.n_rows = 1;
         if (moe_expert_select_variant(e) < 0)
             return "no legal expert variant for N=" + std::to_string(e.N) + " K=" + std::to_string(e.K);
+    }
+    return "";
+}
+
+std::string moe_grouped_decline(const MoeArgs& a) {
+    const std::string fast = moe_fast_decline(a);
+    if (!fast.empty()) return fast;
+    if (!a.fast) return "fast kernels off";
+    if (a.grouped_min_tokens <= 0 || a.T < a.grouped_min_tokens) return "fewer tokens than grouped_min_tokens";
+    if (!moe_grouped_ws(a, moe_ws(a)).xb) return "h workspace too small for the grouped GEMM's";
+    for (bool gate_up : {true, false}) {
+        MoeExpertArgs e = expert_args(a, gate_up);
+        e.x_f32 = false;
+        e.n_experts = a.ep_count > 0 ? a.ep_count : a.E;
+        e.variant = a.grouped_variant;
+        const int v = moe_grouped_select_variant(e);
+        if (v < 0) return "no legal grouped GEMM variant for N=" + std::to_string(e.N) + " K=" + std::to_string(e.K);
     }
     return "";
 }
@@ -190,6 +230,10 @@ cudaError_t moe_experts(const MoeArgs& a, cudaStream_t st) {
         // One fused kernel for small batches (T * K <= 128, E <= 256), else route then permute.
         if ((err = sm90::moe_route_permute_run(r, p, st)) != cudaSuccess) return err;
     }
+    const MoeGroupedWs gw = a.grouped_min_tokens > 0 && a.T >= a.grouped_min_tokens ? moe_grouped_ws(a, ws) : MoeGroupedWs{};
+    if (gw.xb) {
+        if ((err = round_to_bf16(a.x, int64_t(a.T) * a.d, gw.xb, st)) != cudaSuccess) return err;
+    }
     for (bool gate_up : {true, false}) {
         MoeExpertArgs e = expert_args(a, gate_up);
         const WeightDesc& w = gate_up ? a.w1 : a.w2;
@@ -211,6 +255,25 @@ cudaError_t moe_experts(const MoeArgs& a, cudaStream_t st) {
         e.n_experts = n_local;  // [ep2]
         e.max_active = std::min(n_local, a.T * a.K);
         e.out = gate_up ? ws.h : static_cast<void*>(a.yp);
+        if (gw.xb) {
+            // Prefill-sized step: the grouped GEMM, bf16 x in both modes.
+            if (gate_up) {
+                e.x = gw.xb;
+                e.x_f32 = false;
+            }
+            e.tile_list = gw.tile_list;
+            e.n_tiles = gw.n_tiles;
+            e.variant = a.grouped_variant;
+            if (moe_grouped_select_variant(e) >= 0) {
+                if (!moe_grouped_launch(e, st).is_ok()) return cudaErrorLaunchFailure;
+                continue;
+            }
+            if (gate_up) {  // no legal grouped shape: the GEMV, on f32 x
+                e.x = static_cast<const void*>(a.x);
+                e.x_f32 = true;
+            }
+            e.variant = -1;
+        }
         if (a.moe_variant >= 0 && moe_expert_variant_legal(a.moe_variant, e)) e.variant = a.moe_variant;
         const int v = moe_expert_select_variant(e);
         if (v < 0) return cudaErrorInvalidValue;  // moe_fast_decline checked legality: not reached

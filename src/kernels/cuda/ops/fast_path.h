@@ -11,6 +11,8 @@
 //   moe: routed experts kMxfp4 or kMxfp4PairRotated (w1 and w3 alike) stacked [E, N, K/2] (+ scales
 //     [E, N, K/32]), d and I multiples of 512 with a legal expert variant for both GEMVs (of the
 //     weights' layout), E <= 1024, top_k <= 8.
+//   From MoeArgs::grouped_min_tokens tokens per step (prefill chunks) the same experts run as the
+//   grouped GEMM (kernels/cuda/moe/moe_grouped_sm90.cu; same bits) where moe_grouped_decline allows.
 // The decision depends on formats and shapes only (and pointer alignment), never on the batch,
 // so a captured graph and an eager step take the same path. Host-only header.
 #pragma once
@@ -28,6 +30,11 @@ std::string linear_fast_decline(const WeightDesc& w, int n_per_group, int64_t gr
 // Why moe_experts / moe_combine with these arguments do not take the fast kernels ("" = they do).
 // Looks at E, K, d, I, the expert weights and (hash layers) tokens; not at T or MoeArgs::fast.
 std::string moe_fast_decline(const MoeArgs& a);
+// Why moe_experts with these arguments does not run the grouped expert GEMM (MoeArgs::grouped_min_tokens;
+// "" = it does, given an aligned x): the fast-path reasons, too few tokens, an h workspace too small
+// for the work list and bf16 x, no legal grouped variant (a forced grouped_variant that is not legal
+// falls back to the first legal one).
+std::string moe_grouped_decline(const MoeArgs& a);
 
 // Load-time choice of the routed experts' code layout (docs/perf/ledger.md E17): when `enabled`
 // (the runner passes RuntimeOptions fast_kernels && moe_layout == "pair-rotated") and all three are

@@ -311,6 +311,11 @@ struct MoeArgs {
     // >= 0 forces that expert-kernel registry index where legal (else the heuristic).
     bool fast = true;
     int32_t moe_variant = -1;
+    // From this many tokens (T) the fast path runs the experts as the grouped GEMM
+    // (moe_grouped_launch) instead of the GEMV (same bits); 0: never. grouped_variant >= 0 forces
+    // that registry index where legal.
+    int grouped_min_tokens = 0;
+    int32_t grouped_variant = -1;
 };
 // Routing, permutation, expert GEMMs (SwiGLU with clamp); leaves yp/slot for moe_combine.
 // Stacked MXFP4 experts of legal shapes take the fast decode kernels (fast_path.h: bf16 x and
