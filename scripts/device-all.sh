@@ -11,7 +11,7 @@
 # Stages: tests (dsv4_cuda_tests [TESTS_FILTER] + dsv4_perf_ops_tests), proxy (20-layer sweep, PROXY_TIME_BUDGET
 # seconds, default 240), peer (3-layer proxy + transformers eager + tools/peer/ratio.py,
 # PEER_TIME_BUDGET default 100), prefill (offline prefill points of the 20-layer proxy, PREFILL_*), sanitize (compute-sanitizer memcheck + racecheck on reduced shapes),
-# opprof (DSV4_OP_PROFILE per-op table, OPPROF_BATCHES), ncu (per-kernel table, NCU_BATCHES), serve (generate cuda vs cpu + HTTP serve --backend cuda), profile (nsys per-kernel table of the 3-layer proxy step, when nsys exists).
+# sweep (served vs offline: scripts/gpu-serve-sweep.sh, SWEEP_PHASES), opprof (DSV4_OP_PROFILE per-op table, OPPROF_BATCHES), ncu (per-kernel table, NCU_BATCHES), serve (generate cuda vs cpu + HTTP serve --backend cuda), profile (nsys per-kernel table of the 3-layer proxy step, when nsys exists).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-build-all-bin}
@@ -146,6 +146,19 @@ for stage in "$@"; do
         OUT="$OUT" bash "$SD"/gpu-serve-check.sh > "$OUT/serve_check.log" 2>&1
         grep -E "rc=|IDENTICAL|models:|chat:|stream chunks|metrics lines" "$OUT/serve_check.log" | cut -c1-300
         SUMMARY+=("serve: $(grep -c 'GREEDY TEXT IDENTICAL' "$OUT/serve_check.log") identical-text line(s), chat $(grep -c '^chat:' "$OUT/serve_check.log")")
+        ;;
+    sweep)
+        # Served vs offline on the 20-layer proxy (issue 23 item 4): scripts/gpu-serve-sweep.sh with
+        # SWEEP_PHASES (default "offline decode prefill"); its other knobs pass through the environment.
+        SD=$(mktemp -d)
+        xz -dc "$BIN"/dsv4.xz > "$SD"/dsv4 && chmod +x "$SD"/dsv4
+        cp "$BIN"/dsv4-proxy-bench "$SD"/
+        xz -dc "$BIN"/tokenizer.json.xz > "$SD"/tokenizer.json
+        mkdir -p "$OUT/sweep"
+        BIN="$SD" OUT="$OUT/sweep" PHASES="${SWEEP_PHASES:-offline decode prefill}" bash scripts/gpu-serve-sweep.sh \
+            > "$OUT/sweep/sweep.log" 2>&1
+        SUMMARY+=("sweep: rc=$?")
+        grep -vE "^ +[0-9]+ +1024 " "$OUT/sweep/sweep.log" | tail -n 40
         ;;
     opprof)
         # Where the decode step goes, per op class (DSV4_OP_PROFILE=1: a second, event-marked capture).

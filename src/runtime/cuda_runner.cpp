@@ -56,10 +56,6 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
     // Batched prefill stages the step's window rows right after the pages (row offsets are pool words).
     batched_ = fast_attn_ && opt_.rt.batched_prefill && rows != KvRowFormat::kF32;
     pf_block_ = std::max(1, opt_.rt.prefill_query_block);
-    const size_t page_words = size_t(opt_.n_pages) * size_t(layout_.page_elems);
-    const size_t stage_words = batched_ ? size_t(opt_.max_tokens) * size_t(layout_.row_words_main) : 0;
-    DSV4_ASSIGN_OR_RETURN(pool_.base, arena_.alloc_n<float>(page_words + stage_words));
-    ws_.stage_word = int64_t(page_words);
     pt_stride_ = int(layout_.pages_for_tokens(opt_.max_context));
 
     // Workspace. Bm: sequences of a step; Bq: entries of the attention workspaces (batched prefill
@@ -157,6 +153,21 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
     DSV4_RETURN_IF_ERROR(Ii(ws_.tokens, Tm));
     DSV4_RETURN_IF_ERROR(Ii(ws_.pos, Tm));
     DSV4_ASSIGN_OR_RETURN(ws_.start_pos, arena_.alloc_n<int64_t>(Bm));
+    // Launched steps (launch / collect): sampled ids, pending-token lists, kFull results, and the
+    // two slots' pinned staging, sized for the largest plan (penalty tokens grow when needed).
+    DSV4_RETURN_IF_ERROR(Ii(sampled_, Bm));
+    DSV4_RETURN_IF_ERROR(Ii(pend_dst_, Tm));
+    DSV4_RETURN_IF_ERROR(Ii(pend_src_, Tm));
+    DSV4_ASSIGN_OR_RETURN(sample_out_, arena_.alloc_n<cuda::SampleRowOut>(Bm));
+    const size_t plan_bytes = Bm * (3 * sizeof(int32_t) + sizeof(int64_t)) + Bm * size_t(pt_stride_) * sizeof(int32_t) +
+                              Tm * (4 * sizeof(int32_t) + 3 * sizeof(int64_t)) + Tm * 2 * sizeof(int32_t) +
+                              Bm * sizeof(cuda::SampleRowArgs) + 16 * 64;
+    for (auto& sl : slots_) {
+        DSV4_CU(cudaEventCreateWithFlags(&sl.done, cudaEventDisableTiming));
+        DSV4_RETURN_IF_ERROR(sl.up.reserve(plan_bytes + Bm * 64 * sizeof(cuda::SamplePenaltyToken)));
+        DSV4_RETURN_IF_ERROR(sl.ids.reserve(Bm * sizeof(int32_t)));
+        DSV4_RETURN_IF_ERROR(sl.full.reserve(Bm * sizeof(cuda::SampleRowOut)));
+    }
     if (batched_) {
         DSV4_RETURN_IF_ERROR(Ii(ws_.pf_tok_begin, Tm));
         DSV4_RETURN_IF_ERROR(Ii(ws_.pf_n_tok, Tm));
@@ -189,6 +200,13 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
     DSV4_ASSIGN_OR_RETURN(void* pl, arena_.upload(len.data(), len.size() * sizeof(int64_t)));
     ws_.gate_off = static_cast<int64_t*>(po);
     ws_.gate_len = static_cast<int64_t*>(pl);
+
+    // The page pool last, so that a pool sized from memory sees everything else allocated.
+    const size_t stage_words = batched_ ? size_t(opt_.max_tokens) * size_t(layout_.row_words_main) : 0;
+    if (opt_.n_pages <= 0) DSV4_RETURN_IF_ERROR(size_pool_from_memory(stage_words * sizeof(float)));
+    const size_t page_words = size_t(opt_.n_pages) * size_t(layout_.page_elems);
+    DSV4_ASSIGN_OR_RETURN(pool_.base, arena_.alloc_n<float>(page_words + stage_words));
+    ws_.stage_word = int64_t(page_words);
     DSV4_CU(cudaDeviceSynchronize());
     if (opt_.verbose) {
         std::fprintf(stderr,
@@ -200,6 +218,35 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
                      fast_attn_ ? "" : cuda::attn_variant_table(*variant_).c_str());
         std::fprintf(stderr, "%s", cuda_fast_kernel_table(w_, cfg_, opt_.rt.fast_kernels).c_str());
     }
+    return Status::ok();
+}
+
+Status CudaRunner::size_pool_from_memory(size_t stage_bytes) {
+    size_t free_b = 0, total_b = 0;
+    DSV4_CU(cudaMemGetInfo(&free_b, &total_b));
+    const double util = opt_.gpu_memory_utilization;
+    if (!(util > 0.0 && util <= 1.0))
+        return invalid_argument("gpu_memory_utilization {} is not in (0, 1] (and n_pages is 0)", util);
+    // Still to come outside the pool: the kFull sampler's weights (allocated on first use), graphs.
+    const double reserve = double(opt_.max_seqs) * double(cfg_.vocab_size) * 4.0 + double(size_t(2) << 30);
+    const double used = double(total_b - free_b);
+    const double room = util * double(total_b) - used - reserve - double(stage_bytes);
+    const int64_t need = layout_.n_state_pages + 1;
+    const int64_t pages = room > 0 ? int64_t(room / double(layout_.page_bytes)) : 0;
+    if (pages < need)
+        return error(StatusCode::kResourceExhausted,
+                     "no room for the KV/state page pool: {:.1f} GiB of {:.1f} GiB in use after the weights and "
+                     "workspaces, {:.0f}% allowed (gpu_memory_utilization), {:.1f} GiB reserved; one sequence needs "
+                     "{} pages of {} B (use more GPUs, see `dsv4 plan`, or a higher utilization)",
+                     used / 1073741824.0, double(total_b) / 1073741824.0, util * 100.0, reserve / 1073741824.0, need,
+                     layout_.page_bytes);
+    // More than max_seqs sequences at max_context never hold pages at once (preempted ones hold none).
+    opt_.n_pages = std::min<int64_t>({pages, int64_t(opt_.max_seqs) * pt_stride_, INT32_MAX});
+    if (opt_.verbose)
+        std::fprintf(stderr, "dsv4 cuda: page pool sized from memory: %lld pages of %lld B (%.1f GiB; %.0f%% of %.1f GiB)\n",
+                     (long long)opt_.n_pages, (long long)layout_.page_bytes,
+                     double(opt_.n_pages) * double(layout_.page_bytes) / 1073741824.0, util * 100.0,
+                     double(total_b) / 1073741824.0);
     return Status::ok();
 }
 
@@ -310,10 +357,17 @@ Status CudaRunner::plan(const ForwardBatch& batch, bool decode_graph, HostPlan& 
         const SeqChunk& c = batch.seqs[s];
         const int64_t nt = int64_t(c.tokens.size());
         if (nt == 0) return invalid_argument("sequence {}: empty chunk", c.seq_id);
-        for (int32_t t : c.tokens)
+        for (int32_t t : c.tokens) {
+            if (t == kPendingToken) {
+                if (!prev_rows_.count(c.seq_id))
+                    return error(StatusCode::kFailedPrecondition,
+                                 "sequence {}: a pending token, but the previous step sampled no token for it", c.seq_id);
+                continue;
+            }
             if (t < 0 || t >= cfg_.vocab_size)
                 return error(StatusCode::kOutOfRange, "sequence {}: token id {} is outside the vocabulary [0, {})",
                              c.seq_id, t, cfg_.vocab_size);
+        }
         if (c.start_pos + nt > opt_.max_context)
             return error(StatusCode::kOutOfRange, "sequence {}: position {} beyond the CUDA runner's max context {}",
                          c.seq_id, c.start_pos + nt - 1, opt_.max_context);
@@ -334,7 +388,11 @@ Status CudaRunner::plan(const ForwardBatch& batch, bool decode_graph, HostPlan& 
         hp.start_pos[s] = c.start_pos;
         hp.max_t = std::max<int>(hp.max_t, int(nt));
         for (int64_t i = 0; i < nt; ++i) {
-            hp.tokens.push_back(c.tokens[i]);
+            if (c.tokens[i] == kPendingToken) {  // filled in on the device (cuda::fill_pending_tokens)
+                hp.pend_dst.push_back(int32_t(hp.tokens.size()));
+                hp.pend_src.push_back(prev_rows_.at(c.seq_id));
+            }
+            hp.tokens.push_back(c.tokens[i] == kPendingToken ? 0 : c.tokens[i]);
             hp.pos.push_back(int32_t(c.start_pos + i));
         }
         if (c.want_logits) hp.logit_rows.push_back(int32_t(hp.tokens.size() - 1));
@@ -446,83 +504,98 @@ Status CudaRunner::run_step(int B, int T, int max_t, int R) {
 }
 
 Status CudaRunner::forward(const ForwardBatch& batch, std::vector<std::vector<float>>& logits) {
+    if (batch.seqs.empty()) return Status::ok();
+    DSV4_RETURN_IF_ERROR(launch_step(batch, false));
     StepOutput out;
     out.logits = std::move(logits);
-    Status s = execute(batch, false, out);
+    Status s = collect(out);
     logits = std::move(out.logits);
     return s;
 }
 
 Status CudaRunner::forward_sampled(const ForwardBatch& batch, StepOutput& out) {
-    out.logits.clear();
-    out.tokens.clear();
-    out.logprobs.clear();
-    out.top_logprobs.clear();
-    return execute(batch, true, out);
-}
-
-Status CudaRunner::execute(const ForwardBatch& batch, bool honour_sample, StepOutput& out) {
+    out = StepOutput{};
     if (batch.seqs.empty()) return Status::ok();
-    bool decode = opt_.rt.cuda_graphs;
-    for (const auto& c : batch.seqs) decode = decode && c.tokens.size() == 1;
-    HostPlan hp;
-    DSV4_RETURN_IF_ERROR(plan(batch, decode, hp));
-    DSV4_RETURN_IF_ERROR(upload_plan(hp));
-    if (decode) {
-        DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, decode_graph(hp.B));
-        DSV4_CU(cudaGraphLaunch(ge, stream_));
-    } else {
-        DSV4_RETURN_IF_ERROR(run_step(hp.B, hp.T, hp.max_t, hp.R));
-    }
-    return fetch_outputs(batch, honour_sample, hp.R, out);
+    DSV4_RETURN_IF_ERROR(launch_step(batch, true));
+    return collect(out);
 }
 
-Status CudaRunner::sample_full(const std::vector<cuda::SampleRowArgs>& args,
-                               const std::vector<cuda::SamplePenaltyToken>& toks, std::vector<cuda::SampleRowOut>& res) {
-    const size_t V = size_t(cfg_.vocab_size);
-    if (!sample_w_) {
-        DSV4_ASSIGN_OR_RETURN(sample_w_, arena_.alloc_n<float>(size_t(opt_.max_seqs) * V));
-        DSV4_ASSIGN_OR_RETURN(sample_out_, arena_.alloc_n<cuda::SampleRowOut>(size_t(opt_.max_seqs)));
+Status CudaRunner::upload_plan_async(const HostPlan& hp, const std::vector<cuda::SampleRowArgs>& full,
+                                     const std::vector<cuda::SamplePenaltyToken>& toks, StepSlot& slot) {
+    struct Piece {
+        void* dst;
+        size_t off, bytes;
+    };
+    std::vector<Piece> pieces;
+    size_t total = 0;
+    auto plan_piece = [&](void* dst, size_t bytes) {
+        pieces.push_back({dst, total, bytes});
+        total += (bytes + 15) & ~size_t(15);
+    };
+    const size_t i32 = sizeof(int32_t), i64 = sizeof(int64_t);
+    plan_piece(ws_.tok_begin, hp.B * i32);
+    plan_piece(ws_.n_tok, hp.B * i32);
+    plan_piece(ws_.start_pos, hp.B * i64);
+    plan_piece(ws_.page_table, hp.page_table.size() * i32);
+    plan_piece(ws_.tokens, hp.T * i32);
+    plan_piece(ws_.pos, hp.T * i32);
+    plan_piece(ws_.logit_rows, hp.B * i32);
+    if (hp.batched) {
+        plan_piece(ws_.pf_seq, hp.T * i32);
+        plan_piece(ws_.pf_start_pos, hp.T * i64);
+        plan_piece(ws_.pf_stage_from, hp.T * i64);
     }
-    DSV4_RETURN_IF_ERROR(sample_args_.reserve(args.size() * sizeof(cuda::SampleRowArgs)));
-    DSV4_RETURN_IF_ERROR(sample_toks_.reserve(std::max<size_t>(1, toks.size()) * sizeof(cuda::SamplePenaltyToken)));
-    DSV4_RETURN_IF_ERROR(sample_saved_.reserve(std::max<size_t>(1, toks.size()) * sizeof(float)));
-    DSV4_CU(cudaMemcpyAsync(sample_args_.p, args.data(), args.size() * sizeof(cuda::SampleRowArgs),
-                            cudaMemcpyHostToDevice, stream_));
-    if (!toks.empty())
-        DSV4_CU(cudaMemcpyAsync(sample_toks_.p, toks.data(), toks.size() * sizeof(cuda::SamplePenaltyToken),
-                                cudaMemcpyHostToDevice, stream_));
-    DSV4_CU(cuda::sample_rows(ws_.logits, int64_t(V), static_cast<const cuda::SampleRowArgs*>(sample_args_.p),
-                              int(args.size()), static_cast<const cuda::SamplePenaltyToken*>(sample_toks_.p), sample_w_,
-                              static_cast<float*>(sample_saved_.p), sample_out_, stream_));
-    res.resize(args.size());
-    DSV4_CU(cudaMemcpyAsync(res.data(), sample_out_, res.size() * sizeof(cuda::SampleRowOut), cudaMemcpyDeviceToHost,
-                            stream_));
+    plan_piece(pend_dst_, hp.pend_dst.size() * i32);
+    plan_piece(pend_src_, hp.pend_src.size() * i32);
+    if (!full.empty()) {
+        DSV4_RETURN_IF_ERROR(sample_args_.reserve(full.size() * sizeof(cuda::SampleRowArgs)));
+        DSV4_RETURN_IF_ERROR(sample_toks_.reserve(std::max<size_t>(1, toks.size()) * sizeof(cuda::SamplePenaltyToken)));
+        DSV4_RETURN_IF_ERROR(sample_saved_.reserve(std::max<size_t>(1, toks.size()) * sizeof(float)));
+        plan_piece(sample_args_.p, full.size() * sizeof(cuda::SampleRowArgs));
+        plan_piece(sample_toks_.p, toks.size() * sizeof(cuda::SamplePenaltyToken));
+    }
+    // Growing the pinned buffer waits for nothing in flight on it: this slot's last step was collected.
+    DSV4_RETURN_IF_ERROR(slot.up.reserve(total));
+    std::vector<int32_t> rows = hp.logit_rows;
+    rows.resize(size_t(hp.B), 0);  // padded rows read token 0
+    const void* srcs[] = {hp.tok_begin.data(), hp.n_tok.data(), hp.start_pos.data(), hp.page_table.data(),
+                          hp.tokens.data(),    hp.pos.data(),   rows.data()};
+    size_t k = 0;
+    char* base = static_cast<char*>(slot.up.p);
+    for (const void* src : srcs) std::memcpy(base + pieces[k].off, src, pieces[k].bytes), ++k;
+    if (hp.batched)
+        for (const void* src : {(const void*)hp.pf_seq.data(), (const void*)hp.pf_pos.data(),
+                                (const void*)hp.pf_stage_from.data()})
+            std::memcpy(base + pieces[k].off, src, pieces[k].bytes), ++k;
+    std::memcpy(base + pieces[k].off, hp.pend_dst.data(), pieces[k].bytes), ++k;
+    std::memcpy(base + pieces[k].off, hp.pend_src.data(), pieces[k].bytes), ++k;
+    if (!full.empty()) {
+        std::memcpy(base + pieces[k].off, full.data(), pieces[k].bytes), ++k;
+        std::memcpy(base + pieces[k].off, toks.data(), pieces[k].bytes), ++k;
+    }
+    for (const Piece& pc : pieces)
+        if (pc.bytes) DSV4_CU(cudaMemcpyAsync(pc.dst, base + pc.off, pc.bytes, cudaMemcpyHostToDevice, stream_));
     return Status::ok();
 }
 
-Status CudaRunner::fetch_outputs(const ForwardBatch& batch, bool honour_sample, int R, StepOutput& out) {
-    const size_t V = size_t(cfg_.vocab_size);
-    std::vector<int> host_rows, dev_rows;  // indices into the R logits rows
-    std::vector<DeviceSample> dev_mode;    // per dev_rows entry
-    std::vector<cuda::SampleRowArgs> full;
-    std::vector<cuda::SamplePenaltyToken> toks;
-    bool any_greedy = false;
+Status CudaRunner::queue_outputs(const ForwardBatch& batch, bool honour_sample, int R, StepSlot& slot,
+                                 std::vector<cuda::SampleRowArgs>& full, std::vector<cuda::SamplePenaltyToken>& toks) {
+    slot.host_rows.clear();
+    slot.dev_rows.clear();
+    slot.dev_mode.clear();
+    slot.R = R;
     for (const auto& c : batch.seqs) {
         if (!c.want_logits) continue;
-        const int r = int(host_rows.size() + dev_rows.size());
+        const int r = int(slot.host_rows.size() + slot.dev_rows.size());
         if (!honour_sample || c.sample == DeviceSample::kNone) {
-            host_rows.push_back(r);
+            slot.host_rows.push_back(r);
             continue;
         }
         if (c.sample != DeviceSample::kGreedy && c.sample != DeviceSample::kFull)
             return invalid_argument("sequence {}: device sample mode {} is not supported", c.seq_id, int(c.sample));
-        dev_rows.push_back(r);
-        dev_mode.push_back(c.sample);
-        if (c.sample == DeviceSample::kGreedy) {
-            any_greedy = true;
-            continue;
-        }
+        slot.dev_rows.push_back(r);
+        slot.dev_mode.push_back(c.sample);
+        if (c.sample == DeviceSample::kGreedy) continue;
         const DeviceSampleParams& p = c.params;
         if (p.logprobs > kMaxDeviceTopLogprobs)
             return invalid_argument("sequence {}: {} top logprobs, the device sampler returns at most {}", c.seq_id,
@@ -546,35 +619,91 @@ Status CudaRunner::fetch_outputs(const ForwardBatch& batch, bool honour_sample, 
             toks.push_back({t.token, t.output_count, uint8_t(t.seen), uint8_t(t.masked), t.bias});
         full.push_back(a);
     }
-    std::vector<int32_t> ids;
-    if (any_greedy) {
-        if (!sampled_) {
-            DSV4_ASSIGN_OR_RETURN(sampled_, arena_.alloc_n<int32_t>(size_t(opt_.max_seqs)));
-        }
-        DSV4_CU(cuda::argmax_rows(ws_.logits, R, int64_t(V), sampled_, stream_));
-        ids.resize(size_t(R));
-        DSV4_CU(cudaMemcpyAsync(ids.data(), sampled_, ids.size() * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
-    }
-    // The argmax reads the raw rows before sample_rows touches them (same stream); sample_rows
-    // restores what it modifies, so the host rows below are the model's logits either way.
-    std::vector<cuda::SampleRowOut> res;
-    if (!full.empty()) DSV4_RETURN_IF_ERROR(sample_full(full, toks, res));
-    // Host rows: one copy when they are all the rows, else one per row.
-    std::vector<float> host(host_rows.size() * V);
-    if (int(host_rows.size()) == R && R > 0) {
-        DSV4_CU(cudaMemcpyAsync(host.data(), ws_.logits, host.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    slot.n_full = full.size();
+    return Status::ok();
+}
+
+// Order on the stream: plan upload, pending tokens, step, argmax (reads the raw rows), kFull
+// sampling (modifies rows in place and restores them), kFull ids into sampled_, output copies,
+// event. Nothing here waits for the device, so the host goes on while the step runs.
+Status CudaRunner::launch_step(const ForwardBatch& batch, bool honour_sample) {
+    if (inflight_.size() >= 2) return error(StatusCode::kFailedPrecondition, "two steps launched and not collected");
+    if (batch.seqs.empty()) return invalid_argument("an empty step");
+    bool decode = opt_.rt.cuda_graphs;
+    for (const auto& c : batch.seqs) decode = decode && c.tokens.size() == 1;
+    HostPlan hp;
+    DSV4_RETURN_IF_ERROR(plan(batch, decode, hp));
+    StepSlot& slot = slots_[next_slot_];
+    std::vector<cuda::SampleRowArgs> full;
+    std::vector<cuda::SamplePenaltyToken> toks;
+    DSV4_RETURN_IF_ERROR(queue_outputs(batch, honour_sample, hp.R, slot, full, toks));
+    DSV4_RETURN_IF_ERROR(upload_plan_async(hp, full, toks, slot));
+    DSV4_CU(cuda::fill_pending_tokens(ws_.tokens, pend_dst_, pend_src_, int(hp.pend_dst.size()), sampled_, stream_));
+    if (decode) {
+        DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, decode_graph(hp.B));
+        DSV4_CU(cudaGraphLaunch(ge, stream_));
     } else {
-        for (size_t i = 0; i < host_rows.size(); ++i)
-            DSV4_CU(cudaMemcpyAsync(host.data() + i * V, ws_.logits + size_t(host_rows[i]) * V, V * sizeof(float),
-                                    cudaMemcpyDeviceToHost, stream_));
+        DSV4_RETURN_IF_ERROR(run_step(hp.B, hp.T, hp.max_t, hp.R));
     }
-    DSV4_CU(cudaStreamSynchronize(stream_));
-    for (size_t i = 0; i < host_rows.size(); ++i)
-        out.logits.emplace_back(host.begin() + i * V, host.begin() + (i + 1) * V);
+    const size_t V = size_t(cfg_.vocab_size);
+    const bool any_greedy = std::find(slot.dev_mode.begin(), slot.dev_mode.end(), DeviceSample::kGreedy) !=
+                            slot.dev_mode.end();
+    if (any_greedy) DSV4_CU(cuda::argmax_rows(ws_.logits, hp.R, int64_t(V), sampled_, stream_));
+    if (!full.empty()) {
+        if (!sample_w_) {
+            DSV4_ASSIGN_OR_RETURN(sample_w_, arena_.alloc_n<float>(size_t(opt_.max_seqs) * V));
+        }
+        const auto* args = static_cast<const cuda::SampleRowArgs*>(sample_args_.p);
+        DSV4_CU(cuda::sample_rows(ws_.logits, int64_t(V), args, int(full.size()),
+                                  static_cast<const cuda::SamplePenaltyToken*>(sample_toks_.p), sample_w_,
+                                  static_cast<float*>(sample_saved_.p), sample_out_, stream_));
+        DSV4_CU(cuda::scatter_sampled_tokens(args, sample_out_, int(full.size()), sampled_, stream_));
+        DSV4_CU(cudaMemcpyAsync(slot.full.p, sample_out_, full.size() * sizeof(cuda::SampleRowOut),
+                                cudaMemcpyDeviceToHost, stream_));
+    }
+    if (!slot.dev_rows.empty())
+        DSV4_CU(cudaMemcpyAsync(slot.ids.p, sampled_, size_t(hp.R) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+    // Host rows: one copy when they are all the rows, else one per row.
+    const size_t nh = slot.host_rows.size();
+    if (nh > 0) {
+        DSV4_RETURN_IF_ERROR(slot.logits.reserve(nh * V * sizeof(float)));
+        float* dst = static_cast<float*>(slot.logits.p);
+        if (int(nh) == hp.R) {
+            DSV4_CU(cudaMemcpyAsync(dst, ws_.logits, nh * V * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+        } else {
+            for (size_t i = 0; i < nh; ++i)
+                DSV4_CU(cudaMemcpyAsync(dst + i * V, ws_.logits + size_t(slot.host_rows[i]) * V, V * sizeof(float),
+                                        cudaMemcpyDeviceToHost, stream_));
+        }
+    }
+    DSV4_CU(cudaEventRecord(slot.done, stream_));
+    prev_rows_.clear();
+    size_t d = 0;
+    for (const auto& c : batch.seqs)
+        if (c.want_logits && honour_sample && c.sample != DeviceSample::kNone) prev_rows_[c.seq_id] = slot.dev_rows[d++];
+    inflight_.push_back(next_slot_);
+    next_slot_ ^= 1;
+    return Status::ok();
+}
+
+Status CudaRunner::collect(StepOutput& out) {
+    if (inflight_.empty()) return error(StatusCode::kFailedPrecondition, "collect() without a launched step");
+    StepSlot& slot = slots_[inflight_.front()];
+    inflight_.pop_front();
+    DSV4_CU(cudaEventSynchronize(slot.done));
+    const size_t V = size_t(cfg_.vocab_size);
+    out.logits.clear();
+    out.tokens.clear();
+    out.logprobs.clear();
+    out.top_logprobs.clear();
+    const float* host = static_cast<const float*>(slot.logits.p);
+    for (size_t i = 0; i < slot.host_rows.size(); ++i) out.logits.emplace_back(host + i * V, host + (i + 1) * V);
+    const int32_t* ids = static_cast<const int32_t*>(slot.ids.p);
+    const auto* res = static_cast<const cuda::SampleRowOut*>(slot.full.p);
     size_t fi = 0;
-    for (size_t k = 0; k < dev_rows.size(); ++k) {
-        if (dev_mode[k] == DeviceSample::kGreedy) {
-            out.tokens.push_back(ids[size_t(dev_rows[k])]);
+    for (size_t k = 0; k < slot.dev_rows.size(); ++k) {
+        if (slot.dev_mode[k] == DeviceSample::kGreedy) {
+            out.tokens.push_back(ids[slot.dev_rows[k]]);
             out.logprobs.push_back(0.0f);
             out.top_logprobs.emplace_back();
             continue;
@@ -707,10 +836,11 @@ using cuda_runner_detail::CudaRunner;
 
 
 // The KV/state page layout of `cfg` in opt.rt.kv_rows rows; fills opt.n_pages (0: room for 64 sequences of
-// 4096 tokens). Errors: a bad row format, a pool that cannot hold one sequence, page ids beyond int32.
+// 4096 tokens, unless gpu_memory_utilization sizes the pool in init()). Errors: a bad row format, a pool that cannot hold one sequence, page ids beyond int32.
 static Result<KvLayout> runner_layout(const ModelConfig& cfg, CudaRunnerOptions& opt) {
     DSV4_ASSIGN_OR_RETURN(KvRowFormat rows, parse_kv_row_format(opt.rt.kv_rows));
     DSV4_ASSIGN_OR_RETURN(KvLayout layout, KvLayout::make(cfg, opt.page_tokens, 4, rows));
+    if (opt.n_pages <= 0 && opt.gpu_memory_utilization > 0) return layout;  // sized in init()
     if (opt.n_pages <= 0) opt.n_pages = 64 * layout.pages_for_tokens(4096);
     if (opt.n_pages < layout.n_state_pages + 1)
         return invalid_argument("page pool of {} pages cannot hold one sequence", opt.n_pages);

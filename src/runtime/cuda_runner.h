@@ -26,7 +26,13 @@ namespace dsv4 {
 
 struct CudaRunnerOptions {
     int64_t page_tokens = 64;
-    int64_t n_pages = 0;          // 0: 64 sequences of 4096 tokens
+    int64_t n_pages = 0;          // 0: see gpu_memory_utilization
+    // With n_pages 0: > 0 sizes the page pool from the GPU's memory, the pool taking what is left of
+    // this fraction of it after the weights, the workspaces and a reserve (the kFull sampler's
+    // weights and 2 GiB for CUDA graphs, cuBLAS and the driver), as vLLM's --gpu-memory-utilization,
+    // capped at max_seqs sequences of max_context positions; 0 keeps the fixed default of room for
+    // 64 sequences of 4096 tokens.
+    double gpu_memory_utilization = 0.0;
     int max_seqs = 64;            // sequences per step
     int max_tokens = 8192;        // tokens per step
     int64_t max_context = 65536;  // positions per sequence

@@ -10,9 +10,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <map>
 #include <optional>
+#include <unordered_map>
 
 #include "dist/expert_partition.h"
 #include "kernels/cuda/attention/sparse_decode.h"
@@ -24,6 +26,7 @@
 #include "kernels/cuda/ops/ops.h"
 #include "kernels/cuda/ops/prefill_gemm.h"
 #include "kernels/cuda/ops/sample_rows.h"
+#include "kernels/cuda/ops/step_tokens.h"
 #include "model/checkpoint.h"
 #include "model/load_plan.h"
 #include "runtime/cuda_fast_table.h"
@@ -70,15 +73,54 @@ struct Workspace {
     int64_t stage_word = 0;
 };
 
-// Host copy of a step plan (pinned staging is not needed at these sizes).
+// Host copy of a step plan (copied to the device through a StepSlot's pinned staging).
 struct HostPlan {
     int B = 0, T = 0, max_t = 0, R = 0;
     std::vector<int32_t> tok_begin, n_tok, page_table, tokens, pos, logit_rows;
     std::vector<int64_t> start_pos;
+    // kPendingToken chunk tokens: token index of this step <- sampled-id row of the step before.
+    std::vector<int32_t> pend_dst, pend_src;
     // Batched prefill steps: per token, its sequence, its position and its chunk's first position.
     bool batched = false;
     std::vector<int32_t> pf_seq;
     std::vector<int64_t> pf_pos, pf_stage_from;
+};
+
+// Page-locked host memory (cudaHostAlloc), grown on demand: what asynchronous copies need (a copy
+// from pageable memory may wait for the stream, which would end the overlap with the running step).
+struct PinnedBuf {
+    void* p = nullptr;
+    size_t cap = 0;
+    PinnedBuf() = default;
+    PinnedBuf(const PinnedBuf&) = delete;
+    PinnedBuf& operator=(const PinnedBuf&) = delete;
+    ~PinnedBuf() {
+        if (p) cudaFreeHost(p);
+    }
+    Status reserve(size_t bytes) {
+        if (bytes <= cap) return Status::ok();
+        if (p) cudaFreeHost(p);
+        p = nullptr;
+        cap = 0;
+        DSV4_CU(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
+        cap = bytes;
+        return Status::ok();
+    }
+};
+
+// The host side of one launched step (ModelRunner::launch / collect; two alternate): pinned
+// staging of its plan upload and of its outputs, its completion event, and what collect() needs
+// to unpack the outputs in batch order.
+struct StepSlot {
+    PinnedBuf up;      // plan arrays, pending-token lists, sampling args and penalty tokens
+    PinnedBuf ids;     // [R] int32: sampled ids (argmax rows and kFull tokens)
+    PinnedBuf full;    // [n_full] cuda::SampleRowOut
+    PinnedBuf logits;  // [host rows, V] f32
+    cudaEvent_t done = nullptr;
+    std::vector<int> host_rows, dev_rows;  // indices into the step's R logits rows
+    std::vector<DeviceSample> dev_mode;    // per dev_rows entry
+    int R = 0;
+    size_t n_full = 0;
 };
 
 // Where init() takes the weights from when not from the RefModel/checkpoint (synthetic weights).
@@ -96,6 +138,9 @@ public:
         for (cudaEvent_t e : join_)
             if (e) cudaEventDestroy(e);
         if (fork_) cudaEventDestroy(fork_);
+        if (stream_) cudaStreamSynchronize(stream_);  // launched steps still read slots_ and the pool
+        for (auto& sl : slots_)
+            if (sl.done) cudaEventDestroy(sl.done);
         if (gemm_.handle) cublasDestroy(gemm_.handle);
         if (stream_) cudaStreamDestroy(stream_);
     }
@@ -110,6 +155,11 @@ public:
         return m == DeviceSample::kNone || m == DeviceSample::kGreedy || m == DeviceSample::kFull;
     }
     Status forward_sampled(const ForwardBatch& batch, StepOutput& out) override;
+    // Asynchronous: launch() queues the plan upload, the step, the sampling and the output copies
+    // on the runner's stream and returns; collect() waits for the oldest step's event.
+    Status launch(const ForwardBatch& batch) override { return launch_step(batch, true); }
+    Status collect(StepOutput& out) override;
+    bool launch_is_async() const override { return true; }
 
     // Bench hooks (cuda_bench_runner.h).
     CudaPoolInfo pool_info() const override {
@@ -133,10 +183,15 @@ public:
     }
 
 private:
-    // The step itself; honour_sample: kGreedy rows come back as argmax ids (cuda::argmax_rows).
-    Status execute(const ForwardBatch& batch, bool honour_sample, StepOutput& out);
-    // Copies the step's logits rows / device-sampled ids (rows of ws_.logits, batch order) out.
-    Status fetch_outputs(const ForwardBatch& batch, bool honour_sample, int R, StepOutput& out);
+    // Queues one step in the next StepSlot; honour_sample: device-sampled rows come back as ids
+    // (kGreedy: cuda::argmax_rows; kFull: cuda::sample_rows), else every want_logits row as logits.
+    Status launch_step(const ForwardBatch& batch, bool honour_sample);
+    // Rows, sampling arguments and output copies of a launched step (ws_.logits rows, batch order).
+    Status queue_outputs(const ForwardBatch& batch, bool honour_sample, int R, StepSlot& slot,
+                         std::vector<cuda::SampleRowArgs>& full, std::vector<cuda::SamplePenaltyToken>& toks);
+    // Copies hp (and the kFull rows' arguments) through slot.up to the plan's device buffers.
+    Status upload_plan_async(const HostPlan& hp, const std::vector<cuda::SampleRowArgs>& full,
+                             const std::vector<cuda::SamplePenaltyToken>& toks, StepSlot& slot);
     // The decode graph of bucket B (captured on first use; the plan must be uploaded).
     Result<cudaGraphExec_t> decode_graph(int B);
     // Captures what `body` launches on stream_ and instantiates it (the caller owns the result).
@@ -151,6 +206,10 @@ private:
     Status apply_kernel_choices();
     // cuBLAS handle and scratch of the large-token dense linears (option prefill_gemm_min_tokens).
     Status setup_prefill_gemm();
+    // opt_.n_pages from the memory left (CudaRunnerOptions::gpu_memory_utilization); stage_bytes: the
+    // batched-prefill staging rows allocated with the pool. Errors: ResourceExhausted when not even
+    // one sequence fits.
+    Status size_pool_from_memory(size_t stage_bytes);
     // Steps whose dense linears go through cuBLAS share its scratch: they run without side streams.
     bool gemm_step(int T) const { return gemm_.handle && T >= gemm_.min_tokens; }
     Status attention(int l, const cuda::StepPlan& sp, int T, int max_t, int splits);
@@ -211,11 +270,18 @@ private:
     int pt_stride_ = 0;
     int n_gate_ranges_ = 0;
     std::map<int, cudaGraphExec_t> graphs_;
-    int32_t* sampled_ = nullptr;  // [max_seqs] device-sampled ids (allocated on first use)
-    // kFull rows (cuda::sample_rows), allocated on first use: weights [max_seqs, V] f32, per-row
+    // [max_seqs] ids of the last step's device-sampled rows, by logits row: argmax_rows writes them,
+    // kFull tokens are scattered in; the next step's pending tokens are read from here.
+    int32_t* sampled_ = nullptr;
+    int32_t *pend_dst_ = nullptr, *pend_src_ = nullptr;  // [max_tokens] pending-token lists on the device
+    // kFull rows (cuda::sample_rows): weights [max_seqs, V] f32 (allocated on first use), per-row
     // results [max_seqs]; args and penalty tokens grow with the step's needs.
     float* sample_w_ = nullptr;
     cuda::SampleRowOut* sample_out_ = nullptr;
+    StepSlot slots_[2];
+    int next_slot_ = 0;
+    std::deque<int> inflight_;                        // launched, not collected (oldest first)
+    std::unordered_map<int64_t, int32_t> prev_rows_;  // seq_id -> sampled_ row of the last launched step
     struct GrowBuf {
         void* p = nullptr;
         size_t cap = 0;
@@ -231,8 +297,6 @@ private:
         }
     };
     GrowBuf sample_args_, sample_toks_, sample_saved_;
-    Status sample_full(const std::vector<cuda::SampleRowArgs>& args, const std::vector<cuda::SamplePenaltyToken>& toks,
-                       std::vector<cuda::SampleRowOut>& res);
     std::map<int, cudaGraphExec_t> head_graphs_;  // bench: non-layer work alone, per bucket
     OpProfile* prof_ = nullptr;                   // bench: op marks while capturing a profiled step
     int ep_first_ = 0, ep_count_ = 0;             // [ep2] local routed experts (count 0: all, no EP)

@@ -41,10 +41,15 @@ struct DeviceSampleParams {
 };
 inline constexpr int kMaxDeviceTopLogprobs = 20;
 
+// A chunk token the host does not know yet when the step is launched (overlapped scheduling,
+// ModelRunner::launch): the token the runner sampled for the same sequence (seq_id) as a device-
+// sampled row of the step launched just before this one. The runner substitutes it on its side.
+inline constexpr int32_t kPendingToken = -1;
+
 // One sequence's slice of work in a step: a prefill chunk (many tokens) or a decode step (one).
 struct SeqChunk {
     int64_t seq_id = 0;                  // engine-wide unique id of the sequence
-    std::span<const int32_t> tokens;     // [n_tokens] token ids of this chunk
+    std::span<const int32_t> tokens;     // [n_tokens] token ids of this chunk (or kPendingToken)
     int64_t start_pos = 0;               // absolute position of tokens[0]; 0 = a new sequence
     bool want_logits = true;             // produce logits for the last token of the chunk
     std::span<const int32_t> page_table; // pages owned by the sequence, in KvLayout order

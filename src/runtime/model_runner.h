@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -58,6 +60,39 @@ public:
                 return invalid_argument("sequence {}: this runner does not sample on the device", c.seq_id);
         return forward(batch, out.logits);
     }
+
+    // Overlapped stepping (the engine's overlap scheduler, EngineConfig::overlap): launch() submits
+    // a step and returns, collect() waits for the oldest launched step and returns its output as
+    // forward_sampled() would. At most two steps are launched and not collected, so the host can
+    // plan and launch step N+1 while step N runs. A chunk token kPendingToken stands for the token
+    // sampled for the same seq_id as a device-sampled row (sample != kNone) of the step launched
+    // just before (forward_batch.h). `batch` is read during launch() only.
+    // Default: runs forward_sampled() inside launch() (no overlap, same results), substituting
+    // pending tokens from that step's output. Errors of launch() (the step is then not in flight):
+    // a pending token without such a row (kFailedPrecondition), a third step in flight, invalid
+    // input found before the device work is queued. The step's own errors come from collect(),
+    // which also fails with nothing launched (kFailedPrecondition).
+    virtual Status launch(const ForwardBatch& batch);
+    virtual Status collect(StepOutput& out);
+    // True when launch() returns before the step has run on the device, so host work between
+    // launch() and collect() overlaps the step (the engine only overlaps such runners).
+    virtual bool launch_is_async() const { return false; }
+
+private:
+    // The default launch()/collect(): finished steps not collected yet, and the tokens the last
+    // launched step sampled per seq_id (its device-sampled rows).
+    struct DoneStep {
+        Status status;
+        StepOutput out;
+    };
+    std::deque<DoneStep> done_;
+    std::unordered_map<int64_t, int32_t> last_sampled_;
 };
+
+// Fills `resolved` with `batch` where every kPendingToken of a chunk is replaced by sampled[seq_id]
+// (the chunks' token spans then point into `storage`). Errors: a pending token of a sequence that
+// `sampled` lacks (kFailedPrecondition, naming the sequence).
+Status resolve_pending_tokens(const ForwardBatch& batch, const std::unordered_map<int64_t, int32_t>& sampled,
+                              ForwardBatch& resolved, std::vector<int32_t>& storage);
 
 }  // namespace dsv4

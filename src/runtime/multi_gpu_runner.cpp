@@ -69,7 +69,13 @@ public:
 
     const ModelConfig& config() const override { return ranks_[0]->config(); }
     const KvLayout& kv_layout() const override { return ranks_[0]->kv_layout(); }
-    int64_t n_pages() const override { return ranks_[0]->n_pages(); }
+    // Pools sized from each GPU's memory may differ by a few pages: the engine hands out ids below
+    // the smallest, which every rank holds.
+    int64_t n_pages() const override {
+        int64_t m = ranks_[0]->n_pages();
+        for (const auto& r : ranks_) m = std::min(m, r->n_pages());
+        return m;
+    }
     int64_t max_positions() const override { return ranks_[0]->max_positions(); }
     bool supports_device_sample(DeviceSample m) const override { return ranks_[0]->supports_device_sample(m); }
 

@@ -48,6 +48,7 @@ Result<std::unique_ptr<ModelRunner>> make_model_runner(const RunnerOptions& opt)
         CudaRunnerOptions co;
         co.page_tokens = opt.page_tokens;
         co.n_pages = opt.n_pages;
+        co.gpu_memory_utilization = opt.gpu_memory_utilization;
         co.max_seqs = opt.max_seqs;
         if (opt.max_context > 0) co.max_context = opt.max_context;
         if (opt.max_tokens > 0) co.max_tokens = opt.max_tokens;

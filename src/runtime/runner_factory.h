@@ -15,6 +15,9 @@ struct RunnerOptions {
     std::string backend = "cpu";  // "cpu" | "cuda"
     int64_t page_tokens = 64;     // tokens per token page
     int64_t n_pages = 0;          // 0: a default sized for the model and backend
+    // cuda, with n_pages 0: > 0 sizes the page pool from this fraction of each GPU's memory
+    // (CudaRunnerOptions::gpu_memory_utilization); 0: room for 64 sequences of 4096 tokens.
+    double gpu_memory_utilization = 0.0;
     uint64_t seed = 0;            // seed of the built-in tiny model's weights
     RefNumerics numerics;         // CPU reference: quantisation simulation of the DeepSeek reference
     RuntimeOptions rt;            // cuda: every switch and kernel choice (runtime/runtime_options.h)

@@ -109,8 +109,10 @@ void Engine::loop() {
         aborts.clear();
         stats_.progress_us = steady_now_us();
         if (core_.has_work()) {
-            // An empty plan should not happen (admission guarantees progress); never spin on it.
-            if (core_.step().n_seqs == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            // A step that neither launched nor collected anything should not happen (admission
+            // guarantees progress); never spin on it.
+            const StepStats st = core_.step();
+            if (st.n_seqs == 0 && st.n_collected == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
         } else {
             core_.publish_stats();
         }

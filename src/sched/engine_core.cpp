@@ -45,7 +45,9 @@ EngineCore::EngineCore(ModelRunner& runner, EngineConfig cfg, EngineStats& stats
       sched_(cfg.sched, runner.kv_layout(), pages_),
       seed_base_(cfg.default_seed ? cfg.default_seed
                                   : (uint64_t(std::random_device{}()) << 32) ^
-                                        std::random_device{}()) {
+                                        std::random_device{}()),
+      overlap_(cfg.overlap == EngineConfig::Overlap::kAlways ||
+               (cfg.overlap == EngineConfig::Overlap::kAuto && runner.launch_is_async())) {
     publish_stats();
 }
 
@@ -110,15 +112,14 @@ void EngineCore::finish(Sequence* seq, FinishReason why, SeqEvent ev) {
     ev.choice = seq->choice;
     ev.finish = why;
     ev.prompt_tokens = seq->n_prompt;
-    ev.completion_tokens = ev.completion_tokens ? ev.completion_tokens : seq->n_output();
+    ev.completion_tokens = ev.completion_tokens ? ev.completion_tokens : seq->n_resolved_output();
     const auto now = Clock::now();
     if (why == FinishReason::kAbort) {
         ++stats_.requests_aborted_total;
     } else if (seq->choice == 0) {
         ++stats_.requests_finished_total;
-        if (seq->n_output() > 1)
-            stats_.tpot_s.observe(seconds_between(seq->first_token, now) /
-                                  double(seq->n_output() - 1));
+        if (ev.completion_tokens > 1)
+            stats_.tpot_s.observe(seconds_between(seq->first_token, now) / double(ev.completion_tokens - 1));
     }
     auto sink = seq->sink;
     sched_.finish(seq);  // seq is gone after this line
@@ -137,81 +138,88 @@ void EngineCore::abort(uint64_t request_id) {
         ev.choice = seq->choice;
         ev.finish = FinishReason::kAbort;
         ev.prompt_tokens = seq->n_prompt;
-        ev.completion_tokens = seq->n_output();
+        ev.completion_tokens = seq->n_resolved_output();
         if (seq->choice == 0) ++stats_.requests_aborted_total;
         if (seq->sink) seq->sink->on_event(std::move(ev));
     }
 }
 
 void EngineCore::abort_all(const std::string& why) {
+    drain_inflight();
     for (auto& seq : sched_.remove_all()) {
         SeqEvent ev;
         ev.choice = seq->choice;
         ev.finish = FinishReason::kError;
         ev.error = why;
         ev.prompt_tokens = seq->n_prompt;
-        ev.completion_tokens = seq->n_output();
+        ev.completion_tokens = seq->n_resolved_output();
         if (seq->sink) seq->sink->on_event(std::move(ev));
     }
 }
 
-StepStats EngineCore::step() {
-    StepStats st;
+SampleContext EngineCore::sample_context(const Sequence* seq, int64_t position) const {
+    return SampleContext{
+        .seed = seq->seed,
+        .stream = uint64_t(seq->choice),
+        .position = position,
+        .suppress_stops = position < seq->params.min_tokens,
+        .eos_token = int32_t(runner_.config().eos_token_id),
+    };
+}
+
+// Plain-greedy rows are sampled by the runner when it can (an argmax, no logits copy); every other
+// row by the runner's full sampler when it has one (kFull: penalties, masks, the seeded draw and
+// logprobs where the logits are), else by the host sampler (kNone).
+DeviceSample EngineCore::row_mode(const Sequence* seq, const SampleContext& ctx) const {
+    if (!cfg_.device_sampling) return DeviceSample::kNone;
+    const SamplingParams& p = seq->params;
+    if (runner_.supports_device_sample(DeviceSample::kGreedy) && sample_is_plain_argmax(p, ctx))
+        return DeviceSample::kGreedy;
+    if (runner_.supports_device_sample(DeviceSample::kFull) && p.logprobs <= kMaxDeviceTopLogprobs)
+        return DeviceSample::kFull;
+    return DeviceSample::kNone;
+}
+
+bool EngineCore::must_collect_first(const StepPlan& plan) const {
+    if (plan.n_preempted > 0) return true;
+    for (const auto& c : plan.chunks) {
+        const Sequence* seq = c.seq;
+        if (!c.want_logits || seq->tokens.back() != kPendingToken) continue;
+        const SamplingParams& p = seq->params;
+        const bool counts = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+        if (counts && row_mode(seq, sample_context(seq, seq->n_output())) == DeviceSample::kFull) return true;
+    }
+    return false;
+}
+
+void EngineCore::launch_plan(StepPlan plan, StepStats& st) {
     const auto t0 = Clock::now();
-    StepPlan plan = sched_.schedule();
-    st.schedule_us = us_since(t0);
     st.n_seqs = int64_t(plan.chunks.size());
     st.n_prefill_tokens = plan.n_prefill_tokens;
     st.n_decode_tokens = plan.n_decode_tokens;
-    st.n_preempted = plan.n_preempted;
-    stats_.preemptions_total += plan.n_preempted;
-    if (plan.empty()) {
-        publish_stats();
-        return st;
-    }
-
-    const int32_t eos = int32_t(runner_.config().eos_token_id);
-    auto sample_context = [&](const Sequence* seq) {
-        const int64_t pos = seq->n_output();
-        return SampleContext{
-            .seed = seq->seed,
-            .stream = uint64_t(seq->choice),
-            .position = pos,
-            .suppress_stops = pos < seq->params.min_tokens,
-            .eos_token = eos,
-        };
-    };
-    // Plain-greedy rows are sampled by the runner when it can (an argmax, no logits copy); every
-    // other row by the runner's full sampler when it has one (kFull: penalties, masks, the seeded
-    // draw and logprobs where the logits are), else by the host sampler.
-    const bool dev_greedy =
-        cfg_.device_sampling && runner_.supports_device_sample(DeviceSample::kGreedy);
-    const bool dev_full = cfg_.device_sampling && runner_.supports_device_sample(DeviceSample::kFull);
+    InFlight f;
     ForwardBatch batch;
     batch.seqs.reserve(plan.chunks.size());
     std::vector<std::vector<PenaltyToken>> pen(plan.chunks.size());  // kFull rows' token lists
-    int64_t n_host_rows = 0, n_dev_rows = 0;
     for (size_t i = 0; i < plan.chunks.size(); ++i) {
         const auto& c = plan.chunks[i];
         DeviceSample mode = DeviceSample::kNone;
         DeviceSampleParams dp;
         if (c.want_logits) {
-            const SampleContext ctx = sample_context(c.seq);
-            const SamplingParams& p = c.seq->params;
-            if (dev_greedy && sample_is_plain_argmax(p, ctx)) {
-                mode = DeviceSample::kGreedy;
-            } else if (dev_full && p.logprobs <= kMaxDeviceTopLogprobs) {
-                mode = DeviceSample::kFull;
-                pen[i] = penalty_tokens(p, c.seq->penalties, ctx);
-                dp = device_sample_params(p, ctx, pen[i]);
+            const SampleContext ctx = sample_context(c.seq, c.seq->n_output());
+            mode = row_mode(c.seq, ctx);
+            if (mode == DeviceSample::kFull) {
+                pen[i] = penalty_tokens(c.seq->params, c.seq->penalties, ctx);
+                dp = device_sample_params(c.seq->params, ctx, pen[i]);
             }
+            f.n_dev_rows += mode != DeviceSample::kNone;
+            f.n_host_rows += mode == DeviceSample::kNone;
         }
-        n_dev_rows += mode != DeviceSample::kNone;
-        n_host_rows += c.want_logits && mode == DeviceSample::kNone;
+        f.seq_id.push_back(c.seq->seq_id);
+        f.mode.push_back(mode);
         batch.seqs.push_back(SeqChunk{
             .seq_id = c.seq->seq_id,
-            .tokens = std::span<const int32_t>(c.seq->tokens).subspan(size_t(c.start),
-                                                                       size_t(c.n_tokens)),
+            .tokens = std::span<const int32_t>(c.seq->tokens).subspan(size_t(c.start), size_t(c.n_tokens)),
             .start_pos = c.start,
             .want_logits = c.want_logits,
             .page_table = c.seq->pages,
@@ -219,86 +227,149 @@ StepStats EngineCore::step() {
             .params = dp,
         });
     }
-    StepOutput out;
+    st.schedule_us += us_since(t0);
     const auto t1 = Clock::now();
-    Status fs = runner_.forward_sampled(batch, out);
-    st.forward_us = us_since(t1);
-    if (fs.is_ok() && (int64_t(out.logits.size()) != n_host_rows ||
-                       int64_t(out.tokens.size()) != n_dev_rows))
-        fs = error(StatusCode::kInternal,
-                   "runner returned {} logit rows and {} sampled tokens for {} and {}",
-                   out.logits.size(), out.tokens.size(), n_host_rows, n_dev_rows);
+    const Status ls = runner_.launch(batch);
+    st.launch_us += us_since(t1);
+    if (!ls.is_ok()) {
+        // Nothing was queued: fail exactly the sequences of this step.
+        for (const auto& c : plan.chunks) fail(c.seq, "model step failed: " + ls.message());
+        return;
+    }
+    sched_.commit(plan);
+    // Each sampled row's token is pending until collected. A device-sampled row that may go on
+    // can be decoded by the next step before that (the runner fills the token in); the others wait.
+    for (size_t i = 0; i < plan.chunks.size(); ++i) {
+        Sequence* seq = plan.chunks[i].seq;
+        if (!plan.chunks[i].want_logits) {
+            f.out_at.push_back(-1);
+            continue;
+        }
+        f.out_at.push_back(int64_t(seq->tokens.size()));
+        seq->tokens.push_back(kPendingToken);
+        const bool may_finish = seq->n_output() >= seq->params.max_tokens || int64_t(seq->tokens.size()) >= max_context_;
+        seq->await_output = f.mode[i] == DeviceSample::kNone || may_finish;
+    }
+    ++stats_.steps_total;
+    stats_.overlapped_steps_total += !inflight_.empty();
+    stats_.step_prefill_tokens_total += st.n_prefill_tokens;
+    stats_.step_decode_tokens_total += st.n_decode_tokens;
+    stats_.last_step_seqs = st.n_seqs;
+    stats_.last_step_prefill_tokens = st.n_prefill_tokens;
+    stats_.last_step_decode_tokens = st.n_decode_tokens;
+    f.plan = std::move(plan);
+    inflight_.push_back(std::move(f));
+}
+
+void EngineCore::collect_oldest(StepStats& st) {
+    InFlight f = std::move(inflight_.front());
+    inflight_.pop_front();
+    StepOutput out;
+    const auto t0 = Clock::now();
+    Status fs = runner_.collect(out);
+    st.wait_us += us_since(t0);
+    ++st.n_collected;
+    stats_.engine_wait_us_total += us_since(t0);
+    if (fs.is_ok() && (int64_t(out.logits.size()) != f.n_host_rows || int64_t(out.tokens.size()) != f.n_dev_rows))
+        fs = error(StatusCode::kInternal, "runner returned {} logit rows and {} sampled tokens for {} and {}",
+                   out.logits.size(), out.tokens.size(), f.n_host_rows, f.n_dev_rows);
     for (int32_t t : out.tokens)
         if (fs.is_ok() && (t < 0 || t >= runner_.config().vocab_size))
             fs = error(StatusCode::kInternal, "runner sampled token id {} outside the vocabulary", t);
+    auto alive = [&](size_t i) { return sched_.alive(f.plan.chunks[i].seq, f.seq_id[i]); };
     if (!fs.is_ok()) {
-        // The batch's state is unknown now: fail exactly the sequences that were in it.
-        for (const auto& c : plan.chunks) fail(c.seq, "model step failed: " + fs.message());
-        publish_stats();
-        return st;
+        // The step's state is unknown now: fail exactly the sequences that were in it (and are left).
+        for (size_t i = 0; i < f.plan.chunks.size(); ++i)
+            if (alive(i)) fail(f.plan.chunks[i].seq, "model step failed: " + fs.message());
+        return;
     }
-    sched_.commit(plan);
 
     const auto t2 = Clock::now();
+    const int32_t eos = int32_t(runner_.config().eos_token_id);
     size_t row = 0, dev_row = 0;
-    for (size_t i = 0; i < plan.chunks.size(); ++i) {
-        const auto& c = plan.chunks[i];
-        if (!c.want_logits) continue;
-        Sequence* seq = c.seq;
-        const int64_t pos = seq->n_output();
-        SampleResult r;
-        if (batch.seqs[i].sample != DeviceSample::kNone) {
+    for (size_t i = 0; i < f.plan.chunks.size(); ++i) {
+        if (f.out_at[i] < 0) continue;
+        const bool on_device = f.mode[i] != DeviceSample::kNone;
+        const size_t r = on_device ? dev_row++ : row++;  // rows of finished sequences are skipped too
+        if (!alive(i)) continue;
+        Sequence* seq = f.plan.chunks[i].seq;
+        const int64_t at = f.out_at[i];
+        const int64_t pos = at - seq->n_prompt;  // index of this token in the output
+        SampleResult res;
+        if (on_device) {
             // kGreedy rows asked for no logprobs; kFull rows carry them when asked.
-            r.token = out.tokens[dev_row];
-            if (dev_row < out.logprobs.size()) r.logprob = out.logprobs[dev_row];
-            if (dev_row < out.top_logprobs.size())
-                for (const auto& [t, lp] : out.top_logprobs[dev_row]) r.top.push_back({t, lp});
-            ++dev_row;
+            res.token = out.tokens[r];
+            if (r < out.logprobs.size()) res.logprob = out.logprobs[r];
+            if (r < out.top_logprobs.size())
+                for (const auto& [t, lp] : out.top_logprobs[r]) res.top.push_back({t, lp});
             ++st.n_device_sampled;
         } else {
-            r = sample_token(out.logits[row++], seq->params, seq->penalties, sample_context(seq));
+            res = sample_token(out.logits[r], seq->params, seq->penalties, sample_context(seq, pos));
         }
         const auto now = Clock::now();
         if (pos == 0) {
             seq->first_token = now;
             if (seq->choice == 0) stats_.ttft_s.observe(seconds_between(seq->arrival, now));
         }
-        seq->tokens.push_back(r.token);
-        seq->penalties.add_output(r.token);
+        seq->tokens[size_t(at)] = res.token;
+        seq->await_output = false;
+        seq->penalties.add_output(res.token);
         ++stats_.generated_tokens_total;
 
         SeqEvent ev;
         ev.choice = seq->choice;
         ev.prompt_tokens = seq->n_prompt;
-        ev.completion_tokens = seq->n_output();
+        ev.completion_tokens = pos + 1;
         const auto& stops = seq->params.stop_token_ids;
-        const bool is_eos = r.token == eos && !seq->params.ignore_eos;
-        const bool is_stop_id = std::find(stops.begin(), stops.end(), r.token) != stops.end();
+        const bool is_eos = res.token == eos && !seq->params.ignore_eos;
+        const bool is_stop_id = std::find(stops.begin(), stops.end(), res.token) != stops.end();
         if (is_eos || is_stop_id) {
-            ev.stop_token = r.token;
+            ev.stop_token = res.token;
             finish(seq, FinishReason::kStop, std::move(ev));
             continue;
         }
-        ev.tokens.push_back(r.token);
-        if (seq->params.logprobs >= 0) ev.logprobs.push_back(std::move(r));
-        if (seq->n_output() >= seq->params.max_tokens ||
-            int64_t(seq->tokens.size()) >= max_context_) {
+        ev.tokens.push_back(res.token);
+        if (seq->params.logprobs >= 0) ev.logprobs.push_back(std::move(res));
+        if (pos + 1 >= seq->params.max_tokens || at + 1 >= max_context_) {
             finish(seq, FinishReason::kLength, std::move(ev));
             continue;
         }
         if (seq->sink) seq->sink->on_event(std::move(ev));
     }
-    st.sample_us = us_since(t2);
+    st.sample_us += us_since(t2);
+}
 
-    ++stats_.steps_total;
-    stats_.step_prefill_tokens_total += st.n_prefill_tokens;
-    stats_.step_decode_tokens_total += st.n_decode_tokens;
-    stats_.last_step_seqs = st.n_seqs;
-    stats_.last_step_prefill_tokens = st.n_prefill_tokens;
-    stats_.last_step_decode_tokens = st.n_decode_tokens;
-    stats_.last_step_forward_us = st.forward_us;
-    stats_.last_step_total_us = us_since(t0);
-    stats_.step_s.observe(double(us_since(t0)) * 1e-6);
+void EngineCore::drain_inflight() {
+    while (!inflight_.empty()) {
+        StepOutput out;
+        (void)runner_.collect(out);  // the sequences are being ended anyway
+        inflight_.pop_front();
+    }
+}
+
+StepStats EngineCore::step() {
+    StepStats st;
+    const auto t0 = Clock::now();
+    StepPlan plan = sched_.schedule();
+    stats_.preemptions_total += plan.n_preempted;
+    if (!plan.empty() && !inflight_.empty() && must_collect_first(plan)) {
+        // Abandoning a plan is harmless: its page allocations and admissions stand, nothing ran.
+        collect_oldest(st);
+        plan = sched_.schedule();
+        stats_.preemptions_total += plan.n_preempted;
+    }
+    st.n_preempted = plan.n_preempted;
+    st.schedule_us = us_since(t0);
+    const bool launched = !plan.empty();
+    if (launched) launch_plan(std::move(plan), st);
+    // Overlap keeps the newest step in flight and takes in the one before it; otherwise (or when
+    // nothing new could be launched) everything launched is collected now.
+    while (!inflight_.empty() && (!overlap_ || !launched || inflight_.size() > 1)) collect_oldest(st);
+    const int64_t total_us = us_since(t0);
+    stats_.engine_busy_us_total += total_us - st.wait_us;
+    stats_.last_step_forward_us = st.launch_us + st.wait_us;
+    stats_.last_step_total_us = total_us;
+    if (launched || st.n_collected > 0) stats_.step_s.observe(double(total_us) * 1e-6);
     publish_stats();
     return st;
 }

@@ -1,9 +1,11 @@
-// EngineCore: one engine step, single-threaded: schedule, build the ForwardBatch, forward,
-// sample, commit, notify. Tests drive it directly (explicit chunk sizes, page layouts, batch
+// EngineCore: one engine step, single-threaded: schedule, build the ForwardBatch, launch, collect,
+// sample, commit, notify; with overlap (EngineConfig::overlap) the next step is launched before
+// the previous one is collected. Tests drive it directly (explicit chunk sizes, page layouts, batch
 // composition); Engine (engine.h) runs it on its own thread behind a queue.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <vector>
@@ -26,6 +28,13 @@ struct EngineConfig {
     uint64_t default_seed = 0;       // seeds requests without one (0 = from std::random_device)
     bool device_sampling = true;     // let a runner that can (ModelRunner::supports_device_sample)
                                      // pick plain-greedy tokens itself instead of returning logits
+    // Overlapped scheduling: plan and launch step N+1 while step N runs, so that scheduling, batch
+    // building and the previous step's outputs (events, finishes) leave the step's critical path.
+    // kAuto: when the runner's launch() is asynchronous (ModelRunner::launch_is_async); kAlways
+    // also with a synchronous runner (tests of the overlapped bookkeeping); kOff: launch, then
+    // collect, each step. Outputs are the same in every mode.
+    enum class Overlap { kOff, kAuto, kAlways };
+    Overlap overlap = Overlap::kAuto;
 };
 
 struct GenRequest {
@@ -37,15 +46,19 @@ struct GenRequest {
     Clock::time_point arrival = Clock::now();
 };
 
+// One call of EngineCore::step(): the step it launched (n_seqs .. n_preempted) and the step(s) it
+// collected (n_collected, n_device_sampled). Without overlap both are the same step.
 struct StepStats {
     int64_t n_seqs = 0;
     int64_t n_prefill_tokens = 0;
     int64_t n_decode_tokens = 0;
     int64_t n_preempted = 0;
+    int64_t n_collected = 0;       // launched steps whose output this call took in
     int64_t n_device_sampled = 0;  // tokens the runner sampled itself (no logits row came back)
-    int64_t schedule_us = 0;
-    int64_t forward_us = 0;
-    int64_t sample_us = 0;
+    int64_t schedule_us = 0;       // planning and batch building
+    int64_t launch_us = 0;         // ModelRunner::launch (the whole step for a synchronous runner)
+    int64_t wait_us = 0;           // blocked in ModelRunner::collect (the device still running)
+    int64_t sample_us = 0;         // host sampling, token commit and events of the collected rows
 };
 
 class EngineCore {
@@ -57,8 +70,10 @@ public:
     Status add(GenRequest req);
     void abort(uint64_t request_id);
     void abort_all(const std::string& why);
+    // Schedules and launches one step; collects the previous one (overlap) or this one (else).
     StepStats step();
-    bool has_work() const { return sched_.has_work(); }
+    bool has_work() const { return sched_.has_work() || !inflight_.empty(); }
+    bool overlapping() const { return overlap_; }
     void publish_stats();
 
     int64_t max_context() const { return max_context_; }
@@ -67,6 +82,23 @@ public:
     const PageAllocator& pages() const { return pages_; }
 
 private:
+    // A launched step not collected yet. Chunks' Sequence pointers are checked with
+    // Scheduler::alive before use (a sequence may finish or be aborted meanwhile).
+    struct InFlight {
+        StepPlan plan;
+        std::vector<int64_t> seq_id;      // per chunk
+        std::vector<DeviceSample> mode;   // per chunk (want_logits rows)
+        std::vector<int64_t> out_at;      // per chunk: index in seq->tokens of its pending output, or -1
+        int64_t n_host_rows = 0, n_dev_rows = 0;
+    };
+    DeviceSample row_mode(const Sequence* seq, const SampleContext& ctx) const;
+    SampleContext sample_context(const Sequence* seq, int64_t position) const;
+    // True when `plan` cannot be launched before the step in flight is collected: it preempted a
+    // sequence, or a row's device sampler needs penalty counts that include a pending token.
+    bool must_collect_first(const StepPlan& plan) const;
+    void launch_plan(StepPlan plan, StepStats& st);
+    void collect_oldest(StepStats& st);
+    void drain_inflight();
     void finish(Sequence* seq, FinishReason why, SeqEvent ev);
     void fail(Sequence* seq, const std::string& why);
 
@@ -79,6 +111,8 @@ private:
     int64_t next_seq_id_ = 1;
     uint64_t seed_base_;
     uint64_t n_seeded_ = 0;
+    bool overlap_ = false;
+    std::deque<InFlight> inflight_;
 };
 
 }  // namespace dsv4

@@ -60,6 +60,12 @@ struct EngineStats {
     std::atomic<int64_t> last_step_decode_tokens{0};
     std::atomic<int64_t> last_step_forward_us{0};
     std::atomic<int64_t> last_step_total_us{0};
+    // Engine thread time blocked waiting for launched steps (the device busy, the host idle) and
+    // the rest of its stepping time (scheduling, launching, sampling, events): with overlapped
+    // scheduling the latter runs while the device works.
+    std::atomic<int64_t> engine_wait_us_total{0};
+    std::atomic<int64_t> engine_busy_us_total{0};
+    std::atomic<int64_t> overlapped_steps_total{0};  // steps launched while the previous one ran
     // Steady-clock microseconds of the engine's last sign of progress: the end of a step or of an
     // inbox pass, or a submit that found the engine idle (so an idle period is not a stall). With
     // requests pending and this far in the past, the engine is stalled (GET /health answers 503).

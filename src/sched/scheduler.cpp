@@ -73,7 +73,7 @@ StepPlan Scheduler::schedule() {
     for (Sequence* seq : snapshot) {
         if (budget <= 0) break;
         if (std::find(running_.begin(), running_.end(), seq) == running_.end()) continue;
-        if (seq->n_pending() != 1 || seq->n_computed == 0) continue;
+        if (seq->await_output || seq->n_pending() != 1 || seq->n_computed == 0) continue;
         if (make_room(seq, int64_t(seq->tokens.size()))) add_chunk(seq, 1);
     }
     // Prefill room: the rest of the budget, capped when the step decodes (max_prefill_tokens_with_decode).
@@ -83,7 +83,7 @@ StepPlan Scheduler::schedule() {
     snapshot = running_;
     for (Sequence* seq : snapshot) {
         if (budget <= 0) break;
-        if (planned.count(seq)) continue;
+        if (planned.count(seq) || seq->await_output) continue;
         if (std::find(running_.begin(), running_.end(), seq) == running_.end()) continue;
         const int64_t n = std::min({seq->n_pending(), budget, cfg_.max_prefill_chunk});
         if (n <= 0) continue;
@@ -93,6 +93,7 @@ StepPlan Scheduler::schedule() {
     //    a large request is not starved by smaller ones behind it.
     while (budget > 0 && !waiting_.empty() && int64_t(running_.size()) < cfg_.max_running) {
         Sequence* seq = waiting_.front();
+        if (seq->await_output) break;  // preempted with a step in flight: admitted once it is collected
         const int64_t n = std::min({seq->n_pending(), budget, cfg_.max_prefill_chunk});
         if (!ensure_pages(seq, seq->n_computed + n)) break;
         waiting_.pop_front();
@@ -125,6 +126,11 @@ std::unique_ptr<Sequence> Scheduler::take(Sequence* seq) {
 }
 
 void Scheduler::finish(Sequence* seq) { take(seq); }
+
+bool Scheduler::alive(const Sequence* seq, int64_t seq_id) const {
+    auto it = owned_.find(const_cast<Sequence*>(seq));
+    return it != owned_.end() && it->second->seq_id == seq_id;
+}
 
 std::vector<std::unique_ptr<Sequence>> Scheduler::remove_request(uint64_t request_id) {
     std::vector<Sequence*> hits;

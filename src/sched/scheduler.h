@@ -3,7 +3,9 @@
 // under one token budget, so prefill chunks and decodes share a step. When pages run out the
 // most recently admitted running sequence is preempted by recompute: its pages return to the
 // pool and it goes back to the front of the waiting queue with its tokens (prompt + output)
-// intact, to be prefilled again later. Never touches tensors; owns the sequences.
+// intact, to be prefilled again later. A sequence awaiting a launched step's output
+// (Sequence::await_output) is left out until that step is collected. Never touches tensors; owns
+// the sequences.
 #pragma once
 
 #include <cstdint>
@@ -55,6 +57,9 @@ public:
     void commit(const StepPlan& plan);
     // Releases a sequence's pages and forgets it.
     void finish(Sequence* seq);
+    // True when `seq` is still owned and is the sequence `seq_id` (a finished sequence's address
+    // may have been reused): checks a pointer kept across steps (overlapped scheduling).
+    bool alive(const Sequence* seq, int64_t seq_id) const;
     // Finishes every sequence of a request; returns them (already removed) for notification.
     std::vector<std::unique_ptr<Sequence>> remove_request(uint64_t request_id);
     std::vector<std::unique_ptr<Sequence>> remove_all();

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/forward_batch.h"
 #include "sample/sampler.h"
 #include "sample/sampling_params.h"
 
@@ -54,8 +55,19 @@ struct Sequence {
     Clock::time_point arrival{};
     Clock::time_point first_token{};
     bool admitted_once = false;
+    // Overlapped scheduling: the output token of a launched step is appended as kPendingToken
+    // (runtime/forward_batch.h) and filled in when that step is collected. await_output: the next
+    // step may not include this sequence before then (its token is sampled on the host, or it may
+    // finish with it); otherwise the next step can decode the pending token, which the runner fills in.
+    bool await_output = false;
 
     int64_t n_output() const { return int64_t(tokens.size()) - n_prompt; }
+    // Output tokens known on the host (without trailing kPendingToken entries).
+    int64_t n_resolved_output() const {
+        int64_t n = int64_t(tokens.size());
+        while (n > n_prompt && tokens[size_t(n - 1)] == kPendingToken) --n;
+        return n - n_prompt;
+    }
     int64_t n_pending() const { return int64_t(tokens.size()) - n_computed; }
 };
 

@@ -42,6 +42,13 @@ std::string App::metrics_text() const {
     gauge(o, "dsv4_step_decode_tokens_total", "Decode tokens computed", e.step_decode_tokens_total, "counter");
     gauge(o, "dsv4_last_step_sequences", "Sequences in the last step", e.last_step_seqs);
     gauge(o, "dsv4_last_step_forward_microseconds", "Forward time of the last step", e.last_step_forward_us);
+    gauge(o, "dsv4_engine_wait_microseconds_total", "Engine thread time blocked on running steps",
+          e.engine_wait_us_total, "counter");
+    gauge(o, "dsv4_engine_busy_microseconds_total",
+          "Engine thread stepping time not blocked on the device (scheduling, launching, sampling, events)",
+          e.engine_busy_us_total, "counter");
+    gauge(o, "dsv4_engine_overlapped_steps_total", "Steps launched while the previous step was still running",
+          e.overlapped_steps_total, "counter");
     histogram(o, "dsv4_time_to_first_token_seconds", "Time to first token", e.ttft_s);
     histogram(o, "dsv4_time_per_output_token_seconds", "Mean time per output token after the first", e.tpot_s);
     histogram(o, "dsv4_step_seconds", "Engine step time", e.step_s);

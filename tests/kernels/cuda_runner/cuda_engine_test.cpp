@@ -1,6 +1,7 @@
 // The serving engine (EngineCore: scheduler, chunked prefill, page allocator with shuffled page
 // ids, sampler) driving the CUDA runner: greedy outputs identical to the same engine on the CPU
 // runner. Mixed prefill + decode steps run eagerly, pure decode steps as CUDA graphs.
+#include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
@@ -85,6 +86,116 @@ TEST(CudaEngine, GreedyOutputsMatchCpuEngine) {
     std::printf("[engine cuda] %zu requests through EngineCore (chunked prefill, shuffled pages): %d/%zu greedy outputs identical to the CPU engine\n",
                 a.size(), same, a.size());
     EXPECT_EQ(a, b);
+}
+
+}  // namespace
+}  // namespace dsv4
+
+namespace dsv4 {
+namespace {
+
+struct Choice {
+    std::vector<int32_t> tokens;
+    std::vector<float> logprobs;
+    FinishReason finish = FinishReason::kNone;
+    bool operator==(const Choice&) const = default;
+};
+class Record : public RequestSink {
+public:
+    void on_event(SeqEvent&& ev) override {
+        c.tokens.insert(c.tokens.end(), ev.tokens.begin(), ev.tokens.end());
+        for (const auto& r : ev.logprobs) c.logprobs.push_back(r.logprob);
+        if (ev.finish != FinishReason::kNone) c.finish = ev.finish;
+        if (ev.finish == FinishReason::kError) error = ev.error;
+    }
+    Choice c;
+    std::string error;
+};
+
+// The overlapped engine (the next step launched before the previous is collected; pending decode
+// tokens filled in on the GPU from the sampled ids) against the same runner stepped in turn, on
+// every row kind: greedy (device argmax), seeded temperature, penalties (collect-first), logprobs,
+// more than 20 top logprobs (host rows), min_tokens masks, EOS not ignored.
+TEST(CudaEngine, OverlappedStepsGiveTheSameOutputs) {
+    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+    const char* env = std::getenv("DSV4_GOLDEN_DIR");
+    RunnerOptions ro;
+    ro.model = std::string(env && *env ? env : DSV4_GOLDEN_DIR) + "/tiny_quant";
+    ro.n_pages = 800;
+    ro.page_tokens = 16;
+    ro.backend = "cuda";
+    std::vector<SamplingParams> ps(7);
+    for (auto& p : ps) p.max_tokens = 14;
+    ps[0].temperature = 0;
+    ps[1].temperature = 0.9f, ps[1].seed = 5;
+    ps[2].temperature = 0, ps[2].repetition_penalty = 1.3f, ps[2].presence_penalty = 0.2f;
+    ps[3].temperature = 0.7f, ps[3].seed = 8, ps[3].logprobs = 3;
+    ps[4].temperature = 0, ps[4].logprobs = 25;
+    ps[5].temperature = 0, ps[5].min_tokens = 6;
+    ps[6].temperature = 1.0f, ps[6].seed = 2, ps[6].top_k = 40, ps[6].frequency_penalty = 0.3f;
+    auto run = [&](EngineConfig::Overlap ov, int64_t* overlapped) {
+        auto gpu = make_model_runner(ro);
+        EXPECT_TRUE(gpu.is_ok()) << gpu.status().to_string();
+        EngineConfig cfg;
+        cfg.sched = {.max_running = 8, .max_tokens_per_step = 48, .max_prefill_chunk = 32};
+        cfg.page_shuffle_seed = 5;
+        cfg.overlap = ov;
+        EngineStats stats;
+        EngineCore core(**gpu, cfg, stats);
+        EXPECT_EQ(core.overlapping(), ov != EngineConfig::Overlap::kOff);
+        std::vector<std::shared_ptr<Record>> sinks;
+        std::mt19937 g(11);
+        for (size_t i = 0; i < ps.size(); ++i) {
+            std::vector<int32_t> prompt(5 + 13 * i);
+            for (auto& t : prompt) t = int32_t(2 + g() % 500);
+            sinks.push_back(std::make_shared<Record>());
+            EXPECT_TRUE(core.add({.id = i + 1, .prompt = prompt, .params = ps[i], .sink = sinks.back()}).is_ok());
+        }
+        for (int guard = 0; core.has_work() && guard < 10000; ++guard) core.step();
+        EXPECT_EQ(core.pages().n_used(), 0);
+        *overlapped = stats.overlapped_steps_total;
+        std::vector<Choice> out;
+        for (auto& s : sinks) {
+            EXPECT_TRUE(s->error.empty()) << s->error;
+            out.push_back(s->c);
+        }
+        return out;
+    };
+    int64_t n_on = 0, n_off = 0;
+    const auto on = run(EngineConfig::Overlap::kAuto, &n_on);
+    const auto off = run(EngineConfig::Overlap::kOff, &n_off);
+    EXPECT_EQ(on, off);
+    EXPECT_EQ(n_off, 0);
+    EXPECT_GT(n_on, 10) << "the CUDA runner's steps never overlapped";
+    std::printf("[engine cuda] overlapped scheduling: %lld steps launched while one ran; %zu outputs identical "
+                "with overlap on and off\n", (long long)n_on, on.size());
+}
+
+// The page pool sized from the GPU's memory: what is left of the fraction after the weights and
+// workspaces, capped at max_seqs sequences of max_context; a fraction too small is an error that says so.
+TEST(CudaRunnerPool, SizedFromMemory) {
+    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+    const char* env = std::getenv("DSV4_GOLDEN_DIR");
+    RunnerOptions ro;
+    ro.model = std::string(env && *env ? env : DSV4_GOLDEN_DIR) + "/tiny_quant";
+    ro.backend = "cuda";
+    ro.page_tokens = 16;
+    ro.max_seqs = 16;
+    ro.max_context = 2048;
+    ro.gpu_memory_utilization = 0.9;
+    auto r = make_model_runner(ro);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    const KvLayout& L = (*r)->kv_layout();
+    // The tiny model's pages are small: the cap (16 sequences of 2048 positions) binds.
+    EXPECT_EQ((*r)->n_pages(), 16 * L.pages_for_tokens(2048));
+    r->reset();
+    size_t free_b = 0, total_b = 0;
+    ASSERT_EQ(cudaMemGetInfo(&free_b, &total_b), cudaSuccess);
+    ro.gpu_memory_utilization = double(total_b - free_b) / double(total_b) + 0.001;  // nothing left for pages
+    auto bad = make_model_runner(ro);
+    ASSERT_FALSE(bad.is_ok());
+    EXPECT_EQ(bad.status().code(), StatusCode::kResourceExhausted) << bad.status().to_string();
+    EXPECT_NE(bad.status().message().find("gpu_memory_utilization"), std::string::npos) << bad.status().to_string();
 }
 
 }  // namespace
