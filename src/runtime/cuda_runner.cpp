@@ -578,12 +578,12 @@ Status CudaRunner::upload_plan_async(const HostPlan& hp, const std::vector<cuda:
     return Status::ok();
 }
 
-Status CudaRunner::queue_outputs(const ForwardBatch& batch, bool honour_sample, int R, StepSlot& slot,
+Status CudaRunner::queue_outputs(const ForwardBatch& batch, bool honour_sample, const HostPlan& hp, StepSlot& slot,
                                  std::vector<cuda::SampleRowArgs>& full, std::vector<cuda::SamplePenaltyToken>& toks) {
     slot.host_rows.clear();
     slot.dev_rows.clear();
     slot.dev_mode.clear();
-    slot.R = R;
+    slot.R = hp.R;
     for (const auto& c : batch.seqs) {
         if (!c.want_logits) continue;
         const int r = int(slot.host_rows.size() + slot.dev_rows.size());
@@ -615,6 +615,8 @@ Status CudaRunner::queue_outputs(const ForwardBatch& batch, bool honour_sample, 
         a.position = p.position;
         a.tok_begin = int32_t(toks.size());
         a.n_tok = int32_t(p.penalty_tokens.size());
+        // A pending output token (filled in on the device) is not in the host's counts: the kernel adds it.
+        if (c.tokens.back() == kPendingToken) a.pending_index = hp.logit_rows[size_t(r)];
         for (const PenaltyToken& t : p.penalty_tokens)
             toks.push_back({t.token, t.output_count, uint8_t(t.seen), uint8_t(t.masked), t.bias});
         full.push_back(a);
@@ -636,7 +638,7 @@ Status CudaRunner::launch_step(const ForwardBatch& batch, bool honour_sample) {
     StepSlot& slot = slots_[next_slot_];
     std::vector<cuda::SampleRowArgs> full;
     std::vector<cuda::SamplePenaltyToken> toks;
-    DSV4_RETURN_IF_ERROR(queue_outputs(batch, honour_sample, hp.R, slot, full, toks));
+    DSV4_RETURN_IF_ERROR(queue_outputs(batch, honour_sample, hp, slot, full, toks));
     DSV4_RETURN_IF_ERROR(upload_plan_async(hp, full, toks, slot));
     DSV4_CU(cuda::fill_pending_tokens(ws_.tokens, pend_dst_, pend_src_, int(hp.pend_dst.size()), sampled_, stream_));
     if (decode) {
@@ -656,7 +658,7 @@ Status CudaRunner::launch_step(const ForwardBatch& batch, bool honour_sample) {
         const auto* args = static_cast<const cuda::SampleRowArgs*>(sample_args_.p);
         DSV4_CU(cuda::sample_rows(ws_.logits, int64_t(V), args, int(full.size()),
                                   static_cast<const cuda::SamplePenaltyToken*>(sample_toks_.p), sample_w_,
-                                  static_cast<float*>(sample_saved_.p), sample_out_, stream_));
+                                  static_cast<float*>(sample_saved_.p), sample_out_, stream_, ws_.tokens));
         DSV4_CU(cuda::scatter_sampled_tokens(args, sample_out_, int(full.size()), sampled_, stream_));
         DSV4_CU(cudaMemcpyAsync(slot.full.p, sample_out_, full.size() * sizeof(cuda::SampleRowOut),
                                 cudaMemcpyDeviceToHost, stream_));

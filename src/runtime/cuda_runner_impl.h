@@ -187,7 +187,7 @@ private:
     // (kGreedy: cuda::argmax_rows; kFull: cuda::sample_rows), else every want_logits row as logits.
     Status launch_step(const ForwardBatch& batch, bool honour_sample);
     // Rows, sampling arguments and output copies of a launched step (ws_.logits rows, batch order).
-    Status queue_outputs(const ForwardBatch& batch, bool honour_sample, int R, StepSlot& slot,
+    Status queue_outputs(const ForwardBatch& batch, bool honour_sample, const HostPlan& hp, StepSlot& slot,
                          std::vector<cuda::SampleRowArgs>& full, std::vector<cuda::SamplePenaltyToken>& toks);
     // Copies hp (and the kFull rows' arguments) through slot.up to the plan's device buffers.
     Status upload_plan_async(const HostPlan& hp, const std::vector<cuda::SampleRowArgs>& full,

@@ -29,11 +29,30 @@ Status resolve_pending_tokens(const ForwardBatch& batch, const std::unordered_ma
     return Status::ok();
 }
 
+void count_pending_token(DeviceSampleParams& p, int32_t token, std::vector<PenaltyToken>& storage) {
+    const bool rep = p.repetition_penalty != 1.0f;
+    const bool pres_freq = p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+    if (!rep && !pres_freq) return;
+    storage.assign(p.penalty_tokens.begin(), p.penalty_tokens.end());
+    auto it = std::find_if(storage.begin(), storage.end(), [&](const PenaltyToken& t) { return t.token == token; });
+    if (it == storage.end()) it = storage.insert(storage.end(), PenaltyToken{.token = token});
+    if (rep) it->seen = true;
+    if (pres_freq) ++it->output_count;
+    p.penalty_tokens = storage;
+}
+
 Status ModelRunner::launch(const ForwardBatch& batch) {
     if (done_.size() >= 2) return error(StatusCode::kFailedPrecondition, "two steps launched and not collected");
     ForwardBatch resolved;
     std::vector<int32_t> storage;
     DSV4_RETURN_IF_ERROR(resolve_pending_tokens(batch, last_sampled_, resolved, storage));
+    // kFull rows decoding a pending token: their penalty counts lack it (device_sample.h).
+    std::vector<std::vector<PenaltyToken>> counted(batch.seqs.size());
+    for (size_t i = 0; i < batch.seqs.size(); ++i) {
+        const SeqChunk& c = batch.seqs[i];
+        if (c.want_logits && c.sample == DeviceSample::kFull && !c.tokens.empty() && c.tokens.back() == kPendingToken)
+            count_pending_token(resolved.seqs[i].params, resolved.seqs[i].tokens.back(), counted[i]);
+    }
     DoneStep step;
     step.status = forward_sampled(resolved, step.out);
     last_sampled_.clear();

@@ -68,7 +68,8 @@ public:
     // sampled for the same seq_id as a device-sampled row (sample != kNone) of the step launched
     // just before (forward_batch.h). `batch` is read during launch() only.
     // Default: runs forward_sampled() inside launch() (no overlap, same results), substituting
-    // pending tokens from that step's output. Errors of launch() (the step is then not in flight):
+    // pending tokens from that step's output (and counting them in kFull rows' penalty lists, as
+    // the CUDA runner's sampler does on the device). Errors of launch() (the step is then not in flight):
     // a pending token without such a row (kFailedPrecondition), a third step in flight, invalid
     // input found before the device work is queued. The step's own errors come from collect(),
     // which also fails with nothing launched (kFailedPrecondition).
@@ -94,5 +95,11 @@ private:
 // `sampled` lacks (kFailedPrecondition, naming the sequence).
 Status resolve_pending_tokens(const ForwardBatch& batch, const std::unordered_map<int64_t, int32_t>& sampled,
                               ForwardBatch& resolved, std::vector<int32_t>& storage);
+
+// A kFull row whose input token was pending: its penalty list (built on the host before that token
+// was known) gets the token counted as the host sampler would count it (seen for the repetition
+// penalty, one more occurrence for presence / frequency), in its entry or as a new one. The list
+// is copied into `storage`, which p.penalty_tokens then views. No-op without those penalties.
+void count_pending_token(DeviceSampleParams& p, int32_t token, std::vector<PenaltyToken>& storage);
 
 }  // namespace dsv4

@@ -180,18 +180,6 @@ DeviceSample EngineCore::row_mode(const Sequence* seq, const SampleContext& ctx)
     return DeviceSample::kNone;
 }
 
-bool EngineCore::must_collect_first(const StepPlan& plan) const {
-    if (plan.n_preempted > 0) return true;
-    for (const auto& c : plan.chunks) {
-        const Sequence* seq = c.seq;
-        if (!c.want_logits || seq->tokens.back() != kPendingToken) continue;
-        const SamplingParams& p = seq->params;
-        const bool counts = p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
-        if (counts && row_mode(seq, sample_context(seq, seq->n_output())) == DeviceSample::kFull) return true;
-    }
-    return false;
-}
-
 void EngineCore::launch_plan(StepPlan plan, StepStats& st) {
     const auto t0 = Clock::now();
     st.n_seqs = int64_t(plan.chunks.size());
@@ -352,7 +340,9 @@ StepStats EngineCore::step() {
     const auto t0 = Clock::now();
     StepPlan plan = sched_.schedule();
     stats_.preemptions_total += plan.n_preempted;
-    if (!plan.empty() && !inflight_.empty() && must_collect_first(plan)) {
+    // A plan that preempted sequences is made again once the step in flight is collected: a
+    // victim's recompute must not start from a token that is still pending.
+    if (!plan.empty() && !inflight_.empty() && plan.n_preempted > 0) {
         // Abandoning a plan is harmless: its page allocations and admissions stand, nothing ran.
         collect_oldest(st);
         plan = sched_.schedule();

@@ -93,9 +93,6 @@ private:
     };
     DeviceSample row_mode(const Sequence* seq, const SampleContext& ctx) const;
     SampleContext sample_context(const Sequence* seq, int64_t position) const;
-    // True when `plan` cannot be launched before the step in flight is collected: it preempted a
-    // sequence, or a row's device sampler needs penalty counts that include a pending token.
-    bool must_collect_first(const StepPlan& plan) const;
     void launch_plan(StepPlan plan, StepStats& st);
     void collect_oldest(StepStats& st);
     void drain_inflight();

@@ -58,8 +58,9 @@ struct Outcome {
 };
 
 Outcome drive(ModelRunner& inner, const std::vector<Job>& jobs, Overlap overlap, SchedulerConfig sched,
-              uint64_t abort_id = 0, int abort_after_steps = -1) {
+              uint64_t abort_id = 0, int abort_after_steps = -1, float echo_bonus = 0.0f) {
     test::HostSamplingRunner runner(inner);
+    runner.echo_bonus = echo_bonus;
     EngineConfig cfg;
     cfg.sched = sched;
     cfg.page_shuffle_seed = 7;
@@ -157,9 +158,15 @@ TEST(EngineOverlap, SameOutputsAsWithoutOverlapOnEveryRowKind) {
     const Outcome on = drive(b, mixed_jobs(), Overlap::kAlways, sched);
     EXPECT_EQ(on.results, off.results);
     EXPECT_EQ(off.pending_seen, 0);
-    // Penalised device rows need the pending token's count, so their steps collect first; some
-    // steps still overlap. Without them, nearly every decode does.
-    EXPECT_GT(on.pending_seen, 0) << "the overlapped run never decoded a pending token";
+    // Every device-sampled decode goes through a pending token, penalised rows too (the runner
+    // counts the pending token in their penalties); at most one step per choice is planned past its end.
+    int64_t decodes = 0, choices = 0;
+    const std::vector<Job> jobs = mixed_jobs();
+    for (size_t i = 0; i < jobs.size(); ++i)
+        for (const auto& [c, ch] : on.results[i])
+            if (jobs[i].params.logprobs <= kMaxDeviceTopLogprobs) decodes += ch.completion - 1, ++choices;
+    EXPECT_GT(on.pending_seen, decodes * 3 / 4) << "of " << decodes;
+    EXPECT_LE(on.pending_seen, decodes + choices);
     EXPECT_EQ(on.pages_used, 0);
     EXPECT_EQ(off.pages_used, 0);
     // The scripted requests stop on EOS with the step after it already launched.
@@ -169,25 +176,28 @@ TEST(EngineOverlap, SameOutputsAsWithoutOverlapOnEveryRowKind) {
     EXPECT_EQ(on.results[0].at(0).completion, 30);
 }
 
-TEST(EngineOverlap, WithoutPenaltiesNearlyEveryDecodeOverlaps) {
+TEST(EngineOverlap, PendingTokensCountInThePenalties) {
+    // Only penalised rows, over a model that favours repeating its input token (the pending one):
+    // without the pending token's count in the penalties, the repeat wins and the outputs differ.
     std::vector<Job> jobs;
-    for (const Job& j : mixed_jobs())
-        if (j.params.repetition_penalty == 1.0f && j.params.presence_penalty == 0.0f &&
-            j.params.frequency_penalty == 0.0f)
-            jobs.push_back(j);
-    ASSERT_EQ(jobs.size(), 6u);
-    const SchedulerConfig sched{.max_running = 6, .max_tokens_per_step = 48, .max_prefill_chunk = 20};
+    for (int i = 0; i < 4; ++i) {
+        SamplingParams p = greedy(24);
+        if (i % 2) p.repetition_penalty = 1.8f;
+        else p.frequency_penalty = 1.5f, p.presence_penalty = 0.5f;
+        if (i == 3) p.temperature = 0.8f, p.seed = 9;
+        jobs.push_back({prompt_ids(20 + uint64_t(i), 6 + 5 * i, 2, 60), p});
+    }
+    const SchedulerConfig sched{.max_running = 4, .max_tokens_per_step = 64, .max_prefill_chunk = 32};
     FakeRunner a(fake_options(4096)), b(fake_options(4096));
-    const Outcome off = drive(a, jobs, Overlap::kOff, sched);
-    const Outcome on = drive(b, jobs, Overlap::kAlways, sched);
+    const Outcome off = drive(a, jobs, Overlap::kOff, sched, 0, -1, 11.0f);
+    const Outcome on = drive(b, jobs, Overlap::kAlways, sched, 0, -1, 11.0f);
     EXPECT_EQ(on.results, off.results);
-    int64_t decodes = 0, choices = 0;  // output tokens after the first, minus the host-sampled job's
-    for (size_t i = 0; i < jobs.size(); ++i)
-        for (const auto& [c, ch] : on.results[i])
-            if (jobs[i].params.logprobs <= kMaxDeviceTopLogprobs) decodes += ch.completion - 1, ++choices;
-    EXPECT_GT(on.pending_seen, decodes * 3 / 4) << "of " << decodes;
-    // At most one step per choice is planned past its end (a stop found when the next was launched).
-    EXPECT_LE(on.pending_seen, decodes + choices);
+    EXPECT_GT(on.pending_seen, 60);
+    // The penalties did decide: without them the model repeats itself.
+    std::vector<Job> plain = jobs;
+    for (auto& j : plain) j.params.repetition_penalty = 1.0f, j.params.frequency_penalty = j.params.presence_penalty = 0;
+    FakeRunner c(fake_options(4096));
+    EXPECT_NE(drive(c, plain, Overlap::kOff, sched, 0, -1, 11.0f).results, off.results);
 }
 
 TEST(EngineOverlap, PreemptionUnderOverlapCollectsFirstAndKeepsOutputs) {

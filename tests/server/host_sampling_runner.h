@@ -39,6 +39,7 @@ public:
         for (const auto& c : b.seqs) {
             if (!c.want_logits) continue;
             auto& row = all[r++];
+            if (echo_bonus != 0.0f) row[size_t(c.tokens.back())] += echo_bonus;
             if (c.sample == DeviceSample::kNone) {
                 out.logits.push_back(std::move(row));
                 continue;
@@ -55,6 +56,9 @@ public:
     }
 
     std::map<int64_t, int> device_rows;  // seq_id -> rows sampled here
+    // Added to the logit of each row's input token: a model that likes to repeat itself, so that
+    // the penalties of the latest output token decide the next one.
+    float echo_bonus = 0.0f;
     int64_t pending_seen = 0;            // chunk tokens launched as kPendingToken
 
 private:

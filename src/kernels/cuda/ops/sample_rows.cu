@@ -28,6 +28,8 @@ struct Small {
     int dcnt[kDigits];
     double warp_total[kWarps];
     int found;
+    int pend_j;        // entry of the pending token, -1: not listed
+    float pend_saved;  // its raw logit when it is not listed (restored at the end)
 };
 
 template <class T, class F>
@@ -188,7 +190,8 @@ __device__ Cut select(const float* W, int V, float min_p, Cut cut, bool by_sum, 
 
 __global__ void __launch_bounds__(kThreads) sample_rows_kernel(float* logits, int64_t V64, const SampleRowArgs* args,
                                                                 const SamplePenaltyToken* toks, float* weights,
-                                                                float* saved, SampleRowOut* outs) {
+                                                                float* saved, SampleRowOut* outs,
+                                                                const int32_t* step_tokens) {
     extern __shared__ __align__(16) unsigned char dyn[];
     double* bsum = reinterpret_cast<double*>(dyn);
     int* bcnt = reinterpret_cast<int*>(bsum + kDigits * kThreads);
@@ -236,20 +239,48 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(float* logits, in
         if (tid == 0) out->n_top = n_top;
     }
 
+    // The pending output token (SampleRowArgs::pending_index): counted as the host would have
+    // counted it, in its entry (ids are unique, so one thread at most finds it) or as one more.
+    const bool rep = a.repetition_penalty != 1.0f, pres_freq = a.presence_penalty != 0.0f || a.frequency_penalty != 0.0f;
+    int pend = -1;
+    if (a.pending_index >= 0 && step_tokens && (rep || pres_freq)) {
+        pend = step_tokens[a.pending_index];
+        if (tid == 0) sm.pend_j = -1;
+        __syncthreads();
+        for (int j = tid; j < a.n_tok; j += kThreads)
+            if (toks[a.tok_begin + j].token == pend) sm.pend_j = j;
+        __syncthreads();
+        if (pend < 0 || pend >= V) pend = -1;
+    }
+    const int pend_j = pend >= 0 ? sm.pend_j : -1;
+    auto penalise = [&](float l, const SamplePenaltyToken& pt) {
+        if (pt.bias != 0.0f) l = __fadd_rn(l, pt.bias);
+        if (rep && pt.seen) l = l > 0 ? __fdiv_rn(l, a.repetition_penalty) : __fmul_rn(l, a.repetition_penalty);
+        if (pres_freq && pt.output_count > 0)
+            l = __fsub_rn(__fsub_rn(l, __fmul_rn(a.frequency_penalty, float(pt.output_count))), a.presence_penalty);
+        if (pt.masked) l = -kInf;
+        return l;
+    };
     // Penalties and stop masking on the raw logits, in place (restored below); the same float
     // operations as the host's, unfused.
     for (int j = tid; j < a.n_tok; j += kThreads) {
-        const SamplePenaltyToken pt = toks[a.tok_begin + j];
+        SamplePenaltyToken pt = toks[a.tok_begin + j];
         if (pt.token < 0 || pt.token >= V) continue;
-        float l = L[pt.token];
+        if (j == pend_j) {
+            if (rep) pt.seen = 1;
+            if (pres_freq) ++pt.output_count;
+        }
+        const float l = L[pt.token];
         saved[a.tok_begin + j] = l;
-        if (pt.bias != 0.0f) l = __fadd_rn(l, pt.bias);
-        if (a.repetition_penalty != 1.0f && pt.seen)
-            l = l > 0 ? __fdiv_rn(l, a.repetition_penalty) : __fmul_rn(l, a.repetition_penalty);
-        if ((a.presence_penalty != 0.0f || a.frequency_penalty != 0.0f) && pt.output_count > 0)
-            l = __fsub_rn(__fsub_rn(l, __fmul_rn(a.frequency_penalty, float(pt.output_count))), a.presence_penalty);
-        if (pt.masked) l = -kInf;
-        L[pt.token] = l;
+        L[pt.token] = penalise(l, pt);
+    }
+    if (pend >= 0 && pend_j < 0 && tid == 0) {
+        SamplePenaltyToken pt;
+        pt.token = pend;
+        pt.seen = rep;
+        pt.output_count = pres_freq ? 1 : 0;
+        sm.pend_saved = L[pend];
+        L[pend] = penalise(sm.pend_saved, pt);
     }
     __syncthreads();
 
@@ -349,6 +380,7 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(float* logits, in
         const SamplePenaltyToken pt = toks[a.tok_begin + j];
         if (pt.token >= 0 && pt.token < V) L[pt.token] = saved[a.tok_begin + j];
     }
+    if (pend >= 0 && pend_j < 0 && tid == 0) L[pend] = sm.pend_saved;
     __syncthreads();
     if (tid == 0) {
         out->token = chosen;
@@ -360,12 +392,13 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(float* logits, in
 }  // namespace
 
 cudaError_t sample_rows(float* logits, int64_t V, const SampleRowArgs* args, int n, const SamplePenaltyToken* toks,
-                        float* weights, float* saved, SampleRowOut* out, cudaStream_t st) {
+                        float* weights, float* saved, SampleRowOut* out, cudaStream_t st,
+                        const int32_t* step_tokens) {
     if (n <= 0) return cudaSuccess;
     const size_t smem = size_t(kDigits) * kThreads * (sizeof(double) + sizeof(int));
     cudaError_t e = cudaFuncSetAttribute(sample_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     if (e != cudaSuccess) return e;
-    sample_rows_kernel<<<n, kThreads, smem, st>>>(logits, V, args, toks, weights, saved, out);
+    sample_rows_kernel<<<n, kThreads, smem, st>>>(logits, V, args, toks, weights, saved, out, step_tokens);
     return cudaGetLastError();
 }
 

@@ -45,6 +45,11 @@ struct SampleRowArgs {
     uint64_t seed = 0, stream = 0;
     int64_t position = 0;
     int32_t tok_begin = 0, n_tok = 0;  // its SamplePenaltyToken entries
+    // >= 0: step_tokens[pending_index] is the row's latest output token, sampled by the previous step
+    // and not counted in the entries (overlapped scheduling, runtime/forward_batch.h kPendingToken):
+    // the kernel counts it, once more in output_count (presence / frequency) and as seen (repetition),
+    // or as an extra entry when the list lacks it. -1: the entries are complete.
+    int32_t pending_index = -1;
 };
 
 struct SampleRowOut {
@@ -58,8 +63,9 @@ struct SampleRowOut {
 // logits [*, V] f32 (the rows named by args[i].row are modified in place by penalties and then
 // restored), weights [n, V] f32 scratch, saved [total penalty entries] f32 scratch; args, toks,
 // out: device arrays of n rows / entries. One CTA of 1024 threads per row, 128 KiB dynamic shared.
+// step_tokens: the step's token ids, read at args[i].pending_index (null when no row has one).
 cudaError_t sample_rows(float* logits, int64_t V, const SampleRowArgs* args, int n,
                         const SamplePenaltyToken* toks, float* weights, float* saved, SampleRowOut* out,
-                        cudaStream_t st);
+                        cudaStream_t st, const int32_t* step_tokens = nullptr);
 
 }  // namespace dsv4::cuda
