@@ -44,7 +44,7 @@ start_server() {
 }
 bench() {  # bench OUTNAME ARGS...
     local name=$1; shift
-    timeout 600 "$BIN"/dsv4 bench --endpoint completions --dataset random-ids --ignore-eos --n-mult 1 --iterations 1 \
+    timeout 600 "$BIN"/dsv4 bench --endpoint completions --dataset random-ids --ignore-eos --n-mult 1 --iterations "${ITER:-1}" \
         --warmup 0 --no-progress --plot none --out "$OUT/$name.jsonl" "$@" > "$OUT/$name.txt" 2>&1
     stamp "bench $name rc=$?"
 }
@@ -74,8 +74,8 @@ if has overlap; then
     SERVER_LAYERS=${OVERLAP_LAYERS:-8} SERVE_ARGS="$SERVE_ARGS --n-pages 20000" start_server on || exit 1
     SERVER_LAYERS=${OVERLAP_LAYERS:-8} SERVE_ARGS="$SERVE_ARGS --n-pages 20000" start_server off --no-overlap-schedule || exit 1
     bench overlap_warmup --url "$URL_on" --ab "$URL_off" --input-len 64 --max-tokens 8 --conc "$OVERLAP_CONC"
-    bench overlap_ab --url "$URL_on" --ab "$URL_off" --input-len 64 --max-tokens "$OVERLAP_TOKENS" \
-        --conc "$OVERLAP_CONC" --iterations "$OVERLAP_ITER"
+    ITER=$OVERLAP_ITER bench overlap_ab --url "$URL_on" --ab "$URL_off" --input-len 64 --max-tokens "$OVERLAP_TOKENS" \
+        --conc "$OVERLAP_CONC"
     grep -iE "faster|slower|no detectable|level|B/A" "$OUT/overlap_ab.txt" | head -30
     for n in on off; do curl -s "$(eval echo \$URL_$n)/metrics" | grep -E "^dsv4_engine_" > "$OUT/metrics_$n.txt"; done
     kill "$PID_on" "$PID_off"; wait 2>/dev/null
