@@ -18,54 +18,6 @@
 
 namespace dsv4 {
 
-namespace synth_host {
-namespace {
-// The generator of kernels/cuda/synth/synth.cu: splitmix64 of (seed, index).
-uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-uint64_t rnd(uint64_t seed, uint64_t i) {
-    return mix64(seed * 0x9e3779b97f4a7c15ull + mix64(i + 0x632be59bd9b4e019ull));
-}
-float unit(uint64_t r) { return float(r >> 40) * (1.0f / 16777216.0f); }
-uint8_t e4m3_code(uint64_t r) {
-    return uint8_t((r & 0x80u) | ((5u + ((r >> 8) & 3u)) << 3) | ((r >> 16) & 7u));
-}
-}  // namespace
-
-void fill_f32(std::span<float> p, uint64_t seed, float lo, float hi, int64_t first) {
-    // nvcc contracts lo + (hi - lo) * u into one fma; the host does the same explicitly.
-    for (size_t i = 0; i < p.size(); ++i)
-        p[i] = std::fma(hi - lo, unit(rnd(seed, uint64_t(first) + i)), lo);
-}
-void fill_bf16(std::span<uint16_t> p, uint64_t seed, float amp, int64_t first) {
-    for (size_t i = 0; i < p.size(); ++i)
-        p[i] = f32_to_bf16(amp * (2.0f * unit(rnd(seed, uint64_t(first) + i)) - 1.0f));
-}
-void fill_e4m3(std::span<uint8_t> p, uint64_t seed, int64_t first) {
-    for (size_t i = 0; i < p.size(); ++i) p[i] = e4m3_code(rnd(seed, uint64_t(first) + i));
-}
-void fill_ue8m0(std::span<uint8_t> p, uint64_t seed, int lo, int hi, int64_t first) {
-    for (size_t i = 0; i < p.size(); ++i)
-        p[i] = uint8_t(lo + int(rnd(seed, uint64_t(first) + i) % uint64_t(hi - lo + 1)));
-}
-void fill_mxfp4(std::span<uint8_t> p, uint64_t seed, int64_t first) {
-    for (size_t i = 0; i < p.size(); ++i) p[i] = uint8_t(rnd(seed, uint64_t(first) + i) >> 24);
-}
-void fill_tid2eid(std::span<int32_t> p, int64_t V, int k, int hot, uint64_t seed) {
-    const bool pow2 = (hot & (hot - 1)) == 0;
-    for (int64_t v = 0; v < V; ++v) {
-        const uint64_t r = rnd(seed, uint64_t(v));
-        const int start = int(r % uint64_t(hot));
-        const int step = pow2 && hot > 1 ? int(((r >> 32) % uint64_t(hot)) | 1u) : 1;
-        for (int j = 0; j < k; ++j)
-            p[size_t(v * k + j)] = int32_t((start + int64_t(j) * step) % hot);
-    }
-}
-}  // namespace synth_host
-
 namespace {
 
 namespace fs = std::filesystem;

@@ -2,29 +2,19 @@
 // names / shapes / dtypes, §4.2 formats, several shards + model.safetensors.index.json, the mtp.0
 // block), written tensor by tensor so the model is never held in memory: a load-path test
 // fixture of real size (the official 160 GB download cannot be fetched here). Values come from
-// host ports of the seeded GPU fills (kernels/cuda/synth/synth.h; bit-exact, tested against the
+// host ports of the seeded GPU fills (model/synth_host.h; bit-exact, tested against the
 // GPU on small shapes) with the magnitudes of runtime/synthetic_weights.cpp, so logits are finite
 // at any depth; the text is meaningless.
 #pragma once
 
 #include <cstdint>
-#include <span>
 #include <string>
 
 #include "core/status.h"
 #include "model/config.h"
+#include "model/synth_host.h"
 
 namespace dsv4 {
-
-// Host ports of cuda::synth::fill_* (same seeds, same element values).
-namespace synth_host {
-void fill_f32(std::span<float> p, uint64_t seed, float lo, float hi, int64_t first = 0);
-void fill_bf16(std::span<uint16_t> p, uint64_t seed, float amp, int64_t first = 0);
-void fill_e4m3(std::span<uint8_t> p, uint64_t seed, int64_t first = 0);
-void fill_ue8m0(std::span<uint8_t> p, uint64_t seed, int lo, int hi, int64_t first = 0);
-void fill_mxfp4(std::span<uint8_t> p, uint64_t seed, int64_t first = 0);
-void fill_tid2eid(std::span<int32_t> p, int64_t V, int k, int hot, uint64_t seed);
-}  // namespace synth_host
 
 struct SyntheticCheckpointOptions {
     int n_layers = 4;  // num_hidden_layers (43 is the full Flash depth)

@@ -1,9 +1,9 @@
-// The host ports of the seeded GPU fills (model/synthetic_checkpoint.h synth_host) against
+// The host ports of the seeded GPU fills (model/synth_host.h) against
 // kernels/cuda/synth on small shapes, including slices (`first`): bitwise equal.
 #include <cstring>
 
 #include "kernels/cuda/synth/synth.h"
-#include "model/synthetic_checkpoint.h"
+#include "model/synth_host.h"
 #include "tests/kernels/cuda_runner/cuda_test_util.h"
 
 namespace dsv4 {
