@@ -1,10 +1,11 @@
-// write_synthetic_checkpoint (see synthetic_checkpoint.h). Each shard is written as: the header
-// (offsets computed from the shapes before any data exists), then every tensor generated in
-// chunks by a pool of threads and appended; memory use is one chunk per thread.
+// write_synthetic_checkpoint (see synthetic_checkpoint.h). The tensors are described with their
+// generators (GeneratedTensor), grouped into shards, and each shard is written by
+// write_generated_shard (model/generated_shard.h): chunks generated and written by a thread pool.
 #include "model/synthetic_checkpoint.h"
 
 #include <algorithm>
 #include <cmath>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -15,22 +16,13 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "model/generated_shard.h"
 
 namespace dsv4 {
 
 namespace {
 
 namespace fs = std::filesystem;
-
-// Tensor bytes generated on demand: gen(out, first_byte) fills out with bytes [first, first +
-// size).
-struct TensorSpec {
-    std::string name;
-    DType dtype;
-    std::vector<int64_t> shape;
-    uint64_t bytes = 0;
-    std::function<void(std::span<uint8_t>, uint64_t)> gen;
-};
 
 // UE8M0 byte making a K-long dot product of unit-RMS inputs ~unit RMS
 // (runtime/synthetic_weights.cpp).
@@ -42,7 +34,7 @@ constexpr double kE4m3Rms = 1.9, kE2m1Rms = 2.93;
 struct Builder {
     uint64_t seed;
     uint64_t stream = 0;
-    std::vector<TensorSpec> out;
+    std::vector<GeneratedTensor> out;
     uint64_t next() { return seed * 1000003ull + (++stream); }
 
     void add(std::string name, DType dt, std::vector<int64_t> shape,
@@ -171,53 +163,6 @@ struct Builder {
     }
 };
 
-std::string header_json(const std::vector<const TensorSpec*>& ts) {
-    nlohmann::ordered_json h;
-    uint64_t off = 0;
-    for (const TensorSpec* t : ts) {
-        h[t->name] = {{"dtype", dtype_name(t->dtype)},
-                      {"shape", t->shape},
-                      {"data_offsets", {off, off + t->bytes}}};
-        off += t->bytes;
-    }
-    h["__metadata__"] = {{"format", "pt"}};
-    std::string s = h.dump();
-    while (s.size() % 8) s.push_back(' ');
-    return s;
-}
-
-Status write_shard(const std::string& path, const std::vector<const TensorSpec*>& ts, int threads) {
-    const std::string tmp = path + ".tmp";
-    std::FILE* f = std::fopen(tmp.c_str(), "wb");
-    if (!f) return error(StatusCode::kInternal, "cannot create {}", tmp);
-    const std::string h = header_json(ts);
-    uint8_t len[8];
-    for (int i = 0; i < 8; ++i) len[i] = uint8_t(uint64_t(h.size()) >> (8 * i));
-    bool ok = std::fwrite(len, 1, 8, f) == 8 && std::fwrite(h.data(), 1, h.size(), f) == h.size();
-    constexpr uint64_t kSlice = uint64_t(4) << 20;  // bytes per thread per round (a multiple of 8)
-    std::vector<uint8_t> buf(size_t(kSlice) * size_t(threads));
-    for (const TensorSpec* t : ts) {
-        for (uint64_t done = 0; ok && done < t->bytes;) {
-            const uint64_t round = std::min<uint64_t>(t->bytes - done, kSlice * uint64_t(threads));
-            std::vector<std::thread> pool;
-            for (int i = 0; i < threads; ++i) {
-                const uint64_t a = uint64_t(i) * kSlice, b = std::min(round, a + kSlice);
-                if (a >= b) break;
-                pool.emplace_back([&, a, b] { t->gen({buf.data() + a, size_t(b - a)}, done + a); });
-            }
-            for (auto& th : pool) th.join();
-            ok = std::fwrite(buf.data(), 1, size_t(round), f) == round;
-            done += round;
-        }
-    }
-    ok = std::fclose(f) == 0 && ok;
-    if (!ok) return error(StatusCode::kInternal, "cannot write {} (disk full?)", tmp);
-    std::error_code ec;
-    fs::rename(tmp, path, ec);
-    if (ec) return error(StatusCode::kInternal, "cannot rename {}: {}", tmp, ec.message());
-    return Status::ok();
-}
-
 }  // namespace
 
 std::string flash_config_json(int n_layers) {
@@ -322,28 +267,32 @@ Status write_synthetic_checkpoint(const std::string& dir, const ModelConfig& cfg
         B.mhc("mtp.0.hc_head", n, n * d, 1);
     }
     // Shards in model order, each closed once it reaches shard_bytes.
-    std::vector<std::vector<const TensorSpec*>> shards(1);
+    std::vector<std::vector<const GeneratedTensor*>> shards(1);
     uint64_t cur = 0, total = 0;
-    for (const TensorSpec& t : B.out) {
+    for (const GeneratedTensor& t : B.out) {
         if (cur >= opt.shard_bytes) shards.emplace_back(), cur = 0;
         shards.back().push_back(&t);
         cur += t.bytes;
         total += t.bytes;
     }
-    const int threads =
-        opt.threads > 0 ? opt.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+    ShardWriteOptions wo;
+    wo.threads = opt.threads > 0 ? opt.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+    wo.chunk_bytes = opt.chunk_bytes;
     nlohmann::ordered_json index;
     index["metadata"] = {{"total_size", total}};
     nlohmann::ordered_json wm = nlohmann::ordered_json::object();
     for (size_t s = 0; s < shards.size(); ++s) {
         const std::string file =
             fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size());
-        DSV4_RETURN_IF_ERROR(write_shard((fs::path(dir) / file).string(), shards[s], threads));
+        const auto t0 = std::chrono::steady_clock::now();
+        DSV4_RETURN_IF_ERROR(write_generated_shard((fs::path(dir) / file).string(), shards[s], wo));
+        const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         uint64_t b = 0;
-        for (const TensorSpec* t : shards[s]) wm[t->name] = file, b += t->bytes;
+        for (const GeneratedTensor* t : shards[s]) wm[t->name] = file, b += t->bytes;
         if (opt.progress)
-            std::fprintf(stderr, "[make-checkpoint] %s: %zu tensors, %.2f GB\n", file.c_str(),
-                         shards[s].size(), double(b) / 1e9);
+            std::fprintf(stderr, "[make-checkpoint] %s: %zu tensors, %.2f GB in %.2f s (%.2f GB/s, %d threads)\n",
+                         file.c_str(), shards[s].size(), double(b) / 1e9, sec, sec > 0 ? double(b) / 1e9 / sec : 0.0,
+                         wo.threads);
     }
     index["weight_map"] = wm;
     std::ofstream idx(fs::path(dir) / "model.safetensors.index.json");
