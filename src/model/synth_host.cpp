@@ -54,6 +54,10 @@ DSV4_FILL_CLONES void fill_ue8m0(std::span<uint8_t> p, uint64_t seed, int lo, in
     uint8_t* out = p.data();
     const size_t n = p.size();
     const uint64_t m = uint64_t(hi - lo + 1);
+    if ((m & (m - 1)) == 0) {  // a power of two (the synthetic scales span 2 values): % as a mask, vectorized
+        for (size_t i = 0; i < n; ++i) out[i] = uint8_t(lo + int(rnd(seed, uint64_t(first) + i) & (m - 1)));
+        return;
+    }
     for (size_t i = 0; i < n; ++i) out[i] = uint8_t(lo + int(rnd(seed, uint64_t(first) + i) % m));
 }
 DSV4_FILL_CLONES void fill_mxfp4(std::span<uint8_t> p, uint64_t seed, int64_t first) {

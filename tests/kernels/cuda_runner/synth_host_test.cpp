@@ -47,6 +47,10 @@ TEST(SynthHost, BitExactWithGpuFills) {
     EXPECT_TRUE(same_bits(hs, on_gpu<uint8_t>(n, [&](uint8_t* p) {
                               return cuda::synth::fill_ue8m0(p, n, seed, 118, 119, 0, 777);
                           })));
+    synth_host::fill_ue8m0(hs, seed, 100, 102, 5);  // a range that is not a power of two
+    EXPECT_TRUE(same_bits(hs, on_gpu<uint8_t>(n, [&](uint8_t* p) {
+                              return cuda::synth::fill_ue8m0(p, n, seed, 100, 102, 0, 5);
+                          })));
     std::vector<uint8_t> hm(n);
     synth_host::fill_mxfp4(hm, seed, 4096);
     EXPECT_TRUE(same_bits(hm, on_gpu<uint8_t>(n, [&](uint8_t* p) {
