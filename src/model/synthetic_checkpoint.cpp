@@ -85,16 +85,31 @@ struct Builder {
                 synth_host::fill_ue8m0(b, ss, e - 1, e, int64_t(first));
             });
     }
-    void mxfp4(const std::string& base, int64_t N, int64_t K) {
-        const uint64_t s = next(), ss = next();
-        const int e = scale_byte(kE2m1Rms, K);
-        add(base + ".weight", DType::kI8, {N, K / 2}, [=](std::span<uint8_t> b, uint64_t first) {
-            synth_host::fill_mxfp4(b, s, int64_t(first));
+    // Routed experts of one projection, [E] x ([N, K/2] MXFP4 codes + [N, K/32] UE8M0 scales): as
+    // on the GPU, one stream for all experts' codes and one for their scales, expert e being slice
+    // e of the stacked fill. Streams drawn by expert_streams, tensors added by expert_add (expert-major order).
+    struct ExpertStreams {
+        uint64_t codes, scales;
+        int64_t N, K;
+    };
+    ExpertStreams expert_streams(int64_t N, int64_t K) {
+        const uint64_t c = next(), sc = next();
+        return {c, sc, N, K};
+    }
+    void expert_add(const std::string& base, int64_t e, const ExpertStreams& x) {
+        const int64_t nd = x.N * (x.K / 2), ns = x.N * ((x.K + 31) / 32);
+        const int s8 = scale_byte(kE2m1Rms, x.K);
+        const uint64_t c = x.codes, sc = x.scales;
+        add(base + ".weight", DType::kI8, {x.N, x.K / 2}, [=](std::span<uint8_t> b, uint64_t first) {
+            synth_host::fill_mxfp4(b, c, e * nd + int64_t(first));
         });
-        add(base + ".scale", DType::kF8E8M0, {N, (K + 31) / 32},
-            [=](std::span<uint8_t> b, uint64_t first) {
-                synth_host::fill_ue8m0(b, ss, e - 1, e, int64_t(first));
-            });
+        add(base + ".scale", DType::kF8E8M0, {x.N, (x.K + 31) / 32}, [=](std::span<uint8_t> b, uint64_t first) {
+            synth_host::fill_ue8m0(b, sc, s8 - 1, s8, e * ns + int64_t(first));
+        });
+    }
+    // A tensor of zeros (no stream: the GPU uploads the router bias from the host).
+    void zeros(const std::string& name, DType dt, std::vector<int64_t> shape) {
+        add(name, dt, std::move(shape), [](std::span<uint8_t> b, uint64_t) { std::fill(b.begin(), b.end(), 0); });
     }
     void mhc(const std::string& p, int64_t rows, int64_t in, int64_t n_scale) {
         const float a = float(std::sqrt(3.0 / double(in)));
@@ -108,7 +123,11 @@ struct Builder {
         f32(p + "ape", {r, kappa * c}, -0.1f, 0.1f);
         norm(p + "norm.weight", c);
     }
-    // One decoder block (layers.L. or mtp.0.): ratio / csa / hash from the schedule.
+    // One decoder block (layers.L. or mtp.0.): ratio / csa / hash from the schedule. The streams
+    // are drawn in the order and with the ranges of make_synthetic_weights
+    // (runtime/synthetic_weights.cpp), so every tensor holds the synthetic GPU runner's values for
+    // the same seed (the norms rounded to BF16: its bf16_norms option), which the bitwise test
+    // tests/kernels/cuda_runner/cuda_checkpoint_load_test.cpp checks.
     void block(const ModelConfig& cfg, const std::string& p, int ratio, bool csa, bool hash) {
         const int64_t d = cfg.hidden_size, H = cfg.n_heads, D = cfg.head_dim, qr = cfg.q_lora_rank;
         const int64_t G = cfg.o_groups, orank = cfg.o_lora_rank, E = cfg.n_routed_experts,
@@ -118,20 +137,20 @@ struct Builder {
         mhc(p + "hc_ffn", mix, n * d, 3);
         norm(p + "attn_norm.weight", d);
         norm(p + "ffn_norm.weight", d);
-        f32(p + "attn.attn_sink", {H}, -0.5f, 0.5f);
-        fp8(p + "attn.wq_a", qr, d);
+        f32(p + "attn.attn_sink", {H}, -1.0f, 1.0f);
         norm(p + "attn.q_norm.weight", qr);
+        norm(p + "attn.kv_norm.weight", D);
+        fp8(p + "attn.wq_a", qr, d);
         fp8(p + "attn.wq_b", H * D, qr);
         fp8(p + "attn.wkv", D, d);
-        norm(p + "attn.kv_norm.weight", D);
         fp8(p + "attn.wo_a", G * orank, (H / G) * D);
         fp8(p + "attn.wo_b", d, G * orank);
         if (ratio > 0) compressor(p + "attn.compressor.", ratio, csa ? 2 : 1, D, d);
         if (csa) {
             const int64_t IH = cfg.index_n_heads, ID = cfg.index_head_dim;
+            compressor(p + "attn.indexer.compressor.", ratio, 2, ID, d);
             fp8(p + "attn.indexer.wq_b", IH * ID, qr);
             matrix_bf16(p + "attn.indexer.weights_proj.weight", IH, d);
-            compressor(p + "attn.indexer.compressor.", ratio, 2, ID, d);
         }
         matrix_bf16(p + "ffn.gate.weight", E, d);
         if (hash) {
@@ -149,16 +168,17 @@ struct Builder {
                     }
                 });
         } else {
-            f32(p + "ffn.gate.bias", {E}, 0.0f, 0.0f);
+            zeros(p + "ffn.gate.bias", DType::kF32, {E});
         }
         fp8(p + "ffn.shared_experts.w1", I, d);
         fp8(p + "ffn.shared_experts.w3", I, d);
         fp8(p + "ffn.shared_experts.w2", d, I);
+        const ExpertStreams w1 = expert_streams(I, d), w3 = expert_streams(I, d), w2 = expert_streams(d, I);
         for (int64_t e = 0; e < E; ++e) {
             const std::string q = p + "ffn.experts." + std::to_string(e) + ".";
-            mxfp4(q + "w1", I, d);
-            mxfp4(q + "w3", I, d);
-            mxfp4(q + "w2", d, I);
+            expert_add(q + "w1", e, w1);
+            expert_add(q + "w3", e, w3);
+            expert_add(q + "w2", e, w2);
         }
     }
 };
@@ -248,9 +268,9 @@ Status write_synthetic_checkpoint(const std::string& dir, const ModelConfig& cfg
              "  \"temperature\": 1.0,\n  \"top_p\": 1.0\n}\n";
         if (!g) return error(StatusCode::kInternal, "cannot write {}/generation_config.json", dir);
     }
-    Builder B{opt.seed};
+    Builder B{opt.seed, 0, {}};
     const int64_t d = cfg.hidden_size, V = cfg.vocab_size, n = cfg.hc_mult;
-    B.bf16("embed.weight", {V, d}, 1.0f);
+    B.matrix_bf16("embed.weight", V, d);
     B.matrix_bf16("head.weight", V, d);
     B.norm("norm.weight", d);
     B.mhc("hc_head", n, n * d, 1);

@@ -2,9 +2,11 @@
 // names / shapes / dtypes, §4.2 formats, several shards + model.safetensors.index.json, the mtp.0
 // block), written tensor by tensor so the model is never held in memory: a load-path test
 // fixture of real size (the official 160 GB download cannot be fetched here). Values come from
-// host ports of the seeded GPU fills (model/synth_host.h; bit-exact, tested against the
-// GPU on small shapes) with the magnitudes of runtime/synthetic_weights.cpp, so logits are finite
-// at any depth; the text is meaningless.
+// host ports of the seeded GPU fills (model/synth_host.h; bit-exact, tested against the GPU on
+// small shapes), drawn in the order of the synthetic GPU runner (runtime/synthetic_weights.h), so
+// each tensor holds that runner's values for the same seed, rounded to the checkpoint's dtype
+// where the runner keeps a wider one (the norms: BF16 here, f32 there; its bf16_norms option
+// rounds them alike); logits are finite at any depth, the text is meaningless.
 #pragma once
 
 #include <cstdint>
