@@ -4,6 +4,7 @@
 #include "model/synthetic_checkpoint.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <chrono>
 #include <cstdio>
@@ -11,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
@@ -295,25 +297,59 @@ Status write_synthetic_checkpoint(const std::string& dir, const ModelConfig& cfg
         cur += t.bytes;
         total += t.bytes;
     }
+    // Shards are written `files` at a time, each by threads / files workers: the kernel's copy of
+    // buffered writes into one file runs on one thread at a time (the inode lock), and on a 2-core VM
+    // it took more time than the generation (13.9 s of system time for 9.3 GB into tmpfs, 1.9 s of
+    // user time), so by default every thread writes its own shard while there are shards enough.
+    const int threads = opt.threads > 0 ? opt.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+    const int files = std::clamp(opt.parallel_shards > 0 ? opt.parallel_shards : threads, 1, int(shards.size()));
     ShardWriteOptions wo;
-    wo.threads = opt.threads > 0 ? opt.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+    wo.threads = std::max(1, threads / files);
     wo.chunk_bytes = opt.chunk_bytes;
+    auto file_name = [&](size_t s) { return fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size()); };
+    const auto t_all = std::chrono::steady_clock::now();
+    std::atomic<size_t> next{0};
+    std::mutex mu;
+    Status failed = Status::ok();
+    auto writer = [&] {
+        for (size_t s; (s = next.fetch_add(1)) < shards.size();) {
+            {
+                std::lock_guard<std::mutex> lock(mu);
+                if (!failed.is_ok()) return;
+            }
+            const auto t0 = std::chrono::steady_clock::now();
+            const Status st = write_generated_shard((fs::path(dir) / file_name(s)).string(), shards[s], wo);
+            const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            uint64_t b = 0;
+            for (const GeneratedTensor* t : shards[s]) b += t->bytes;
+            std::lock_guard<std::mutex> lock(mu);
+            if (!st.is_ok()) {
+                if (failed.is_ok()) failed = st;
+                return;
+            }
+            if (opt.progress)
+                std::fprintf(stderr, "[make-checkpoint] %s: %zu tensors, %.2f GB in %.2f s (%.2f GB/s, %d threads)\n",
+                             file_name(s).c_str(), shards[s].size(), double(b) / 1e9, sec,
+                             sec > 0 ? double(b) / 1e9 / sec : 0.0, wo.threads);
+        }
+    };
+    {
+        std::vector<std::thread> pool;
+        for (int i = 1; i < files; ++i) pool.emplace_back(writer);
+        writer();
+        for (auto& th : pool) th.join();
+    }
+    DSV4_RETURN_IF_ERROR(failed);
+    if (opt.progress) {
+        const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_all).count();
+        std::fprintf(stderr, "[make-checkpoint] %.2f GB in %zu shards in %.2f s (%.2f GB/s; %d threads, %d shards at a time)\n",
+                     double(total) / 1e9, shards.size(), sec, sec > 0 ? double(total) / 1e9 / sec : 0.0, threads, files);
+    }
     nlohmann::ordered_json index;
     index["metadata"] = {{"total_size", total}};
     nlohmann::ordered_json wm = nlohmann::ordered_json::object();
-    for (size_t s = 0; s < shards.size(); ++s) {
-        const std::string file =
-            fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size());
-        const auto t0 = std::chrono::steady_clock::now();
-        DSV4_RETURN_IF_ERROR(write_generated_shard((fs::path(dir) / file).string(), shards[s], wo));
-        const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        uint64_t b = 0;
-        for (const GeneratedTensor* t : shards[s]) wm[t->name] = file, b += t->bytes;
-        if (opt.progress)
-            std::fprintf(stderr, "[make-checkpoint] %s: %zu tensors, %.2f GB in %.2f s (%.2f GB/s, %d threads)\n",
-                         file.c_str(), shards[s].size(), double(b) / 1e9, sec, sec > 0 ? double(b) / 1e9 / sec : 0.0,
-                         wo.threads);
-    }
+    for (size_t s = 0; s < shards.size(); ++s)
+        for (const GeneratedTensor* t : shards[s]) wm[t->name] = file_name(s);
     index["weight_map"] = wm;
     std::ofstream idx(fs::path(dir) / "model.safetensors.index.json");
     idx << index.dump(2) << "\n";

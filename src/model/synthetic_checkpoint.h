@@ -24,6 +24,7 @@ struct SyntheticCheckpointOptions {
     uint64_t shard_bytes = uint64_t(4) << 30;  // a new shard starts once one reaches this size
     bool mtp = true;                           // write the mtp.0 block
     int threads = 0;                           // generator threads (0: hardware concurrency)
+    int parallel_shards = 0;                   // shard files written at once (0: one per thread, at most all)
     uint64_t chunk_bytes = uint64_t(8) << 20;  // bytes per work item (the output does not depend on it)
     bool progress = true;                      // a line per shard on stderr
 };

@@ -1,6 +1,6 @@
 // The synthetic checkpoint writer's parallel shard writing (model/generated_shard.h): chunk cuts
 // cover the data region and start every piece on an element, and the files do not depend on the
-// number of threads or the chunk size (tiny shapes of the tiny_quant schedule, odd-sized tensors
+// number of threads, the chunk size or how many shards are written at once (tiny shapes of the tiny_quant schedule, odd-sized tensors
 // such as the 12-byte hc_*_scale included).
 #include "model/generated_shard.h"
 
@@ -53,7 +53,7 @@ TEST(GeneratedShard, ChunkCutsCoverAndStartOnElements) {
     EXPECT_EQ(chunk_cuts(std::vector<uint64_t>{0}, 8), std::vector<uint64_t>{0});
 }
 
-TEST(GeneratedShard, BytesDoNotDependOnThreadsOrChunkSize) {
+TEST(GeneratedShard, BytesDoNotDependOnThreadsChunkSizeOrParallelShards) {
     const std::string json = [] {
         std::ifstream in(std::string(DSV4_SOURCE_DIR) + "/tests/data/golden/tiny_quant/config.json");
         std::stringstream ss;
@@ -67,13 +67,15 @@ TEST(GeneratedShard, BytesDoNotDependOnThreadsOrChunkSize) {
     struct Run {
         int threads;
         uint64_t chunk;
+        int files;  // shards written at once
     };
-    const std::vector<Run> runs{{1, uint64_t(8) << 20}, {3, 1000}, {4, 24}};
+    const std::vector<Run> runs{{1, uint64_t(8) << 20, 1}, {3, 1000, 3}, {4, 24, 2}};
     for (size_t r = 0; r < runs.size(); ++r) {
         SyntheticCheckpointOptions o;
         o.shard_bytes = 1 << 20;
         o.threads = runs[r].threads;
         o.chunk_bytes = runs[r].chunk;
+        o.parallel_shards = runs[r].files;
         o.progress = false;
         ASSERT_TRUE(write_synthetic_checkpoint((base / std::to_string(r)).string(), *cfg, json, o).is_ok());
     }
@@ -83,7 +85,8 @@ TEST(GeneratedShard, BytesDoNotDependOnThreadsOrChunkSize) {
         ASSERT_FALSE(a.empty()) << e.path();
         for (size_t r = 1; r < runs.size(); ++r)
             EXPECT_TRUE(a == read_file(base / std::to_string(r) / e.path().filename()))
-                << e.path().filename() << " differs with " << runs[r].threads << " threads, chunk " << runs[r].chunk;
+                << e.path().filename() << " differs with " << runs[r].threads << " threads, chunk " << runs[r].chunk
+                << ", " << runs[r].files << " files at once";
         ++files;
     }
     EXPECT_GE(files, 5);  // config, generation config, index and several shards
