@@ -11,7 +11,8 @@
 # Stages: tests (dsv4_cuda_tests [TESTS_FILTER] + dsv4_perf_ops_tests), proxy (20-layer sweep, PROXY_TIME_BUDGET
 # seconds, default 240), peer (3-layer proxy + transformers eager + tools/peer/ratio.py,
 # PEER_TIME_BUDGET default 100), prefill (offline prefill points of the 20-layer proxy, PREFILL_*), sanitize (compute-sanitizer memcheck + racecheck on reduced shapes),
-# sweep (served vs offline: scripts/gpu-serve-sweep.sh, SWEEP_PHASES), opprof (DSV4_OP_PROFILE per-op table, OPPROF_BATCHES), ncu (per-kernel table, NCU_BATCHES), serve (generate cuda vs cpu + HTTP serve --backend cuda), profile (nsys per-kernel table of the 3-layer proxy step, when nsys exists).
+# sweep (served vs offline: scripts/gpu-serve-sweep.sh, SWEEP_PHASES), opprof (DSV4_OP_PROFILE per-op table, OPPROF_BATCHES), ncu (per-kernel table, NCU_BATCHES), serve (generate cuda vs cpu + HTTP serve --backend cuda), profile (nsys per-kernel table of the 3-layer proxy step, when nsys exists),
+# ckpt (issue 14: write a CKPT_LAYERS-layer Flash checkpoint, cat it, serve --model it, chat + bench; scripts/gpu-ckpt-load.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-build-all-bin}
@@ -159,6 +160,20 @@ for stage in "$@"; do
             > "$OUT/sweep/sweep.log" 2>&1
         SUMMARY+=("sweep: rc=$?")
         grep -vE "^ +[0-9]+ +1024 " "$OUT/sweep/sweep.log" | tail -n 40
+        ;;
+    ckpt)
+        # Issue 14: write a CKPT_LAYERS-layer (default 8, ~34 GB) synthetic Flash checkpoint to local disk,
+        # cat it twice, serve it with --backend cuda --model DIR (load GB/s, peak RssAnon, pinned H2D
+        # GB/s), one chat request, a short bench, delete it (scripts/gpu-ckpt-load.sh; ~2-4 min for 8
+        # layers). Logs packed into $OUT/ckpt.tar.xz; the summary in $OUT/ckpt.log.
+        SD=$(mktemp -d)
+        xz -dc "$BIN"/dsv4.xz > "$SD"/dsv4 && chmod +x "$SD"/dsv4
+        xz -dc "$BIN"/tokenizer.json.xz > "$SD"/tokenizer.json
+        BIN="$SD" OUT="$OUT/ckpt" bash scripts/gpu-ckpt-load.sh > "$OUT/ckpt.log" 2>&1
+        rc=$?
+        grep -E "^\[phase\]|^ckpt|^only|shard .*GB/s" "$OUT/ckpt.log" | cut -c1-400
+        SUMMARY+=("ckpt: rc=$rc; $(grep -E '^ckpt: load rate' "$OUT/ckpt.log")")
+        rm -rf "$SD"
         ;;
     opprof)
         # Where the decode step goes, per op class (DSV4_OP_PROFILE=1: a second, event-marked capture).

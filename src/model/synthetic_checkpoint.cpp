@@ -1,84 +1,30 @@
-// write_synthetic_checkpoint (see synthetic_checkpoint.h). Each shard is written as: the header
-// (offsets computed from the shapes before any data exists), then every tensor generated in
-// chunks by a pool of threads and appended; memory use is one chunk per thread.
+// write_synthetic_checkpoint (see synthetic_checkpoint.h). The tensors are described with their
+// generators (GeneratedTensor), grouped into shards, and each shard is written by
+// write_generated_shard (model/generated_shard.h): chunks generated and written by a thread pool.
 #include "model/synthetic_checkpoint.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
 
 #include "core/dtype.h"
+#include "model/generated_shard.h"
 
 namespace dsv4 {
-
-namespace synth_host {
-namespace {
-// The generator of kernels/cuda/synth/synth.cu: splitmix64 of (seed, index).
-uint64_t mix64(uint64_t z) {
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-uint64_t rnd(uint64_t seed, uint64_t i) {
-    return mix64(seed * 0x9e3779b97f4a7c15ull + mix64(i + 0x632be59bd9b4e019ull));
-}
-float unit(uint64_t r) { return float(r >> 40) * (1.0f / 16777216.0f); }
-uint8_t e4m3_code(uint64_t r) {
-    return uint8_t((r & 0x80u) | ((5u + ((r >> 8) & 3u)) << 3) | ((r >> 16) & 7u));
-}
-}  // namespace
-
-void fill_f32(std::span<float> p, uint64_t seed, float lo, float hi, int64_t first) {
-    // nvcc contracts lo + (hi - lo) * u into one fma; the host does the same explicitly.
-    for (size_t i = 0; i < p.size(); ++i)
-        p[i] = std::fma(hi - lo, unit(rnd(seed, uint64_t(first) + i)), lo);
-}
-void fill_bf16(std::span<uint16_t> p, uint64_t seed, float amp, int64_t first) {
-    for (size_t i = 0; i < p.size(); ++i)
-        p[i] = f32_to_bf16(amp * (2.0f * unit(rnd(seed, uint64_t(first) + i)) - 1.0f));
-}
-void fill_e4m3(std::span<uint8_t> p, uint64_t seed, int64_t first) {
-    for (size_t i = 0; i < p.size(); ++i) p[i] = e4m3_code(rnd(seed, uint64_t(first) + i));
-}
-void fill_ue8m0(std::span<uint8_t> p, uint64_t seed, int lo, int hi, int64_t first) {
-    for (size_t i = 0; i < p.size(); ++i)
-        p[i] = uint8_t(lo + int(rnd(seed, uint64_t(first) + i) % uint64_t(hi - lo + 1)));
-}
-void fill_mxfp4(std::span<uint8_t> p, uint64_t seed, int64_t first) {
-    for (size_t i = 0; i < p.size(); ++i) p[i] = uint8_t(rnd(seed, uint64_t(first) + i) >> 24);
-}
-void fill_tid2eid(std::span<int32_t> p, int64_t V, int k, int hot, uint64_t seed) {
-    const bool pow2 = (hot & (hot - 1)) == 0;
-    for (int64_t v = 0; v < V; ++v) {
-        const uint64_t r = rnd(seed, uint64_t(v));
-        const int start = int(r % uint64_t(hot));
-        const int step = pow2 && hot > 1 ? int(((r >> 32) % uint64_t(hot)) | 1u) : 1;
-        for (int j = 0; j < k; ++j)
-            p[size_t(v * k + j)] = int32_t((start + int64_t(j) * step) % hot);
-    }
-}
-}  // namespace synth_host
 
 namespace {
 
 namespace fs = std::filesystem;
-
-// Tensor bytes generated on demand: gen(out, first_byte) fills out with bytes [first, first +
-// size).
-struct TensorSpec {
-    std::string name;
-    DType dtype;
-    std::vector<int64_t> shape;
-    uint64_t bytes = 0;
-    std::function<void(std::span<uint8_t>, uint64_t)> gen;
-};
 
 // UE8M0 byte making a K-long dot product of unit-RMS inputs ~unit RMS
 // (runtime/synthetic_weights.cpp).
@@ -90,7 +36,7 @@ constexpr double kE4m3Rms = 1.9, kE2m1Rms = 2.93;
 struct Builder {
     uint64_t seed;
     uint64_t stream = 0;
-    std::vector<TensorSpec> out;
+    std::vector<GeneratedTensor> out;
     uint64_t next() { return seed * 1000003ull + (++stream); }
 
     void add(std::string name, DType dt, std::vector<int64_t> shape,
@@ -141,16 +87,31 @@ struct Builder {
                 synth_host::fill_ue8m0(b, ss, e - 1, e, int64_t(first));
             });
     }
-    void mxfp4(const std::string& base, int64_t N, int64_t K) {
-        const uint64_t s = next(), ss = next();
-        const int e = scale_byte(kE2m1Rms, K);
-        add(base + ".weight", DType::kI8, {N, K / 2}, [=](std::span<uint8_t> b, uint64_t first) {
-            synth_host::fill_mxfp4(b, s, int64_t(first));
+    // Routed experts of one projection, [E] x ([N, K/2] MXFP4 codes + [N, K/32] UE8M0 scales): as
+    // on the GPU, one stream for all experts' codes and one for their scales, expert e being slice
+    // e of the stacked fill. Streams drawn by expert_streams, tensors added by expert_add (expert-major order).
+    struct ExpertStreams {
+        uint64_t codes, scales;
+        int64_t N, K;
+    };
+    ExpertStreams expert_streams(int64_t N, int64_t K) {
+        const uint64_t c = next(), sc = next();
+        return {c, sc, N, K};
+    }
+    void expert_add(const std::string& base, int64_t e, const ExpertStreams& x) {
+        const int64_t nd = x.N * (x.K / 2), ns = x.N * ((x.K + 31) / 32);
+        const int s8 = scale_byte(kE2m1Rms, x.K);
+        const uint64_t c = x.codes, sc = x.scales;
+        add(base + ".weight", DType::kI8, {x.N, x.K / 2}, [=](std::span<uint8_t> b, uint64_t first) {
+            synth_host::fill_mxfp4(b, c, e * nd + int64_t(first));
         });
-        add(base + ".scale", DType::kF8E8M0, {N, (K + 31) / 32},
-            [=](std::span<uint8_t> b, uint64_t first) {
-                synth_host::fill_ue8m0(b, ss, e - 1, e, int64_t(first));
-            });
+        add(base + ".scale", DType::kF8E8M0, {x.N, (x.K + 31) / 32}, [=](std::span<uint8_t> b, uint64_t first) {
+            synth_host::fill_ue8m0(b, sc, s8 - 1, s8, e * ns + int64_t(first));
+        });
+    }
+    // A tensor of zeros (no stream: the GPU uploads the router bias from the host).
+    void zeros(const std::string& name, DType dt, std::vector<int64_t> shape) {
+        add(name, dt, std::move(shape), [](std::span<uint8_t> b, uint64_t) { std::fill(b.begin(), b.end(), 0); });
     }
     void mhc(const std::string& p, int64_t rows, int64_t in, int64_t n_scale) {
         const float a = float(std::sqrt(3.0 / double(in)));
@@ -164,7 +125,11 @@ struct Builder {
         f32(p + "ape", {r, kappa * c}, -0.1f, 0.1f);
         norm(p + "norm.weight", c);
     }
-    // One decoder block (layers.L. or mtp.0.): ratio / csa / hash from the schedule.
+    // One decoder block (layers.L. or mtp.0.): ratio / csa / hash from the schedule. The streams
+    // are drawn in the order and with the ranges of make_synthetic_weights
+    // (runtime/synthetic_weights.cpp), so every tensor holds the synthetic GPU runner's values for
+    // the same seed (the norms rounded to BF16: its bf16_norms option), which the bitwise test
+    // tests/kernels/cuda_runner/cuda_checkpoint_load_test.cpp checks.
     void block(const ModelConfig& cfg, const std::string& p, int ratio, bool csa, bool hash) {
         const int64_t d = cfg.hidden_size, H = cfg.n_heads, D = cfg.head_dim, qr = cfg.q_lora_rank;
         const int64_t G = cfg.o_groups, orank = cfg.o_lora_rank, E = cfg.n_routed_experts,
@@ -174,20 +139,20 @@ struct Builder {
         mhc(p + "hc_ffn", mix, n * d, 3);
         norm(p + "attn_norm.weight", d);
         norm(p + "ffn_norm.weight", d);
-        f32(p + "attn.attn_sink", {H}, -0.5f, 0.5f);
-        fp8(p + "attn.wq_a", qr, d);
+        f32(p + "attn.attn_sink", {H}, -1.0f, 1.0f);
         norm(p + "attn.q_norm.weight", qr);
+        norm(p + "attn.kv_norm.weight", D);
+        fp8(p + "attn.wq_a", qr, d);
         fp8(p + "attn.wq_b", H * D, qr);
         fp8(p + "attn.wkv", D, d);
-        norm(p + "attn.kv_norm.weight", D);
         fp8(p + "attn.wo_a", G * orank, (H / G) * D);
         fp8(p + "attn.wo_b", d, G * orank);
         if (ratio > 0) compressor(p + "attn.compressor.", ratio, csa ? 2 : 1, D, d);
         if (csa) {
             const int64_t IH = cfg.index_n_heads, ID = cfg.index_head_dim;
+            compressor(p + "attn.indexer.compressor.", ratio, 2, ID, d);
             fp8(p + "attn.indexer.wq_b", IH * ID, qr);
             matrix_bf16(p + "attn.indexer.weights_proj.weight", IH, d);
-            compressor(p + "attn.indexer.compressor.", ratio, 2, ID, d);
         }
         matrix_bf16(p + "ffn.gate.weight", E, d);
         if (hash) {
@@ -205,66 +170,20 @@ struct Builder {
                     }
                 });
         } else {
-            f32(p + "ffn.gate.bias", {E}, 0.0f, 0.0f);
+            zeros(p + "ffn.gate.bias", DType::kF32, {E});
         }
         fp8(p + "ffn.shared_experts.w1", I, d);
         fp8(p + "ffn.shared_experts.w3", I, d);
         fp8(p + "ffn.shared_experts.w2", d, I);
+        const ExpertStreams w1 = expert_streams(I, d), w3 = expert_streams(I, d), w2 = expert_streams(d, I);
         for (int64_t e = 0; e < E; ++e) {
             const std::string q = p + "ffn.experts." + std::to_string(e) + ".";
-            mxfp4(q + "w1", I, d);
-            mxfp4(q + "w3", I, d);
-            mxfp4(q + "w2", d, I);
+            expert_add(q + "w1", e, w1);
+            expert_add(q + "w3", e, w3);
+            expert_add(q + "w2", e, w2);
         }
     }
 };
-
-std::string header_json(const std::vector<const TensorSpec*>& ts) {
-    nlohmann::ordered_json h;
-    uint64_t off = 0;
-    for (const TensorSpec* t : ts) {
-        h[t->name] = {{"dtype", dtype_name(t->dtype)},
-                      {"shape", t->shape},
-                      {"data_offsets", {off, off + t->bytes}}};
-        off += t->bytes;
-    }
-    h["__metadata__"] = {{"format", "pt"}};
-    std::string s = h.dump();
-    while (s.size() % 8) s.push_back(' ');
-    return s;
-}
-
-Status write_shard(const std::string& path, const std::vector<const TensorSpec*>& ts, int threads) {
-    const std::string tmp = path + ".tmp";
-    std::FILE* f = std::fopen(tmp.c_str(), "wb");
-    if (!f) return error(StatusCode::kInternal, "cannot create {}", tmp);
-    const std::string h = header_json(ts);
-    uint8_t len[8];
-    for (int i = 0; i < 8; ++i) len[i] = uint8_t(uint64_t(h.size()) >> (8 * i));
-    bool ok = std::fwrite(len, 1, 8, f) == 8 && std::fwrite(h.data(), 1, h.size(), f) == h.size();
-    constexpr uint64_t kSlice = uint64_t(4) << 20;  // bytes per thread per round (a multiple of 8)
-    std::vector<uint8_t> buf(size_t(kSlice) * size_t(threads));
-    for (const TensorSpec* t : ts) {
-        for (uint64_t done = 0; ok && done < t->bytes;) {
-            const uint64_t round = std::min<uint64_t>(t->bytes - done, kSlice * uint64_t(threads));
-            std::vector<std::thread> pool;
-            for (int i = 0; i < threads; ++i) {
-                const uint64_t a = uint64_t(i) * kSlice, b = std::min(round, a + kSlice);
-                if (a >= b) break;
-                pool.emplace_back([&, a, b] { t->gen({buf.data() + a, size_t(b - a)}, done + a); });
-            }
-            for (auto& th : pool) th.join();
-            ok = std::fwrite(buf.data(), 1, size_t(round), f) == round;
-            done += round;
-        }
-    }
-    ok = std::fclose(f) == 0 && ok;
-    if (!ok) return error(StatusCode::kInternal, "cannot write {} (disk full?)", tmp);
-    std::error_code ec;
-    fs::rename(tmp, path, ec);
-    if (ec) return error(StatusCode::kInternal, "cannot rename {}: {}", tmp, ec.message());
-    return Status::ok();
-}
 
 }  // namespace
 
@@ -351,9 +270,9 @@ Status write_synthetic_checkpoint(const std::string& dir, const ModelConfig& cfg
              "  \"temperature\": 1.0,\n  \"top_p\": 1.0\n}\n";
         if (!g) return error(StatusCode::kInternal, "cannot write {}/generation_config.json", dir);
     }
-    Builder B{opt.seed};
+    Builder B{opt.seed, 0, {}};
     const int64_t d = cfg.hidden_size, V = cfg.vocab_size, n = cfg.hc_mult;
-    B.bf16("embed.weight", {V, d}, 1.0f);
+    B.matrix_bf16("embed.weight", V, d);
     B.matrix_bf16("head.weight", V, d);
     B.norm("norm.weight", d);
     B.mhc("hc_head", n, n * d, 1);
@@ -370,29 +289,67 @@ Status write_synthetic_checkpoint(const std::string& dir, const ModelConfig& cfg
         B.mhc("mtp.0.hc_head", n, n * d, 1);
     }
     // Shards in model order, each closed once it reaches shard_bytes.
-    std::vector<std::vector<const TensorSpec*>> shards(1);
+    std::vector<std::vector<const GeneratedTensor*>> shards(1);
     uint64_t cur = 0, total = 0;
-    for (const TensorSpec& t : B.out) {
+    for (const GeneratedTensor& t : B.out) {
         if (cur >= opt.shard_bytes) shards.emplace_back(), cur = 0;
         shards.back().push_back(&t);
         cur += t.bytes;
         total += t.bytes;
     }
-    const int threads =
-        opt.threads > 0 ? opt.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+    // Shards are written `files` at a time, each by threads / files workers: the kernel's copy of
+    // buffered writes into one file runs on one thread at a time (the inode lock), and on a 2-core VM
+    // it took more time than the generation (13.9 s of system time for 9.3 GB into tmpfs, 1.9 s of
+    // user time), so by default every thread writes its own shard while there are shards enough.
+    const int threads = opt.threads > 0 ? opt.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+    const int files = std::clamp(opt.parallel_shards > 0 ? opt.parallel_shards : threads, 1, int(shards.size()));
+    ShardWriteOptions wo;
+    wo.threads = std::max(1, threads / files);
+    wo.chunk_bytes = opt.chunk_bytes;
+    auto file_name = [&](size_t s) { return fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size()); };
+    const auto t_all = std::chrono::steady_clock::now();
+    std::atomic<size_t> next{0};
+    std::mutex mu;
+    Status failed = Status::ok();
+    auto writer = [&] {
+        for (size_t s; (s = next.fetch_add(1)) < shards.size();) {
+            {
+                std::lock_guard<std::mutex> lock(mu);
+                if (!failed.is_ok()) return;
+            }
+            const auto t0 = std::chrono::steady_clock::now();
+            const Status st = write_generated_shard((fs::path(dir) / file_name(s)).string(), shards[s], wo);
+            const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+            uint64_t b = 0;
+            for (const GeneratedTensor* t : shards[s]) b += t->bytes;
+            std::lock_guard<std::mutex> lock(mu);
+            if (!st.is_ok()) {
+                if (failed.is_ok()) failed = st;
+                return;
+            }
+            if (opt.progress)
+                std::fprintf(stderr, "[make-checkpoint] %s: %zu tensors, %.2f GB in %.2f s (%.2f GB/s, %d threads)\n",
+                             file_name(s).c_str(), shards[s].size(), double(b) / 1e9, sec,
+                             sec > 0 ? double(b) / 1e9 / sec : 0.0, wo.threads);
+        }
+    };
+    {
+        std::vector<std::thread> pool;
+        for (int i = 1; i < files; ++i) pool.emplace_back(writer);
+        writer();
+        for (auto& th : pool) th.join();
+    }
+    DSV4_RETURN_IF_ERROR(failed);
+    if (opt.progress) {
+        const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_all).count();
+        std::fprintf(stderr, "[make-checkpoint] %.2f GB in %zu shards in %.2f s (%.2f GB/s; %d threads, %d shards at a time)\n",
+                     double(total) / 1e9, shards.size(), sec, sec > 0 ? double(total) / 1e9 / sec : 0.0, threads, files);
+    }
     nlohmann::ordered_json index;
     index["metadata"] = {{"total_size", total}};
     nlohmann::ordered_json wm = nlohmann::ordered_json::object();
-    for (size_t s = 0; s < shards.size(); ++s) {
-        const std::string file =
-            fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size());
-        DSV4_RETURN_IF_ERROR(write_shard((fs::path(dir) / file).string(), shards[s], threads));
-        uint64_t b = 0;
-        for (const TensorSpec* t : shards[s]) wm[t->name] = file, b += t->bytes;
-        if (opt.progress)
-            std::fprintf(stderr, "[make-checkpoint] %s: %zu tensors, %.2f GB\n", file.c_str(),
-                         shards[s].size(), double(b) / 1e9);
-    }
+    for (size_t s = 0; s < shards.size(); ++s)
+        for (const GeneratedTensor* t : shards[s]) wm[t->name] = file_name(s);
     index["weight_map"] = wm;
     std::ofstream idx(fs::path(dir) / "model.safetensors.index.json");
     idx << index.dump(2) << "\n";

@@ -2,29 +2,21 @@
 // names / shapes / dtypes, §4.2 formats, several shards + model.safetensors.index.json, the mtp.0
 // block), written tensor by tensor so the model is never held in memory: a load-path test
 // fixture of real size (the official 160 GB download cannot be fetched here). Values come from
-// host ports of the seeded GPU fills (kernels/cuda/synth/synth.h; bit-exact, tested against the
-// GPU on small shapes) with the magnitudes of runtime/synthetic_weights.cpp, so logits are finite
-// at any depth; the text is meaningless.
+// host ports of the seeded GPU fills (model/synth_host.h; bit-exact, tested against the GPU on
+// small shapes), drawn in the order of the synthetic GPU runner (runtime/synthetic_weights.h), so
+// each tensor holds that runner's values for the same seed, rounded to the checkpoint's dtype
+// where the runner keeps a wider one (the norms: BF16 here, f32 there; its bf16_norms option
+// rounds them alike); logits are finite at any depth, the text is meaningless.
 #pragma once
 
 #include <cstdint>
-#include <span>
 #include <string>
 
 #include "core/status.h"
 #include "model/config.h"
+#include "model/synth_host.h"
 
 namespace dsv4 {
-
-// Host ports of cuda::synth::fill_* (same seeds, same element values).
-namespace synth_host {
-void fill_f32(std::span<float> p, uint64_t seed, float lo, float hi, int64_t first = 0);
-void fill_bf16(std::span<uint16_t> p, uint64_t seed, float amp, int64_t first = 0);
-void fill_e4m3(std::span<uint8_t> p, uint64_t seed, int64_t first = 0);
-void fill_ue8m0(std::span<uint8_t> p, uint64_t seed, int lo, int hi, int64_t first = 0);
-void fill_mxfp4(std::span<uint8_t> p, uint64_t seed, int64_t first = 0);
-void fill_tid2eid(std::span<int32_t> p, int64_t V, int k, int hot, uint64_t seed);
-}  // namespace synth_host
 
 struct SyntheticCheckpointOptions {
     int n_layers = 4;  // num_hidden_layers (43 is the full Flash depth)
@@ -32,6 +24,8 @@ struct SyntheticCheckpointOptions {
     uint64_t shard_bytes = uint64_t(4) << 30;  // a new shard starts once one reaches this size
     bool mtp = true;                           // write the mtp.0 block
     int threads = 0;                           // generator threads (0: hardware concurrency)
+    int parallel_shards = 0;                   // shard files written at once (0: one per thread, at most all)
+    uint64_t chunk_bytes = uint64_t(8) << 20;  // bytes per work item (the output does not depend on it)
     bool progress = true;                      // a line per shard on stderr
 };
 

@@ -124,6 +124,35 @@ public:
         return Status::ok();
     }
     Status drain() { return cu(cudaStreamSynchronize(stream_), "weight copies"); }
+    // The pinned host-to-device copy rate of the staging buffers, in GB/s: `rounds` copies of each
+    // full buffer into a scratch device buffer (allocated here and freed), timed with events on
+    // the staging stream after the ring has drained. 0 when the scratch buffer cannot be allocated.
+    Result<double> measure_h2d(int rounds) {
+        DSV4_RETURN_IF_ERROR(drain());
+        void* scratch = nullptr;
+        if (cudaMalloc(&scratch, bytes_) != cudaSuccess) {
+            (void)cudaGetLastError();  // not enough room left: report no rate, not an error
+            return 0.0;
+        }
+        cudaEvent_t e0 = nullptr, e1 = nullptr;
+        Status s = cu(cudaEventCreate(&e0), "event");
+        if (s.is_ok()) s = cu(cudaEventCreate(&e1), "event");
+        // One untimed copy per buffer first (first-touch costs), then the timed rounds.
+        for (int i = 0; s.is_ok() && i < 2; ++i)
+            s = cu(cudaMemcpyAsync(scratch, buf_[i], bytes_, cudaMemcpyHostToDevice, stream_), "h2d probe");
+        if (s.is_ok()) s = cu(cudaEventRecord(e0, stream_), "event");
+        for (int r = 0; s.is_ok() && r < 2 * rounds; ++r)
+            s = cu(cudaMemcpyAsync(scratch, buf_[r & 1], bytes_, cudaMemcpyHostToDevice, stream_), "h2d probe");
+        if (s.is_ok()) s = cu(cudaEventRecord(e1, stream_), "event");
+        if (s.is_ok()) s = cu(cudaEventSynchronize(e1), "event");
+        float ms = 0;
+        if (s.is_ok()) s = cu(cudaEventElapsedTime(&ms, e0, e1), "event");
+        if (e0) cudaEventDestroy(e0);
+        if (e1) cudaEventDestroy(e1);
+        cudaFree(scratch);
+        DSV4_RETURN_IF_ERROR(s);
+        return ms > 0 ? double(2 * rounds) * double(bytes_) / 1e9 / (double(ms) / 1e3) : 0.0;
+    }
 
 private:
     size_t bytes_ = 0;
@@ -146,11 +175,14 @@ uint64_t rss_anon_bytes() {
 
 std::string CheckpointLoadStats::summary() const {
     const double gb = double(bytes_read) / 1e9;
+    const double rate = seconds > 0 ? gb / seconds : 0.0;
     return fmt::format(
         "loaded {:.2f} GB from {} shard(s) in {:.2f} s ({:.2f} GB/s); {:.2f} GB on the device; "
-        "peak RssAnon {:.0f} MiB, pinned staging {:.0f} MiB",
-        gb, shards, seconds, seconds > 0 ? gb / seconds : 0.0, double(device_bytes) / 1e9,
-        double(peak_rss_anon) / (1 << 20), double(pinned_bytes) / (1 << 20));
+        "peak RssAnon {:.0f} MiB, pinned staging {:.0f} MiB; pinned H2D {}",
+        gb, shards, seconds, rate, double(device_bytes) / 1e9, double(peak_rss_anon) / (1 << 20),
+        double(pinned_bytes) / (1 << 20),
+        h2d_gbps > 0 ? fmt::format("{:.2f} GB/s (load at {:.0f}% of it)", h2d_gbps, 100.0 * rate / h2d_gbps)
+                     : std::string("not measured"));
 }
 
 Result<DevWeights> load_checkpoint_weights(const ModelConfig& cfg, const LoadPlan& plan,
@@ -377,6 +409,9 @@ Result<DevWeights> load_checkpoint_weights(const ModelConfig& cfg, const LoadPla
     st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     st.device_bytes = arena.bytes();
     st.peak_rss_anon = std::max(st.peak_rss_anon, rss_anon_bytes());
+    if (opt.h2d_probe_rounds > 0 && (opt.progress || stats_out)) {  // only when someone sees it
+        DSV4_ASSIGN_OR_RETURN(st.h2d_gbps, ring.measure_h2d(opt.h2d_probe_rounds));
+    }
     dw.summary = fmt::format("{:.1f} MiB on the device;", double(arena.bytes()) / (1 << 20));
     for (const auto& [f, n] : fmt_count) dw.summary += fmt::format(" {} x{}", f, n);
     if (!plan.skipped.empty())

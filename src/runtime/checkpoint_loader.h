@@ -26,6 +26,12 @@ struct CheckpointLoadOptions {
     // With progress on a terminal (isatty(stderr)): one line redrawn in place (bytes, GB/s, ETA)
     // instead of the per-shard lines (load_progress.h). kAuto: whether stderr is a terminal.
     enum class Bar { kAuto, kOn, kOff } bar = Bar::kAuto;
+    // After the load, the pinned host-to-device copy rate of the staging buffers is measured with
+    // this many rounds of copies of both buffers (4 rounds of 2 x 64 MiB: 512 MiB, ~10 ms at 50 GB/s)
+    // into a scratch device buffer, so every load reports its rate beside the copy rate the link
+    // gives it (CheckpointLoadStats::h2d_gbps; only when progress is printed or stats are asked
+    // for; with --gpus N rank 0 prints it, possibly while other ranks still load). 0: not measured.
+    int h2d_probe_rounds = 4;
 };
 
 struct CheckpointLoadStats {
@@ -35,7 +41,8 @@ struct CheckpointLoadStats {
     uint64_t peak_rss_anon = 0;   // max RssAnon (/proc/self/status) sampled during the load, bytes
     uint64_t pinned_bytes = 0;    // pinned host memory held by the staging ring, bytes
     int shards = 0;               // shard files read from
-    std::string summary() const;  // one line: GB, seconds, GB/s, peak RssAnon, pinned
+    double h2d_gbps = 0;          // measured pinned host-to-device copy rate, GB/s (0: not measured)
+    std::string summary() const;  // one line: GB, seconds, GB/s, peak RssAnon, pinned, pinned H2D GB/s
 };
 
 // RssAnon of this process in bytes (0 where /proc/self/status has no such line).

@@ -32,6 +32,7 @@ struct Gen {
     ProxyWeightBytes tally;
     uint64_t stream_id = 0;
     cudaStream_t st = nullptr;
+    bool bf16_norms = false;
 
     uint64_t next() { return seed * 1000003ull + (++stream_id); }
 
@@ -83,6 +84,13 @@ struct Gen {
         tally.streamed += 4 * n;
         return static_cast<const float*>(d);
     }
+    // An RMSNorm weight around 1 (BF16 in the checkpoint: rounded to it with bf16_norms).
+    Result<const float*> norm(int64_t n) {
+        DSV4_ASSIGN_OR_RETURN(const float* p, vec(n, 0.8f, 1.2f));
+        if (bf16_norms)
+            DSV4_RETURN_IF_ERROR(cu(cuda::synth::round_to_bf16(const_cast<float*>(p), n, st), "round_to_bf16"));
+        return p;
+    }
     Result<const float*> host_vec(const std::vector<float>& v) {
         DSV4_ASSIGN_OR_RETURN(void* d, arena.upload(v.data(), v.size() * sizeof(float)));
         tally.streamed += int64_t(4 * v.size());
@@ -101,7 +109,7 @@ struct Gen {
         DSV4_ASSIGN_OR_RETURN(o.wkv, bf16(kappa * c, d, &tally.streamed));
         DSV4_ASSIGN_OR_RETURN(o.wgate, bf16(kappa * c, d, &tally.streamed));
         DSV4_ASSIGN_OR_RETURN(o.ape, vec(r * kappa * c, -0.1f, 0.1f));
-        DSV4_ASSIGN_OR_RETURN(o.norm, vec(c, 0.8f, 1.2f));
+        DSV4_ASSIGN_OR_RETURN(o.norm, norm(c));
         return o;
     }
 };
@@ -120,12 +128,13 @@ Result<DevWeights> make_synthetic_weights(const ModelConfig& cfg, const Syntheti
         return invalid_argument("synthetic experts [{}, {}) outside [0, {})", ex_first, ex_first + ex_count, E);
     const size_t before = arena.bytes();
     Gen g{arena, opt.seed, {}};
+    g.bf16_norms = opt.bf16_norms;
     DevWeights dw;
     int64_t embed_bytes = 0;
     DSV4_ASSIGN_OR_RETURN(dw.embed, g.bf16(V, d, &embed_bytes, false));
     g.tally.embed = embed_bytes;
     DSV4_ASSIGN_OR_RETURN(dw.head, g.bf16(V, d, &g.tally.streamed));
-    DSV4_ASSIGN_OR_RETURN(dw.norm, g.vec(d, 0.8f, 1.2f));
+    DSV4_ASSIGN_OR_RETURN(dw.norm, g.norm(d));
     DSV4_ASSIGN_OR_RETURN(dw.hc_head, g.mhc(n, n * d, 1));
     DSV4_ASSIGN_OR_RETURN(const size_t rope_bytes, upload_rope_tables(cfg, arena, dw));
     g.tally.streamed += int64_t(rope_bytes);
@@ -134,11 +143,11 @@ Result<DevWeights> make_synthetic_weights(const ModelConfig& cfg, const Syntheti
         DevLayer o;
         DSV4_ASSIGN_OR_RETURN(o.hc_attn, g.mhc(mix, n * d, 3));
         DSV4_ASSIGN_OR_RETURN(o.hc_ffn, g.mhc(mix, n * d, 3));
-        DSV4_ASSIGN_OR_RETURN(o.attn_norm, g.vec(d, 0.8f, 1.2f));
-        DSV4_ASSIGN_OR_RETURN(o.ffn_norm, g.vec(d, 0.8f, 1.2f));
+        DSV4_ASSIGN_OR_RETURN(o.attn_norm, g.norm(d));
+        DSV4_ASSIGN_OR_RETURN(o.ffn_norm, g.norm(d));
         DSV4_ASSIGN_OR_RETURN(o.attn_sink, g.vec(H, -1.0f, 1.0f));
-        DSV4_ASSIGN_OR_RETURN(o.q_norm, g.vec(qr, 0.8f, 1.2f));
-        DSV4_ASSIGN_OR_RETURN(o.kv_norm, g.vec(D, 0.8f, 1.2f));
+        DSV4_ASSIGN_OR_RETURN(o.q_norm, g.norm(qr));
+        DSV4_ASSIGN_OR_RETURN(o.kv_norm, g.norm(D));
         DSV4_ASSIGN_OR_RETURN(o.wq_a, g.fp8(qr, d));
         DSV4_ASSIGN_OR_RETURN(o.wq_b, g.fp8(H * D, qr));
         DSV4_ASSIGN_OR_RETURN(o.wkv, g.fp8(D, d));

@@ -29,11 +29,17 @@ struct SyntheticWeightsOptions {
     // experts equal the same experts of a one-GPU runner with the same seed. Everything else is
     // generated in full (replicated on every rank).
     int expert_first = 0, expert_count = 0;
+    // The values a checkpoint written by `dsv4 make-checkpoint` (model/synthetic_checkpoint.h) with
+    // the same seed holds, once loaded: the RMSNorm weights (norm, attn_norm, ffn_norm, q_norm,
+    // kv_norm, the compressors' norms; BF16 in the official checkpoint, f32 here) rounded to bf16
+    // values. Every other tensor is generated in its checkpoint dtype already. Unskewed only.
+    bool bf16_norms = false;
     // Experts a token can be routed to: n_routed_experts, or hot_experts when skewed.
     int routable(const ModelConfig& cfg) const { return skewed ? hot_experts : cfg.n_routed_experts; }
 };
 
-// Generates and allocates every tensor of `cfg` in `arena`. `bytes` (optional) receives the bytes
+// Generates and allocates every tensor of `cfg` in `arena`. The order of the seed streams (one per
+// fill) is a contract with the checkpoint writer, which draws them in the same order. `bytes` (optional) receives the bytes
 // allocated per category (equal to proxy_weight_bytes(cfg) by construction; tested).
 Result<DevWeights> make_synthetic_weights(const ModelConfig& cfg, const SyntheticWeightsOptions& opt,
                                           DeviceArena& arena, ProxyWeightBytes* bytes = nullptr);

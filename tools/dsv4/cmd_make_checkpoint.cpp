@@ -48,6 +48,8 @@ void register_make_checkpoint(CLI::App& app, CommandContext& ctx) {
     cmd->add_option("--seed", o->w.seed, "generator seed");
     cmd->add_option("--shard-gb", o->shard_gb, "shard size in GB");
     cmd->add_option("--threads", o->w.threads, "generator threads (0: all cores)");
+    cmd->add_option("--parallel-shards", o->w.parallel_shards,
+                    "shard files written at once (0: one per thread); the bytes do not depend on it");
     cmd->callback([o, &ctx] { ctx.exit_code = run_make_checkpoint(*o); });
 }
 

@@ -67,6 +67,11 @@ __global__ void tid2eid_kernel(int32_t* p, int64_t V, int k, int hot, uint64_t s
     }
 }
 
+__global__ void round_bf16_kernel(float* p, int64_t n) {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+        p[i] = __bfloat162float(__float2bfloat16_rn(p[i]));
+}
+
 // One CTA per (page, region): threads stride the region's rows and bytes.
 __global__ void kv_fill_kernel(uint8_t* base, int64_t page_bytes, const int32_t* pages, int64_t n_pages,
                                const KvFillRegion* regions, uint64_t seed) {
@@ -136,6 +141,11 @@ cudaError_t fill_mxfp4(void* p, int64_t n_bytes, uint64_t seed, cudaStream_t st,
 cudaError_t fill_tid2eid(int32_t* p, int64_t V, int k, int hot, uint64_t seed, cudaStream_t st) {
     if (V <= 0 || k <= 0 || hot < k) return cudaErrorInvalidValue;
     tid2eid_kernel<<<grid_for(V), kThreads, 0, st>>>(p, V, k, hot, seed);
+    return cudaGetLastError();
+}
+cudaError_t round_to_bf16(float* p, int64_t n, cudaStream_t st) {
+    if (n <= 0) return cudaSuccess;
+    round_bf16_kernel<<<grid_for(n), kThreads, 0, st>>>(p, n);
     return cudaGetLastError();
 }
 cudaError_t fill_kv_pages(void* base, int64_t page_bytes, const int32_t* pages, int64_t n_pages,

@@ -24,6 +24,9 @@ cudaError_t fill_ue8m0(void* p, int64_t n, uint64_t seed, int lo, int hi, cudaSt
 cudaError_t fill_mxfp4(void* p, int64_t n_bytes, uint64_t seed, cudaStream_t st, int64_t first = 0);
 // tid2eid [V, k] int32: per row k distinct experts from [0, hot) (hot <= E), uniform over rows.
 cudaError_t fill_tid2eid(int32_t* p, int64_t V, int k, int hot, uint64_t seed, cudaStream_t st);
+// Rounds p[0, n) in place to the nearest bf16 value (ties to even; core/dtype.h round_bf16), kept
+// as f32: what a BF16 checkpoint tensor holds once widened to f32.
+cudaError_t round_to_bf16(float* p, int64_t n, cudaStream_t st);
 
 // ---- KV page fill ------------------------------------------------------------------------------
 // How rows of one kind sit in a page: `count` rows of `dim` dims, the first at byte `byte_off`,
