@@ -521,7 +521,8 @@ Status CudaRunner::forward_sampled(const ForwardBatch& batch, StepOutput& out) {
 }
 
 Status CudaRunner::upload_plan_async(const HostPlan& hp, const std::vector<cuda::SampleRowArgs>& full,
-                                     const std::vector<cuda::SamplePenaltyToken>& toks, StepSlot& slot) {
+                                     const std::vector<cuda::SamplePenaltyToken>& toks,
+                                     const std::vector<PageCopy>& copies, StepSlot& slot) {
     struct Piece {
         void* dst;
         size_t off, bytes;
@@ -547,6 +548,8 @@ Status CudaRunner::upload_plan_async(const HostPlan& hp, const std::vector<cuda:
     }
     plan_piece(pend_dst_, hp.pend_dst.size() * i32);
     plan_piece(pend_src_, hp.pend_src.size() * i32);
+    DSV4_RETURN_IF_ERROR(copy_pairs_.reserve(std::max<size_t>(1, copies.size()) * sizeof(PageCopy)));
+    plan_piece(copy_pairs_.p, copies.size() * sizeof(PageCopy));
     if (!full.empty()) {
         DSV4_RETURN_IF_ERROR(sample_args_.reserve(full.size() * sizeof(cuda::SampleRowArgs)));
         DSV4_RETURN_IF_ERROR(sample_toks_.reserve(std::max<size_t>(1, toks.size()) * sizeof(cuda::SamplePenaltyToken)));
@@ -569,6 +572,7 @@ Status CudaRunner::upload_plan_async(const HostPlan& hp, const std::vector<cuda:
             std::memcpy(base + pieces[k].off, src, pieces[k].bytes), ++k;
     std::memcpy(base + pieces[k].off, hp.pend_dst.data(), pieces[k].bytes), ++k;
     std::memcpy(base + pieces[k].off, hp.pend_src.data(), pieces[k].bytes), ++k;
+    std::memcpy(base + pieces[k].off, copies.data(), pieces[k].bytes), ++k;
     if (!full.empty()) {
         std::memcpy(base + pieces[k].off, full.data(), pieces[k].bytes), ++k;
         std::memcpy(base + pieces[k].off, toks.data(), pieces[k].bytes), ++k;
@@ -630,16 +634,27 @@ Status CudaRunner::queue_outputs(const ForwardBatch& batch, bool honour_sample, 
 // event. Nothing here waits for the device, so the host goes on while the step runs.
 Status CudaRunner::launch_step(const ForwardBatch& batch, bool honour_sample) {
     if (inflight_.size() >= 2) return error(StatusCode::kFailedPrecondition, "two steps launched and not collected");
-    if (batch.seqs.empty()) return invalid_argument("an empty step");
-    bool decode = opt_.rt.cuda_graphs;
+    if (batch.seqs.empty() && batch.page_copies.empty()) return invalid_argument("an empty step");
+    for (const PageCopy& pc : batch.page_copies)
+        if (pc.src < 0 || pc.src >= opt_.n_pages || pc.dst < 0 || pc.dst >= opt_.n_pages)
+            return error(StatusCode::kOutOfRange, "page copy {} -> {} outside the pool [0, {})", pc.src, pc.dst,
+                         opt_.n_pages);
+    bool decode = opt_.rt.cuda_graphs && !batch.seqs.empty();
     for (const auto& c : batch.seqs) decode = decode && c.tokens.size() == 1;
     HostPlan hp;
-    DSV4_RETURN_IF_ERROR(plan(batch, decode, hp));
+    if (!batch.seqs.empty()) DSV4_RETURN_IF_ERROR(plan(batch, decode, hp));
     StepSlot& slot = slots_[next_slot_];
     std::vector<cuda::SampleRowArgs> full;
     std::vector<cuda::SamplePenaltyToken> toks;
     DSV4_RETURN_IF_ERROR(queue_outputs(batch, honour_sample, hp, slot, full, toks));
-    DSV4_RETURN_IF_ERROR(upload_plan_async(hp, full, toks, slot));
+    DSV4_RETURN_IF_ERROR(upload_plan_async(hp, full, toks, batch.page_copies, slot));
+    DSV4_RETURN_IF_ERROR(run_page_copies(batch.page_copies));
+    if (batch.seqs.empty()) {  // copies only: nothing sampled, the previous step's ids stay the pending source
+        DSV4_CU(cudaEventRecord(slot.done, stream_));
+        inflight_.push_back(next_slot_);
+        next_slot_ ^= 1;
+        return Status::ok();
+    }
     DSV4_CU(cuda::fill_pending_tokens(ws_.tokens, pend_dst_, pend_src_, int(hp.pend_dst.size()), sampled_, stream_));
     if (decode) {
         DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, decode_graph(hp.B));
@@ -685,6 +700,30 @@ Status CudaRunner::launch_step(const ForwardBatch& batch, bool honour_sample) {
         if (c.want_logits && honour_sample && c.sample != DeviceSample::kNone) prev_rows_[c.seq_id] = slot.dev_rows[d++];
     inflight_.push_back(next_slot_);
     next_slot_ ^= 1;
+    return Status::ok();
+}
+
+// The batch's page copies in order: one launch per wave of copies that do not chain (a pair that
+// reads or writes a page an earlier pair of the wave writes, or writes one it reads, starts a new wave).
+Status CudaRunner::run_page_copies(const std::vector<PageCopy>& copies) {
+    std::unordered_set<int32_t> read, written;
+    size_t begin = 0;
+    auto flush = [&](size_t end) -> Status {
+        const auto* pairs = static_cast<const int32_t*>(copy_pairs_.p) + 2 * begin;
+        DSV4_CU(cuda::copy_pages(reinterpret_cast<uint32_t*>(pool_.base), layout_.page_elems, pairs, int(end - begin),
+                                 stream_));
+        begin = end;
+        read.clear();
+        written.clear();
+        return Status::ok();
+    };
+    for (size_t i = 0; i < copies.size(); ++i) {
+        const PageCopy& pc = copies[i];
+        if (written.count(pc.src) || written.count(pc.dst) || read.count(pc.dst)) DSV4_RETURN_IF_ERROR(flush(i));
+        read.insert(pc.src);
+        written.insert(pc.dst);
+    }
+    if (begin < copies.size()) DSV4_RETURN_IF_ERROR(flush(copies.size()));
     return Status::ok();
 }
 

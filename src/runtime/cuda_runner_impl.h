@@ -15,6 +15,7 @@
 #include <map>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "dist/expert_partition.h"
 #include "kernels/cuda/attention/sparse_decode.h"
@@ -26,6 +27,7 @@
 #include "kernels/cuda/ops/ops.h"
 #include "kernels/cuda/ops/prefill_gemm.h"
 #include "kernels/cuda/ops/sample_rows.h"
+#include "kernels/cuda/ops/page_copy.h"
 #include "kernels/cuda/ops/step_tokens.h"
 #include "model/checkpoint.h"
 #include "model/load_plan.h"
@@ -191,7 +193,10 @@ private:
                          std::vector<cuda::SampleRowArgs>& full, std::vector<cuda::SamplePenaltyToken>& toks);
     // Copies hp (and the kFull rows' arguments) through slot.up to the plan's device buffers.
     Status upload_plan_async(const HostPlan& hp, const std::vector<cuda::SampleRowArgs>& full,
-                             const std::vector<cuda::SamplePenaltyToken>& toks, StepSlot& slot);
+                             const std::vector<cuda::SamplePenaltyToken>& toks, const std::vector<PageCopy>& copies,
+                             StepSlot& slot);
+    // The step's page copies (uploaded into copy_pairs_ by upload_plan_async), before its compute.
+    Status run_page_copies(const std::vector<PageCopy>& copies);
     // The decode graph of bucket B (captured on first use; the plan must be uploaded).
     Result<cudaGraphExec_t> decode_graph(int B);
     // Captures what `body` launches on stream_ and instantiates it (the caller owns the result).
@@ -297,6 +302,7 @@ private:
         }
     };
     GrowBuf sample_args_, sample_toks_, sample_saved_;
+    GrowBuf copy_pairs_;  // the step's PageCopy pairs
     std::map<int, cudaGraphExec_t> head_graphs_;  // bench: non-layer work alone, per bucket
     OpProfile* prof_ = nullptr;                   // bench: op marks while capturing a profiled step
     int ep_first_ = 0, ep_count_ = 0;             // [ep2] local routed experts (count 0: all, no EP)

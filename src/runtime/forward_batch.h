@@ -57,8 +57,17 @@ struct SeqChunk {
     DeviceSampleParams params;                  // with sample == kFull
 };
 
+// One whole page of the pool copied onto another (prefix caching: a sequence's state pages saved
+// as a snapshot at a block boundary, or a cached snapshot restored into a new sequence's pages).
+struct PageCopy {
+    int32_t src = 0, dst = 0;
+};
+
 struct ForwardBatch {
     std::vector<SeqChunk> seqs;
+    // Done before the step computes anything, in order (a later copy may read an earlier one's
+    // destination); the step's chunks then see the copied pages. A batch may hold copies only.
+    std::vector<PageCopy> page_copies;
     int64_t n_tokens() const {
         int64_t n = 0;
         for (const auto& s : seqs) n += int64_t(s.tokens.size());

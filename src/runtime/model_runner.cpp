@@ -12,6 +12,7 @@ Status resolve_pending_tokens(const ForwardBatch& batch, const std::unordered_ma
     storage.clear();
     storage.reserve(n);  // no reallocation below: the spans stay valid
     resolved.seqs = batch.seqs;
+    resolved.page_copies = batch.page_copies;
     for (auto& c : resolved.seqs) {
         const size_t at = storage.size();
         for (int32_t t : c.tokens) {
@@ -55,6 +56,10 @@ Status ModelRunner::launch(const ForwardBatch& batch) {
     }
     DoneStep step;
     step.status = forward_sampled(resolved, step.out);
+    if (batch.seqs.empty()) {  // copies only: the last step that sampled stays the pending source
+        done_.push_back(std::move(step));
+        return Status::ok();
+    }
     last_sampled_.clear();
     if (step.status.is_ok()) {
         size_t dev = 0;

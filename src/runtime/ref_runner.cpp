@@ -40,6 +40,12 @@ Status RefRunner::forward_seq(const SeqChunk& c, const RefForwardOptions& opt, s
 }
 
 Status RefRunner::forward(const ForwardBatch& batch, std::vector<std::vector<float>>& logits) {
+    const int64_t pe = layout_.page_elems;
+    for (const PageCopy& pc : batch.page_copies) {
+        if (pc.src < 0 || pc.src >= n_pages_ || pc.dst < 0 || pc.dst >= n_pages_)
+            return error(StatusCode::kOutOfRange, "page copy {} -> {} outside the pool [0, {})", pc.src, pc.dst, n_pages_);
+        std::memcpy(&pool_[size_t(pc.dst) * size_t(pe)], &pool_[size_t(pc.src) * size_t(pe)], sizeof(float) * size_t(pe));
+    }
     std::vector<float> row;
     for (const SeqChunk& c : batch.seqs) {
         RefForwardOptions opt;

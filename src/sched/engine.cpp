@@ -3,6 +3,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <utility>
+
 namespace dsv4 {
 
 Engine::Engine(std::unique_ptr<ModelRunner> runner, EngineConfig cfg)
@@ -39,6 +41,14 @@ void Engine::stop() {
         }
     }
     core_.abort_all("the server is shutting down");
+}
+
+void Engine::flush_prefix_cache() {
+    {
+        std::lock_guard lk(mu_);
+        flush_prefix_ = true;
+    }
+    cv_.notify_one();
 }
 
 uint64_t Engine::next_request_id() {
@@ -78,15 +88,17 @@ void Engine::abort(uint64_t request_id) {
 void Engine::loop() {
     std::vector<GenRequest> inbox;
     std::vector<uint64_t> aborts;
+    bool flush = false;
     for (;;) {
         {
             std::unique_lock lk(mu_);
             cv_.wait(lk, [&] {
-                return stopping_ || !inbox_.empty() || !aborts_.empty() || core_.has_work();
+                return stopping_ || !inbox_.empty() || !aborts_.empty() || flush_prefix_ || core_.has_work();
             });
             if (stopping_) return;
             inbox.swap(inbox_);
             aborts.swap(aborts_);
+            flush = std::exchange(flush_prefix_, false);
             // Count the new arrivals as waiting right away so submit() sees a full queue.
             stats_.waiting_requests += int64_t(inbox.size());
         }
@@ -107,6 +119,7 @@ void Engine::loop() {
         // Aborts after adds: an abort that raced with its own submit still finds the request.
         for (uint64_t id : aborts) core_.abort(id);
         aborts.clear();
+        if (flush) core_.flush_prefix_cache();
         stats_.progress_us = steady_now_us();
         if (core_.has_work()) {
             // A step that neither launched nor collected anything should not happen (admission

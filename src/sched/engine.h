@@ -32,6 +32,8 @@ public:
     // kUnavailable when stopping (503), validation errors otherwise (400).
     Status submit(GenRequest req);
     void abort(uint64_t request_id);
+    // Thread-safe: the engine thread drops every cached prefix block before its next step.
+    void flush_prefix_cache();
     uint64_t next_request_id();
 
     const EngineStats& stats() const { return stats_; }
@@ -52,6 +54,7 @@ private:
     std::condition_variable cv_;
     std::vector<GenRequest> inbox_;
     std::vector<uint64_t> aborts_;
+    bool flush_prefix_ = false;
     bool stopping_ = false;
     uint64_t next_id_ = 1;
     std::thread thread_;

@@ -102,6 +102,10 @@ Status EngineCore::add(GenRequest req) {
         seq->penalties.reset(req.prompt, {});
         seq->sink = req.sink;
         seq->arrival = req.arrival;
+        seq->cache_salt = req.cache_salt;
+        // The other choices resume from choice 0's cached prompt instead of computing it again.
+        if (const PrefixCache* pc = sched_.prefix_cache())
+            seq->hold_for_prefix = c > 0 && int64_t(req.prompt.size()) > pc->block_tokens();
         sched_.add(std::move(seq));
     }
     stats_.prompt_tokens_total += int64_t(req.prompt.size()) * req.n;
@@ -112,6 +116,7 @@ void EngineCore::finish(Sequence* seq, FinishReason why, SeqEvent ev) {
     ev.choice = seq->choice;
     ev.finish = why;
     ev.prompt_tokens = seq->n_prompt;
+    ev.cached_tokens = seq->cached_tokens;
     ev.completion_tokens = ev.completion_tokens ? ev.completion_tokens : seq->n_resolved_output();
     const auto now = Clock::now();
     if (why == FinishReason::kAbort) {
@@ -142,6 +147,11 @@ void EngineCore::abort(uint64_t request_id) {
         if (seq->choice == 0) ++stats_.requests_aborted_total;
         if (seq->sink) seq->sink->on_event(std::move(ev));
     }
+}
+
+void EngineCore::flush_prefix_cache() {
+    if (PrefixCache* pc = sched_.prefix_cache()) pc->flush();
+    publish_stats();
 }
 
 void EngineCore::abort_all(const std::string& why) {
@@ -215,12 +225,15 @@ void EngineCore::launch_plan(StepPlan plan, StepStats& st) {
             .params = dp,
         });
     }
+    batch.page_copies = sched_.take_page_copies();
     st.schedule_us += us_since(t0);
     const auto t1 = Clock::now();
     const Status ls = runner_.launch(batch);
     st.launch_us += us_since(t1);
     if (!ls.is_ok()) {
-        // Nothing was queued: fail exactly the sequences of this step.
+        // Nothing was queued: fail exactly the sequences of this step; the page copies were not
+        // done either, so no snapshot can be trusted.
+        sched_.drop_snapshots();
         for (const auto& c : plan.chunks) fail(c.seq, "model step failed: " + ls.message());
         return;
     }
@@ -308,6 +321,7 @@ void EngineCore::collect_oldest(StepStats& st) {
         ev.choice = seq->choice;
         ev.prompt_tokens = seq->n_prompt;
         ev.completion_tokens = pos + 1;
+        ev.cached_tokens = seq->cached_tokens;
         const auto& stops = seq->params.stop_token_ids;
         const bool is_eos = res.token == eos && !seq->params.ignore_eos;
         const bool is_stop_id = std::find(stops.begin(), stops.end(), res.token) != stops.end();
@@ -365,6 +379,13 @@ StepStats EngineCore::step() {
 }
 
 void EngineCore::publish_stats() {
+    if (const PrefixCache* pc = sched_.prefix_cache()) {
+        stats_.prefix_cache_queried_tokens_total = sched_.prefix_queried_tokens();
+        stats_.prefix_cache_hit_tokens_total = sched_.prefix_hit_tokens();
+        stats_.prefix_cache_evicted_blocks_total = pc->evicted_blocks();
+        stats_.prefix_cache_blocks = pc->n_blocks();
+        stats_.prefix_cache_pages = pc->pages_held();
+    }
     stats_.running_requests = sched_.n_running_requests();
     stats_.waiting_requests = sched_.n_waiting_requests();
     stats_.running_seqs = sched_.n_running();

@@ -35,6 +35,7 @@ struct EngineConfig {
     // collect, each step. Outputs are the same in every mode.
     enum class Overlap { kOff, kAuto, kAlways };
     Overlap overlap = Overlap::kAuto;
+    // SchedulerConfig::prefix_cache (off here; `dsv4 serve` turns it on unless --no-prefix-cache).
 };
 
 struct GenRequest {
@@ -44,6 +45,7 @@ struct GenRequest {
     int n = 1;                        // independent choices
     std::shared_ptr<RequestSink> sink;
     Clock::time_point arrival = Clock::now();
+    uint64_t cache_salt = 0;          // prefix-cache namespace (hash of the request's cache_salt; 0: shared)
 };
 
 // One call of EngineCore::step(): the step it launched (n_seqs .. n_preempted) and the step(s) it
@@ -70,6 +72,8 @@ public:
     Status add(GenRequest req);
     void abort(uint64_t request_id);
     void abort_all(const std::string& why);
+    // Drops every cached prefix block (blocks running sequences use stay theirs until they end).
+    void flush_prefix_cache();
     // Schedules and launches one step; collects the previous one (overlap) or this one (else).
     StepStats step();
     bool has_work() const { return sched_.has_work() || !inflight_.empty(); }

@@ -66,6 +66,14 @@ struct EngineStats {
     std::atomic<int64_t> engine_wait_us_total{0};
     std::atomic<int64_t> engine_busy_us_total{0};
     std::atomic<int64_t> overlapped_steps_total{0};  // steps launched while the previous one ran
+    // Prefix cache (sched/prefix_cache.h): prompt tokens looked up / found cached at admission,
+    // blocks dropped for room, and what the cache holds now. Idle (no request), pages_used equals
+    // prefix_cache_pages: every other page is back in the pool.
+    std::atomic<int64_t> prefix_cache_queried_tokens_total{0};
+    std::atomic<int64_t> prefix_cache_hit_tokens_total{0};
+    std::atomic<int64_t> prefix_cache_evicted_blocks_total{0};
+    std::atomic<int64_t> prefix_cache_blocks{0};
+    std::atomic<int64_t> prefix_cache_pages{0};
     // Steady-clock microseconds of the engine's last sign of progress: the end of a step or of an
     // inbox pass, or a submit that found the engine idle (so an idle period is not a stall). With
     // requests pending and this far in the past, the engine is stalled (GET /health answers 503).

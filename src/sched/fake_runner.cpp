@@ -69,6 +69,11 @@ void FakeRunner::fill_logits(const std::vector<int32_t>& h, std::vector<float>& 
 
 Status FakeRunner::forward(const ForwardBatch& batch, std::vector<std::vector<float>>& logits) {
     const int64_t pt = opt_.page_tokens;
+    for (const PageCopy& pc : batch.page_copies) {
+        if (pc.src < 0 || pc.src >= opt_.n_pages || pc.dst < 0 || pc.dst >= opt_.n_pages)
+            return error(StatusCode::kOutOfRange, "page copy {} -> {} outside the pool", pc.src, pc.dst);
+        pages_[size_t(pc.dst)] = pages_[size_t(pc.src)];
+    }
     for (const auto& s : batch.seqs) {
         for (int32_t t : s.tokens)
             if (t < 0 || t >= opt_.vocab_size)

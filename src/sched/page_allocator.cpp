@@ -9,7 +9,7 @@
 namespace dsv4 {
 
 PageAllocator::PageAllocator(int64_t n_pages, uint64_t shuffle_seed)
-    : owned_(size_t(n_pages), 0) {
+    : owners_(size_t(n_pages), 0) {
     free_.reserve(size_t(n_pages));
     for (int64_t i = n_pages - 1; i >= 0; --i) free_.push_back(int32_t(i));
     if (shuffle_seed != 0) {
@@ -26,19 +26,24 @@ bool PageAllocator::allocate(int64_t n, std::vector<int32_t>& out) {
     for (int64_t i = 0; i < n; ++i) {
         const int32_t p = free_.back();
         free_.pop_back();
-        DSV4_CHECK(!owned_[size_t(p)], "page {} allocated twice", p);
-        owned_[size_t(p)] = 1;
+        DSV4_CHECK(!owners_[size_t(p)], "page {} allocated twice", p);
+        owners_[size_t(p)] = 1;
         out.push_back(p);
     }
     return true;
 }
 
+void PageAllocator::retain(int32_t page) {
+    DSV4_CHECK(page >= 0 && page < int32_t(owners_.size()) && owners_[size_t(page)] > 0,
+               "retain of page {} that is not allocated", page);
+    ++owners_[size_t(page)];
+}
+
 void PageAllocator::release(std::vector<int32_t>& pages) {
     for (int32_t p : pages) {
-        DSV4_CHECK(p >= 0 && p < int32_t(owned_.size()) && owned_[size_t(p)],
+        DSV4_CHECK(p >= 0 && p < int32_t(owners_.size()) && owners_[size_t(p)] > 0,
                    "release of page {} that is not allocated", p);
-        owned_[size_t(p)] = 0;
-        free_.push_back(p);
+        if (--owners_[size_t(p)] == 0) free_.push_back(p);
     }
     pages.clear();
 }

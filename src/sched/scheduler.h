@@ -12,10 +12,13 @@
 #include <deque>
 #include <memory>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "model/kv_layout.h"
+#include "runtime/forward_batch.h"
 #include "sched/page_allocator.h"
+#include "sched/prefix_cache.h"
 #include "sched/sequence.h"
 
 namespace dsv4 {
@@ -30,6 +33,13 @@ struct SchedulerConfig {
     // a smaller share per mixed step spreads a prompt over more steps instead. Steps without
     // decodes still take max_tokens_per_step.
     int64_t max_prefill_tokens_with_decode = 0;
+    // Prefix caching (sched/prefix_cache.h): prompts resume from cached blocks; prefill chunks end at
+    // block boundaries where they can, and a sequence's state is snapshotted at each one it reaches.
+    bool prefix_cache = false;
+    int64_t prefix_block_tokens = 0;  // 0: prefix_block_tokens(layout)
+    // Prefill chunks end at block boundaries without the cache too (its chunking, for comparisons:
+    // the CPU reference is bitwise the same only for the same chunks).
+    bool align_prefill_chunks = false;
 };
 
 struct ScheduledChunk {
@@ -50,11 +60,24 @@ struct StepPlan {
 class Scheduler {
 public:
     Scheduler(SchedulerConfig cfg, KvLayout layout, PageAllocator& pages);
+    ~Scheduler();
+    Scheduler(const Scheduler&) = delete;
+    Scheduler& operator=(const Scheduler&) = delete;
 
     void add(std::unique_ptr<Sequence> seq);
     StepPlan schedule();
-    // Marks the planned tokens as computed (call after a successful forward).
+    // Marks the planned tokens as computed (call once the step is launched). With prefix caching,
+    // also snapshots the state of sequences that reached a block boundary and offers completed
+    // prompts to the cache; the snapshots' page copies go to the next step (take_page_copies).
     void commit(const StepPlan& plan);
+    // Page copies the next launched step must do before it computes (ForwardBatch::page_copies).
+    std::vector<PageCopy> take_page_copies() { return std::exchange(copies_, {}); }
+    // After a step that was not launched took its copies: no snapshot can be trusted any more.
+    void drop_snapshots();
+    PrefixCache* prefix_cache() { return cache_.get(); }
+    const PrefixCache* prefix_cache() const { return cache_.get(); }
+    int64_t prefix_queried_tokens() const { return queried_tokens_; }
+    int64_t prefix_hit_tokens() const { return hit_tokens_; }
     // Releases a sequence's pages and forgets it.
     void finish(Sequence* seq);
     // True when `seq` is still owned and is the sequence `seq_id` (a finished sequence's address
@@ -74,6 +97,14 @@ public:
 
 private:
     bool ensure_pages(Sequence* seq, int64_t n_tokens);
+    // Prefix caching: restore the longest cached prefix into a sequence that holds no pages (a
+    // miss, or no room for its state pages, leaves it as it was).
+    void resume_from_cache(Sequence* seq, int64_t budget);
+    void undo_resume(Sequence* seq);
+    int64_t align_chunk(const Sequence* seq, int64_t n) const;
+    void take_snapshot(Sequence* seq);
+    void offer_to_cache(Sequence* seq);
+    bool held(const Sequence* seq) const;
     void preempt(Sequence* seq);
     std::unique_ptr<Sequence> take(Sequence* seq);
 
@@ -84,6 +115,10 @@ private:
     std::vector<Sequence*> running_;  // admission order: preemption victims come from the back
     std::deque<Sequence*> waiting_;
     int64_t n_preemptions_ = 0;
+    std::unique_ptr<PrefixCache> cache_;  // null: prefix caching off
+    std::vector<PageCopy> copies_;
+    int64_t block_ = 0;  // block boundaries prefill chunks end at (0: no alignment)
+    int64_t queried_tokens_ = 0, hit_tokens_ = 0;
 };
 
 }  // namespace dsv4

@@ -30,6 +30,7 @@ struct SeqEvent {
     int32_t stop_token = -1;                   // the stop id or EOS that finished it, if any
     int64_t prompt_tokens = 0;
     int64_t completion_tokens = 0;             // output so far, including a final EOS / stop id
+    int64_t cached_tokens = 0;                 // prompt tokens taken from the prefix cache
     std::string error;                         // finish == kError
 };
 
@@ -60,6 +61,13 @@ struct Sequence {
     // step may not include this sequence before then (its token is sampled on the host, or it may
     // finish with it); otherwise the next step can decode the pending token, which the runner fills in.
     bool await_output = false;
+    // Prefix caching (sched/prefix_cache.h).
+    uint64_t cache_salt = 0;          // blocks are shared only between requests with the same salt
+    int64_t cached_tokens = 0;        // prompt tokens taken from the cache when first admitted
+    std::vector<int32_t> snapshot;    // own copy of the state pages after snapshot_tokens (or empty)
+    int64_t snapshot_tokens = 0;      // last block boundary a snapshot was taken or restored at
+    bool prompt_cached = false;       // its prompt's blocks have been offered to the cache
+    bool hold_for_prefix = false;     // choice > 0: admitted once choice 0 has cached the prompt
 
     int64_t n_output() const { return int64_t(tokens.size()) - n_prompt; }
     // Output tokens known on the host (without trailing kPendingToken entries).

@@ -184,13 +184,18 @@ void App::handle(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& 
                                              {"max_model_len", engine_.max_context()}}})}};
         count_status(200);
         w->send(200, "application/json", m.dump());
+    } else if ((path == "/flush_cache" || path == "/reset_prefix_cache") && post) {
+        // SGLang's and vLLM's names: drop every cached prefix block (those in use stay with their requests).
+        engine_.flush_prefix_cache();
+        count_status(200);
+        w->send(200, "application/json", R"({"status":"ok"})");
     } else if (path == "/v1/chat/completions" && post) {
         generate(req, true, w);
     } else if (path == "/v1/completions" && post) {
         generate(req, false, w);
     } else if (path == "/v1/chat/completions" || path == "/v1/completions" || path == "/health" ||
                path == "/metrics" || path == "/v1/models" || path == "/tokenize" || path == "/detokenize" ||
-               path == "/ready") {
+               path == "/ready" || path == "/flush_cache" || path == "/reset_prefix_cache") {
         send_error(*w, ApiError{405, fmt::format("method {} is not allowed on {}",
                                                  req.method.substr(0, 16), path),
                                 "invalid_request_error", {}, "method_not_allowed"});
@@ -257,6 +262,7 @@ void App::generate(const HttpRequest& hreq, bool chat, const std::shared_ptr<Res
                                                        int64_t(prompt.size()), w);
     GenRequest g{.id = id, .prompt = std::move(prompt), .params = req.params, .n = req.n,
                  .sink = handler};
+    if (!req.cache_salt.empty()) g.cache_salt = std::hash<std::string>{}(req.cache_salt) | 1;
     if (Status s = engine_.submit(std::move(g)); !s.is_ok()) {
         const ApiError e = status_to_error(s);
         HeaderList extra;

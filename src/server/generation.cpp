@@ -52,7 +52,8 @@ json GenerationHandler::usage() const {
     for (const auto& c : choices_) completion += c.completion_tokens;
     return json{{"prompt_tokens", prompt_tokens_},
                 {"completion_tokens", completion},
-                {"total_tokens", prompt_tokens_ + completion}};
+                {"total_tokens", prompt_tokens_ + completion},
+                {"prompt_tokens_details", {{"cached_tokens", choices_.front().cached_tokens}}}};
 }
 
 std::string GenerationHandler::token_text(int32_t id) const {
@@ -303,6 +304,7 @@ void GenerationHandler::handle(SeqEvent ev) {
     if (ev.finish != FinishReason::kNone) c.engine_done = true;
     if (c.done) return;
     c.completion_tokens = ev.completion_tokens;
+    c.cached_tokens = std::max(c.cached_tokens, ev.cached_tokens);
     add_logprobs(c, ev.logprobs);
     std::string text;
     for (int32_t t : ev.tokens) text += c.detok->push(t);

@@ -51,6 +51,7 @@ private:
         bool engine_done = false;   // the engine sent this choice's final event
         std::string finish_reason;
         int64_t completion_tokens = 0;
+        int64_t cached_tokens = 0;  // prompt tokens the engine took from the prefix cache
     };
 
     void handle(SeqEvent ev);

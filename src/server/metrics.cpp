@@ -47,6 +47,15 @@ std::string App::metrics_text() const {
     gauge(o, "dsv4_engine_busy_microseconds_total",
           "Engine thread stepping time not blocked on the device (scheduling, launching, sampling, events)",
           e.engine_busy_us_total, "counter");
+    gauge(o, "dsv4_prefix_cache_queried_tokens_total", "Prompt tokens looked up in the prefix cache",
+          e.prefix_cache_queried_tokens_total, "counter");
+    gauge(o, "dsv4_prefix_cache_hit_tokens_total", "Prompt tokens resumed from the prefix cache",
+          e.prefix_cache_hit_tokens_total, "counter");
+    gauge(o, "dsv4_prefix_cache_evicted_blocks_total", "Cached prefix blocks dropped to make room",
+          e.prefix_cache_evicted_blocks_total, "counter");
+    gauge(o, "dsv4_prefix_cache_blocks", "Prefix blocks in the cache", e.prefix_cache_blocks);
+    gauge(o, "dsv4_prefix_cache_pages", "Cache pages held by the prefix cache (idle: equal to pages used)",
+          e.prefix_cache_pages);
     gauge(o, "dsv4_engine_overlapped_steps_total", "Steps launched while the previous step was still running",
           e.overlapped_steps_total, "counter");
     histogram(o, "dsv4_time_to_first_token_seconds", "Time to first token", e.ttft_s);

@@ -27,6 +27,7 @@ struct ParsedRequest {
     bool max_tokens_given = false;
     std::vector<std::string> stop;   // stop strings
     bool skip_special_tokens = true;
+    std::string cache_salt;          // "" = the shared prefix-cache namespace
     // /v1/completions prompt: text, or token ids when prompt_is_ids.
     std::string prompt_text;
     std::vector<int32_t> prompt_ids;

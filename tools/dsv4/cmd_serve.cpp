@@ -37,6 +37,7 @@ struct ServeOptions {
     int max_running = 0;  // 0: the backend's default (set_step_budget_defaults)
     double gpu_memory_utilization = 0.9;  // cuda with --n-pages 0: the page pool's share of each GPU
     bool no_overlap = false;              // EngineConfig::overlap off (A/B of the overlap scheduler)
+    bool no_prefix_cache = false;         // SchedulerConfig::prefix_cache off
     int max_queued = 1024;
     // 0 = the backend's default (set_step_budget_defaults).
     int64_t max_tokens_per_step = 0;
@@ -188,6 +189,7 @@ int run_serve(ServeOptions o) {
     cfg.max_queued = o.max_queued;
     cfg.max_context = o.max_context;
     if (o.no_overlap) cfg.overlap = EngineConfig::Overlap::kOff;
+    cfg.sched.prefix_cache = !o.no_prefix_cache;
     // The built-in tiny model claims a 1M context; a demo needs far less than that.
     if ((o.model == "tiny" || o.synthetic_flash) && o.max_context == 0) cfg.max_context = 4096;
     Engine engine(std::move(runner.value()), cfg);
@@ -246,6 +248,8 @@ void register_serve(CLI::App& app, CommandContext& ctx) {
     cmd->add_option("--gpu-memory-utilization", o->gpu_memory_utilization,
                     "cuda with --n-pages 0: share of each GPU's memory for weights, workspaces and the page pool")
         ->check(CLI::Range(0.05, 1.0));
+    cmd->add_flag("--no-prefix-cache", o->no_prefix_cache,
+                  "compute every prompt from its first token (no reuse of cached prefix blocks)");
     cmd->add_flag("--no-overlap-schedule", o->no_overlap,
                   "launch and collect each step in turn instead of planning the next step while one runs");
     cmd->add_option("--max-queued", o->max_queued, "waiting requests before 429");
