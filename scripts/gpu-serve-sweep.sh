@@ -4,6 +4,8 @@
 #   decode   decode-heavy: 64-token random-id prompts, DECODE_TOKENS (1,024) outputs, ignore_eos, CONC levels,
 #            greedy and temperature 1.0 (TEMPS)
 #   prefill  prefill-heavy: PREFILL_INPUT (8,192)-token prompts, PREFILL_TOKENS (1,024) outputs, PREFILL_CONC
+#   multiturn  `dsv4 bench multi-turn` (issue 17: 16 conversations x 8 turns, 2K shared system prompt)
+#            against a server with the prefix cache and one with --no-prefix-cache (MULTITURN_ARGS)
 #   overlap  A/B of the overlap scheduler: two servers of OVERLAP_LAYERS (8) layers, one with
 #            --no-overlap-schedule, decode-heavy at OVERLAP_CONC with OVERLAP_TOKENS outputs, batches
 #            alternated by `dsv4 bench --ab`
@@ -79,6 +81,19 @@ if has overlap; then
     grep -iE "faster|slower|no detectable|level|B/A" "$OUT/overlap_ab.txt" | head -30
     for n in on off; do curl -s "$(eval echo \$URL_$n)/metrics" | grep -E "^dsv4_engine_" > "$OUT/metrics_$n.txt"; done
     kill "$PID_on" "$PID_off"; wait 2>/dev/null
+fi
+if has multiturn; then
+    # Issue 17's multi-turn workload: 16 conversations x 8 turns over a 2K shared system prompt, 64-token
+    # user turns, 128-token answers, with the prefix cache and without it (a server each, in turn).
+    for mode in on off; do
+        extra=""; [[ $mode == off ]] && extra="--no-prefix-cache"
+        start_server "mt_$mode" $extra || exit 1
+        timeout 600 "$BIN"/dsv4 bench multi-turn --url "$(eval echo \$URL_mt_$mode)" ${MULTITURN_ARGS:-} \
+            --out "$OUT/multiturn_$mode.jsonl" --label "prefix cache $mode" > "$OUT/multiturn_$mode.txt" 2>&1
+        stamp "multi-turn, cache $mode: rc=$?"; tail -n 11 "$OUT/multiturn_$mode.txt"
+        curl -s "$(eval echo \$URL_mt_$mode)/metrics" | grep -E "^dsv4_(prefix_cache|cache_pages)" > "$OUT/metrics_mt_$mode.txt"
+        kill "$(eval echo \$PID_mt_$mode)"; wait 2>/dev/null
+    done
 fi
 runs=()
 for t in $TEMPS; do [[ -f "$OUT/decode_t$t.jsonl" ]] && runs+=("decode-t$t=$OUT/decode_t$t.jsonl"); done

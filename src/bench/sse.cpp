@@ -89,6 +89,10 @@ OpenAiChunk parse_openai_chunk(std::string_view data) {
             if (auto f = choice.find("finish_reason"); f != choice.end() && f->is_string()) {
                 out.finish_reason = f->get<std::string>();
             }
+            if (auto t = choice.find("token_ids"); t != choice.end() && t->is_array()) {
+                for (const auto& id : *t)
+                    if (id.is_number_integer()) out.token_ids.push_back(id.get<int32_t>());
+            }
         }
     }
     if (auto u = j.find("usage"); u != j.end() && u->is_object()) {
@@ -97,6 +101,10 @@ OpenAiChunk parse_openai_chunk(std::string_view data) {
         }
         if (auto c = u->find("completion_tokens"); c != u->end() && c->is_number_integer()) {
             out.completion_tokens = c->get<int64_t>();
+        }
+        if (auto d = u->find("prompt_tokens_details"); d != u->end() && d->is_object()) {
+            if (auto c = d->find("cached_tokens"); c != d->end() && c->is_number_integer())
+                out.cached_tokens = c->get<int64_t>();
         }
     }
     return out;
@@ -124,6 +132,8 @@ void StreamRecorder::on_body(std::string_view bytes, double now) {
         }
         if (c.prompt_tokens) rec_.usage_prompt_tokens = *c.prompt_tokens;
         if (c.completion_tokens) rec_.usage_completion_tokens = *c.completion_tokens;
+        if (c.cached_tokens) rec_.usage_cached_tokens = *c.cached_tokens;
+        rec_.token_ids.insert(rec_.token_ids.end(), c.token_ids.begin(), c.token_ids.end());
     });
 }
 

@@ -39,6 +39,8 @@ struct OpenAiChunk {
     bool done = false;            // the "[DONE]" sentinel
     std::string text;             // delta.content + delta.reasoning_content, or choices[].text
     std::optional<int64_t> prompt_tokens, completion_tokens;  // from "usage" when present
+    std::optional<int64_t> cached_tokens;  // usage.prompt_tokens_details.cached_tokens
+    std::vector<int32_t> token_ids;        // choices[].token_ids (vLLM's return_token_ids)
     std::optional<std::string> finish_reason;
     std::optional<std::string> error;  // an "error" object, or data that is not JSON
 };
@@ -58,6 +60,8 @@ struct RequestRecord {
     int64_t usage_prompt_tokens = -1;      // -1: server sent no usage
     int64_t usage_completion_tokens = -1;
     int64_t expected_prompt_tokens = -1;   // known for token-id prompts, else -1
+    int64_t usage_cached_tokens = -1;      // prompt tokens the server took from its prefix cache
+    std::vector<int32_t> token_ids;        // generated ids, when the server returned them
     bool saw_done = false;
 
     double ttft() const { return first_token >= 0 ? first_token - start : -1; }

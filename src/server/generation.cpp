@@ -214,6 +214,7 @@ void GenerationHandler::finish_choice(int index, const std::string& reason) {
         json choice = {{"index", index}, {"finish_reason", c.finish_reason}, {"logprobs", nullptr}};
         if (req_.chat) choice["delta"] = json::object();
         else choice["text"] = "";
+        if (req_.return_token_ids) choice["token_ids"] = c.token_ids;  // all of them, in the last chunk
         if (req_.params.logprobs >= 0 && !c.logprobs.empty()) {
             choice["logprobs"] = req_.chat ? json{{"content", c.logprobs}}
                                            : completion_logprobs(c.logprobs);
@@ -253,6 +254,7 @@ void GenerationHandler::complete() {
     for (size_t i = 0; i < choices_.size(); ++i) {
         const Choice& c = choices_[i];
         json choice = {{"index", i}, {"finish_reason", c.finish_reason}};
+        if (req_.return_token_ids) choice["token_ids"] = c.token_ids;
         if (req_.chat) {
             json msg = {{"role", "assistant"}};
             msg["content"] = c.parsed.content.empty() && !c.parsed.tool_calls.empty()
@@ -305,6 +307,7 @@ void GenerationHandler::handle(SeqEvent ev) {
     if (c.done) return;
     c.completion_tokens = ev.completion_tokens;
     c.cached_tokens = std::max(c.cached_tokens, ev.cached_tokens);
+    if (req_.return_token_ids) c.token_ids.insert(c.token_ids.end(), ev.tokens.begin(), ev.tokens.end());
     add_logprobs(c, ev.logprobs);
     std::string text;
     for (int32_t t : ev.tokens) text += c.detok->push(t);

@@ -52,6 +52,7 @@ private:
         std::string finish_reason;
         int64_t completion_tokens = 0;
         int64_t cached_tokens = 0;  // prompt tokens the engine took from the prefix cache
+        std::vector<int32_t> token_ids;  // generated ids (return_token_ids)
     };
 
     void handle(SeqEvent ev);

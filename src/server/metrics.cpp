@@ -29,7 +29,7 @@ std::string App::metrics_text() const {
     gauge(o, "dsv4_sequences_running", "Sequences in the running batch", e.running_seqs);
     gauge(o, "dsv4_sequences_waiting", "Sequences waiting (new or preempted)", e.waiting_seqs);
     gauge(o, "dsv4_cache_pages_total", "KV/state cache pages in the pool", e.pages_total);
-    gauge(o, "dsv4_cache_pages_used", "KV/state cache pages owned by sequences", e.pages_used);
+    gauge(o, "dsv4_cache_pages_used", "KV/state cache pages held by sequences or the prefix cache", e.pages_used);
     gauge(o, "dsv4_cache_pages_free", "KV/state cache pages free", e.pages_free);
     gauge(o, "dsv4_preemptions_total", "Sequences preempted by recompute", e.preemptions_total, "counter");
     gauge(o, "dsv4_prompt_tokens_total", "Prompt tokens admitted", e.prompt_tokens_total, "counter");

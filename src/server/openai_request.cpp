@@ -221,6 +221,7 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(std::string_view body
         }
         rd.boolean("ignore_eos", r.params.ignore_eos);
         rd.boolean("skip_special_tokens", r.skip_special_tokens);
+        rd.boolean("return_token_ids", r.return_token_ids);
         if (const ojson* cs = rd.get("cache_salt")) {  // vLLM's field: tenants share no cached prefix
             if (!cs->is_string() || cs->get<std::string>().empty() || cs->get<std::string>().size() > 4096)
                 return bad_request("'cache_salt' must be a non-empty string of at most 4096 bytes", "cache_salt");

@@ -28,6 +28,7 @@ struct ParsedRequest {
     std::vector<std::string> stop;   // stop strings
     bool skip_special_tokens = true;
     std::string cache_salt;          // "" = the shared prefix-cache namespace
+    bool return_token_ids = false;   // vLLM's extension: each choice's generated token ids
     // /v1/completions prompt: text, or token ids when prompt_is_ids.
     std::string prompt_text;
     std::vector<int32_t> prompt_ids;

@@ -351,12 +351,13 @@ test('client disconnect aborts and frees pages (B29)', { timeout: 120000 }, asyn
   await Promise.all([...Array(100)].map(streamAndDrop).concat([...Array(100)].map(waitAndDrop)));
   const settled = await waitFor(async () => {
     const m = await metrics(srv.port);
-    return m.dsv4_cache_pages_used === base.dsv4_cache_pages_used && m.dsv4_requests_running === 0 &&
-      m.dsv4_requests_waiting === 0;
+    // Pages back in the pool, apart from those the prefix cache holds (idle, it is their only owner).
+    return m.dsv4_cache_pages_used - m.dsv4_prefix_cache_pages === base.dsv4_cache_pages_used - base.dsv4_prefix_cache_pages &&
+      m.dsv4_requests_running === 0 && m.dsv4_requests_waiting === 0;
   }, 3000);
   const m = await metrics(srv.port);
-  assert.ok(settled, `pages used ${m.dsv4_cache_pages_used}, running ${m.dsv4_requests_running}`);
-  assert.equal(m.dsv4_cache_pages_free, base.dsv4_cache_pages_free);
+  assert.ok(settled, `pages used ${m.dsv4_cache_pages_used} (cache ${m.dsv4_prefix_cache_pages}), running ${m.dsv4_requests_running}`);
+  assert.equal(m.dsv4_cache_pages_free + m.dsv4_prefix_cache_pages, base.dsv4_cache_pages_free + base.dsv4_prefix_cache_pages);
   const g1 = m.dsv4_generation_tokens_total;
   await new Promise((r) => setTimeout(r, 200));
   assert.equal((await metrics(srv.port)).dsv4_generation_tokens_total, g1, 'generation continued');
@@ -585,7 +586,43 @@ test('1000 concurrent streaming requests: none lost', { timeout: 300000 }, async
   const m = await metrics(srv.port);
   console.log(`# burst: ${done} completed, ${rejected} rejected in ${Date.now() - t0} ms; ` +
     `max open connections seen ${maxOpen}; pages used after ${m.dsv4_cache_pages_used}`);
-  assert.ok(await waitFor(async () => (await metrics(srv.port)).dsv4_cache_pages_used === 0, 3000));
+  assert.ok(await waitFor(async () => {
+    const x = await metrics(srv.port);
+    return x.dsv4_cache_pages_used === x.dsv4_prefix_cache_pages;
+  }, 3000));
+});
+
+test('prefix cache: a repeated prompt reports cached tokens, salts keep tenants apart, a flush empties it', { timeout: 60000 }, async (t) => {
+  const srv = await startServer(['--model', 'fake']);
+  t.after(() => srv.stop());
+  const prompt = [...Array(100)].map((_, i) => 100 + i);  // the fake model's blocks are 16 tokens
+  const ask = async (extra) => {
+    const r = await postJson(srv.port, '/v1/completions', { prompt, max_tokens: 4, temperature: 0, ignore_eos: true,
+      return_token_ids: true, ...extra });
+    assert.equal(r.status, 200, r.body);
+    return JSON.parse(r.body);
+  };
+  const a = await ask({});
+  assert.equal(a.usage.prompt_tokens_details.cached_tokens, 0);
+  assert.equal(a.choices[0].token_ids.length, 4);
+  const b = await ask({});
+  assert.equal(b.usage.prompt_tokens_details.cached_tokens, 96);  // whole 16-token blocks, at least one token left
+  assert.equal(b.choices[0].text, a.choices[0].text);
+  assert.deepEqual(b.choices[0].token_ids, a.choices[0].token_ids);
+  const s1 = await ask({ cache_salt: 'tenant-1' });
+  assert.equal(s1.usage.prompt_tokens_details.cached_tokens, 0);
+  assert.equal(s1.choices[0].text, a.choices[0].text);
+  assert.equal((await ask({ cache_salt: 'tenant-1' })).usage.prompt_tokens_details.cached_tokens, 96);
+  const bad = await postJson(srv.port, '/v1/completions', { prompt, max_tokens: 1, cache_salt: 5 });
+  assert.equal(bad.status, 400);
+  let m = await metrics(srv.port);
+  assert.ok(m.dsv4_prefix_cache_hit_tokens_total >= 192 && m.dsv4_prefix_cache_pages > 0);
+  assert.equal((await postJson(srv.port, '/flush_cache', {})).status, 200);
+  assert.ok(await waitFor(async () => {
+    m = await metrics(srv.port);
+    return m.dsv4_prefix_cache_pages === 0 && m.dsv4_cache_pages_used === 0;
+  }, 3000), `after the flush: cache pages ${m.dsv4_prefix_cache_pages}, used ${m.dsv4_cache_pages_used}`);
+  assert.equal((await ask({})).usage.prompt_tokens_details.cached_tokens, 0);
 });
 
 test('default tiny model answers an openai chat', { timeout: 300000 }, async (t) => {

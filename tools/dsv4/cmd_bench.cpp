@@ -11,8 +11,10 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "bench/compare.h"
+#include "bench/multi_turn.h"
 #include "bench/plot.h"
 #include "bench/record_io.h"
 #include "bench/report.h"
@@ -275,6 +277,47 @@ Status run_compare(const CompareFlags& f) {
 
 }  // namespace
 
+Status run_multi_turn_cmd(const std::string& url_text, const bench::MultiTurnOptions& o, const std::string& out,
+                          const std::string& label) {
+    DSV4_ASSIGN_OR_RETURN(bench::Url url, bench::parse_url(url_text));
+    std::printf("multi-turn: %d conversations x %d turns, %d-token shared system prompt, %d-token user turns, "
+                "%d-token answers, %s\n",
+                o.conversations, o.turns, o.system_len, o.user_len, o.answer_len, url.to_string().c_str());
+    DSV4_ASSIGN_OR_RETURN(auto turns, bench::run_multi_turn(url, o));
+    std::printf("%5s %4s %4s %12s %12s %12s %12s %12s %9s %8s\n", "turn", "ok", "err", "TTFT med ms", "TTFT p90 ms",
+                "prompt tok", "cached tok", "computed", "hit rate", "wall s");
+    int64_t later_computed = 0, later_prompt = 0;
+    std::vector<double> later_ttft;
+    std::FILE* f = out.empty() ? nullptr : std::fopen(out.c_str(), "w");
+    if (!out.empty() && !f) return error(StatusCode::kInternal, "cannot write {}", out);
+    for (const auto& t : turns) {
+        std::printf("%5d %4d %4d %12.1f %12.1f %12lld %12lld %12lld %8.1f%% %8.2f\n", t.turn, t.n_ok, t.n_errors,
+                    t.ttft_ms.median, t.ttft_ms.p90, (long long)t.prompt_tokens, (long long)t.cached_tokens,
+                    (long long)t.computed_tokens(), 100.0 * t.hit_rate(), t.wall_s);
+        if (t.turn >= 2) {
+            later_computed += t.computed_tokens();
+            later_prompt += t.prompt_tokens;
+            later_ttft.insert(later_ttft.end(), t.ttft_values_ms.begin(), t.ttft_values_ms.end());
+        }
+        if (f) {
+            nlohmann::json j = {{"schema", "dsv4.bench.multiturn.v1"}, {"label", label}, {"url", url.to_string()},
+                                {"turn", t.turn}, {"n_ok", t.n_ok}, {"n_errors", t.n_errors},
+                                {"ttft_ms", {{"median", t.ttft_ms.median}, {"p90", t.ttft_ms.p90}, {"mean", t.ttft_ms.mean}}},
+                                {"prompt_tokens", t.prompt_tokens}, {"cached_tokens", t.cached_tokens},
+                                {"computed_tokens", t.computed_tokens()}, {"wall_s", t.wall_s},
+                                {"conversations", o.conversations}, {"system_len", o.system_len},
+                                {"user_len", o.user_len}, {"answer_len", o.answer_len}};
+            std::fprintf(f, "%s\n", j.dump().c_str());
+        }
+    }
+    if (f) std::fclose(f);
+    const bench::Dist later = bench::summarize(later_ttft);
+    std::printf("turns 2-%d: %lld of %lld prompt tokens computed (%.1f%%), TTFT median %.1f ms\n", o.turns,
+                (long long)later_computed, (long long)later_prompt,
+                later_prompt ? 100.0 * double(later_computed) / double(later_prompt) : 0.0, later.median);
+    return Status::ok();
+}
+
 void register_bench(CLI::App& app, CommandContext& ctx) {
     auto* cmd = app.add_subcommand(
         "bench", "Throughput benchmark of an OpenAI-compatible server (concurrency sweep, A/B)");
@@ -339,8 +382,36 @@ void register_bench(CLI::App& app, CommandContext& ctx) {
             ctx.exit_code = 1;
         }
     });
-    cmd->callback([&ctx, f, cmp] {
-        if (cmp->parsed()) return;
+    auto* mt = cmd->add_subcommand("multi-turn",
+                                   "Multi-turn conversations as token ids (shared system prompt, history resent "
+                                   "every turn): per-turn TTFT, cached and computed prompt tokens");
+    auto mo = std::make_shared<bench::MultiTurnOptions>();
+    auto mt_url = std::make_shared<std::string>("http://127.0.0.1:8000");
+    auto mt_out = std::make_shared<std::string>();
+    auto mt_label = std::make_shared<std::string>();
+    mt->add_option("--url", *mt_url, "Server base URL")->capture_default_str();
+    mt->add_option("--conversations", mo->conversations, "Concurrent conversations")->capture_default_str();
+    mt->add_option("--turns", mo->turns, "Turns per conversation")->capture_default_str();
+    mt->add_option("--system-len", mo->system_len, "Token ids of the shared system prompt")->capture_default_str();
+    mt->add_option("--user-len", mo->user_len, "Token ids of each user turn")->capture_default_str();
+    mt->add_option("--answer-len", mo->answer_len, "Output tokens of each answer")->capture_default_str();
+    mt->add_option("--token-id-min", mo->id_min, "Lowest random id")->capture_default_str();
+    mt->add_option("--token-id-max", mo->id_max, "One past the highest random id")->capture_default_str();
+    mt->add_option("--temperature", mo->temperature, "Sampling temperature (seeded)")->capture_default_str();
+    mt->add_option("--seed", mo->seed, "Seed of the ids")->capture_default_str();
+    mt->add_option("--model", mo->model, "Model name (default: the server's first)");
+    mt->add_option("--timeout", mo->timeout_s, "Per request, seconds")->capture_default_str();
+    mt->add_option("--out", *mt_out, "JSON lines, one record per turn");
+    mt->add_option("--label", *mt_label, "Free-text label stored in every record");
+    mt->callback([&ctx, mo, mt_url, mt_out, mt_label] {
+        Status s = run_multi_turn_cmd(*mt_url, *mo, *mt_out, *mt_label);
+        if (!s.is_ok()) {
+            std::fprintf(stderr, "dsv4 bench multi-turn: %s\n", s.to_string().c_str());
+            ctx.exit_code = 1;
+        }
+    });
+    cmd->callback([&ctx, f, cmp, mt] {
+        if (cmp->parsed() || mt->parsed()) return;
         Status s = run_bench(*f);
         if (!s.is_ok()) {
             std::fprintf(stderr, "dsv4 bench: %s\n", s.to_string().c_str());
