@@ -12,6 +12,8 @@
 #include "runtime/cuda_runner.h"
 #include "runtime/runner_factory.h"
 #include "sched/engine_core.h"
+#include "tests/kernels/cuda_runner/small512_config.h"
+#include "tests/server/recording_runner.h"
 
 namespace dsv4 {
 namespace {
@@ -268,6 +270,106 @@ TEST(CudaEngine, PrefixCacheGreedyIdentical) {
     EXPECT_GT(h_on, 128 * 8);
     std::printf("[engine cuda] prefix cache: %zu requests greedy identical with and without it; %lld prompt tokens "
                 "resumed (one at a time), %lld (all at once)\n", prompts.size(), (long long)h_on, (long long)h_on2);
+}
+
+}  // namespace
+}  // namespace dsv4
+
+namespace dsv4 {
+namespace {
+
+// Prefix caching on the fast attention path (head_dim 512, 64 heads, window 128, CSA r4 with a
+// top-512 indexer, HCA r128, fp8 K=V rows: sparse_decode and the batched prefill): every logits
+// row of every request within the bf16 tolerance with and without the cache (rows need not be
+// bitwise equal: the batch a row is computed in differs, and tensor-core tiles may round with it),
+// greedy tokens the same, all requests at once.
+TEST(CudaEngine, PrefixCacheFastAttentionLogitsClose) {
+    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+    ModelConfig c = small512_config();
+    c.n_layers = 3;
+    c.n_heads = 64;
+    c.o_groups = 8;
+    c.sliding_window = 128;
+    c.compress_ratios = {0, 4, 128};
+    c.layer_types = {AttnType::kSliding, AttnType::kCSA, AttnType::kHCA};
+    c.mlp_types = {MoeRouting::kHash, MoeRouting::kLearned, MoeRouting::kLearned};
+    c.index_n_heads = 64;
+    c.index_head_dim = 128;
+    c.index_topk = 512;
+    ASSERT_TRUE(c.validate().is_ok());
+    auto model = std::make_shared<const RefModel>(c, ModelWeights::random(c, 23), RefNumerics{});
+    std::mt19937 g(29);
+    std::vector<int32_t> base(700);
+    for (auto& t : base) t = int32_t(g() % uint32_t(c.vocab_size));
+    std::vector<std::vector<int32_t>> prompts = {std::vector<int32_t>(base.begin(), base.begin() + 600)};
+    for (int cut : {128, 129, 255, 256, 257, 400, 520, 640, 700}) {
+        std::vector<int32_t> p(base.begin(), base.begin() + cut);
+        for (int k = 0; k < 2 + cut % 3; ++k) p.push_back(int32_t(g() % uint32_t(c.vocab_size)));
+        prompts.push_back(p);
+    }
+    std::map<int64_t, std::vector<std::vector<float>>> rows[2];
+    std::vector<std::vector<int32_t>> toks[2];
+    int64_t hits = 0;
+    for (int cache = 0; cache < 2; ++cache) {
+        CudaRunnerOptions o;
+        o.rt.kv_rows = "fp8";
+        o.max_seqs = 8;
+        o.max_tokens = 512;
+        o.max_context = 1024;
+        o.n_pages = 3000;
+        o.verbose = false;
+        auto gpu = make_cuda_runner(model, "", o);
+        ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
+        test::RecordingRunner rec(**gpu);
+        EngineConfig cfg;
+        cfg.sched = {.max_running = 8, .max_tokens_per_step = 512, .max_prefill_chunk = 256};
+        cfg.sched.prefix_cache = cache == 1;
+        cfg.sched.align_prefill_chunks = true;
+        cfg.device_sampling = false;  // every row to the host, where it is recorded
+        EngineStats stats;
+        EngineCore core(rec, cfg, stats);
+        std::vector<std::shared_ptr<Collect>> sinks;
+        // The first request alone (it caches the shared prefix), then the others at once.
+        for (size_t i = 0; i < prompts.size(); ++i) {
+            SamplingParams p;
+            p.temperature = 0;
+            p.max_tokens = 6;
+            p.ignore_eos = true;
+            sinks.push_back(std::make_shared<Collect>());
+            EXPECT_TRUE(core.add({.id = i + 1, .prompt = prompts[i], .params = p, .sink = sinks.back()}).is_ok());
+            if (i == 0)
+                for (int guard = 0; core.has_work() && guard < 10000; ++guard) core.step();
+        }
+        for (int guard = 0; core.has_work() && guard < 10000; ++guard) core.step();
+        rows[cache] = rec.rows;
+        for (auto& s : sinks) toks[cache].push_back(s->tokens);
+        if (cache) hits = stats.prefix_cache_hit_tokens_total;
+        core.flush_prefix_cache();
+        EXPECT_EQ(core.pages().n_used(), 0);
+    }
+    EXPECT_GT(hits, 128 * 6);
+    EXPECT_EQ(toks[1], toks[0]);
+    ASSERT_EQ(rows[1].size(), rows[0].size());
+    double worst = 0, scale = 0;
+    size_t n = 0, bitwise = 0;
+    for (const auto& [seq, r0] : rows[0]) {
+        const auto& r1 = rows[1].at(seq);
+        ASSERT_EQ(r1.size(), r0.size());
+        for (size_t i = 0; i < r0.size(); ++i) {
+            double w = 0;
+            for (size_t j = 0; j < r0[i].size(); ++j) {
+                w = std::max(w, std::fabs(double(r1[i][j]) - r0[i][j]));
+                scale = std::max(scale, double(std::fabs(r0[i][j])));
+            }
+            worst = std::max(worst, w);
+            bitwise += w == 0;
+            ++n;
+        }
+    }
+    std::printf("[engine cuda] prefix cache, fast attention: %zu logits rows, %zu bitwise equal, max |diff| %.3g "
+                "(logit scale %.3g); %lld prompt tokens resumed\n", n, bitwise, worst, scale, (long long)hits);
+    EXPECT_GT(scale, 0.0);
+    EXPECT_LE(worst, 8e-3 * scale);  // bf16: 8 bits of mantissa
 }
 
 }  // namespace
