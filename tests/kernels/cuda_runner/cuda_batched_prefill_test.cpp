@@ -34,23 +34,6 @@ std::vector<int32_t> ids(int n, int64_t vocab, uint32_t seed) {
     return v;
 }
 
-// DeepSeek-V4-Flash's attention geometry at small width: 64 heads x 512, window 128, CSA r4 with
-// the top-512 indexer (64 heads x 128), HCA r128.
-ModelConfig flash_geometry_config() {
-    ModelConfig c = small512_config();
-    c.n_layers = 3;
-    c.n_heads = 64;
-    c.o_groups = 8;
-    c.sliding_window = 128;
-    c.compress_ratios = {0, 4, 128};
-    c.layer_types = {AttnType::kSliding, AttnType::kCSA, AttnType::kHCA};
-    c.mlp_types = {MoeRouting::kHash, MoeRouting::kLearned, MoeRouting::kLearned};
-    c.index_n_heads = 64;
-    c.index_head_dim = 128;
-    c.index_topk = 512;
-    return c;
-}
-
 // One step: per sequence, the tokens it runs (empty: not in the step).
 using Step = std::vector<std::vector<int32_t>>;
 

@@ -28,6 +28,17 @@ public:
     std::string error;
 };
 
+// Runner options of a golden model (tests/data/golden/<name>) on the CUDA backend.
+RunnerOptions golden_cuda(const char* name, int64_t n_pages, int64_t page_tokens) {
+    const char* env = std::getenv("DSV4_GOLDEN_DIR");
+    RunnerOptions ro;
+    ro.model = std::string(env && *env ? env : DSV4_GOLDEN_DIR) + "/" + name;
+    ro.n_pages = n_pages;
+    ro.page_tokens = page_tokens;
+    ro.backend = "cuda";
+    return ro;
+}
+
 std::vector<std::vector<int32_t>> serve(ModelRunner& runner, const std::vector<std::vector<int32_t>>& prompts) {
     EngineConfig cfg;
     cfg.sched.max_running = 8;
@@ -62,12 +73,7 @@ std::vector<std::vector<int32_t>> serve(ModelRunner& runner, const std::vector<s
 
 TEST(CudaEngine, GreedyOutputsMatchCpuEngine) {
     if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
-    const char* env = std::getenv("DSV4_GOLDEN_DIR");
-    RunnerOptions ro;
-    ro.model = std::string(env && *env ? env : DSV4_GOLDEN_DIR) + "/tiny_quant";
-    ro.n_pages = 800;
-    ro.page_tokens = 16;
-    ro.backend = "cuda";
+    RunnerOptions ro = golden_cuda("tiny_quant", 800, 16);
     ro.rt.kv_rows = "f32";  // exact rows: greedy outputs identical to the cpu engine
     auto gpu = make_model_runner(ro);
     ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
@@ -120,12 +126,7 @@ public:
 // more than 20 top logprobs (host rows), min_tokens masks, EOS not ignored.
 TEST(CudaEngine, OverlappedStepsGiveTheSameOutputs) {
     if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
-    const char* env = std::getenv("DSV4_GOLDEN_DIR");
-    RunnerOptions ro;
-    ro.model = std::string(env && *env ? env : DSV4_GOLDEN_DIR) + "/tiny_quant";
-    ro.n_pages = 800;
-    ro.page_tokens = 16;
-    ro.backend = "cuda";
+    RunnerOptions ro = golden_cuda("tiny_quant", 800, 16);
     std::vector<SamplingParams> ps(7);
     for (auto& p : ps) p.max_tokens = 14;
     ps[0].temperature = 0;
@@ -177,11 +178,7 @@ TEST(CudaEngine, OverlappedStepsGiveTheSameOutputs) {
 // workspaces, capped at max_seqs sequences of max_context; a fraction too small is an error that says so.
 TEST(CudaRunnerPool, SizedFromMemory) {
     if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
-    const char* env = std::getenv("DSV4_GOLDEN_DIR");
-    RunnerOptions ro;
-    ro.model = std::string(env && *env ? env : DSV4_GOLDEN_DIR) + "/tiny_quant";
-    ro.backend = "cuda";
-    ro.page_tokens = 16;
+    RunnerOptions ro = golden_cuda("tiny_quant", 0, 16);
     ro.max_seqs = 16;
     ro.max_context = 2048;
     ro.gpu_memory_utilization = 0.9;
@@ -212,12 +209,7 @@ namespace {
 // request after another (each finds the earlier ones cached) and all at once; no page leaked.
 TEST(CudaEngine, PrefixCacheGreedyIdentical) {
     if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
-    const char* env = std::getenv("DSV4_GOLDEN_DIR");
-    RunnerOptions ro;
-    ro.model = std::string(env && *env ? env : DSV4_GOLDEN_DIR) + "/tiny_real_window";
-    ro.n_pages = 1200;
-    ro.page_tokens = 64;
-    ro.backend = "cuda";
+    RunnerOptions ro = golden_cuda("tiny_real_window", 1200, 64);
     std::mt19937 g(17);
     std::vector<int32_t> base(420);
     for (auto& t : base) t = int32_t(2 + g() % 500);
@@ -285,17 +277,7 @@ namespace {
 // greedy tokens the same, all requests at once.
 TEST(CudaEngine, PrefixCacheFastAttentionLogitsClose) {
     if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
-    ModelConfig c = small512_config();
-    c.n_layers = 3;
-    c.n_heads = 64;
-    c.o_groups = 8;
-    c.sliding_window = 128;
-    c.compress_ratios = {0, 4, 128};
-    c.layer_types = {AttnType::kSliding, AttnType::kCSA, AttnType::kHCA};
-    c.mlp_types = {MoeRouting::kHash, MoeRouting::kLearned, MoeRouting::kLearned};
-    c.index_n_heads = 64;
-    c.index_head_dim = 128;
-    c.index_topk = 512;
+    const ModelConfig c = flash_geometry_config();
     ASSERT_TRUE(c.validate().is_ok());
     auto model = std::make_shared<const RefModel>(c, ModelWeights::random(c, 23), RefNumerics{});
     std::mt19937 g(29);

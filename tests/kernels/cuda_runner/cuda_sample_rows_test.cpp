@@ -35,6 +35,20 @@ std::vector<float> make_row(int kind, std::mt19937& g) {
     return r;
 }
 
+// Row r's kernel arguments from its flattened parameters; its penalty tokens appended to toks.
+cuda::SampleRowArgs row_args(const DeviceSampleParams& d, int r, std::vector<cuda::SamplePenaltyToken>& toks) {
+    cuda::SampleRowArgs a;
+    a.row = r;
+    a.temperature = d.temperature, a.top_p = d.top_p, a.min_p = d.min_p, a.top_k = d.top_k;
+    a.repetition_penalty = d.repetition_penalty, a.presence_penalty = d.presence_penalty;
+    a.frequency_penalty = d.frequency_penalty, a.logprobs = d.logprobs;
+    a.seed = d.seed, a.stream = d.stream, a.position = d.position;
+    a.tok_begin = int32_t(toks.size()), a.n_tok = int32_t(d.penalty_tokens.size());
+    for (const auto& t : d.penalty_tokens)
+        toks.push_back({t.token, t.output_count, uint8_t(t.seen), uint8_t(t.masked), t.bias});
+    return a;
+}
+
 struct Case {
     std::string name;
     SamplingParams p;
@@ -119,16 +133,7 @@ TEST(CudaSampleRows, SameTokensAsTheHostSampler) {
                 std::vector<float> copy = rows[r];
                 host[r] = sample_token(copy, c.p, pen[r], ctx);
                 const auto pt = penalty_tokens(c.p, pen[r], ctx);
-                const DeviceSampleParams d = device_sample_params(c.p, ctx, pt);
-                cuda::SampleRowArgs& a = args[r];
-                a.row = r;
-                a.temperature = d.temperature, a.top_p = d.top_p, a.min_p = d.min_p, a.top_k = d.top_k;
-                a.repetition_penalty = d.repetition_penalty, a.presence_penalty = d.presence_penalty;
-                a.frequency_penalty = d.frequency_penalty, a.logprobs = d.logprobs;
-                a.seed = d.seed, a.stream = d.stream, a.position = d.position;
-                a.tok_begin = int32_t(toks.size()), a.n_tok = int32_t(pt.size());
-                for (const auto& t : pt)
-                    toks.push_back({t.token, t.output_count, uint8_t(t.seen), uint8_t(t.masked), t.bias});
+                args[r] = row_args(device_sample_params(c.p, ctx, pt), r, toks);
             }
             ASSERT_LE(toks.size(), max_toks);
             ASSERT_EQ(cudaMemcpy(d_args, args.data(), args.size() * sizeof(args[0]), cudaMemcpyHostToDevice), cudaSuccess);
@@ -233,17 +238,9 @@ TEST(CudaSampleRows, PendingTokenCountedLikeTheHost) {
             std::vector<float> copy2 = rows[r];
             n_changed += sample_token(copy2, ps[pi], before, ctx).token != host[r].token;
             const auto pt = penalty_tokens(ps[pi], before, ctx);
-            const DeviceSampleParams d = device_sample_params(ps[pi], ctx, pt);
-            cuda::SampleRowArgs& a = args[r];
-            a.row = r;
-            a.temperature = d.temperature, a.top_p = d.top_p, a.min_p = d.min_p, a.top_k = d.top_k;
-            a.repetition_penalty = d.repetition_penalty, a.presence_penalty = d.presence_penalty;
-            a.frequency_penalty = d.frequency_penalty, a.logprobs = d.logprobs;
-            a.seed = d.seed, a.stream = d.stream, a.position = d.position;
-            a.tok_begin = int32_t(toks.size()), a.n_tok = int32_t(pt.size());
-            a.pending_index = 4 * r + 3;
-            step_tokens[size_t(a.pending_index)] = best;
-            for (const auto& t : pt) toks.push_back({t.token, t.output_count, uint8_t(t.seen), uint8_t(t.masked), t.bias});
+            args[r] = row_args(device_sample_params(ps[pi], ctx, pt), r, toks);
+            args[r].pending_index = 4 * r + 3;
+            step_tokens[size_t(args[r].pending_index)] = best;
         }
         ASSERT_EQ(cudaMemcpy(d_args, args.data(), args.size() * sizeof(args[0]), cudaMemcpyHostToDevice), cudaSuccess);
         ASSERT_EQ(cudaMemcpy(d_toks, toks.data(), toks.size() * sizeof(toks[0]), cudaMemcpyHostToDevice), cudaSuccess);

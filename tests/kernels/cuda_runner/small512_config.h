@@ -33,4 +33,21 @@ inline ModelConfig small512_config() {
     return c;
 }
 
+// DeepSeek-V4-Flash's attention geometry at small width: 64 heads x 512, window 128, CSA r4 with
+// the top-512 indexer (64 heads x 128), HCA r128.
+inline ModelConfig flash_geometry_config() {
+    ModelConfig c = small512_config();
+    c.n_layers = 3;
+    c.n_heads = 64;
+    c.o_groups = 8;
+    c.sliding_window = 128;
+    c.compress_ratios = {0, 4, 128};
+    c.layer_types = {AttnType::kSliding, AttnType::kCSA, AttnType::kHCA};
+    c.mlp_types = {MoeRouting::kHash, MoeRouting::kLearned, MoeRouting::kLearned};
+    c.index_n_heads = 64;
+    c.index_head_dim = 128;
+    c.index_topk = 512;
+    return c;
+}
+
 }  // namespace dsv4
