@@ -5,6 +5,8 @@
 #include <random>
 #include <unordered_map>
 
+#include <fmt/format.h>
+
 #include "core/check.h"
 #include "core/philox.h"
 #include "sched/device_sample.h"
@@ -103,6 +105,11 @@ Status EngineCore::add(GenRequest req) {
         seq->sink = req.sink;
         seq->arrival = req.arrival;
         seq->cache_salt = req.cache_salt;
+        if (req.constraint) {
+            seq->constraint = req.constraint->clone();
+            seq->constraint_after = req.constraint_after;
+            seq->constraint_active = req.constraint_after < 0;
+        }
         // The other choices resume from choice 0's cached prompt instead of computing it again.
         if (const PrefixCache* pc = sched_.prefix_cache())
             seq->hold_for_prefix = c > 0 && int64_t(req.prompt.size()) > pc->block_tokens();
@@ -181,7 +188,7 @@ SampleContext EngineCore::sample_context(const Sequence* seq, int64_t position) 
 // row by the runner's full sampler when it has one (kFull: penalties, masks, the seeded draw and
 // logprobs where the logits are), else by the host sampler (kNone).
 DeviceSample EngineCore::row_mode(const Sequence* seq, const SampleContext& ctx) const {
-    if (!cfg_.device_sampling) return DeviceSample::kNone;
+    if (!cfg_.device_sampling || (seq->constraint && seq->constraint_active)) return DeviceSample::kNone;
     const SamplingParams& p = seq->params;
     if (runner_.supports_device_sample(DeviceSample::kGreedy) && sample_is_plain_argmax(p, ctx))
         return DeviceSample::kGreedy;
@@ -249,7 +256,9 @@ void EngineCore::launch_plan(StepPlan plan, StepStats& st) {
         f.out_at.push_back(int64_t(seq->tokens.size()));
         seq->tokens.push_back(kPendingToken);
         const bool may_finish = seq->n_output() >= seq->params.max_tokens || int64_t(seq->tokens.size()) >= max_context_;
-        seq->await_output = f.mode[i] == DeviceSample::kNone || may_finish;
+        // A constraint waiting for its start token: the next row's mode depends on this token.
+        const bool may_constrain = seq->constraint && !seq->constraint_active;
+        seq->await_output = f.mode[i] == DeviceSample::kNone || may_finish || may_constrain;
     }
     ++stats_.steps_total;
     stats_.overlapped_steps_total += !inflight_.empty();
@@ -305,7 +314,18 @@ void EngineCore::collect_oldest(StepStats& st) {
                 for (const auto& [t, lp] : out.top_logprobs[r]) res.top.push_back({t, lp});
             ++st.n_device_sampled;
         } else {
+            if (seq->constraint && seq->constraint_active) seq->constraint->mask(out.logits[r], eos);
             res = sample_token(out.logits[r], seq->params, seq->penalties, sample_context(seq, pos));
+        }
+        bool constraint_done = false;
+        if (seq->constraint && seq->constraint_active) {
+            if (!seq->constraint->advance(res.token)) {
+                fail(seq, fmt::format("constrained decoding: token {} is outside the allowed set", res.token));
+                continue;
+            }
+            constraint_done = seq->constraint->finished() || (res.token == eos && seq->constraint->complete());
+        } else if (seq->constraint && res.token == seq->constraint_after) {
+            seq->constraint_active = true;
         }
         const auto now = Clock::now();
         if (pos == 0) {
@@ -323,7 +343,7 @@ void EngineCore::collect_oldest(StepStats& st) {
         ev.completion_tokens = pos + 1;
         ev.cached_tokens = seq->cached_tokens;
         const auto& stops = seq->params.stop_token_ids;
-        const bool is_eos = res.token == eos && !seq->params.ignore_eos;
+        const bool is_eos = res.token == eos && (!seq->params.ignore_eos || constraint_done);
         const bool is_stop_id = std::find(stops.begin(), stops.end(), res.token) != stops.end();
         if (is_eos || is_stop_id) {
             ev.stop_token = res.token;
@@ -332,6 +352,10 @@ void EngineCore::collect_oldest(StepStats& st) {
         }
         ev.tokens.push_back(res.token);
         if (seq->params.logprobs >= 0) ev.logprobs.push_back(std::move(res));
+        if (constraint_done) {  // the document is whole and nothing may follow: done, as on EOS
+            finish(seq, FinishReason::kStop, std::move(ev));
+            continue;
+        }
         if (pos + 1 >= seq->params.max_tokens || at + 1 >= max_context_) {
             finish(seq, FinishReason::kLength, std::move(ev));
             continue;

@@ -46,6 +46,10 @@ struct GenRequest {
     std::shared_ptr<RequestSink> sink;
     Clock::time_point arrival = Clock::now();
     uint64_t cache_salt = 0;          // prefix-cache namespace (hash of the request's cache_salt; 0: shared)
+    // Constrained decoding: each choice gets a clone; active from the start, or once
+    // constraint_after is sampled (>= 0). Constrained rows are sampled on the host.
+    std::shared_ptr<const TokenConstraint> constraint;
+    int32_t constraint_after = -1;
 };
 
 // One call of EngineCore::step(): the step it launched (n_seqs .. n_preempted) and the step(s) it

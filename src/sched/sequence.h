@@ -11,6 +11,7 @@
 
 #include "runtime/forward_batch.h"
 #include "sample/sampler.h"
+#include "sample/token_constraint.h"
 #include "sample/sampling_params.h"
 
 namespace dsv4 {
@@ -68,6 +69,12 @@ struct Sequence {
     int64_t snapshot_tokens = 0;      // last block boundary a snapshot was taken or restored at
     bool prompt_cached = false;       // its prompt's blocks have been offered to the cache
     bool hold_for_prefix = false;     // choice > 0: admitted once choice 0 has cached the prompt
+    // Constrained decoding (structured output): its rows are sampled on the host through
+    // constraint->mask once active; it becomes active when constraint_after is sampled (-1: from
+    // the start; e.g. the end of the reasoning in thinking mode).
+    std::unique_ptr<TokenConstraint> constraint;
+    int32_t constraint_after = -1;
+    bool constraint_active = false;
 
     int64_t n_output() const { return int64_t(tokens.size()) - n_prompt; }
     // Output tokens known on the host (without trailing kPendingToken entries).

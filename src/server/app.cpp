@@ -1,6 +1,9 @@
 // App implementation (see app.h).
 #include "server/app.h"
 
+#include "constrain/json_constraint.h"
+#include "constrain/json_schema.h"
+
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
@@ -39,8 +42,31 @@ ApiError status_to_error(const Status& s) {
 
 }  // namespace
 
+namespace {
+
+std::shared_ptr<const constrain::VocabIndex> vocab_bytes(const Tokenizer& tok, int64_t model_vocab) {
+    std::vector<std::string> bytes(size_t(std::max<int64_t>(model_vocab, 0)));
+    for (int64_t id = 0; id < model_vocab && id < tok.vocab_size(); ++id)
+        if (!tok.is_special(int32_t(id))) bytes[size_t(id)] = std::string(tok.token_bytes(int32_t(id), false));
+    return std::make_shared<const constrain::VocabIndex>(std::move(bytes));
+}
+
+}  // namespace
+
 App::App(Engine& engine, Tokenizer tok, AppOptions opt)
-    : engine_(engine), tok_(std::move(tok)), opt_(std::move(opt)) {}
+    : engine_(engine), tok_(std::move(tok)), vocab_(vocab_bytes(tok_, engine.vocab_size())), opt_(std::move(opt)) {}
+
+std::variant<std::shared_ptr<const TokenConstraint>, ApiError> App::constraint_for(const ParsedRequest& req) const {
+    if (!req.json_object && req.json_schema.is_null()) return std::shared_ptr<const TokenConstraint>();
+    constrain::CompiledSchema schema = constrain::any_json_object();
+    if (!req.json_object) {
+        auto compiled = constrain::compile_json_schema(nlohmann::json::parse(req.json_schema.dump()));
+        if (!compiled.is_ok()) return bad_request(compiled.status().message(), "response_format");
+        schema = std::move(compiled.value());
+    }
+    return std::shared_ptr<const TokenConstraint>(std::make_shared<constrain::JsonConstraint>(
+        std::make_shared<const constrain::CompiledSchema>(std::move(schema)), vocab_));
+}
 
 void App::count_status(int status) {
     if (status < 300) ++stats_.responses_2xx;
@@ -257,12 +283,21 @@ void App::generate(const HttpRequest& hreq, bool chat, const std::shared_ptr<Res
         req.params.max_tokens = std::max<int64_t>(1, std::min(want, room));
     }
 
+    auto constraint = constraint_for(req);
+    if (auto* e = std::get_if<ApiError>(&constraint)) {
+        send_error(*w, *e);
+        return;
+    }
+
     const uint64_t id = engine_.next_request_id();
     auto handler = std::make_shared<GenerationHandler>(engine_, tok_, opt_.model_name, req, id,
                                                        int64_t(prompt.size()), w);
     GenRequest g{.id = id, .prompt = std::move(prompt), .params = req.params, .n = req.n,
                  .sink = handler};
     if (!req.cache_salt.empty()) g.cache_salt = std::hash<std::string>{}(req.cache_salt) | 1;
+    g.constraint = std::get<std::shared_ptr<const TokenConstraint>>(constraint);
+    // In thinking mode the answer follows the reasoning: the constraint starts after </think>.
+    if (g.constraint && chat && req.thinking) g.constraint_after = tok_.token_to_id("</think>").value_or(-1);
     if (Status s = engine_.submit(std::move(g)); !s.is_ok()) {
         const ApiError e = status_to_error(s);
         HeaderList extra;

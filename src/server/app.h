@@ -12,6 +12,9 @@
 #include "sched/engine.h"
 #include "server/api_error.h"
 #include "server/response_writer.h"
+#include "constrain/vocab_index.h"
+#include "sample/token_constraint.h"
+#include "server/openai_request.h"
 #include "tokenizer/tokenizer.h"
 
 namespace dsv4 {
@@ -75,9 +78,13 @@ private:
     void health(ResponseWriter& w);
     void ready(ResponseWriter& w);
     bool authorized(const HttpRequest& req) const;
+    // The request's structured-output constraint (null: none); an ApiError for a bad schema.
+    std::variant<std::shared_ptr<const TokenConstraint>, ApiError> constraint_for(const ParsedRequest& req) const;
 
     Engine& engine_;
     Tokenizer tok_;
+    // The vocabulary as bytes for constrained decoding (special tokens left out), built once.
+    std::shared_ptr<const constrain::VocabIndex> vocab_;
     AppOptions opt_;
     ServerStats stats_;
     std::atomic<bool> draining_{false};

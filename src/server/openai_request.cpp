@@ -93,6 +93,57 @@ private:
     const ojson& j_;
 };
 
+// response_format (OpenAI), and vLLM's guided_json / structured_outputs {"json": ...}: the schema
+// constrained decoding enforces (checked in detail when compiled, by the server).
+std::optional<ApiError> parse_structured_output(Reader& rd, ParsedRequest& r) {
+    if (const ojson* rf = rd.get("response_format")) {
+        if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
+            return bad_request("'response_format' must be an object with a 'type'", "response_format");
+        const auto type = (*rf)["type"].get<std::string>();
+        if (type == "json_schema") {
+            if (!rf->contains("json_schema") || !(*rf)["json_schema"].is_object())
+                return bad_request("response_format type json_schema needs a 'json_schema' object", "response_format");
+            const ojson& js = (*rf)["json_schema"];
+            if (js.contains("schema") && !js["schema"].is_object() && !js["schema"].is_boolean())
+                return bad_request("response_format.json_schema.schema must be a JSON schema object", "response_format");
+            r.json_schema = js.value("schema", ojson::object());
+        } else if (type == "json_object") {
+            r.json_object = true;
+        } else if (type != "text") {
+            return bad_request("response_format.type must be text, json_object or json_schema", "response_format");
+        }
+        if (type != "text") r.response_format = *rf;
+    }
+    auto schema_field = [&](const ojson& v, const char* field) -> std::optional<ApiError> {
+        if (v.is_string()) {
+            ojson parsed = ojson::parse(v.get<std::string>(), nullptr, false);
+            if (parsed.is_discarded()) return bad_request(std::string("'") + field + "' is not valid JSON", field);
+            r.json_schema = parsed;
+        } else if (v.is_object()) {
+            r.json_schema = v;
+        } else {
+            return bad_request(std::string("'") + field + "' must be a JSON schema", field);
+        }
+        return std::nullopt;
+    };
+    if (const ojson* g = rd.get("guided_json"))
+        if (auto e = schema_field(*g, "guided_json")) return e;
+    if (const ojson* so = rd.get("structured_outputs")) {
+        if (!so->is_object()) return bad_request("'structured_outputs' must be an object", "structured_outputs");
+        if (so->contains("json")) {
+            if (auto e = schema_field((*so)["json"], "structured_outputs")) return e;
+        } else if (so->contains("json_object") && (*so)["json_object"] == true) {
+            r.json_object = true;
+        } else if (!so->empty()) {
+            return bad_request("'structured_outputs' supports 'json' (a schema) and 'json_object' only",
+                               "structured_outputs");
+        }
+    }
+    if (r.json_object && !r.json_schema.is_null())
+        return bad_request("give either a JSON schema or json_object, not both", "response_format");
+    return std::nullopt;
+}
+
 std::optional<ApiError> parse_token_ids(const ojson& arr, std::vector<int32_t>& out,
                                         const char* param) {
     for (const auto& t : arr) {
@@ -222,6 +273,7 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(std::string_view body
         rd.boolean("ignore_eos", r.params.ignore_eos);
         rd.boolean("skip_special_tokens", r.skip_special_tokens);
         rd.boolean("return_token_ids", r.return_token_ids);
+        if (auto e = parse_structured_output(rd, r)) return *e;
         if (const ojson* cs = rd.get("cache_salt")) {  // vLLM's field: tenants share no cached prefix
             if (!cs->is_string() || cs->get<std::string>().empty() || cs->get<std::string>().size() > 4096)
                 return bad_request("'cache_salt' must be a non-empty string of at most 4096 bytes", "cache_salt");
@@ -296,21 +348,6 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(std::string_view body
                                        "{\"type\": \"function\", \"function\": {\"name\": ...}}",
                                        "tool_choice");
                 }
-            }
-            if (const ojson* rf = rd.get("response_format")) {
-                if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
-                    return bad_request("'response_format' must be an object with a 'type'",
-                                       "response_format");
-                const auto type = (*rf)["type"].get<std::string>();
-                if (type == "json_schema") {
-                    if (!rf->contains("json_schema") || !(*rf)["json_schema"].is_object())
-                        return bad_request("response_format type json_schema needs a "
-                                           "'json_schema' object", "response_format");
-                } else if (type != "text" && type != "json_object") {
-                    return bad_request("response_format.type must be text, json_object or "
-                                       "json_schema", "response_format");
-                }
-                if (type != "text") r.response_format = *rf;
             }
             if (const ojson* e = rd.get("reasoning_effort")) {
                 if (!e->is_string())

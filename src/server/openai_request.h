@@ -29,6 +29,10 @@ struct ParsedRequest {
     bool skip_special_tokens = true;
     std::string cache_salt;          // "" = the shared prefix-cache namespace
     bool return_token_ids = false;   // vLLM's extension: each choice's generated token ids
+    // Structured output (response_format, guided_json, structured_outputs): a JSON schema the
+    // output must match, or any JSON object; null / false: unconstrained.
+    nlohmann::ordered_json json_schema;
+    bool json_object = false;
     // /v1/completions prompt: text, or token ids when prompt_is_ids.
     std::string prompt_text;
     std::vector<int32_t> prompt_ids;

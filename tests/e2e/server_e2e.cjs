@@ -653,3 +653,54 @@ test('default tiny model answers an openai chat', { timeout: 300000 }, async (t)
   await assert.rejects(client.completions.create({ model: MODEL, prompt: 'Hello', max_tokens: 1,
     logit_bias: { '99999999': 5 } }), (e) => e.status === 400 && /logit_bias/.test(e.message));
 });
+
+test('structured output: json_schema, json_object and guided_json give JSON that parses; bad schemas are 400', { timeout: 120000 }, async (t) => {
+  const srv = await startServer(['--model', 'fake']);
+  t.after(() => srv.stop());
+  const client = new OpenAI({ baseURL: srv.base + '/v1', apiKey: 'none', maxRetries: 0 });
+  const schema = { type: 'object', properties: { ok: { type: 'boolean' }, n: { enum: [1, 2, 'three'] } },
+    required: ['ok', 'n'], additionalProperties: false };
+  const check = (text) => {
+    const d = JSON.parse(text);
+    assert.equal(typeof d.ok, 'boolean', text);
+    assert.ok([1, 2, 'three'].includes(d.n), text);
+    assert.deepEqual(Object.keys(d).sort(), ['n', 'ok'], text);
+  };
+  for (const temperature of [0, 1]) {
+    const r = await client.chat.completions.create({ model: MODEL, messages: userMsg('hello'), temperature, seed: 7,
+      max_tokens: 96, response_format: { type: 'json_schema', json_schema: { name: 'answer', schema, strict: true } } });
+    assert.equal(r.choices[0].finish_reason, 'stop', r.choices[0].message.content);
+    check(r.choices[0].message.content);
+    // Streamed: the deltas put together are the same kind of document.
+    const stream = await client.chat.completions.create({ model: MODEL, messages: userMsg('hello'), temperature, seed: 7,
+      max_tokens: 96, stream: true, response_format: { type: 'json_schema', json_schema: { name: 'answer', schema } } });
+    let text = '', finish = null;
+    for await (const c of stream) {
+      if (c.choices[0]?.delta?.content) text += c.choices[0].delta.content;
+      if (c.choices[0]?.finish_reason) finish = c.choices[0].finish_reason;
+    }
+    assert.equal(finish, 'stop');
+    check(text);
+  }
+  // vLLM's guided_json on /v1/completions; json_object mode ends with an object or reports length.
+  const g = await postJson(srv.port, '/v1/completions', { prompt: 'x', max_tokens: 96, temperature: 1, seed: 3, guided_json: schema });
+  assert.equal(g.status, 200, g.body);
+  const gc = JSON.parse(g.body).choices[0];
+  assert.equal(gc.finish_reason, 'stop', gc.text);
+  check(gc.text);
+  for (let seed = 0; seed < 4; seed++) {
+    const o = await client.chat.completions.create({ model: MODEL, messages: userMsg('hi'), temperature: 1, seed,
+      max_tokens: 64, response_format: { type: 'json_object' } });
+    const c = o.choices[0];
+    if (c.finish_reason === 'stop') assert.equal(typeof JSON.parse(c.message.content), 'object');
+    else assert.equal(c.finish_reason, 'length');
+  }
+  const bad = await postJson(srv.port, '/v1/chat/completions', { messages: userMsg('x'), response_format:
+    { type: 'json_schema', json_schema: { name: 'p', schema: { type: 'string', pattern: '^a' } } } });
+  assert.equal(bad.status, 400);
+  const err = JSON.parse(bad.body).error;
+  assert.equal(err.param, 'response_format');
+  assert.match(err.message, /'pattern'/);
+  const bad2 = await postJson(srv.port, '/v1/completions', { prompt: 'x', guided_json: '{not json' });
+  assert.equal(bad2.status, 400);
+});
