@@ -38,17 +38,31 @@ bool JsonMatcher::required_seen(const Frame& obj) const {
     return true;
 }
 
-bool JsonMatcher::key_possible(const Frame& obj, const std::string& key, bool complete) const {
-    if (obj.node == kAnyNode) return true;
+bool JsonMatcher::additional_allowed(const Frame& obj) const {
+    return obj.node == kAnyNode || schema_->nodes[size_t(obj.node)].additional >= 0;
+}
+
+// -1: no declared property starts with `key` (or, complete, is `key`); else the first that does,
+// preferring one not given yet.
+int JsonMatcher::declared(const Frame& obj, const std::string& key, bool complete) const {
+    if (obj.node == kAnyNode) return -1;
     const SchemaNode& n = schema_->nodes[size_t(obj.node)];
+    int found = -1;
     for (size_t i = 0; i < n.prop_names.size(); ++i) {
         const std::string& name = n.prop_names[i];
         if (complete ? name == key : name.compare(0, key.size(), key) == 0) {
-            if (!(obj.seen >> i & 1)) return true;
-            if (complete) return false;  // a declared property given twice
+            if (!(obj.seen >> i & 1)) return int(i);
+            found = int(i);
         }
     }
-    return n.additional >= 0;
+    return found;
+}
+
+bool JsonMatcher::key_possible(const Frame& obj, const std::string& key, bool complete) const {
+    const int i = declared(obj, key, complete);
+    if (i >= 0 && !(obj.seen >> i & 1)) return true;
+    if (complete && i >= 0) return false;  // a declared property given twice
+    return additional_allowed(obj);
 }
 
 void JsonMatcher::start_value(Thread th, int node, uint8_t ws, uint8_t c, std::vector<Thread>& out) const {
@@ -153,13 +167,12 @@ void JsonMatcher::step(Thread th, uint8_t c, std::vector<Thread>& out) const {
                 if (c == '"') {
                     if (key) {
                         Frame& obj = th[th.size() - 2];
-                        if (!key_possible(obj, f.key, true)) return;
-                        obj.sel = -1;
-                        if (obj.node != kAnyNode) {
-                            const auto& names = schema_->nodes[size_t(obj.node)].prop_names;
-                            for (size_t i = 0; i < names.size(); ++i)
-                                if (names[i] == f.key) obj.sel = int32_t(i), obj.seen |= uint64_t(1) << i;
-                        }
+                        // A free key left every declared name behind: an additional property.
+                        const int i = f.free_key ? -1 : declared(obj, f.key, true);
+                        if (i >= 0 && (obj.seen >> i & 1)) return;  // given twice
+                        if (i < 0 && !additional_allowed(obj)) return;
+                        obj.sel = i;
+                        if (i >= 0) obj.seen |= uint64_t(1) << i;
                     }
                     th.pop_back();
                 } else if (c == '\\') {
@@ -180,9 +193,20 @@ void JsonMatcher::step(Thread th, uint8_t c, std::vector<Thread>& out) const {
                 if (!is_hex(c)) return;
                 if (--f.count == 0) f.phase = 0;
             }
-            if (key && !th.empty() && th.back().t == Frame::T::kKey) {
-                th.back().key.push_back(char(c));
-                if (!key_possible(th[th.size() - 2], th.back().key, false)) return;
+            if (key && !th.empty() && th.back().t == Frame::T::kKey && !th.back().free_key) {
+                // Matched against the declared names only while it can still be one of them; then
+                // (where additional properties are allowed) the rest of the key is plain content.
+                Frame& k = th.back();
+                const Frame& obj = th[th.size() - 2];
+                k.key.push_back(char(c));
+                const int i = declared(obj, k.key, false);
+                if (i < 0) {
+                    if (!additional_allowed(obj)) return;
+                    k.free_key = true;
+                    k.key.clear();
+                } else if ((obj.seen >> i & 1) && !additional_allowed(obj)) {
+                    return;
+                }
             }
             out.push_back(std::move(th));
             return;
@@ -301,6 +325,7 @@ std::string JsonMatcher::thread_key(const Thread& th) {
         k += char(f.phase);
         k += char(f.ws);
         k += char(f.integer);
+        k += char(f.free_key);
         k.append(reinterpret_cast<const char*>(&f.node), sizeof f.node);
         k.append(reinterpret_cast<const char*>(&f.count), sizeof f.count);
         k.append(reinterpret_cast<const char*>(&f.sel), sizeof f.sel);
@@ -354,7 +379,8 @@ bool JsonMatcher::finished() const {
 bool JsonMatcher::absorbs(uint8_t c) const {
     if (threads_.size() != 1 || threads_[0].empty()) return false;
     const Frame& f = threads_[0].back();
-    return f.t == Frame::T::kString && f.phase == 0 && c >= 0x20 && c != '"' && c != '\\';
+    const bool plain = f.t == Frame::T::kString || (f.t == Frame::T::kKey && f.free_key);
+    return plain && f.phase == 0 && c >= 0x20 && c != '"' && c != '\\';
 }
 
 std::string JsonMatcher::state_key() const {

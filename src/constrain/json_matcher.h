@@ -45,6 +45,7 @@ private:
         uint8_t phase = 0;
         uint8_t ws = 0;      // whitespace bytes in a row at this position
         bool integer = false;
+        bool free_key = false;  // kKey: no declared name fits any more: the rest is plain content
         int node = -1;       // schema node (kAnyNode: any value)
         int32_t count = 0;   // kArray: items; kLiteral: bytes matched; kString/kKey: \\u digits left; kNumber: length
         int32_t sel = -1;    // kLiteral: which literal; kObject: the property whose value is open (-1:
@@ -57,6 +58,8 @@ private:
     void step(Thread th, uint8_t c, std::vector<Thread>& out) const;
     void start_value(Thread th, int node, uint8_t ws, uint8_t c, std::vector<Thread>& out) const;
     bool key_possible(const Frame& obj, const std::string& key, bool complete) const;
+    bool additional_allowed(const Frame& obj) const;
+    int declared(const Frame& obj, const std::string& key, bool complete) const;
     bool required_seen(const Frame& obj) const;
     static std::string thread_key(const Thread& th);
     static bool is_ws(uint8_t c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }

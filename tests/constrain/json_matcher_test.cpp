@@ -5,12 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <random>
 
 #include "constrain/json_constraint.h"
 #include "constrain/json_schema.h"
 #include "constrain/vocab_index.h"
+#include "tests/tokenizer/test_tokenizer_file.h"
 
 namespace dsv4::constrain {
 namespace {
@@ -243,6 +245,48 @@ TEST(JsonConstraint, MaskEqualsTryingEveryTokenAndFuzzedOutputsValidate) {
     EXPECT_GT(complete_docs, 150);
     std::printf("[json constraint] 300 random schemas: %d complete documents parsed and validated; %d masks equal to "
                 "trying every token\n", complete_docs, checked_states);
+}
+
+}  // namespace
+}  // namespace dsv4::constrain
+
+namespace dsv4::constrain {
+namespace {
+
+// The official vocabulary (129,280 tokens): the tokens of valid documents, as the tokenizer cuts
+// them, are allowed at every step (the mask never refuses what a model writing that text would
+// pick); and how long one uncached mask takes (printed; not a timed test).
+TEST(JsonConstraint, OfficialVocabularyAllowsRealTokenizations) {
+    const Tokenizer* tok = testing_support::official_tokenizer();
+    if (!tok) GTEST_SKIP() << "no tokenizer.json (scripts/get-tokenizer.sh)";
+    std::vector<std::string> bytes(size_t(tok->vocab_size()));
+    for (int32_t id = 0; id < int32_t(bytes.size()); ++id)
+        if (!tok->is_special(id)) bytes[size_t(id)] = std::string(tok->token_bytes(id, false));
+    const auto vocab = std::make_shared<const VocabIndex>(std::move(bytes));
+    const auto schema = compile(R"({"type":"object","properties":{"city":{"type":"string"},
+        "population":{"type":"integer"},"rivers":{"type":"array","items":{"type":"string"}},
+        "capital":{"type":"boolean"},"mayor":{"type":["string","null"]}},"required":["city","population"]})");
+    int64_t steps = 0;
+    double total_ms = 0, worst_ms = 0;
+    for (const char* doc : {R"({"city": "Zürich", "population": 421878, "rivers": ["Limmat", "Sihl"], "capital": false})",
+                            "{\n  \"city\": \"東京\",\n  \"population\": 13960000,\n  \"mayor\": null\n}",
+                            R"({"population":1,"city":"a \"quoted\" name\\n"})"}) {
+        auto ids = tok->encode(doc);
+        ASSERT_TRUE(ids.is_ok());
+        JsonMatcher m(schema);
+        std::vector<uint8_t> allow;
+        for (int32_t id : *ids) {
+            const auto t0 = std::chrono::steady_clock::now();
+            vocab->allowed(m, allow);
+            const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+            total_ms += ms, worst_ms = std::max(worst_ms, ms), ++steps;
+            ASSERT_TRUE(allow[size_t(id)]) << "token " << id << " '" << tok->token_bytes(id, false) << "' refused in " << doc;
+            ASSERT_TRUE(m.feed(tok->token_bytes(id, false)));
+        }
+        EXPECT_TRUE(m.accepting()) << doc;
+    }
+    std::printf("[json constraint, official vocabulary] %lld steps: every real token allowed; uncached mask %.2f ms "
+                "mean, %.2f ms worst\n", (long long)steps, total_ms / double(steps), worst_ms);
 }
 
 }  // namespace
