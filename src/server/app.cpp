@@ -1,6 +1,9 @@
 // App implementation (see app.h).
 #include "server/app.h"
 
+#include <algorithm>
+#include <limits>
+
 #include "constrain/json_constraint.h"
 #include "constrain/json_schema.h"
 
@@ -64,8 +67,72 @@ std::variant<std::shared_ptr<const TokenConstraint>, ApiError> App::constraint_f
         if (!compiled.is_ok()) return bad_request(compiled.status().message(), "response_format");
         schema = std::move(compiled.value());
     }
-    return std::shared_ptr<const TokenConstraint>(std::make_shared<constrain::JsonConstraint>(
-        std::make_shared<const constrain::CompiledSchema>(std::move(schema)), vocab_));
+    return std::shared_ptr<const TokenConstraint>(
+        constrain::make_json_constraint(std::make_shared<const constrain::CompiledSchema>(std::move(schema)), vocab_));
+}
+
+// tool_choice required / a named function: the output is a DSML block of the allowed tools with
+// arguments that match their schemas (from the start, or after </think>). auto with a strict tool
+// or parallel_tool_calls false: the same rules once the model starts a block (after its DSML
+// token). Parameter schemas constrained decoding cannot enforce are a 400 for a strict tool and
+// any JSON value otherwise.
+std::variant<std::shared_ptr<const TokenConstraint>, ApiError> App::tool_constraint_for(const ParsedRequest& req,
+                                                                                      int32_t* after) const {
+    using json = nlohmann::json;
+    *after = -1;
+    if (!req.chat || !req.tools.is_array() || req.tools.empty() || req.tool_choice == "none")
+        return std::shared_ptr<const TokenConstraint>();
+    const bool forced = req.tool_choice == "required" || req.tool_choice == "function";
+    bool strict = false;
+    for (const auto& t : req.tools) strict = strict || t["function"].value("strict", false) == true;
+    if (!forced && !strict && req.parallel_tool_calls) return std::shared_ptr<const TokenConstraint>();
+    auto g = std::make_shared<constrain::ToolGrammar>();
+    g->max_calls = req.parallel_tool_calls ? -1 : 1;
+    for (const auto& t : req.tools) {
+        const auto& fn = t["function"];
+        const std::string name = fn["name"].get<std::string>();
+        if (req.tool_choice == "function" && name != req.tool_choice_name) continue;
+        const bool tool_strict = fn.value("strict", false) == true;
+        constrain::ToolSpec spec;
+        spec.name = name;
+        const json params = fn.contains("parameters") ? json::parse(fn["parameters"].dump()) : json::object();
+        if (params.contains("properties") && params["properties"].is_object()) {
+            std::vector<std::string> required;
+            if (params.contains("required") && params["required"].is_array())
+                for (const auto& r : params["required"])
+                    if (r.is_string()) required.push_back(r.get<std::string>());
+            for (auto it = params["properties"].begin(); it != params["properties"].end(); ++it) {
+                auto c = constrain::compile_json_schema(it.value());
+                if (!c.is_ok()) {
+                    if (tool_strict)
+                        return bad_request(fmt::format("tool '{}' parameter '{}': {}", name, it.key(), c.status().message()),
+                                           "tools");
+                    c = constrain::compile_json_schema(json(true));
+                }
+                const auto kind = c->nodes[size_t(c->root)].kind;
+                spec.params.push_back(it.key());
+                spec.flags.push_back(kind == constrain::SchemaNode::Kind::kString ? 1
+                                     : kind == constrain::SchemaNode::Kind::kAny  ? 3
+                                                                                   : 2);
+                spec.schemas.push_back(std::make_shared<const constrain::CompiledSchema>(std::move(c.value())));
+                spec.required.push_back(std::find(required.begin(), required.end(), it.key()) != required.end());
+            }
+            spec.open = !tool_strict && params.value("additionalProperties", json(true)) != json(false);
+        }
+        g->tools.push_back(std::move(spec));
+    }
+    if (g->tools.empty())
+        return bad_request(fmt::format("tool_choice names '{}', which is not among the tools", req.tool_choice_name.substr(0, 200)),
+                           "tool_choice");
+    const bool opened = !forced;
+    if (forced) {
+        if (req.thinking) *after = tok_.token_to_id("</think>").value_or(-1);
+    } else {
+        *after = tok_.token_to_id("｜DSML｜").value_or(-1);
+        if (*after < 0) return std::shared_ptr<const TokenConstraint>();
+    }
+    return std::shared_ptr<const TokenConstraint>(
+        std::make_shared<constrain::ToolCallConstraint>(constrain::DsmlMatcher(g, opened), vocab_));
 }
 
 void App::count_status(int status) {
@@ -288,6 +355,20 @@ void App::generate(const HttpRequest& hreq, bool chat, const std::shared_ptr<Res
         send_error(*w, *e);
         return;
     }
+    int32_t tool_after = -1;
+    auto tool_constraint = tool_constraint_for(req, &tool_after);
+    if (auto* e = std::get_if<ApiError>(&tool_constraint)) {
+        send_error(*w, *e);
+        return;
+    }
+    if (req.tool_choice == "none" && req.chat && req.tools.is_array()) {
+        // No tool call: the DSML token that opens a block never comes.
+        if (auto dsml = tok_.token_to_id("｜DSML｜")) {
+            auto& lb = req.params.logit_bias;
+            lb.erase(std::remove_if(lb.begin(), lb.end(), [&](const auto& e) { return e.first == *dsml; }), lb.end());
+            lb.emplace_back(*dsml, -std::numeric_limits<float>::infinity());
+        }
+    }
 
     const uint64_t id = engine_.next_request_id();
     auto handler = std::make_shared<GenerationHandler>(engine_, tok_, opt_.model_name, req, id,
@@ -298,6 +379,12 @@ void App::generate(const HttpRequest& hreq, bool chat, const std::shared_ptr<Res
     g.constraint = std::get<std::shared_ptr<const TokenConstraint>>(constraint);
     // In thinking mode the answer follows the reasoning: the constraint starts after </think>.
     if (g.constraint && chat && req.thinking) g.constraint_after = tok_.token_to_id("</think>").value_or(-1);
+    // A forced tool call takes precedence over a response format (the output is the call).
+    const auto& tc = std::get<std::shared_ptr<const TokenConstraint>>(tool_constraint);
+    if (tc && (!g.constraint || req.tool_choice == "required" || req.tool_choice == "function")) {
+        g.constraint = tc;
+        g.constraint_after = tool_after;
+    }
     if (Status s = engine_.submit(std::move(g)); !s.is_ok()) {
         const ApiError e = status_to_error(s);
         HeaderList extra;

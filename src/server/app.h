@@ -80,6 +80,9 @@ private:
     bool authorized(const HttpRequest& req) const;
     // The request's structured-output constraint (null: none); an ApiError for a bad schema.
     std::variant<std::shared_ptr<const TokenConstraint>, ApiError> constraint_for(const ParsedRequest& req) const;
+    // The request's enforced tool calls (null: none) and the token it starts after (-1: the first).
+    std::variant<std::shared_ptr<const TokenConstraint>, ApiError> tool_constraint_for(const ParsedRequest& req,
+                                                                                       int32_t* after) const;
 
     Engine& engine_;
     Tokenizer tok_;

@@ -343,12 +343,18 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(std::string_view body
                         return bad_request("'tool_choice' must be none, auto, required or an "
                                            "object", "tool_choice");
                     r.tools_enabled = *tc != "none";
-                } else if (!tc->is_object() || !tc->contains("function")) {
+                    r.tool_choice = tc->get<std::string>();
+                } else if (!tc->is_object() || !tc->contains("function") || !(*tc)["function"].is_object() ||
+                           !(*tc)["function"].contains("name") || !(*tc)["function"]["name"].is_string()) {
                     return bad_request("'tool_choice' must be none, auto, required or "
                                        "{\"type\": \"function\", \"function\": {\"name\": ...}}",
                                        "tool_choice");
+                } else {
+                    r.tool_choice = "function";
+                    r.tool_choice_name = (*tc)["function"]["name"].get<std::string>();
                 }
             }
+            rd.boolean("parallel_tool_calls", r.parallel_tool_calls);
             if (const ojson* e = rd.get("reasoning_effort")) {
                 if (!e->is_string())
                     return bad_request("'reasoning_effort' must be a string", "reasoning_effort");

@@ -45,6 +45,9 @@ struct ParsedRequest {
     bool thinking = false;
     std::string reasoning_effort;
     bool tools_enabled = true;               // false for tool_choice "none"
+    std::string tool_choice = "auto";        // auto | none | required | function (tool_choice_name)
+    std::string tool_choice_name;
+    bool parallel_tool_calls = true;
 };
 
 // `body`: the raw request body. Returns the parsed request or the error to send.

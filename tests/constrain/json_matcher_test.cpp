@@ -206,7 +206,7 @@ TEST(JsonConstraint, MaskEqualsTryingEveryTokenAndFuzzedOutputsValidate) {
         auto compiled = compile_json_schema(schema);
         ASSERT_TRUE(compiled.is_ok()) << schema.dump() << ": " << compiled.status().to_string();
         const auto cs = std::make_shared<const CompiledSchema>(*compiled);
-        JsonConstraint c(cs, vocab);
+        JsonConstraint c(JsonMatcher(cs), vocab);
         JsonMatcher shadow(cs);
         std::string text;
         const int32_t eos = 0;  // the "" token stands for EOS

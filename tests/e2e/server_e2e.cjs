@@ -704,3 +704,51 @@ test('structured output: json_schema, json_object and guided_json give JSON that
   const bad2 = await postJson(srv.port, '/v1/completions', { prompt: 'x', guided_json: '{not json' });
   assert.equal(bad2.status, 400);
 });
+
+test('tool_choice required / a named function / parallel_tool_calls are enforced', { timeout: 120000 }, async (t) => {
+  const srv = await startServer(['--model', 'fake']);
+  t.after(() => srv.stop());
+  const client = new OpenAI({ baseURL: srv.base + '/v1', apiKey: 'none', maxRetries: 0 });
+  const tools = [
+    { type: 'function', function: { name: 'set_mode', strict: true, parameters: { type: 'object',
+      properties: { mode: { enum: ['fast', 'slow'] }, on: { type: 'boolean' } }, required: ['mode', 'on'],
+      additionalProperties: false } } },
+    { type: 'function', function: { name: 'ping', parameters: { type: 'object', properties: {},
+      additionalProperties: false } } },
+  ];
+  const checkCall = (c) => {
+    const a = JSON.parse(c.function.arguments);
+    if (c.function.name === 'ping') return;
+    assert.equal(c.function.name, 'set_mode');
+    assert.ok(['fast', 'slow'].includes(a.mode), c.function.arguments);
+    assert.equal(typeof a.on, 'boolean', c.function.arguments);
+  };
+  for (let seed = 0; seed < 3; seed++) {
+    // A random model keeps adding calls while they are allowed: room for a few.
+    const r = await client.chat.completions.create({ model: MODEL, messages: userMsg('go'), tools, tool_choice: 'required',
+      temperature: 1, seed, max_tokens: 1500 });
+    const ch = r.choices[0];
+    assert.equal(ch.finish_reason, 'tool_calls', JSON.stringify(ch.message));
+    assert.ok(ch.message.tool_calls.length >= 1);
+    ch.message.tool_calls.forEach(checkCall);
+    const named = await client.chat.completions.create({ model: MODEL, messages: userMsg('go'), tools, temperature: 1,
+      seed, max_tokens: 400, tool_choice: { type: 'function', function: { name: 'set_mode' } }, parallel_tool_calls: false });
+    const nc = named.choices[0];
+    assert.equal(nc.finish_reason, 'tool_calls', JSON.stringify(nc.message));
+    assert.equal(nc.message.tool_calls.length, 1);
+    assert.equal(nc.message.tool_calls[0].function.name, 'set_mode');
+    checkCall(nc.message.tool_calls[0]);
+  }
+  const none = await client.chat.completions.create({ model: MODEL, messages: userMsg('go'), tools, tool_choice: 'none',
+    max_tokens: 8 });
+  assert.ok(!none.choices[0].message.tool_calls || none.choices[0].message.tool_calls.length === 0);
+  const bad = await postJson(srv.port, '/v1/chat/completions', { messages: userMsg('x'), tools,
+    tool_choice: { type: 'function', function: { name: 'nope' } } });
+  assert.equal(bad.status, 400);
+  assert.equal(JSON.parse(bad.body).error.param, 'tool_choice');
+  const badStrict = await postJson(srv.port, '/v1/chat/completions', { messages: userMsg('x'), tool_choice: 'required',
+    tools: [{ type: 'function', function: { name: 'f', strict: true, parameters: { type: 'object',
+      properties: { s: { type: 'string', minLength: 3 } } } } }] });
+  assert.equal(badStrict.status, 400);
+  assert.match(JSON.parse(badStrict.body).error.message, /'minLength'/);
+});

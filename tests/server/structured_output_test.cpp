@@ -73,8 +73,8 @@ Outputs run(EngineConfig::Overlap overlap, int32_t after, const std::vector<Samp
     EngineCore core(runner, cfg, stats);
     auto schema = constrain::compile_json_schema(json::parse(kSchema));
     EXPECT_TRUE(schema.is_ok());
-    const auto proto = std::make_shared<const constrain::JsonConstraint>(
-        std::make_shared<const constrain::CompiledSchema>(*schema), vocab());
+    const std::shared_ptr<const TokenConstraint> proto =
+        constrain::make_json_constraint(std::make_shared<const constrain::CompiledSchema>(*schema), vocab());
     std::vector<std::shared_ptr<Sink>> sinks;
     for (size_t i = 0; i < ps.size(); ++i) {
         sinks.push_back(std::make_shared<Sink>());
