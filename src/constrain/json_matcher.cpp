@@ -134,18 +134,23 @@ void JsonMatcher::start_value(Thread th, int node, uint8_t ws, uint8_t c, std::v
     out.push_back(std::move(th));
 }
 
+// Whitespace where the top frame allows it (before a value, between structural characters): at
+// most kMaxWhitespace bytes in a row. False when c is not whitespace.
+bool JsonMatcher::take_whitespace(Thread& th, uint8_t c, std::vector<Thread>& out) {
+    if (!is_ws(c)) return false;
+    if (th.back().ws < kMaxWhitespace) {
+        ++th.back().ws;
+        out.push_back(std::move(th));
+    }
+    return true;
+}
+
 void JsonMatcher::step(Thread th, uint8_t c, std::vector<Thread>& out) const {
     if (th.empty()) return;  // the root value is complete: nothing may follow
     Frame& f = th.back();
     switch (f.t) {
         case Frame::T::kValue: {
-            if (is_ws(c)) {
-                if (f.ws < kMaxWhitespace) {
-                    ++f.ws;
-                    out.push_back(std::move(th));
-                }
-                return;
-            }
+            if (take_whitespace(th, c, out)) return;
             const int node = f.node;
             const uint8_t ws = f.ws;
             th.pop_back();
@@ -243,13 +248,7 @@ void JsonMatcher::step(Thread th, uint8_t c, std::vector<Thread>& out) const {
             return;
         }
         case Frame::T::kObject: {
-            if (is_ws(c)) {
-                if (f.ws < kMaxWhitespace) {
-                    ++f.ws;
-                    out.push_back(std::move(th));
-                }
-                return;
-            }
+            if (take_whitespace(th, c, out)) return;
             f.ws = 0;
             if ((f.phase == kObjOpen || f.phase == kObjAfterValue) && c == '}') {
                 if (!required_seen(f)) return;
@@ -285,13 +284,7 @@ void JsonMatcher::step(Thread th, uint8_t c, std::vector<Thread>& out) const {
             return;
         }
         case Frame::T::kArray: {
-            if (is_ws(c)) {
-                if (f.ws < kMaxWhitespace) {
-                    ++f.ws;
-                    out.push_back(std::move(th));
-                }
-                return;
-            }
+            if (take_whitespace(th, c, out)) return;
             f.ws = 0;
             const int64_t min = f.node == kAnyNode ? 0 : schema_->nodes[size_t(f.node)].min_items;
             const int64_t max = f.node == kAnyNode ? -1 : schema_->nodes[size_t(f.node)].max_items;

@@ -62,6 +62,7 @@ private:
     int declared(const Frame& obj, const std::string& key, bool complete) const;
     bool required_seen(const Frame& obj) const;
     static std::string thread_key(const Thread& th);
+    static bool take_whitespace(Thread& th, uint8_t c, std::vector<Thread>& out);
     static bool is_ws(uint8_t c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
     std::shared_ptr<const CompiledSchema> schema_;
