@@ -12,6 +12,7 @@
 # seconds, default 240), peer (3-layer proxy + transformers eager + tools/peer/ratio.py,
 # PEER_TIME_BUDGET default 100), prefill (offline prefill points of the 20-layer proxy, PREFILL_*), sanitize (compute-sanitizer memcheck + racecheck on reduced shapes),
 # sweep (served vs offline: scripts/gpu-serve-sweep.sh, SWEEP_PHASES), opprof (DSV4_OP_PROFILE per-op table, OPPROF_BATCHES), ncu (per-kernel table, NCU_BATCHES), serve (generate cuda vs cpu + HTTP serve --backend cuda), profile (nsys per-kernel table of the 3-layer proxy step, when nsys exists),
+# constrain (issue 18: structured output and tool_choice through serve --backend cuda, scripts/gpu-constrain-check.py),
 # ckpt (issue 14: write a CKPT_LAYERS-layer Flash checkpoint, cat it, serve --model it, chat + bench; scripts/gpu-ckpt-load.sh).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -150,6 +151,33 @@ for stage in "$@"; do
         OUT="$OUT" bash "$SD"/gpu-serve-check.sh > "$OUT/serve_check.log" 2>&1
         grep -E "rc=|IDENTICAL|models:|chat:|stream chunks|metrics lines" "$OUT/serve_check.log" | cut -c1-300
         SUMMARY+=("serve: $(grep -c 'GREEDY TEXT IDENTICAL' "$OUT/serve_check.log") identical-text line(s), chat $(grep -c '^chat:' "$OUT/serve_check.log")")
+        ;;
+    constrain)
+        # Issue 18 on the GPU: structured output and enforced tool calls through serve --backend cuda on a
+        # CONSTRAIN_LAYERS-layer synthetic Flash model (random weights: only the constraint makes the
+        # answers well-formed), constrained and free requests concurrent (scripts/gpu-constrain-check.py).
+        SD=$(mktemp -d)
+        xz -dc "$BIN"/dsv4.xz > "$SD"/dsv4 && chmod +x "$SD"/dsv4
+        xz -dc "$BIN"/tokenizer.json.xz > "$SD"/tokenizer.json
+        "$SD"/dsv4 serve --backend cuda --synthetic-flash --layers "${CONSTRAIN_LAYERS:-2}" --tokenizer "$SD"/tokenizer.json \
+            --port 0 --max-context 4096 > "$OUT/constrain_serve.log" 2>&1 &
+        SP=$!
+        URL=""
+        for i in $(seq 1 180); do
+            URL=$(grep -oE "listening on http://[0-9.]+:[0-9]+" "$OUT/constrain_serve.log" | head -1 | sed 's/listening on //')
+            [[ -n "$URL" ]] && break
+            kill -0 $SP 2>/dev/null || break
+            sleep 1
+        done
+        rc=1
+        if [[ -n "$URL" ]]; then
+            timeout 420 python3 scripts/gpu-constrain-check.py "$URL" > "$OUT/constrain.log" 2>&1
+            rc=$?
+        fi
+        kill $SP 2>/dev/null; wait $SP 2>/dev/null
+        grep -E "^FAIL|^CONSTRAIN" "$OUT/constrain.log" | head -20
+        SUMMARY+=("constrain: rc=$rc $(grep -E '^CONSTRAIN' "$OUT/constrain.log" 2>/dev/null)")
+        rm -rf "$SD"
         ;;
     sweep)
         # Served vs offline on the 20-layer proxy (issue 23 item 4): scripts/gpu-serve-sweep.sh with
