@@ -12,6 +12,7 @@
 # seconds, default 240), peer (3-layer proxy + transformers eager + tools/peer/ratio.py,
 # PEER_TIME_BUDGET default 100), prefill (offline prefill points of the 20-layer proxy, PREFILL_*), sanitize (compute-sanitizer memcheck + racecheck on reduced shapes),
 # sweep (served vs offline: scripts/gpu-serve-sweep.sh, SWEEP_PHASES), opprof (DSV4_OP_PROFILE per-op table, OPPROF_BATCHES), ncu (per-kernel table, NCU_BATCHES), serve (generate cuda vs cpu + HTTP serve --backend cuda), profile (nsys per-kernel table of the 3-layer proxy step, when nsys exists),
+# prefill_ab (two builds alternated on prefill points, plus option runs; PREFILL_B_OPTS),
 # constrain (issue 18: structured output and tool_choice through serve --backend cuda, scripts/gpu-constrain-check.py),
 # ckpt (issue 14: write a CKPT_LAYERS-layer Flash checkpoint, cat it, serve --model it, chat + bench; scripts/gpu-ckpt-load.sh).
 set -uo pipefail
@@ -141,6 +142,27 @@ for stage in "$@"; do
             SUMMARY+=("prefill A (${PREFILL_A_OPTS}): rc=$?")
             grep -A10 "^prefill:" "$OUT/prefill20_a.txt" | head -14
         fi
+        ;;
+    prefill_ab)
+        # Prefill A/B of two builds (issue 22): $BIN/dsv4-proxy-bench-a.xz (A, e.g. the parent commit) and
+        # the current dsv4-proxy-bench (B), alternated AB_ROUNDS times (default 2) over PREFILL_LENS
+        # (one user), then PREFILL_B_OPTS runs (each a quoted set of --option flags, separated by ';') on B.
+        xz -dc "$BIN"/dsv4-proxy-bench-a.xz > "$BIN"/dsv4-proxy-bench-a && chmod +x "$BIN"/dsv4-proxy-bench-a
+        for ((i = 1; i <= ${AB_ROUNDS:-2}; ++i)); do
+            for side in a b; do
+                exe="$BIN"/dsv4-proxy-bench; [[ $side == a ]] && exe="$BIN"/dsv4-proxy-bench-a
+                "$exe" proxy-bench --prefill-only --prefill-lens "${PREFILL_LENS:-1024,4096}" --prefill-users 1 \
+                    --prefill-reps "${PREFILL_REPS:-3}" --no-gemm-peak --json "$OUT/pab_${side}$i.json" > "$OUT/pab_${side}$i.txt" 2>&1
+                echo "== $side$i rc $?"; grep -A8 "^prefill:" "$OUT/pab_${side}$i.txt" | grep -E "^ +[0-9]+ +1 "
+            done
+        done
+        IFS=';' read -ra BOPTS <<< "${PREFILL_B_OPTS:-}"
+        for j in "${!BOPTS[@]}"; do
+            "$BIN"/dsv4-proxy-bench proxy-bench --prefill-only --prefill-lens "${PREFILL_LENS:-1024,4096}" --prefill-users 1 \
+                --prefill-reps "${PREFILL_REPS:-3}" --no-gemm-peak ${BOPTS[$j]} --json "$OUT/pab_opt$j.json" > "$OUT/pab_opt$j.txt" 2>&1
+            echo "== B ${BOPTS[$j]} rc $?"; grep -A8 "^prefill:" "$OUT/pab_opt$j.txt" | grep -E "^ +[0-9]+ +1 "
+        done
+        SUMMARY+=("prefill_ab: rounds ${AB_ROUNDS:-2}, lens ${PREFILL_LENS:-1024,4096}")
         ;;
     serve)
         # dsv4 generate on cuda vs cpu (greedy text identical) and dsv4 serve --backend cuda over HTTP.

@@ -83,7 +83,10 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
     DSV4_RETURN_IF_ERROR(F(ws_.X, Tm * n * d));
     DSV4_RETURN_IF_ERROR(F(ws_.xn, Tm * d));
     DSV4_RETURN_IF_ERROR(F(ws_.coeffs, Tm * (2 * n + n * n)));
-    ws_.mhc_mix_rows = int64_t(std::max(Tm, 32 * Bm));
+    // 16 chunk rows per token: a prefill step's n*d reduction then splits into chunks of <= 1024
+    // elements, the width the token-group mixing kernel stages (with fewer rows a 4K-token step fell
+    // back to the per-token form, re-reading the mixing matrix from L2 once per token: E33).
+    ws_.mhc_mix_rows = int64_t(std::max(16 * Tm, 32 * Bm));
     DSV4_ASSIGN_OR_RETURN(ws_.mhc_mix, arena_.alloc_n<double>(size_t(ws_.mhc_mix_rows) * ((2 + n) * n + 1)));
     DSV4_RETURN_IF_ERROR(F(ws_.y, Tm * d));
     DSV4_RETURN_IF_ERROR(F(ws_.qlat_raw, Tm * qr));

@@ -55,7 +55,7 @@ struct Workspace {
     int64_t* start_pos;
     int64_t *gate_off, *gate_len;
     double* mhc_mix = nullptr;  // [mhc_mix_rows, (2+n)n + 1] mHC mixing dot products (MhcArgs::mix_ws)
-    int64_t mhc_mix_rows = 0;   // max(T, 32 B): decode steps split each token's n*d reduction in 32 chunks
+    int64_t mhc_mix_rows = 0;   // max(16 T, 32 B): chunk partial rows (decode: 32 chunks per token, prefill: 16)
     int64_t max_rows = 0;
     // Fast decode attention (sparse_decode): row lists, bf16 q / out, split partials.
     void *qb = nullptr, *ob = nullptr;
