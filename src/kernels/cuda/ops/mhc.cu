@@ -417,8 +417,9 @@ int mhc_mix_chunks(int T, const MhcArgs& a) {
     if (!a.mix_ws || a.n != 4 || T <= 0) return 1;
     const int64_t width = int64_t(a.n) * a.d;
     // Chunks of 256 elements up to 8 tokens (one element per thread: at batch 1 the 16384-wide
-    // Flash row then spreads over 64 CTAs), 512 above.
-    const int64_t chunk = T <= 8 ? kMixChunk / 2 : kMixChunk;
+    // Flash row then spreads over 64 CTAs), 512 for decode batches, 1024 (kMixMaxChunkTok, the
+    // widest the token-group kernel stages) from 1024 tokens: half the partials per token.
+    const int64_t chunk = T <= 8 ? kMixChunk / 2 : T < 1024 ? kMixChunk : 2 * kMixChunk;
     const int64_t want = (width + chunk - 1) / chunk;
     const int64_t room = (a.mix_ws_rows > 0 ? a.mix_ws_rows : T) / T;
     int64_t c = want < room ? want : room;
