@@ -51,13 +51,13 @@ struct RuntimeOptions {
     // the layer's attention for all query tokens at once (prefill_state.cu), in blocks of
     // prefill_query_block tokens; false: kv_step + decode attention token by token (same bits).
     bool batched_prefill = true;
-    int prefill_query_block = 256;
+    int prefill_query_block = 1024;  // ledger E33: 1024 vs 256 -2% at 1K-4K
     // From this many tokens in a step the FP8/BF16 dense linears run as cuBLAS bf16 GEMMs
     // (kernels/cuda/ops/prefill_gemm.h; those steps run without side streams); 0: never.
-    int prefill_gemm_min_tokens = 512;
+    int prefill_gemm_min_tokens = 128;  // E33 (E28: 512)
     // From this many tokens in a step the routed experts run as the grouped MXFP4 GEMM
     // (kernels/cuda/moe/moe_grouped_sm90.cu; same bits as the GEMV); 0: never.
-    int moe_gemm_min_tokens = 512;
+    int moe_gemm_min_tokens = 128;  // E33 (E29: 512)
     // proxy-bench: after timing a point, the per-op table of the captured step (runtime/op_profile.h).
     bool op_profile = false;
 };
