@@ -255,7 +255,8 @@ Status CudaRunner::size_pool_from_memory(size_t stage_bytes) {
 
 Status CudaRunner::setup_prefill_gemm() {
     const RuntimeOptions& rt = opt_.rt;
-    if (!rt.fast_kernels || rt.prefill_gemm_min_tokens <= 0 || opt_.max_tokens < rt.prefill_gemm_min_tokens)
+    auto usable = [&](int min_tokens) { return min_tokens > 0 && opt_.max_tokens >= min_tokens; };
+    if (!rt.fast_kernels || (!usable(rt.prefill_gemm_min_tokens) && !usable(rt.decode_gemm_min_tokens)))
         return Status::ok();
     // Scratch: the largest FP8 dense weight as bf16, and a slice of the widest x rows.
     int64_t w_elems = 0, x_cols = 0;
@@ -460,12 +461,20 @@ cuda::StepPlan CudaRunner::step_plan(int B) const {
     return sp;
 }
 
+void CudaRunner::set_gemm_thresholds(int max_t) {
+    const RuntimeOptions& rt = opt_.rt;
+    const bool decode_only = max_t <= 1;
+    moe_gemm_min_tokens_ = decode_only ? rt.decode_gemm_min_tokens : rt.moe_gemm_min_tokens;
+    if (gemm_.handle) gemm_.min_tokens = decode_only ? rt.decode_gemm_min_tokens : rt.prefill_gemm_min_tokens;
+}
+
 Status CudaRunner::run_step(int B, int T, int max_t, int R) {
     const cuda::StepPlan sp = step_plan(B);
     cudaStream_t st = stream_;
     const int n = cfg_.hc_mult, d = cfg_.hidden_size;
     const float eps = float(cfg_.rms_norm_eps);
     const int splits = cuda::attn_splits(*variant_, B, cfg_.n_heads, n_sms_);
+    set_gemm_thresholds(max_t);
     mark("reset+embed");
     DSV4_CU(cuda::reset_state(sp, pool_, layout_.state_elems, ws_.gate_off, ws_.gate_len, n_gate_ranges_, st));
     DSV4_CU(cuda::embed(w_.embed, ws_.tokens, T, n, ws_.X, st));

@@ -233,7 +233,7 @@ Status CudaRunner::moe(int l, int T) {
     a.ep_count = ep_count_;
     a.fast = opt_.rt.fast_kernels;
     a.moe_variant = moe_variant_;
-    a.grouped_min_tokens = opt_.rt.moe_gemm_min_tokens;
+    a.grouped_min_tokens = moe_gemm_min_tokens_;
     a.grouped_variant = moe_gemm_variant_;
     mark("routed experts");
     DSV4_CU(cuda::moe_experts(a, st));

@@ -112,6 +112,9 @@ const std::vector<OptionDef>& option_defs() {
         {{"moe_gemm_min_tokens", "DSV4_MOE_GEMM",
           "from this many tokens per step the routed experts run as the grouped MXFP4 GEMM (0: never)"},
          DSV4_COUNT_OPTION(moe_gemm_min_tokens)},
+        {{"decode_gemm_min_tokens", "DSV4_DECODE_GEMM",
+          "the two thresholds above for decode-only steps (one token per sequence; 0: never)"},
+         DSV4_COUNT_OPTION(decode_gemm_min_tokens)},
         {{"op_profile", "DSV4_OP_PROFILE", "proxy-bench: per-op table of the captured step after each point"},
          DSV4_BOOL_OPTION(op_profile)},
     };

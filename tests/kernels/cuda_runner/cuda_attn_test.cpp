@@ -242,8 +242,9 @@ void check_mhc(int d, int T = 5) {
         const int64_t ws_rows = use_ws == 2 ? 32 * T : use_ws == 3 ? 3 * T : T;
         ASSERT_EQ(cudaMemcpy(dX, X.data(), sizeof(float) * X.size(), cudaMemcpyHostToDevice), cudaSuccess);
         const cuda::MhcArgs a{dfn, dbase, dscale, dnorm, n, d, 20, 1e-6f, 1e-6f, use_ws ? dmix : nullptr, ws_rows};
-        // Chunks of 256 elements up to 8 tokens, 512 above, as many as the workspace holds (32 or 3 per token).
-        const int chunk = T <= 8 ? 256 : 512, want = (n * d + chunk - 1) / chunk;
+        // Chunks of 256 elements up to 8 tokens, 512 above, 1024 from 1024 tokens, as many as the
+        // workspace holds (32 or 3 per token).
+        const int chunk = T <= 8 ? 256 : T < 1024 ? 512 : 1024, want = (n * d + chunk - 1) / chunk;
         if (use_ws == 2) EXPECT_EQ(cuda::mhc_mix_chunks(T, a), want < 2 ? 1 : std::min(want, 32));
         if (use_ws == 3) EXPECT_EQ(cuda::mhc_mix_chunks(T, a), want < 2 ? 1 : std::min(want, 3));
         ASSERT_EQ(cuda::mhc_pre(dX, T, a, coeffs, xn, nullptr), cudaSuccess);
@@ -349,6 +350,7 @@ TEST(CudaOps, MhcPrePostHead) {
     check_mhc(98);    // d % 4 != 0: read from global memory
     check_mhc(1000, 19);  // 8 chunks of 500 as token groups (16 + 3 tokens); 3 wide chunks: per-token form
     check_mhc(4096, 40);  // the Flash width: 32 chunks of 512, 3 token groups
+    check_mhc(4096, 1100);  // prefill-sized: 16 chunks of 1024 on the FP64 tensor cores (5 CTAs, 12 tokens in the last)
 }
 
 }  // namespace

@@ -186,6 +186,115 @@ __global__ void __launch_bounds__(kMixThreads) mhc_mix_tokens_kernel(const float
     }
 }
 
+// FP64 tensor-core (mma m8n8k4) form for prefill-sized steps, grid (chunks, ceil(T / 256)): the
+// CTA stages its chunk of the 24 mixing rows in shared memory (f32; rows padded by 16 floats so the
+// 8 lanes of a 128-bit load phase hit distinct banks) and each warp runs 32 tokens (4 m-tiles of 8)
+// against the 24 rows (3 n-tiles of 8) over the chunk, 16 elements at a time: lane (g, q) = (lane / 4,
+// lane % 4) loads elements 4q .. 4q + 3 of its token rows and mixing rows, and mma step j feeds
+// element 4q + j as the fragment's k = q (the k order inside a chunk is relabelled the same way on
+// both sides, so every product meets its own pair). Products of two floats are exact in double, so
+// the partials (same layout as mhc_mix_chunk_kernel) differ from the CUDA-core forms only in the
+// order of the double additions. Why: those forms issue ~1.6 G double FMAs and ~0.9 G f32 -> f64
+// conversions per 4K-token call on the CUDA cores (ledger E33: 0.56 ms per call, 22.5 ms of a
+// 20-layer 4K prefill step).
+constexpr int kDmmaWarps = 8;
+constexpr int kDmmaTokensPerCta = kDmmaWarps * 32;
+constexpr int kDmmaPad = 16;
+constexpr int kDmmaMinTokens = 1024;  // prefill chunks; decode batches keep the forms above (E16)
+
+__device__ __forceinline__ void dmma_m8n8k4(double (&c)[2], double a, double b) {
+    asm volatile("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64 {%0, %1}, {%2}, {%3}, {%0, %1};"
+                 : "+d"(c[0]), "+d"(c[1])
+                 : "d"(a), "d"(b));
+}
+
+__device__ __forceinline__ float f4_at(const float4& v, int j) { return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w; }
+
+__global__ void __launch_bounds__(kDmmaWarps * 32, 2) mhc_mix_dmma_kernel(const float* __restrict__ X, MhcArgs a,
+                                                                          int ch, int T) {
+    constexpr int NM = 24;
+    extern __shared__ __align__(16) float fs[];  // [NM][ch + kDmmaPad]
+    const int64_t width = int64_t(a.n) * a.d;
+    const int64_t i0 = int64_t(blockIdx.x) * ch;
+    const int stride = ch + kDmmaPad;
+    const int len4 = ch / 4, n4 = NM * len4;
+    for (int j0 = threadIdx.x; j0 < n4; j0 += kDmmaWarps * 32 * 8) {  // 8 independent 16-B loads per thread
+        float4 v[8];
+#pragma unroll
+        for (int b = 0; b < 8; ++b) {
+            const int j = j0 + b * kDmmaWarps * 32;
+            v[b] = j < n4 ? __ldg(reinterpret_cast<const float4*>(a.fn + int64_t(j / len4) * width + i0) + j % len4)
+                          : make_float4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int b = 0; b < 8; ++b) {
+            const int j = j0 + b * kDmmaWarps * 32;
+            if (j < n4) reinterpret_cast<float4*>(fs + (j / len4) * stride)[j % len4] = v[b];
+        }
+    }
+    __syncthreads();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, q = lane & 3;
+    const int tb = blockIdx.y * kDmmaTokensPerCta + warp * 32;
+    if (tb >= T) return;
+    const float* xr[4];
+    bool valid[4];
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt) {
+        const int t = tb + mt * 8 + g;
+        valid[mt] = t < T;
+        xr[mt] = X + int64_t(valid[mt] ? t : tb) * width + i0 + 4 * q;
+    }
+    const float* fr[3];
+#pragma unroll
+    for (int nt = 0; nt < 3; ++nt) fr[nt] = fs + (nt * 8 + g) * stride + 4 * q;
+    double acc[4][3][2], ss[4];
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt) {
+        ss[mt] = 0.0;
+#pragma unroll
+        for (int nt = 0; nt < 3; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = 0.0;
+    }
+    for (int k0 = 0; k0 < ch; k0 += 16) {
+        float4 xv[4], fv[3];
+#pragma unroll
+        for (int mt = 0; mt < 4; ++mt)
+            xv[mt] = valid[mt] ? __ldg(reinterpret_cast<const float4*>(xr[mt] + k0)) : make_float4(0, 0, 0, 0);
+#pragma unroll
+        for (int nt = 0; nt < 3; ++nt) fv[nt] = *reinterpret_cast<const float4*>(fr[nt] + k0);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            double av[4], bv[3];
+#pragma unroll
+            for (int mt = 0; mt < 4; ++mt) {
+                av[mt] = double(f4_at(xv[mt], j));
+                ss[mt] = fma(av[mt], av[mt], ss[mt]);
+            }
+#pragma unroll
+            for (int nt = 0; nt < 3; ++nt) bv[nt] = double(f4_at(fv[nt], j));
+#pragma unroll
+            for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+                for (int nt = 0; nt < 3; ++nt) dmma_m8n8k4(acc[mt][nt], av[mt], bv[nt]);
+        }
+    }
+    // Accumulator layout (m8n8k4 f64): lane holds C[g][2q], C[g][2q + 1]: token g of the m-tile,
+    // mixing rows 2q, 2q + 1 of the n-tile. The sum of squares: the quad's four k residues.
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt) {
+        double s = ss[mt];
+        s += __shfl_xor_sync(0xffffffffu, s, 1);
+        s += __shfl_xor_sync(0xffffffffu, s, 2);
+        if (!valid[mt]) continue;
+        double* out = a.mix_ws + (int64_t(tb + mt * 8 + g) * gridDim.x + blockIdx.x) * (NM + 1);
+#pragma unroll
+        for (int nt = 0; nt < 3; ++nt) {
+            out[nt * 8 + 2 * q] = acc[mt][nt][0];
+            out[nt * 8 + 2 * q + 1] = acc[mt][nt][1];
+        }
+        if (q == 0) out[NM] = s;
+    }
+}
+
 // X: [T, n, d]; coeffs: [T, 24] (pre n, post n, comb n*n); xn: [T, d]. head: rows != null.
 template <bool kHead>
 __global__ void mhc_kernel(const float* __restrict__ X, const int32_t* __restrict__ rows, MhcArgs a,
@@ -449,7 +558,15 @@ cudaError_t launch_mix(const float* X, const int32_t* rows, int T, const MhcArgs
         *chunks = c;
         // Fewer chunks than n d / 512 when the workspace is short (prefill): wider chunks, same cover.
         const int64_t width = int64_t(a.n) * a.d, ch = (width + c - 1) / c;
-        if (T > 8 && ch <= kMixMaxChunkTok && ch % 4 == 0 && width % 4 == 0 &&
+        const bool aligned = reinterpret_cast<uintptr_t>(a.fn) % 16 == 0 && reinterpret_cast<uintptr_t>(X) % 16 == 0;
+        if (!head && !rows && T >= kDmmaMinTokens && ch <= kMixMaxChunkTok && ch % 16 == 0 && width % 4 == 0 &&
+            ch * c == width && aligned) {
+            const int smem = int(sizeof(float) * 24 * size_t(ch + kDmmaPad));
+            cudaError_t e = cudaFuncSetAttribute(mhc_mix_dmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+            if (e != cudaSuccess) return e;
+            const dim3 grid(unsigned(c), unsigned((T + kDmmaTokensPerCta - 1) / kDmmaTokensPerCta));
+            mhc_mix_dmma_kernel<<<grid, kDmmaWarps * 32, smem, st>>>(X, a, int(ch), T);
+        } else if (T > 8 && ch <= kMixMaxChunkTok && ch % 4 == 0 && width % 4 == 0 &&
             reinterpret_cast<uintptr_t>(a.fn) % 16 == 0) {  // token groups share each staged chunk of the mixing rows
             const dim3 grid(unsigned(c), unsigned((T + kMixTokensPerCta - 1) / kMixTokensPerCta));
             const int smem = int(sizeof(float) * size_t(head ? 4 : 24) * size_t(ch));
