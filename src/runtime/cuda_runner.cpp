@@ -177,6 +177,8 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
         DSV4_RETURN_IF_ERROR(Ii(ws_.pf_seq, Tm));
         DSV4_ASSIGN_OR_RETURN(ws_.pf_start_pos, arena_.alloc_n<int64_t>(Tm));
         DSV4_ASSIGN_OR_RETURN(ws_.pf_stage_from, arena_.alloc_n<int64_t>(Tm));
+        ws_.comp_pooled_ld = int(std::max(D, ID));  // the main and the indexer compressor's row widths
+        DSV4_RETURN_IF_ERROR(F(ws_.comp_pooled, 2 * Tm * size_t(ws_.comp_pooled_ld)));
         // Pseudo-sequence i is token i of the step: tok_begin i, one token (fixed for the runner's life).
         std::vector<int32_t> iota(Tm), ones(Tm, 1);
         for (size_t i = 0; i < Tm; ++i) iota[i] = int32_t(i);

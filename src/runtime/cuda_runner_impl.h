@@ -73,6 +73,8 @@ struct Workspace {
     int32_t *pf_tok_begin = nullptr, *pf_n_tok = nullptr, *pf_seq = nullptr;
     int64_t *pf_start_pos = nullptr, *pf_stage_from = nullptr;
     int64_t stage_word = 0;
+    float* comp_pooled = nullptr;  // [2][max_tokens][comp_pooled_ld]: compress_chunk's pooling scratch
+    int comp_pooled_ld = 0;
 };
 
 // Host copy of a step plan (copied to the device through a StepSlot's pinned staging).

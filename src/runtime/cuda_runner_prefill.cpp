@@ -24,7 +24,7 @@ Status CudaRunner::attention_batched(const cuda::StepPlan& sp, int T, int max_t,
     mark("prefill: stage rows + chunk compressors");
     DSV4_CU(cuda::stage_kv_rows(pool_, ka.kv, T, ws_.stage_word, st));
     if (ka.n_comp > 0) {
-        DSV4_CU(cuda::compress_chunk(sp, pool_, ka, max_t, st));
+        DSV4_CU(cuda::compress_chunk(sp, pool_, ka, max_t, st, ws_.comp_pooled, T, ws_.comp_pooled_ld));
         DSV4_CU(cuda::compress_state_chunk(sp, pool_, ka, st));
     }
     ra.t = ia.t = 0;

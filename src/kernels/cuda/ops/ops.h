@@ -195,8 +195,11 @@ cudaError_t write_kv_rows(const float* src, int64_t n, const int64_t* dst_words,
 cudaError_t stage_kv_rows(const PagePool& pool, const float* kv, int T, int64_t stage_word, cudaStream_t st);
 // Every compressed row whose window closes inside a sequence's chunk (positions start_pos ..
 // start_pos + n_tok - 1), pooled from the chunk's projections and, for window slots before the
-// chunk, the state rows; max_t bounds n_tok.
-cudaError_t compress_chunk(const StepPlan& plan, const PagePool& pool, const KvStepArgs& a, int max_t, cudaStream_t st);
+// chunk, the state rows; max_t bounds n_tok. With a scratch of [a.n_comp][T][ld] floats (T: the
+// step's tokens, ld >= every compressor's dim) the channels are pooled over many CTAs first, then
+// each row is normalised and stored (same bits; faster for long windows); else one CTA per row.
+cudaError_t compress_chunk(const StepPlan& plan, const PagePool& pool, const KvStepArgs& a, int max_t, cudaStream_t st,
+                           float* scratch = nullptr, int T = 0, int ld = 0);
 // The compressor state rows as token-at-a-time processing leaves them (the rows later windows
 // read: the open window's tokens and, with overlap, the last closed window). After compress_chunk.
 cudaError_t compress_state_chunk(const StepPlan& plan, const PagePool& pool, const KvStepArgs& a, cudaStream_t st);

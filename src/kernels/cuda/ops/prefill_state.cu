@@ -68,6 +68,51 @@ __global__ void compress_chunk_kernel(StepPlan plan, PagePool pool, KvStepArgs a
                         });
 }
 
+// Two-phase form of compress_chunk_kernel (compress_chunk with a scratch). Why: one CTA per window
+// pools all its channels with 256 threads, each walking the window's slots twice in a chain of
+// loads; an HCA window (128 slots) then takes ~170 us, and a 128-token prefill step has one such
+// CTA per layer on an idle GPU (ledger E33: 3.5 ms of a 34 ms 20-layer step). Phase 1 pools one
+// channel per thread over many CTAs; phase 2 normalises, ropes and stores each row with the block
+// shape of kv_step, so the stored rows are bit-identical to the one-kernel form.
+constexpr int kPoolThreads = 128;
+
+// The scratch row of window w of chunk k: indexed by the step token that closes the window.
+__device__ __forceinline__ int64_t pooled_row(const Chunk& k, int64_t w, int r, int comp, int T) {
+    return int64_t(comp) * T + k.tok0 + ((w + 1) * r - 1 - k.p0);
+}
+
+// Phase 1, grid (windows, seqs, n_comp x channel groups): pooled[row][ch] = pool_channel(...).
+__global__ void __launch_bounds__(kPoolThreads) pool_chunk_kernel(StepPlan plan, PagePool pool, KvStepArgs a,
+                                                                  float* pooled, int T, int ld, int groups) {
+    const int s = blockIdx.y;
+    if (plan.n_tok[s] <= 0) return;
+    const int ci = int(blockIdx.z) / groups;
+    const CompressorArgs& c = a.comp[ci];
+    const int ch = (int(blockIdx.z) % groups) * kPoolThreads + int(threadIdx.x);
+    const Chunk k = chunk_of(plan, s);
+    const int64_t w = k.p0 / c.ratio + blockIdx.x;
+    if (ch >= c.dim || w >= k.e / c.ratio) return;  // no block-wide syncs below
+    const int32_t* table = seq_table(plan, s);
+    pooled[pooled_row(k, w, c.ratio, ci, T) * ld + ch] = pool_channel(c, ch, [&](int j, int chj, float* g, float* v) {
+        slot_value(c, pool, table, k, slot_pos(c, w, j), int64_t(slot_half(c, j)) * c.dim + chj, g, v);
+    });
+}
+
+// Phase 2, grid (windows, seqs, n_comp), kThreads threads (kv_step's block shape).
+__global__ void emit_pooled_kernel(StepPlan plan, PagePool pool, KvStepArgs a, const float* pooled, int T, int ld) {
+    extern __shared__ float entry[];
+    __shared__ double red[32];
+    const int s = blockIdx.y;
+    if (plan.n_tok[s] <= 0) return;
+    const CompressorArgs& c = a.comp[blockIdx.z];
+    const Chunk k = chunk_of(plan, s);
+    const int64_t w = k.p0 / c.ratio + blockIdx.x;
+    if (w >= k.e / c.ratio) return;  // uniform across the block
+    const float* row = pooled + pooled_row(k, w, c.ratio, int(blockIdx.z), T) * ld;
+    finish_compressed_row(c, pool, seq_table(plan, s), w, a.rope_inv_freq, a.rope_dim, a.eps, entry, red,
+                          [&](int ch) { return row[ch]; });
+}
+
 __global__ void compress_state_kernel(StepPlan plan, PagePool pool, KvStepArgs a) {
     const int s = blockIdx.x;
     if (plan.n_tok[s] <= 0) return;
@@ -122,7 +167,8 @@ cudaError_t stage_kv_rows(const PagePool& pool, const float* kv, int T, int64_t 
     return cudaGetLastError();
 }
 
-cudaError_t compress_chunk(const StepPlan& plan, const PagePool& pool, const KvStepArgs& a, int max_t, cudaStream_t st) {
+cudaError_t compress_chunk(const StepPlan& plan, const PagePool& pool, const KvStepArgs& a, int max_t, cudaStream_t st,
+                           float* scratch, int T, int ld) {
     if (plan.n_seqs <= 0 || a.n_comp <= 0 || max_t <= 0) return cudaSuccess;
     int r = a.comp[0].ratio, dim = a.comp[0].dim;
     for (int c = 1; c < a.n_comp; ++c) {
@@ -131,6 +177,15 @@ cudaError_t compress_chunk(const StepPlan& plan, const PagePool& pool, const KvS
     }
     if (r <= 0) return cudaErrorInvalidValue;
     const unsigned windows = unsigned((max_t + r - 1) / r);
+    if (scratch) {
+        if (ld < dim || T <= 0) return cudaErrorInvalidValue;
+        const int groups = (dim + kPoolThreads - 1) / kPoolThreads;
+        pool_chunk_kernel<<<dim3(windows, unsigned(plan.n_seqs), unsigned(a.n_comp * groups)), kPoolThreads, 0, st>>>(
+            plan, pool, a, scratch, T, ld, groups);
+        emit_pooled_kernel<<<dim3(windows, unsigned(plan.n_seqs), unsigned(a.n_comp)), kThreads, sizeof(float) * dim, st>>>(
+            plan, pool, a, scratch, T, ld);
+        return cudaGetLastError();
+    }
     compress_chunk_kernel<<<dim3(windows, unsigned(plan.n_seqs), unsigned(a.n_comp)), kThreads, sizeof(float) * dim, st>>>(
         plan, pool, a);
     return cudaGetLastError();
