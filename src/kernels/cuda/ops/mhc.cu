@@ -538,11 +538,14 @@ int mhc_mix_chunks(int T, const MhcArgs& a) {
 
 namespace {
 // Dynamic shared memory of mhc_kernel; *staged when x and the norm weight fit beside the collapse
-// (and are 16-B aligned for the vector copies).
-size_t mhc_smem(const float* X, const MhcArgs& a, bool* staged) {
+// (and are 16-B aligned for the vector copies), for up to kMaxStagedTokens tokens. Why the cap:
+// staging is for the latency of a few tokens; a prefill step has thousands of CTAs, and the 80 KB
+// each holds staged limits an SM to two of them (E33: 0.23 ms per call at 4K tokens).
+constexpr int kMaxStagedTokens = 512;
+size_t mhc_smem(const float* X, int T, const MhcArgs& a, bool* staged) {
     const size_t plain = sizeof(float) * size_t(a.d);
     const size_t full = sizeof(float) * (size_t(a.n) * a.d + 2 * size_t(a.d));
-    *staged = a.d % 4 == 0 && reinterpret_cast<uintptr_t>(X) % 16 == 0 && reinterpret_cast<uintptr_t>(a.norm) % 16 == 0 &&
+    *staged = T <= kMaxStagedTokens && a.d % 4 == 0 && reinterpret_cast<uintptr_t>(X) % 16 == 0 && reinterpret_cast<uintptr_t>(a.norm) % 16 == 0 &&
               full <= 160 * 1024;
     return *staged ? full : plain;
 }
@@ -599,7 +602,7 @@ cudaError_t mhc_pre_apply(const float* X, int T, const MhcArgs& a, float* coeffs
     if (a.n > 8) return cudaErrorInvalidValue;
     const int chunks = a.mix_ws ? mhc_mix_chunks(T, a) : 1;
     bool staged = false;
-    const size_t smem = mhc_smem(X, a, &staged);
+    const size_t smem = mhc_smem(X, T, a, &staged);
     cudaError_t e = cudaSuccess;
     if (staged && (e = cudaFuncSetAttribute(mhc_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem))) != cudaSuccess)
         return e;
@@ -640,7 +643,7 @@ cudaError_t mhc_head(const float* X, const int32_t* rows, int R, const MhcArgs& 
     cudaError_t e = launch_mix(X, rows, R, a, true, st, &chunks);
     if (e != cudaSuccess) return e;
     bool staged = false;
-    const size_t smem = mhc_smem(X, a, &staged);
+    const size_t smem = mhc_smem(X, R, a, &staged);
     if (staged && (e = cudaFuncSetAttribute(mhc_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem))) != cudaSuccess)
         return e;
     mhc_kernel<true><<<R, 256, smem, st>>>(X, rows, a, nullptr, out, chunks, staged);
