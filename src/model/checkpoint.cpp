@@ -8,17 +8,15 @@
 #include <set>
 #include <sstream>
 
-#include <nlohmann/json.hpp>
-
 #include "model/safetensors.h"
+#include "model/safetensors_index.h"
 
 namespace dsv4 {
 namespace fs = std::filesystem;
-using nlohmann::json;
 
 namespace {
 
-constexpr const char* kIndexName = "model.safetensors.index.json";
+constexpr const char* kIndexName = kSafetensorsIndexName;
 constexpr uint64_t kMaxIndexBytes = 256ull * 1024 * 1024;
 
 Result<std::string> read_text(const std::string& path) {
@@ -31,15 +29,6 @@ Result<std::string> read_text(const std::string& path) {
     std::ostringstream ss;
     ss << in.rdbuf();
     return ss.str();
-}
-
-// Shard names in an index are file names relative to its directory; refuse anything that could
-// point outside it.
-bool safe_relative(const std::string& name) {
-    if (name.empty() || name.front() == '/') return false;
-    for (const auto& part : fs::path(name))
-        if (part == "..") return false;
-    return true;
 }
 
 }  // namespace
@@ -93,33 +82,15 @@ Result<Checkpoint> Checkpoint::open(const std::string& path) {
     const fs::path index_path = dir / kIndexName;
     if (fs::exists(index_path, ec)) {
         DSV4_ASSIGN_OR_RETURN(std::string text, read_text(index_path.string()));
-        const json idx = json::parse(text, nullptr, /*allow_exceptions=*/false);
-        if (idx.is_discarded() || !idx.is_object())
-            return error(StatusCode::kDataLoss, "{}: not a valid JSON object", index_path.string());
-        const auto wm = idx.find("weight_map");
-        if (wm == idx.end() || !wm->is_object())
-            return error(StatusCode::kDataLoss, "{}: missing 'weight_map' object", index_path.string());
-        std::map<std::string, std::vector<std::string>> by_shard;  // sorted names per shard
-        for (const auto& [name, shard] : wm->items()) {
-            if (!shard.is_string())
-                return error(StatusCode::kDataLoss, "{}: tensor '{}': shard is not a string", index_path.string(), name);
-            const auto& s = shard.get_ref<const std::string&>();
-            if (!safe_relative(s))
-                return error(StatusCode::kDataLoss, "{}: tensor '{}': shard '{}' is not a file name in {}",
-                             index_path.string(), name, s, path);
-            by_shard[s].push_back(name);  // items() iterates in sorted key order
-        }
-        for (const auto& [shard, names] : by_shard) {
+        DSV4_ASSIGN_OR_RETURN(SafetensorsIndex idx, parse_safetensors_index(text, index_path.string()));
+        for (const auto& [shard, names] : idx.shards) {
             const fs::path shard_path = dir / shard;
             if (!fs::is_regular_file(shard_path, ec))
                 return error(StatusCode::kNotFound, "{}: shard {} (holding tensor '{}' and {} more) does not exist",
                              index_path.string(), shard_path.string(), names.front(), names.size() - 1);
             DSV4_RETURN_IF_ERROR(ck.add_file(shard_path.string(), &names));
         }
-        if (const auto md = idx.find("metadata"); md != idx.end() && md->is_object()) {
-            ck.metadata_.clear();
-            for (const auto& [k, v] : md->items()) ck.metadata_[k] = v.is_string() ? v.get<std::string>() : v.dump();
-        }
+        if (idx.metadata) ck.metadata_ = std::move(*idx.metadata);
         return ck;
     }
 

@@ -273,6 +273,19 @@ TEST(Checkpoint, ShardedIndexErrors) {
     expect_error(R"({"metadata":{}})", {"weight_map"});
 }
 
+// Found by tests/fuzz/safetensors_index_fuzz.cpp: a shard name with a NUL byte opened the file its
+// C string names ("s1.safetensors"), not the one the index names.
+TEST(Checkpoint, IndexShardNameWithNulIsAnError) {
+    TempDir dir;
+    ASSERT_TRUE(write_shard(dir.file("s1.safetensors"), {"a"}).is_ok());
+    write_text(dir.file("model.safetensors.index.json"), R"({"weight_map":{"a":"s1.safetensors\u0000.bak"}})");
+    auto ck = Checkpoint::open(dir.str());
+    ASSERT_FALSE(ck.is_ok());
+    EXPECT_EQ(ck.status().code(), StatusCode::kDataLoss);
+    EXPECT_TRUE(contains(ck.status().message(), "tensor 'a'")) << ck.status().message();
+    EXPECT_TRUE(contains(ck.status().message(), "is not a file name in its directory")) << ck.status().message();
+}
+
 TEST(Checkpoint, DirectoryLayouts) {
     TempDir dir;
     EXPECT_EQ(Checkpoint::open(dir.str()).status().code(), StatusCode::kNotFound);
