@@ -1,6 +1,8 @@
 #include "model/config.h"
 
 #include <cmath>
+#include <limits>
+#include <utility>
 #include <fstream>
 #include <sstream>
 
@@ -38,7 +40,23 @@ Status read_number(const json& j, const char* field, T& out, bool required) {
                                           std::floor(it->get<double>()) == it->get<double>()))
             return error(StatusCode::kInvalidArgument,
                          "config.json: field '{}' must be an integer, got {}", field, it->dump());
-        out = T(it->get<double>());
+        // Range-checked before the conversion: an out-of-range value is an error, not UB.
+        using L = std::numeric_limits<T>;
+        bool fits = false;
+        if (it->is_number_unsigned()) {
+            fits = it->get<uint64_t>() <= uint64_t(L::max());
+        } else if (it->is_number_integer()) {
+            const int64_t v = it->get<int64_t>();
+            fits = v >= int64_t(L::min()) && v <= int64_t(L::max());
+        } else {
+            const double d = it->get<double>();
+            fits = d >= double(L::min()) && d < double(L::max()) + 1.0;  // L::max() + 1 is a power of two
+        }
+        if (!fits)
+            return error(StatusCode::kInvalidArgument, "config.json: field '{}' = {} is out of range", field,
+                         it->dump());
+        out = it->is_number_float() ? T(it->get<double>()) : it->is_number_unsigned() ? T(it->get<uint64_t>())
+                                                                                     : T(it->get<int64_t>());
     } else {
         out = it->get<T>();
     }
@@ -117,6 +135,7 @@ Result<ModelConfig> ModelConfig::from_json(const json& j) {
         double prf = 0;
         DSV4_RETURN_IF_ERROR(read_number(j, "partial_rotary_factor", prf, false));
         if (prf <= 0) return missing("qk_rope_head_dim");
+        if (prf > 1) return invalid_argument("config.json: field 'partial_rotary_factor' = {} must be in (0, 1]", prf);
         c.rope_dim = int(std::lround(prf * c.head_dim));
     }
     DSV4_RETURN_IF_ERROR(read_number(j, "q_lora_rank", c.q_lora_rank, true));
@@ -124,6 +143,12 @@ Result<ModelConfig> ModelConfig::from_json(const json& j) {
     DSV4_RETURN_IF_ERROR(read_number(j, "o_groups", c.o_groups, true));
     DSV4_RETURN_IF_ERROR(read_number(j, "sliding_window", c.sliding_window, true));
     DSV4_RETURN_IF_ERROR(read_number(j, "num_nextn_predict_layers", c.num_nextn_predict_layers, false));
+    // The layer count sizes the per-layer lists below: check it before they are built.
+    if (c.n_layers <= 0 || c.n_layers > kMaxLayers)
+        return invalid_argument("config.json: field 'num_hidden_layers' = {} must be in [1, {}]", c.n_layers, kMaxLayers);
+    if (c.num_nextn_predict_layers < 0 || c.num_nextn_predict_layers > kMaxLayers)
+        return invalid_argument("config.json: field 'num_nextn_predict_layers' = {} must be in [0, {}]",
+                                c.num_nextn_predict_layers, kMaxLayers);
 
     // Layer schedule: official `compress_ratios` (may carry extra MTP entries) or transformers
     // `layer_types` + `compress_rates`.
@@ -160,8 +185,12 @@ Result<ModelConfig> ModelConfig::from_json(const json& j) {
         const json& cr = j["compress_ratios"];
         if (!cr.is_array()) return invalid_argument("config.json: field 'compress_ratios' must be a list");
         for (size_t i = 0; i < cr.size(); ++i) {
-            if (!cr[i].is_number_integer() || cr[i].get<int64_t>() < 0)
-                return invalid_argument("config.json: compress_ratios[{}] must be a non-negative integer", i);
+            const json& v = cr[i];
+            const bool ok = v.is_number_unsigned() ? v.get<uint64_t>() <= uint64_t(kMaxDim)
+                                                   : v.is_number_integer() && v.get<int64_t>() >= 0 &&
+                                                         v.get<int64_t>() <= kMaxDim;
+            if (!ok)
+                return invalid_argument("config.json: compress_ratios[{}] must be an integer in [0, {}]", i, kMaxDim);
             const int r = cr[i].get<int>();
             c.compress_ratios.push_back(r);
             // The reference gives ratio 4 the overlapping compressor and the indexer (CSA).
@@ -268,6 +297,24 @@ Status ModelConfig::validate() const {
     auto bad = [](const char* field, const std::string& why) {
         return error(StatusCode::kInvalidArgument, "config.json: field '{}' {}", field, why);
     };
+    // Upper bounds first, so that no product of two sizes (or a layer count and a size) can
+    // overflow in the code that uses them; the checks below may then multiply freely.
+    const std::pair<const char*, int64_t> dims[] = {
+        {"hidden_size", hidden_size}, {"num_attention_heads", n_heads}, {"head_dim", head_dim},
+        {"qk_rope_head_dim", rope_dim}, {"q_lora_rank", q_lora_rank}, {"o_lora_rank", o_lora_rank},
+        {"o_groups", o_groups}, {"sliding_window", sliding_window}, {"index_n_heads", index_n_heads},
+        {"index_head_dim", index_head_dim}, {"index_topk", index_topk}, {"n_routed_experts", n_routed_experts},
+        {"num_experts_per_tok", n_experts_per_tok}, {"moe_intermediate_size", moe_intermediate_size},
+        {"hc_sinkhorn_iters", hc_sinkhorn_iters}};
+    for (const auto& [field, v] : dims)
+        if (v > kMaxDim) return bad(field, fmt::format("= {} is larger than {}", v, kMaxDim));
+    if (n_layers > kMaxLayers) return bad("num_hidden_layers", fmt::format("= {} is larger than {}", n_layers, kMaxLayers));
+    if (vocab_size > kMaxVocab) return bad("vocab_size", fmt::format("= {} is larger than {}", vocab_size, kMaxVocab));
+    if (hc_mult > kMaxHcMult) return bad("hc_mult", fmt::format("= {} is larger than {}", hc_mult, kMaxHcMult));
+    if (max_position_embeddings > kMaxPositions)
+        return bad("max_position_embeddings", fmt::format("= {} is larger than {}", max_position_embeddings, kMaxPositions));
+    for (int r : compress_ratios)
+        if (r > kMaxDim) return bad("compress_ratios", fmt::format("ratio {} is larger than {}", r, kMaxDim));
     if (vocab_size <= 0) return bad("vocab_size", "must be positive");
     if (hidden_size <= 0) return bad("hidden_size", "must be positive");
     if (n_layers <= 0) return bad("num_hidden_layers", "must be positive");
@@ -285,6 +332,11 @@ Status ModelConfig::validate() const {
         return bad("layer_types", fmt::format("has {} entries but num_hidden_layers is {}", layer_types.size(), n_layers));
     if (int(mlp_types.size()) != n_layers)
         return bad("mlp_layer_types", fmt::format("has {} entries but num_hidden_layers is {}", mlp_types.size(), n_layers));
+    // from_json keeps the two lists in step; a config built in code may not, and the loop below
+    // reads both.
+    if (compress_ratios.size() != layer_types.size())
+        return bad("compress_ratios", fmt::format("has {} entries but layer_types has {}", compress_ratios.size(),
+                                                  layer_types.size()));
     for (int i = 0; i < n_layers; ++i) {
         const int r = compress_ratios[i];
         if (layer_types[i] == AttnType::kCSA && r <= 0) return bad("compress_rates", "CSA ratio must be positive");
@@ -307,6 +359,21 @@ Status ModelConfig::validate() const {
     if (moe_intermediate_size <= 0) return bad("moe_intermediate_size", "must be positive");
     if (rms_norm_eps <= 0) return bad("rms_norm_eps", "must be positive");
     if (max_position_embeddings <= 0) return bad("max_position_embeddings", "must be positive");
+    // The RoPE tables divide by log(theta) and take logs of the YaRN ratios: values outside these
+    // ranges give NaN frequencies, not an error, further on.
+    if (!(std::isfinite(rope_theta) && rope_theta > 1))
+        return bad("rope_theta", fmt::format("= {} must be finite and greater than 1", rope_theta));
+    if (!(std::isfinite(compress_rope_theta) && compress_rope_theta > 1))
+        return bad("compress_rope_theta", fmt::format("= {} must be finite and greater than 1", compress_rope_theta));
+    if (yarn.enabled) {
+        const std::pair<const char*, double> yarn_fields[] = {
+            {"factor", yarn.factor}, {"original_max_position_embeddings", yarn.original_max_position},
+            {"beta_fast", yarn.beta_fast}, {"beta_slow", yarn.beta_slow}};
+        for (const auto& [field, v] : yarn_fields)
+            if (!(std::isfinite(v) && v > 0))
+                return error(StatusCode::kInvalidArgument, "config.json: YaRN field '{}' = {} must be finite and positive",
+                             field, v);
+    }
     return Status::ok();
 }
 

@@ -30,6 +30,15 @@ struct YarnParams {
     double beta_slow = 1.0;
 };
 
+// Upper bounds an accepted config stays within (far above DeepSeek-V4-Pro's sizes), so that the
+// sizes derived from it (products of two dimensions, a layer count times a state size) fit their
+// integer types: config.json is input, and a huge value must be an error, not an overflow.
+inline constexpr int64_t kMaxDim = int64_t(1) << 20;         // every width, head count, rank, window, ratio
+inline constexpr int64_t kMaxLayers = 1024;
+inline constexpr int64_t kMaxVocab = (int64_t(1) << 31) - 1;  // token ids are int32
+inline constexpr int64_t kMaxHcMult = 64;
+inline constexpr int64_t kMaxPositions = int64_t(1) << 40;
+
 struct ModelConfig {
     int64_t vocab_size = 0;
     int hidden_size = 0;              // d
