@@ -24,6 +24,8 @@ public:
             const size_t eb = comm_dtype_bytes(dtype);
             for (int p = 0; p < size(); ++p) {
                 const InProcGroup::Slot& peer = g_->slots_[p];
+                // An empty exchange may come with null buffers, which memcpy must not be given.
+                if (recv_counts[p] == 0) continue;
                 std::memcpy(static_cast<char*>(recv) + size_t(recv_offsets[p]) * eb,
                             static_cast<const char*>(peer.send) + size_t(peer.send_offsets[rank_]) * eb,
                             size_t(recv_counts[p]) * eb);
@@ -55,7 +57,7 @@ public:
         }
         g_->barrier_.arrive_and_wait();  // every peer has read every buffer
         if (st.is_ok()) {
-            if (dtype == CommDtype::kF32) std::memcpy(buf, sum.data(), sizeof(float) * size_t(count));
+            if (dtype == CommDtype::kF32 && count > 0) std::memcpy(buf, sum.data(), sizeof(float) * size_t(count));
             else
                 for (int64_t i = 0; i < count; ++i) static_cast<uint16_t*>(buf)[i] = f32_to_bf16(sum[i]);
         }
@@ -67,7 +69,7 @@ public:
         me = InProcGroup::Slot{send, recv, {}, {}, {}, {}, count, dtype, kAllGather};
         g_->barrier_.arrive_and_wait();
         Status st = check_same(kAllGather);
-        if (st.is_ok()) {
+        if (st.is_ok() && count > 0) {
             const size_t n = size_t(count) * comm_dtype_bytes(dtype);
             for (int p = 0; p < size(); ++p)
                 std::memcpy(static_cast<char*>(recv) + size_t(p) * n, g_->slots_[p].send, n);
