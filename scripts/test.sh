@@ -6,13 +6,13 @@ cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 ./scripts/build.sh
 
-# Brief libFuzzer run of the safetensors header parser (clang, separate build-fuzz dir, fuzz targets
-# only). New inputs go to build-fuzz/corpus; the committed seeds stay read-only. DSV4_FUZZ_SECONDS=0
-# skips it.
+# Brief libFuzzer runs of the parsers (clang, separate build-fuzz dir, fuzz targets only). New inputs
+# go to build-fuzz/corpus; the committed seeds stay read-only. DSV4_FUZZ_SECONDS=0 skips them.
 if [ "${DSV4_FUZZ_SECONDS:-30}" != 0 ] && command -v clang++ >/dev/null; then
     cmake -S . -B build-fuzz -G Ninja -DDSV4_FUZZ=ON -DDSV4_WITH_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
         -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >/dev/null
-    cmake --build build-fuzz --target safetensors_header_fuzz tokenizer_fuzz openai_request_fuzz -j "${JOBS:-$(nproc)}"
+    cmake --build build-fuzz --target safetensors_header_fuzz tokenizer_fuzz openai_request_fuzz output_parser_fuzz \
+        config_fuzz safetensors_index_fuzz -j "${JOBS:-$(nproc)}"
     mkdir -p build-fuzz/corpus/safetensors
     build-fuzz/tests/fuzz/safetensors_header_fuzz -max_total_time="${DSV4_FUZZ_SECONDS:-30}" -print_final_stats=1 \
         -dict=tests/fuzz/safetensors.dict build-fuzz/corpus/safetensors tests/fuzz/corpus/safetensors
@@ -20,6 +20,14 @@ if [ "${DSV4_FUZZ_SECONDS:-30}" != 0 ] && command -v clang++ >/dev/null; then
     mkdir -p build-fuzz/corpus/openai_request
     build-fuzz/tests/fuzz/openai_request_fuzz -max_total_time="${DSV4_FUZZ_SECONDS:-30}" -print_final_stats=1 \
         build-fuzz/corpus/openai_request tests/fuzz/corpus/openai_request
+    # The DSML / reasoning output parser, config.json and model.safetensors.index.json (issue 21 item 2).
+    for t in output_parser config safetensors_index; do
+        mkdir -p "build-fuzz/corpus/$t"
+        dict=()
+        [ -f "tests/fuzz/$t.dict" ] && dict=(-dict="tests/fuzz/$t.dict")
+        "build-fuzz/tests/fuzz/${t}_fuzz" -max_total_time="${DSV4_FUZZ_SECONDS:-30}" -print_final_stats=1 \
+            "${dict[@]}" "build-fuzz/corpus/$t" "tests/fuzz/corpus/$t"
+    done
     # Tokenizer encoder (skips, exit 77, when .cache/tokenizer/tokenizer.json is missing).
     tests/fuzz/run_tokenizer_fuzz.sh build-fuzz/tests/fuzz/tokenizer_fuzz . "${DSV4_FUZZ_SECONDS:-30}" || [ $? -eq 77 ]
 fi
