@@ -25,7 +25,10 @@ TEST(RuntimeOptions, DefaultsAreTheDocumentedOnes) {
     EXPECT_EQ(o.moe_layout, "pair-rotated");
     EXPECT_EQ(o.split_kv_target_ctas, 0);
     EXPECT_TRUE(o.batched_prefill);
-    EXPECT_EQ(o.prefill_query_block, 256);
+    EXPECT_EQ(o.prefill_query_block, 1024);
+    EXPECT_EQ(o.prefill_gemm_min_tokens, 128);
+    EXPECT_EQ(o.moe_gemm_min_tokens, 128);
+    EXPECT_EQ(o.decode_gemm_min_tokens, 512);
     EXPECT_FALSE(o.op_profile);
 }
 
