@@ -137,12 +137,20 @@ Match match_param_attrs(std::string_view s, size_t& len, std::string& key, bool&
 
 #undef DSV4_TRY_MATCH
 
+// True if `text` is one JSON value. nlohmann's lexer takes a NUL byte for the end of the input,
+// so alone it accepts "-7\0" followed by anything; JSON never holds a raw NUL (RFC 8259 wants
+// control characters escaped even in strings), so such text is rejected before it is asked.
+bool is_json(std::string_view text) {
+    return !text.empty() && text.find('\0') == std::string_view::npos &&
+           nlohmann::json::accept(text);
+}
+
 // A string="false" value becomes JSON as written when it is JSON, else a JSON string.
 std::string json_value_text(const std::string& raw) {
     size_t b = raw.find_first_not_of(" \t\r\n");
     size_t e = raw.find_last_not_of(" \t\r\n");
     std::string trimmed = b == std::string::npos ? std::string() : raw.substr(b, e - b + 1);
-    if (!trimmed.empty() && nlohmann::json::accept(trimmed)) return trimmed;
+    if (is_json(trimmed)) return trimmed;
     std::string out;
     py_json_append_string(out, raw);
     return out;

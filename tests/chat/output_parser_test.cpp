@@ -294,6 +294,42 @@ TEST(OutputParser, NonJsonValueBecomesAString) {
     EXPECT_EQ(o.tool_calls[0].arguments_json, R"({"a": "not json", "b": 2})");
 }
 
+// JSON readers that stop at a NUL byte (nlohmann's does) would accept "-7\0<anything>"; arguments
+// must be JSON for every reader, so a raw NUL anywhere counts as invalid here.
+bool strict_json_object(const std::string& s) {
+    if (s.find('\0') != std::string::npos) return false;
+    const auto j = nlohmann::json::parse(s, nullptr, false);
+    return !j.is_discarded() && j.is_object();
+}
+
+// Reduced from tests/fuzz/known_crashes/output_parser-crash-5fce87d7: a string="false" value that
+// is JSON up to a NUL byte used to be copied verbatim, so the text after the NUL (here a quote and
+// a forged second key) landed unescaped in the arguments.
+TEST(OutputParser, ValueWithNulIsNotJson) {
+    const std::string value("-7\0\"}, \"x\": 1", 13);
+    const std::string t =
+        kBlockOpen + "\n" + invoke("f", {param("timeout", false, value)}) + "\n" + kBlockClose;
+    ParsedOutput o = parse_output(t, false);
+    ASSERT_EQ(o.tool_calls.size(), 1u);
+    EXPECT_EQ(o.tool_calls[0].arguments_json, R"({"timeout": "-7\u0000\"}, \"x\": 1"})");
+    EXPECT_TRUE(strict_json_object(o.tool_calls[0].arguments_json))
+        << o.tool_calls[0].arguments_json;
+    EXPECT_EQ(o.content, "");
+    check_all_chunkings(t, false, 30);
+
+    // A NUL alone, before the value and inside a quoted JSON string: never JSON either.
+    const std::vector<std::string> nul_values = {{'\0'}, {'\0', '1'}, {'"', 'a', '\0', 'b', '"'}};
+    for (const std::string& v : nul_values) {
+        const std::string u =
+            kBlockOpen + "\n" + invoke("f", {param("v", false, v)}) + "\n" + kBlockClose;
+        ParsedOutput p = parse_output(u, false);
+        ASSERT_EQ(p.tool_calls.size(), 1u);
+        EXPECT_TRUE(strict_json_object(p.tool_calls[0].arguments_json))
+            << p.tool_calls[0].arguments_json;
+        EXPECT_EQ(nlohmann::json::parse(p.tool_calls[0].arguments_json)["v"], v);
+    }
+}
+
 // True if `s` is a run of complete UTF-8 sequences (lead byte plus its continuation bytes).
 bool whole_utf8(const std::string& s) {
     for (size_t i = 0; i < s.size();) {
