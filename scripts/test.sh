@@ -21,17 +21,25 @@ fi
 if [ "${DSV4_FUZZ_SECONDS:-30}" != 0 ] && command -v clang++ >/dev/null; then
     cmake --build build-fuzz --target safetensors_header_fuzz tokenizer_fuzz openai_request_fuzz output_parser_fuzz \
         config_fuzz safetensors_index_fuzz -j "${JOBS:-$(nproc)}"
+    # Inputs that once crashed a target (tests/fuzz/known_crashes/NAME-*) run first, each once: a
+    # fixed crash coming back fails here in seconds, whatever the fuzzing finds.
+    replay_known_crashes() {
+        local inputs=(tests/fuzz/known_crashes/"$1"-*)
+        [ -e "${inputs[0]}" ] || return 0
+        "build-fuzz/tests/fuzz/$1_fuzz" "${inputs[@]}"
+    }
+    replay_known_crashes safetensors_header
     mkdir -p build-fuzz/corpus/safetensors
     build-fuzz/tests/fuzz/safetensors_header_fuzz -max_total_time="${DSV4_FUZZ_SECONDS:-30}" -print_final_stats=1 \
         -dict=tests/fuzz/safetensors.dict build-fuzz/corpus/safetensors tests/fuzz/corpus/safetensors
     # OpenAI request bodies (chat and completions) and the chat renderer (issue 21 item 2).
+    replay_known_crashes openai_request
     mkdir -p build-fuzz/corpus/openai_request
     build-fuzz/tests/fuzz/openai_request_fuzz -max_total_time="${DSV4_FUZZ_SECONDS:-30}" -print_final_stats=1 \
         build-fuzz/corpus/openai_request tests/fuzz/corpus/openai_request
     # The DSML / reasoning output parser, config.json and model.safetensors.index.json (issue 21 item 2).
-    # output_parser_fuzz is built but not run here: it found a crash in CI that is not fixed yet
-    # (input in tests/fuzz/known_crashes/output_parser-crash-5fce87d7; issue 21).
-    for t in config safetensors_index; do
+    for t in output_parser config safetensors_index; do
+        replay_known_crashes "$t"
         mkdir -p "build-fuzz/corpus/$t"
         dict=()
         [ -f "tests/fuzz/$t.dict" ] && dict=(-dict="tests/fuzz/$t.dict")
