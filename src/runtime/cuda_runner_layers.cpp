@@ -235,6 +235,7 @@ Status CudaRunner::moe(int l, int T) {
     a.moe_variant = moe_variant_;
     a.grouped_min_tokens = moe_gemm_min_tokens_;
     a.grouped_variant = moe_gemm_variant_;
+    a.grouped_wgmma = opt_.rt.moe_gemm_wgmma;
     mark("routed experts");
     DSV4_CU(cuda::moe_experts(a, st));
     if (ov) {

@@ -58,6 +58,9 @@ struct RuntimeOptions {
     // From this many tokens in a step the routed experts run as the grouped MXFP4 GEMM
     // (kernels/cuda/moe/moe_grouped_sm90.cu; same bits as the GEMV); 0: never.
     int moe_gemm_min_tokens = 128;  // E33 (E29: 512)
+    // The grouped expert GEMM on the warpgroup (wgmma) kernel, activations k-permuted
+    // (kernels/cuda/moe/moe_wgmma_sm90.cu); false: the mma.sync kernel (bitwise the GEMV's).
+    bool moe_gemm_wgmma = true;
     // Both thresholds above for decode-only steps (one token per sequence): there the decode kernels
     // stay ahead longer (E33: 128- and 256-sequence steps 30% and 3% slower on the GEMMs); 0: never.
     int decode_gemm_min_tokens = 512;

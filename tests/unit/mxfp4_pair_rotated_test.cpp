@@ -9,6 +9,7 @@
 
 #include "core/dtype.h"
 #include "core/mxfp4_pair_rotated.h"
+#include "kernels/cuda/moe/moe_kperm.h"
 
 namespace dsv4 {
 namespace {
@@ -86,6 +87,31 @@ TEST(Mxfp4PairRotated, ScaledValuesEqualE2m1TimesUe8m0ForAllScaleBytes) {
                         }
                     }
                 }
+}
+
+// The wgmma expert GEMM's k-permuted activation layout (kernels/cuda/moe/moe_kperm.h): a bijection
+// on each 64-k block, pos_of its inverse, and the position the dequant gives each operand word:
+// lane t, k16 step s, word w = s >> 1 of its row's pair (physical k 16t + 8w .. + 7), pair word
+// j = 2 (s & 1) (+1 for the upper 8 positions) holds (k j, k j + 4), which must sit at positions
+// 2t, 2t + 1 (and 2t + 8, 2t + 9) of step s in the mma A-fragment layout.
+TEST(MoeKperm, BijectionMatchingTheDequantWords) {
+    bool seen[64] = {};
+    for (int L = 0; L < 64; ++L) {
+        const int k = moe_kperm::phys_of(L);
+        ASSERT_GE(k, 0);
+        ASSERT_LT(k, 64);
+        EXPECT_FALSE(seen[k]) << "physical k " << k << " twice";
+        seen[k] = true;
+        EXPECT_EQ(moe_kperm::pos_of(k), L);
+    }
+    for (int t = 0; t < 4; ++t)
+        for (int s = 0; s < 4; ++s)
+            for (int upper = 0; upper < 2; ++upper) {
+                const int j = 2 * (s & 1) + upper, base = 16 * t + 8 * (s >> 1);
+                EXPECT_EQ(moe_kperm::phys_of(16 * s + 2 * t + 8 * upper), base + j);
+                EXPECT_EQ(moe_kperm::phys_of(16 * s + 2 * t + 8 * upper + 1), base + j + 4);
+            }
+    EXPECT_EQ(moe_kperm::position(64 * 3 + 5), 64 * 3 + moe_kperm::pos_of(5));
 }
 
 }  // namespace

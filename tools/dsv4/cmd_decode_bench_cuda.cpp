@@ -396,6 +396,7 @@ MoePoint bench_moe(const std::vector<MoeLayer>& layers, int B, int variant, bool
         if (grouped) {
             gu.variant = gemm_variant;
             gu.layout = moe_grouped_variant_layout(gemm_variant);
+            gu.x_kperm = moe_grouped_variant_is_wgmma(gemm_variant);  // random x: any layout times the same
             gu.n_tiles = tiles.as<int32_t>();
             gu.tile_list = gu.n_tiles + 1;
         }

@@ -315,10 +315,12 @@ std::vector<float> run_moe(const cuda::MoeArgs& a, const float* shared, float* o
 }
 
 // Every grouped expert GEMM variant legal for a's shapes and layout (forced through
-// MoeArgs::grouped_variant, from one token on) gives the output of the tensor-core GEMV without
-// split-K (which the heuristic picks at small grids) bit for bit: the same operands meet in the
-// same order (moe_grouped_sm90.cu).
-void grouped_matches_gemv(cuda::MoeArgs a, const float* shared, float* out_dev, size_t n, const char* what) {
+// MoeArgs::grouped_variant, from one token on). The mma.sync rows give the output of the
+// tensor-core GEMV without split-K (which the heuristic picks at small grids) bit for bit: the same
+// operands meet in the same order (moe_grouped_sm90.cu). The wgmma rows (moe_wgmma_sm90.cu) sum
+// the same products in another order: within the fp64 reference's bound (ref, scale: max |ref|).
+void grouped_matches_gemv(cuda::MoeArgs a, const float* shared, float* out_dev, size_t n, const char* what,
+                          const std::vector<double>& ref, double scale) {
     a.fast = true;
     cuda::MoeExpertArgs probe;  // a grid far above one wave: the heuristic's plain (unsplit) form
     probe.N = a.I;
@@ -331,7 +333,7 @@ void grouped_matches_gemv(cuda::MoeArgs a, const float* shared, float* out_dev, 
     ASSERT_EQ(cuda::moe_expert_variant_params(a.moe_variant).split, 0) << cuda::moe_expert_variant_name(a.moe_variant);
     const std::vector<float> gemv = run_moe(a, shared, out_dev, n);
     a.grouped_min_tokens = 1;
-    int ran = 0;
+    int ran = 0, wgmma_ran = 0;
     for (int v = 0; v < cuda::moe_grouped_variant_count(); ++v) {
         a.grouped_variant = v;
         bool legal = true;
@@ -343,20 +345,31 @@ void grouped_matches_gemv(cuda::MoeArgs a, const float* shared, float* out_dev, 
             e.n_experts = a.E;
             e.layout = a.w1.fmt == cuda::WFmt::kMxfp4PairRotated ? cuda::MoeWeightLayout::kPairRotated
                                                                  : cuda::MoeWeightLayout::kCheckpoint;
+            e.x_kperm = cuda::moe_grouped_variant_is_wgmma(v);
             legal = legal && cuda::moe_grouped_variant_legal(v, e);
         }
         if (!legal) continue;
         ASSERT_EQ(cuda::moe_grouped_decline(a), "") << cuda::moe_grouped_variant_name(v);
         const std::vector<float> got = run_moe(a, shared, out_dev, n);
+        if (cuda::moe_grouped_variant_is_wgmma(v)) {
+            double err = 0;
+            for (size_t i = 0; i < n; ++i) err = std::isfinite(got[i]) ? std::max(err, std::fabs(got[i] - ref[i])) : 1e30;
+            std::printf("[op fast moe] %s %s T=%d: |wgmma - fp64| %.2e (max|ref| %.3g)\n", what,
+                        cuda::moe_grouped_variant_name(v).c_str(), a.T, err, scale);
+            EXPECT_LT(err, 2e-3 * scale) << cuda::moe_grouped_variant_name(v) << " (" << what << ", T=" << a.T << ")";
+            ++wgmma_ran;
+            continue;
+        }
         size_t diff = 0;
         for (size_t i = 0; i < n; ++i) diff += std::memcmp(&got[i], &gemv[i], sizeof(float)) != 0;
         EXPECT_EQ(diff, 0u) << cuda::moe_grouped_variant_name(v) << " (" << what << ", T=" << a.T << ", E=" << a.E
                             << "): outputs differing from the GEMV's";
         ++ran;
     }
-    std::printf("[op fast moe] %s: %d grouped GEMM variants bitwise equal to %s\n", what, ran,
-                cuda::moe_expert_variant_name(a.moe_variant).c_str());
+    std::printf("[op fast moe] %s: %d grouped GEMM variants bitwise equal to %s, %d wgmma within the bound\n", what,
+                ran, cuda::moe_expert_variant_name(a.moe_variant).c_str(), wgmma_ran);
     EXPECT_GT(ran, 0) << what;
+    EXPECT_GT(wgmma_ran, 0) << what;
 }
 
 struct MoeCase {
@@ -473,7 +486,7 @@ TEST(CudaFastOps, MoeDispatchMatchesFp64AndCorrectFirst) {
                     E, K, T, c.hash ? "hash " : "score", scale, err_ref, err_simt);
         EXPECT_LT(err_ref, 2e-3 * scale);   // a bf16 rounding of h may flip (1 ulp = 2^-8)
         EXPECT_LT(err_simt, 2e-2 * scale);  // bf16 x and h vs f32
-        grouped_matches_gemv(a, dsh.p, dout.p, fast.size(), "checkpoint layout");
+        grouped_matches_gemv(a, dsh.p, dout.p, fast.size(), "checkpoint layout", ref, scale);
 
         // The same experts repacked at "load" into the fast path's code layout: the fast path
         // (bitdqpk variants) meets the same bounds, and the correct-first path, whose w_at gathers
@@ -503,7 +516,7 @@ TEST(CudaFastOps, MoeDispatchMatchesFp64AndCorrectFirst) {
         std::printf("[op fast moe] pair-rotated: |fast - fp64| %.2e\n", err_pk);
         EXPECT_LT(err_pk, 2e-3 * scale);
         EXPECT_EQ(simt_pk, simt) << "correct-first path on pair-rotated weights";
-        grouped_matches_gemv(b, dsh.p, dout.p, fast_pk.size(), "pair-rotated layout");
+        grouped_matches_gemv(b, dsh.p, dout.p, fast_pk.size(), "pair-rotated layout", ref, scale);
     }
 }
 

@@ -154,8 +154,12 @@ Status moe_expert_launch(const MoeExpertArgs& a, cudaStream_t stream) {
 
 int moe_grouped_variant_count() { return sm90::moe_grouped_count(); }
 MoeWeightLayout moe_grouped_variant_layout(int i) { return sm90::moe_grouped_shape(i).layout; }
+bool moe_grouped_variant_is_wgmma(int i) { return sm90::moe_grouped_shape(i).wgmma; }
 std::string moe_grouped_variant_name(int i) {
     const sm90::MoeGroupedShape s = sm90::moe_grouped_shape(i);
+    if (s.wgmma)  // moe_wgmma_sm90.cu: 2 warpgroups x 2 m64 tiles, t = token rows per CTA
+        return std::string(s.layout == MoeWeightLayout::kPairRotated ? "moe_wgmma_pk" : "moe_wgmma") + "_t" +
+               std::to_string(s.mt) + "_s" + std::to_string(s.stages);
     std::string n = s.layout == MoeWeightLayout::kPairRotated ? "moe_gemm_pk" : "moe_gemm";
     n += "_w" + std::to_string(s.warps) + "_mt" + std::to_string(s.tiles) + "_t" + std::to_string(s.mt) + "_s" +
          std::to_string(s.stages);
@@ -167,8 +171,10 @@ bool moe_grouped_variant_legal(int i, const MoeExpertArgs& a) {
     const sm90::MoeGroupedShape s = sm90::moe_grouped_shape(i);
     const int rows = s.warps * s.tiles * 16;
     const int cols = a.mode == MoeExpertMode::kGateUp ? rows / 2 : rows;
+    // wgmma rows read the k-permuted x and stage the scales of all K (16-byte units of K / 32 bytes).
+    if (s.wgmma != a.x_kperm || (s.wgmma && a.K % 512 != 0)) return false;
     return s.layout == a.layout && !a.x_f32 && a.K > 0 && a.K % 128 == 0 && a.N > 0 && a.N % cols == 0 &&
-           a.n_experts >= 1 && a.n_experts <= 1024 && s.smem_bytes <= 232448;
+           a.n_experts >= 1 && a.n_experts <= 1024 && sm90::moe_grouped_smem_bytes(i, a.K) <= 232448;
 }
 int moe_grouped_select_variant(const MoeExpertArgs& a) {
     if (moe_grouped_variant_legal(a.variant, a)) return a.variant;
@@ -176,7 +182,7 @@ int moe_grouped_select_variant(const MoeExpertArgs& a) {
     // gate-up + down): 12 rows (512 tokens) 16-row tiles 2.12 ms vs 32-row 2.33 ms; 24 rows (1K)
     // 32-row 2.48 ms vs 16-row 3.76 ms; 96 rows (4K) 64-row, 2 CTAs per SM, 6.95 ms vs 32-row 7.92 ms.
     const double per_expert = double(a.n_rows) / std::max(1, a.n_experts);
-    const int want_mt = per_expert <= 16 ? 16 : per_expert <= 48 ? 32 : 64;
+    const int want_mt = a.x_kperm ? (per_expert <= 64 ? 64 : 128) : per_expert <= 16 ? 16 : per_expert <= 48 ? 32 : 64;
     for (int pass = 0; pass < 2; ++pass)
         for (int i = 0; i < moe_grouped_variant_count(); ++i)
             if ((pass == 1 || sm90::moe_grouped_shape(i).mt == want_mt) && moe_grouped_variant_legal(i, a)) return i;

@@ -39,10 +39,14 @@ Status moe_expert_launch(const MoeExpertArgs& a, cudaStream_t stream);
 
 // Grouped MXFP4 expert GEMM for prefill-sized steps (moe_grouped_sm90.cu): MoeExpertArgs'
 // contract with x bf16 in both modes (x_f32 false), n_rows = n_tokens * top_k, and the work-list
-// workspace tile_list [moe_grouped_max_tiles(n_rows, n_experts)] / n_tiles [1]. Outputs bitwise
-// equal to moe_expert_launch's tensor-core variants on the same layout. Legal for K % 128 == 0, N a
-// multiple of the CTA's columns (256 or 512 on the registered shapes), n_experts <= 1024.
+// workspace tile_list [moe_grouped_max_tiles(n_rows, n_experts)] / n_tiles [1]. The mma.sync rows:
+// outputs bitwise equal to moe_expert_launch's tensor-core variants on the same layout; legal for
+// K % 128 == 0, N a multiple of the CTA's columns (64 or 128), n_experts <= 1024. The wgmma rows
+// (moe_wgmma_sm90.cu): x (kGateUp tokens, kDown h) in the k-permuted layout of moe_kperm.h
+// (a.x_kperm; the gate-up writes h in it), same products summed in another order; legal for
+// K % 512 == 0 up to the shared-memory limit (K <= 8192), N a multiple of 128 (gate-up) or 256.
 int moe_grouped_variant_count();
+bool moe_grouped_variant_is_wgmma(int i);
 std::string moe_grouped_variant_name(int i);
 MoeWeightLayout moe_grouped_variant_layout(int i);
 bool moe_grouped_variant_legal(int i, const MoeExpertArgs& a);

@@ -80,6 +80,9 @@ struct MoeExpertArgs {
     int32_t* tile_list = nullptr;
     int32_t* n_tiles = nullptr;
     int variant = -1;                  // -1 = env DSV4_MOE_VARIANT, else heuristic
+    // Grouped GEMM only: x (kGateUp: bf16 tokens; kDown: h) is in the k-permuted layout of
+    // moe_kperm.h, which only the wgmma variants read; their gate-up writes h in it too.
+    bool x_kperm = false;
 };
 
 struct MoeCombineArgs {

@@ -27,29 +27,10 @@
 #include "core/mxfp4_pair_rotated.h"
 #include "kernels/cuda/gemm/device_util.cuh"
 #include "kernels/cuda/moe/moe_sm90.h"
+#include "kernels/cuda/moe/moe_tile_list.cuh"
 
 namespace dsv4::cuda::sm90 {
 namespace {
-
-constexpr int kExpertBits = 11;  // tile_list entry = tile index << 11 | expert (experts <= 1024)
-
-__global__ void __launch_bounds__(1024) tile_list_kernel(const int32_t* count, int n_experts, int mt,
-                                                         int32_t* list, int32_t* n_tiles) {
-    __shared__ int s[1024];
-    const int e = threadIdx.x;
-    const int nt = e < n_experts ? (count[e] + mt - 1) / mt : 0;
-    s[e] = nt;
-    __syncthreads();
-    for (int o = 1; o < 1024; o <<= 1) {  // inclusive scan
-        const int v = e >= o ? s[e - o] : 0;
-        __syncthreads();
-        s[e] += v;
-        __syncthreads();
-    }
-    const int start = s[e] - nt;
-    for (int i = 0; i < nt; ++i) list[start + i] = (i << kExpertBits) | e;
-    if (e == 1023) *n_tiles = s[1023];
-}
 
 // 16-byte unit u (0..15) of x row m inside a 128-k block: lanes t read units 4t + c, so without
 // the flips rows and units 8 apart share banks.
@@ -296,11 +277,16 @@ int moe_grouped_max_tiles(int n_rows, int n_experts, int mt) {
     if (n_rows <= 0 || mt <= 0) return 0;
     return (n_rows + mt - 1) / mt + std::min(n_experts, n_rows);
 }
-int moe_grouped_count() { return int(sizeof(kTable) / sizeof(kTable[0])); }
-MoeGroupedShape moe_grouped_shape(int i) { return kTable[i].shape; }
+constexpr int kMmaCount = int(sizeof(kTable) / sizeof(kTable[0]));
+int moe_grouped_count() { return kMmaCount + moe_wgmma_count(); }
+MoeGroupedShape moe_grouped_shape(int i) { return i < kMmaCount ? kTable[i].shape : moe_wgmma_shape(i - kMmaCount); }
+int moe_grouped_smem_bytes(int i, int K) {
+    return i < kMmaCount ? kTable[i].shape.smem_bytes : moe_wgmma_smem_bytes(i - kMmaCount, K);
+}
 cudaError_t moe_grouped_run(const MoeExpertArgs& a, int variant, cudaStream_t stream) {
     if (variant < 0 || variant >= moe_grouped_count()) return cudaErrorInvalidValue;
-    if (kTable[variant].shape.layout != a.layout) return cudaErrorInvalidValue;
+    if (variant >= kMmaCount) return moe_wgmma_run(a, variant - kMmaCount, stream);
+    if (kTable[variant].shape.layout != a.layout || a.x_kperm) return cudaErrorInvalidValue;
     return kTable[variant].fn(a, stream);
 }
 

@@ -30,7 +30,8 @@ cudaError_t moe_expert_run(const MoeExpertArgs& a, int variant, cudaStream_t str
 struct MoeGroupedShape {
     int warps, tiles, mt, stages, min_blocks;
     MoeWeightLayout layout;
-    int smem_bytes;
+    int smem_bytes;      // at K = 4096 (moe_grouped_smem_bytes for another K)
+    bool wgmma = false;  // moe_wgmma_sm90.cu: 2 warpgroups, 256 weight rows, x in the k-permuted layout
 };
 int moe_grouped_count();
 MoeGroupedShape moe_grouped_shape(int i);
@@ -38,6 +39,14 @@ MoeGroupedShape moe_grouped_shape(int i);
 int moe_grouped_max_tiles(int n_rows, int n_experts, int mt);
 // Writes a.tile_list / a.n_tiles, then runs the GEMM. cudaErrorInvalidValue for a bad variant or layout.
 cudaError_t moe_grouped_run(const MoeExpertArgs& a, int variant, cudaStream_t stream);
+int moe_grouped_smem_bytes(int variant, int K);
+// The wgmma rows of the grouped table (moe_wgmma_sm90.cu), indexed from 0 here.
+int moe_wgmma_count();
+MoeGroupedShape moe_wgmma_shape(int i);
+int moe_wgmma_smem_bytes(int i, int K);
+cudaError_t moe_wgmma_run(const MoeExpertArgs& a, int i, cudaStream_t stream);
+// out[r, moe_kperm::position(c)] = bf16(x[r, c]) over n f32 elements (n % 64 == 0, rows of 64k).
+cudaError_t moe_x_kperm_run(const float* x, int64_t n, void* out, cudaStream_t stream);
 // In place over n_words 32-bit words of e2m1 codes (4-byte aligned): checkpoint -> pair-rotated.
 cudaError_t moe_weight_repack_run(uint32_t* w, size_t n_words, cudaStream_t stream);
 

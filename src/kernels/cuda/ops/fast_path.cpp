@@ -110,6 +110,27 @@ MoeGroupedWs moe_grouped_ws(const MoeArgs& a, const MoeFastWs& f) {
     return w;
 }
 
+// Whether the grouped GEMM runs its wgmma rows (x and h k-permuted): a forced variant decides,
+// else grouped_wgmma from kWgmmaMinRowsPerExpert rows per expert where a wgmma row is legal for both
+// gate-up and down. Measured (ledger E34, Flash shapes, one layer's gate-up + down): 24 rows per
+// expert (1K tokens) mma.sync 32-row tiles 2.46 ms vs wgmma 64-row 2.97 ms; 96 rows (4K) wgmma
+// 128-row 4.26 ms vs mma.sync 6.95 ms.
+constexpr int kWgmmaMinRowsPerExpert = 48;
+bool moe_grouped_kperm(const MoeArgs& a) {
+    if (a.grouped_variant >= 0 && a.grouped_variant < moe_grouped_variant_count())
+        return moe_grouped_variant_is_wgmma(a.grouped_variant);
+    const int64_t n_local = a.ep_count > 0 ? a.ep_count : a.E;
+    if (!a.grouped_wgmma || int64_t(a.T) * a.K < kWgmmaMinRowsPerExpert * n_local) return false;
+    for (bool gate_up : {true, false}) {
+        MoeExpertArgs e = expert_args(a, gate_up);
+        e.x_f32 = false;
+        e.x_kperm = true;
+        e.n_experts = a.ep_count > 0 ? a.ep_count : a.E;
+        if (moe_grouped_select_variant(e) < 0) return false;
+    }
+    return true;
+}
+
 }  // namespace
 
 std::string linear_fast_decline(const WeightDesc& w, int n_per_group, int64_t group_in, int64_t ldx, int64_t ldy,
@@ -153,6 +174,7 @@ std::string moe_grouped_decline(const MoeArgs& a) {
     for (bool gate_up : {true, false}) {
         MoeExpertArgs e = expert_args(a, gate_up);
         e.x_f32 = false;
+        e.x_kperm = moe_grouped_kperm(a);
         e.n_experts = a.ep_count > 0 ? a.ep_count : a.E;
         e.variant = a.grouped_variant;
         const int v = moe_grouped_select_variant(e);
@@ -231,8 +253,11 @@ cudaError_t moe_experts(const MoeArgs& a, cudaStream_t st) {
         if ((err = sm90::moe_route_permute_run(r, p, st)) != cudaSuccess) return err;
     }
     const MoeGroupedWs gw = a.grouped_min_tokens > 0 && a.T >= a.grouped_min_tokens ? moe_grouped_ws(a, ws) : MoeGroupedWs{};
+    const bool kperm = gw.xb && moe_grouped_kperm(a);
     if (gw.xb) {
-        if ((err = round_to_bf16(a.x, int64_t(a.T) * a.d, gw.xb, st)) != cudaSuccess) return err;
+        err = kperm ? sm90::moe_x_kperm_run(a.x, int64_t(a.T) * a.d, gw.xb, st)
+                    : round_to_bf16(a.x, int64_t(a.T) * a.d, gw.xb, st);
+        if (err != cudaSuccess) return err;
     }
     for (bool gate_up : {true, false}) {
         MoeExpertArgs e = expert_args(a, gate_up);
@@ -264,6 +289,7 @@ cudaError_t moe_experts(const MoeArgs& a, cudaStream_t st) {
             e.tile_list = gw.tile_list;
             e.n_tiles = gw.n_tiles;
             e.variant = a.grouped_variant;
+            e.x_kperm = kperm;
             if (moe_grouped_select_variant(e) >= 0) {
                 if (!moe_grouped_launch(e, st).is_ok()) return cudaErrorLaunchFailure;
                 continue;

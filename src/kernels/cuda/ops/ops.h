@@ -319,6 +319,9 @@ struct MoeArgs {
     // that registry index where legal.
     int grouped_min_tokens = 0;
     int32_t grouped_variant = -1;
+    // The grouped GEMM on the warpgroup tensor-core kernel (moe_wgmma_sm90.cu: x and h k-permuted,
+    // not bitwise the GEMV's) where legal; false: the mma.sync kernel. A forced grouped_variant wins.
+    bool grouped_wgmma = true;
 };
 // Routing, permutation, expert GEMMs (SwiGLU with clamp); leaves yp/slot for moe_combine.
 // Stacked MXFP4 experts of legal shapes take the fast decode kernels (fast_path.h: bf16 x and

@@ -1,0 +1,323 @@
+// Grouped MXFP4 expert GEMM on Hopper's warpgroup tensor-core instructions (issue 22): the contract
+// of moe_grouped_sm90.cu (MoeExpertArgs kGateUp / kDown, the same work list), with the activations
+// in the k-permuted layout of moe_kperm.h (args.x_kperm; the gate-up writes h in that layout too).
+//
+// CTA: two warpgroups (256 threads), 256 weight rows and NT token rows of one expert. Warpgroup wg
+//   owns two m64 row tiles: kGateUp, the w1 and w3 rows of the same 64 h columns (the SwiGLU pair
+//   meets in registers); kDown, 128 consecutive output rows.
+// Operands: A = the weights, dequantised from shared memory into registers exactly as the GEMV and
+//   the mma.sync grouped GEMM do (pair words, then the UE8M0 scale by a bf16x2 multiply), fed to
+//   wgmma's register-A form; B = the NT x 64 activation tile in shared memory, K-major with the
+//   128-byte swizzle, read by wgmma through a matrix descriptor.
+// Pipeline: a STAGES-deep cp.async ring over 64-k blocks (x tile, codes [256][32 B]); the scales of
+//   the whole K for the CTA's rows are staged once. Per block: queue the 8 wgmmas of block kb behind
+//   block kb - 1's, retire block kb - 1 (wait_group 1), then, while block kb runs, refill block
+//   kb - 1's slot and dequantise block kb + 1 into the register set block kb - 1 used.
+// Bound: the tensor cores at 4K-token steps (the mma.sync kernel reached ~180 TFLOP/s); each weight
+//   element is dequantised once per NT tokens.
+#include <algorithm>
+
+#include "core/mxfp4_pair_rotated.h"
+#include "kernels/cuda/gemm/device_util.cuh"
+#include "kernels/cuda/gemm/wgmma.cuh"
+#include "kernels/cuda/moe/moe_kperm.h"
+#include "kernels/cuda/moe/moe_sm90.h"
+#include "kernels/cuda/moe/moe_tile_list.cuh"
+
+namespace dsv4::cuda::sm90 {
+namespace {
+
+constexpr int kRows = 256;  // weight rows per CTA
+constexpr int kThreads = 256;
+
+template <int NT>
+struct WShape {
+    static constexpr int kX = NT * 128;     // NT token rows x 64 k bf16
+    static constexpr int kCodes = kRows * 32;  // 64 k of e2m1 per row
+    static constexpr int kStage = (kX + kCodes + 1023) / 1024 * 1024;
+};
+// Scale bytes per staged row: K / 32 plus 16 so that rows 1..7 apart fall in different banks.
+__host__ __device__ constexpr int scale_stride(int K) { return K / 32 + 16; }
+constexpr int smem_bytes(int nt, int stages, int K) {
+    return 1024 + stages * ((nt * 128 + kRows * 32 + 1023) / 1024 * 1024) + kRows * scale_stride(K);
+}
+template <int NT, int STAGES>
+constexpr int smem_bytes(int K) {
+    static_assert(smem_bytes(NT, STAGES, 0) - kRows * 16 == 1024 + STAGES * WShape<NT>::kStage);
+    return smem_bytes(NT, STAGES, K);
+}
+
+// The UE8M0 byte s applied to N bf16x2 words holding e2m1 x 2^-126 (the GEMV's rule).
+template <int N>
+__device__ __forceinline__ void scale_words(uint32_t s, uint32_t* o) {
+    const uint32_t e1 = min(s, 128u) + 126u;
+    const uint32_t f1 = (e1 << 7) | (e1 << 23);
+    const __nv_bfloat162 m1 = *reinterpret_cast<const __nv_bfloat162*>(&f1);
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+        __nv_bfloat162 r = __hmul2(*reinterpret_cast<__nv_bfloat162*>(&o[i]), m1);
+        o[i] = *reinterpret_cast<uint32_t*>(&r);
+    }
+    if (s > 128u) {
+        const uint32_t f2 = s == 255u ? 0x7fc07fc0u : (((s - 1u) << 7) | ((s - 1u) << 23));
+        const __nv_bfloat162 m2 = *reinterpret_cast<const __nv_bfloat162*>(&f2);
+#pragma unroll
+        for (int i = 0; i < N; ++i) {
+            __nv_bfloat162 r = __hmul2(*reinterpret_cast<__nv_bfloat162*>(&o[i]), m2);
+            o[i] = *reinterpret_cast<uint32_t*>(&r);
+        }
+    }
+}
+
+template <int NT>
+__device__ __forceinline__ void wgmma_rs(float (&d)[NT / 2], const uint32_t (&a)[4], uint64_t desc) {
+    if constexpr (NT == 128)
+        dev::wgmma_rs_m64n128k16(d, a, desc);
+    else
+        dev::wgmma_rs_m64n64k16(d, a, desc);
+}
+
+template <bool GATEUP, bool PK, int NT, int STAGES>
+__global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(MoeExpertArgs a) {
+    static_assert(STAGES >= 3, "the slot refilled at block kb is block kb - 1's");
+    using S = WShape<NT>;
+    constexpr int NACC = NT / 2;
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    const int tile = blockIdx.y;
+    if (tile >= *a.n_tiles) return;
+    const int32_t entry = a.tile_list[tile];
+    const int e = entry & ((1 << kExpertBits) - 1);
+    const int t0 = (entry >> kExpertBits) * NT;
+    const int off = a.expert_offset[e];
+    const int live = min(NT, a.expert_count[e] - t0);
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int wg = warp >> 2, wq = warp & 3;
+    const int K = a.K, N = a.N, nkb = K / 64, sstride = scale_stride(K);
+    const int c0 = blockIdx.x * (GATEUP ? kRows / 2 : kRows);
+    const __nv_bfloat16* x = static_cast<const __nv_bfloat16*>(a.x);
+    unsigned char* const scales = smem + STAGES * S::kStage;
+
+    // Global row of local weight row r (0..255) and its matrix. kGateUp: 64-row tile m = r / 64 is
+    // w3 when odd, and tiles 2j, 2j + 1 hold the same 64 h columns.
+    auto wrow = [&](int r, const uint8_t*& W, const uint8_t*& Sc) -> int64_t {
+        if constexpr (GATEUP) {
+            const int m = r >> 6;
+            W = (m & 1) ? a.w3 : a.w1;
+            Sc = (m & 1) ? a.w3_scale : a.w1_scale;
+            return int64_t(e) * N + c0 + (m >> 1) * 64 + (r & 63);
+        } else {
+            W = a.w1;
+            Sc = a.w1_scale;
+            return int64_t(e) * N + c0 + r;
+        }
+    };
+    auto issue = [&](int kb) {
+        unsigned char* st = smem + (kb % STAGES) * S::kStage;
+        for (int i = tid; i < NT * 8; i += kThreads) {
+            const int m = i >> 3, u = i & 7;
+            const int p = off + t0 + min(m, live - 1);  // dead rows repeat the last live one
+            const int64_t src = GATEUP ? a.perm_token[p] : p;
+            dev::cp_async16(st + m * 128 + ((u ^ (m & 7)) << 4), x + src * K + kb * 64 + u * 8, 16);
+        }
+        for (int i = tid; i < kRows * 2; i += kThreads) {
+            const int r = i >> 1, u = i & 1;
+            const uint8_t *W, *Sc;
+            const int64_t row = wrow(r, W, Sc);
+            dev::cp_async16(st + S::kX + r * 32 + u * 16, W + row * (K / 2) + kb * 32 + u * 16, 16);
+        }
+    };
+
+    // Block kb's A fragments: A[m][s] is the register-A operand of k16 step s for row tile m.
+    auto dequant = [&](int kb, uint32_t (&A)[2][4][4]) {
+        const unsigned char* st = smem + (kb % STAGES) * S::kStage;
+#pragma unroll
+        for (int m = 0; m < 2; ++m)
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+                const int r = (2 * wg + m) * 64 + wq * 16 + g + 8 * hh;
+                const uint2 v = *reinterpret_cast<const uint2*>(st + S::kX + r * 32 + 8 * t);
+                const uint32_t sc = scales[r * sstride + kb * 2 + (t >> 1)];
+                uint32_t w[8];
+                uint32_t q0[4], q1[4];
+                if constexpr (PK) {
+                    mxfp4_pk::pair_words(v.x, q0);
+                    mxfp4_pk::pair_words(v.y, q1);
+                } else {
+                    mxfp4_pk::checkpoint_pair_words(v.x, q0);
+                    mxfp4_pk::checkpoint_pair_words(v.y, q1);
+                }
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    w[q] = q0[q];
+                    w[4 + q] = q1[q];
+                }
+                scale_words<8>(sc, w);
+#pragma unroll
+                for (int s = 0; s < 4; ++s) {
+                    A[m][s][hh] = w[4 * (s >> 1) + 2 * (s & 1)];
+                    A[m][s][2 + hh] = w[4 * (s >> 1) + 2 * (s & 1) + 1];
+                }
+            }
+    };
+
+    float acc[2][NACC];
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int i = 0; i < NACC; ++i) acc[m][i] = 0.0f;
+
+    // Scales of the CTA's rows over all K (with block 0's group), then blocks 1 .. STAGES - 2.
+    {
+        const int units = K / 512;  // 16-byte units of scale bytes per row
+        for (int i = tid; i < kRows * units; i += kThreads) {
+            const int r = i / units, u = i % units;
+            const uint8_t *W, *Sc;
+            const int64_t row = wrow(r, W, Sc);
+            dev::cp_async16(scales + r * sstride + u * 16, Sc + row * (K / 32) + u * 16, 16);
+        }
+    }
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < nkb) issue(s);
+        dev::cp_async_commit();
+    }
+    uint32_t A0[2][4][4], A1[2][4][4];
+    dev::cp_async_wait<STAGES - 2>();
+    dev::fence_proxy_async_smem();
+    __syncthreads();
+    dequant(0, A0);
+
+    const uint32_t x_base = dev::smem_addr(smem);
+    // Multiply block kb from Acur; prepare block kb + 1 into Anext meanwhile. Block kb's group is
+    // queued behind block kb - 1's, so the tensor cores stay busy through the barrier and the
+    // dequant; wait_group 1 retires block kb - 1 (its A registers, then, after the barrier, its slot).
+    auto step = [&](int kb, uint32_t (&Acur)[2][4][4], uint32_t (&Anext)[2][4][4]) {
+        const uint64_t desc = dev::wgmma_desc_k128(x_base + (kb % STAGES) * S::kStage);
+#pragma unroll
+        for (int m = 0; m < 2; ++m)
+#pragma unroll
+            for (int i = 0; i < NACC; ++i) dev::wgmma_pin(acc[m][i]);
+        dev::wgmma_fence();
+#pragma unroll
+        for (int s = 0; s < 4; ++s)
+#pragma unroll
+            for (int m = 0; m < 2; ++m) wgmma_rs<NT>(acc[m], Acur[m][s], desc + 2 * s);  // +32 B per k16
+        dev::wgmma_commit();
+        dev::wgmma_wait<1>();
+        if (kb + 1 < nkb) {
+            // Groups committed so far: STAGES - 1 + kb; block kb + 1's is number kb + 1.
+            dev::cp_async_wait<STAGES - 3>();
+            dev::fence_proxy_async_smem();
+            __syncthreads();  // every warpgroup has retired block kb - 1: its slot is free
+            if (kb + STAGES - 1 < nkb) issue(kb + STAGES - 1);
+            dev::cp_async_commit();
+            dequant(kb + 1, Anext);
+        }
+    };
+    for (int kb = 0; kb < nkb; kb += 2) {
+        step(kb, A0, A1);
+        if (kb + 1 < nkb) step(kb + 1, A1, A0);
+    }
+    dev::wgmma_wait<0>();
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int i = 0; i < NACC; ++i) dev::wgmma_pin(acc[m][i]);
+    dev::cp_async_wait<0>();
+
+    // Epilogue: acc[m][4j + q] = (row wq*16 + g + 8 (q >> 1), token 8j + 2t + (q & 1)) of tile m.
+#pragma unroll
+    for (int j = 0; j < NT / 8; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const int tok = 8 * j + 2 * t + (q & 1);
+            if (tok >= live) continue;
+            const int p = off + t0 + tok;
+            const int rr = wq * 16 + g + 8 * (q >> 1);
+            if constexpr (GATEUP) {
+                float gt = acc[0][4 * j + q], up = acc[1][4 * j + q];
+                if (a.swiglu_limit > 0.0f) {
+                    gt = fminf(gt, a.swiglu_limit);
+                    up = fminf(fmaxf(up, -a.swiglu_limit), a.swiglu_limit);
+                }
+                const float hv = gt / (1.0f + expf(-gt)) * up * a.perm_w[p];
+                const int col = c0 + wg * 64 + rr;
+                static_cast<__nv_bfloat16*>(a.out)[int64_t(p) * N + moe_kperm::position(col)] = __float2bfloat16_rn(hv);
+            } else {
+                float* y = static_cast<float*>(a.out) + int64_t(a.perm_dst[p]) * N + c0 + wg * 128 + rr;
+                y[0] = acc[0][4 * j + q];
+                y[64] = acc[1][4 * j + q];
+            }
+        }
+}
+
+template <bool GATEUP, bool PK, int NT, int STAGES>
+cudaError_t launch_mode(const MoeExpertArgs& a, cudaStream_t s) {
+    auto* k = moe_wgmma_kernel<GATEUP, PK, NT, STAGES>;
+    const int smem = smem_bytes<NT, STAGES>(a.K);
+    cudaError_t err = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (err != cudaSuccess) return err;
+    tile_list_kernel<<<1, 1024, 0, s>>>(a.expert_count, a.n_experts, NT, a.tile_list, a.n_tiles);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    const int max_tiles = moe_grouped_max_tiles(a.n_rows, a.n_experts, NT);
+    if (max_tiles <= 0) return cudaSuccess;
+    k<<<dim3(a.N / (GATEUP ? kRows / 2 : kRows), max_tiles), kThreads, smem, s>>>(a);
+    return cudaGetLastError();
+}
+
+template <bool PK, int NT, int STAGES>
+cudaError_t launch(const MoeExpertArgs& a, cudaStream_t s) {
+    return a.mode == MoeExpertMode::kGateUp ? launch_mode<true, PK, NT, STAGES>(a, s)
+                                            : launch_mode<false, PK, NT, STAGES>(a, s);
+}
+
+struct Entry {
+    MoeGroupedShape shape;
+    cudaError_t (*fn)(const MoeExpertArgs&, cudaStream_t);
+};
+template <bool PK, int NT, int STAGES>
+constexpr Entry entry() {
+    return {{8, 4, NT, STAGES, 1, PK ? MoeWeightLayout::kPairRotated : MoeWeightLayout::kCheckpoint,
+             smem_bytes<NT, STAGES>(4096), true},
+            &launch<PK, NT, STAGES>};
+}
+
+// The one list of wgmma shapes (rows of the grouped op's table after moe_grouped_sm90.cu's).
+const Entry kTable[] = {
+    entry<true, 64, 4>(), entry<true, 128, 4>(), entry<true, 128, 5>(), entry<true, 128, 3>(),
+    entry<false, 64, 4>(), entry<false, 128, 4>(),
+};
+
+__global__ void x_kperm_kernel(const float* x, int64_t n_pairs, __nv_bfloat16* out) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_pairs; i += int64_t(gridDim.x) * blockDim.x) {
+        const int64_t L = 2 * i;  // positions L, L + 1 of one 64-k block (same row)
+        const int64_t base = L & ~int64_t(63);
+        const int l = int(L & 63);
+        const float lo = x[base + moe_kperm::phys_of(l)], hi = x[base + moe_kperm::phys_of(l + 1)];
+        reinterpret_cast<__nv_bfloat162*>(out)[i] = __floats2bfloat162_rn(lo, hi);
+    }
+}
+
+}  // namespace
+
+int moe_wgmma_count() { return int(sizeof(kTable) / sizeof(kTable[0])); }
+MoeGroupedShape moe_wgmma_shape(int i) { return kTable[i].shape; }
+int moe_wgmma_smem_bytes(int i, int K) {
+    const MoeGroupedShape s = kTable[i].shape;
+    return smem_bytes(s.mt, s.stages, K);
+}
+cudaError_t moe_wgmma_run(const MoeExpertArgs& a, int i, cudaStream_t stream) {
+    if (i < 0 || i >= moe_wgmma_count() || kTable[i].shape.layout != a.layout || !a.x_kperm) return cudaErrorInvalidValue;
+    return kTable[i].fn(a, stream);
+}
+cudaError_t moe_x_kperm_run(const float* x, int64_t n, void* out, cudaStream_t stream) {
+    if (n <= 0) return cudaSuccess;
+    if (n % 64 != 0) return cudaErrorInvalidValue;
+    const int64_t pairs = n / 2;
+    const int blocks = int(std::min<int64_t>((pairs + 255) / 256, 132 * 16));
+    x_kperm_kernel<<<blocks, 256, 0, stream>>>(x, pairs, static_cast<__nv_bfloat16*>(out));
+    return cudaGetLastError();
+}
+
+}  // namespace dsv4::cuda::sm90
