@@ -266,7 +266,17 @@ void register_serve(CLI::App& app, CommandContext& ctx) {
                     "on SIGTERM/SIGINT: refuse new requests and let admitted ones finish this long (default 30)");
     cmd->add_option("--max-body-bytes", o->http.max_body_bytes, "largest request body (413 beyond; default 8 MiB)");
     cmd->add_option("--max-header-bytes", o->http.max_header_bytes, "largest request head (431 beyond; default 64 KiB)");
-    cmd->add_option("--idle-timeout-s", o->http.idle_timeout_s, "keep-alive connections idle this long are closed (default 300)");
+    cmd->add_option("--idle-timeout-s", o->http.idle_timeout_s, "keep-alive connections idle this long are closed (default 300)")
+        ->check(CLI::Range(1, 86400));
+    cmd->add_option("--request-timeout-s", o->http.request_timeout_s,
+                    "a request not fully received this long after its first byte closes its connection (default 60)")
+        ->check(CLI::Range(1, 86400));
+    cmd->add_option("--write-timeout-s", o->http.write_timeout_s,
+                    "a client that takes none of a reply for this long is closed and its request cancelled (default 60)")
+        ->check(CLI::Range(1, 86400));
+    cmd->add_option("--max-write-buffer-bytes", o->http.max_write_buffer_bytes,
+                    "reply bytes queued behind a client that reads too slowly before it is closed and its request cancelled (default 16 MiB)")
+        ->check(CLI::PositiveNumber);
     cmd->add_option("--max-connections", o->http.max_connections,
                     "open connections beyond this get 503 and are closed (default 4096)");
     cmd->add_option("--max-context", o->max_context, "prompt + output tokens (0 = the model's; 4096 for tiny)");
