@@ -64,6 +64,7 @@ public:
     }
     ~Session() override {
         if (streaming_) --app_.stats().streams_open;
+        owe_reply(false);
         --app_.stats().connections_open;
     }
 
@@ -154,6 +155,7 @@ private:
         on_gone_ = nullptr;
         ++generation_;
         watch_peer();
+        owe_reply(true);
         app_.handle(req, shared_from_this());
     }
 
@@ -241,6 +243,7 @@ private:
         if (!pending_.empty()) return do_write();
         if (response_done_) {
             on_gone_ = nullptr;
+            owe_reply(false);
             if (keep_alive_) do_read();
             else close();
         } else {
@@ -254,9 +257,17 @@ private:
         peer_gone();
     }
 
+    // Counted from a request handed to the app to its reply's last byte taken by the socket (or
+    // the connection's end): what a drain waits for.
+    void owe_reply(bool owe) {
+        if (owe != owes_reply_) app_.stats().replies_pending += owe ? 1 : -1;
+        owes_reply_ = owe;
+    }
+
     void close() {
         if (closed_) return;
         closed_ = true;
+        owe_reply(false);
         pending_.clear();
         beast::error_code ec;
         stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
@@ -278,6 +289,7 @@ private:
     bool response_done_ = true;
     bool streaming_ = false;
     bool closed_ = false;
+    bool owes_reply_ = false;
     uint64_t generation_ = 0;
     std::function<void()> on_gone_;
 };

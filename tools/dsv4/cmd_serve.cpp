@@ -222,12 +222,20 @@ int run_serve(ServeOptions o) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.drain_timeout_s);
     auto busy = [&] {
         const EngineStats& es = engine.stats();
-        return es.running_requests.load() + es.waiting_requests.load() > 0 || app.stats().streams_open.load() > 0;
+        return es.running_requests.load() + es.waiting_requests.load() > 0 || app.stats().replies_pending.load() > 0;
     };
     while (busy() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (!busy()) std::this_thread::sleep_for(std::chrono::milliseconds(100));  // last replies leave the sockets
-    std::printf("dsv4 serve: shutting down%s\n", busy() ? " (drain timeout: cancelling what is left)" : "");
+    const bool cancelling = busy();
+    std::printf("dsv4 serve: shutting down%s\n", cancelling ? " (drain timeout: cancelling what is left)" : "");
     std::fflush(stdout);
+    if (cancelling) {
+        // The engine first, while the I/O threads still run: each request left gets its error (a
+        // 500, or an error event ending its stream) instead of a connection cut mid-reply.
+        engine.stop();
+        const auto flush_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+        while (app.stats().replies_pending.load() > 0 && std::chrono::steady_clock::now() < flush_deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
     server.stop();
     engine.stop();
     return 0;
