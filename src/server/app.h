@@ -37,7 +37,10 @@ struct ServerStats {
     std::atomic<int64_t> responses_429{0};
     std::atomic<int64_t> responses_5xx{0};
     std::atomic<int64_t> streams_open{0};
+    std::atomic<int64_t> replies_pending{0};  // requests read whose reply is not yet all written
     std::atomic<int64_t> client_disconnects{0};
+    std::atomic<int64_t> request_timeouts{0};  // requests not received within request_timeout_s
+    std::atomic<int64_t> slow_readers{0};      // closed over the write-buffer cap or the write timeout
 };
 
 struct AppOptions {

@@ -3,6 +3,10 @@
 // transfer encoding), which keeps one code path for both and lets many small SSE events be
 // coalesced into one write. While a request is in flight the socket is watched for EOF so a
 // client that hangs up aborts its generation at once (B29), streaming or not.
+// Slow clients only ever hold their own connection: the engine posts events and never waits on a
+// socket; a request must arrive within request_timeout_s of its first byte (slowloris), and a
+// reader that falls behind is closed at the write-buffer cap or the write timeout, which cancels
+// its request.
 #include "server/http_server.h"
 
 #include <sys/resource.h>
@@ -30,8 +34,6 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 namespace net = boost::asio;
 using tcp = net::ip::tcp;
-
-constexpr size_t kMaxQueuedBytes = 16u << 20;  // a client that stops reading is dropped
 
 const char* reason_phrase(int status) {
     switch (status) {
@@ -62,6 +64,7 @@ public:
     }
     ~Session() override {
         if (streaming_) --app_.stats().streams_open;
+        owe_reply(false);
         --app_.stats().connections_open;
     }
 
@@ -107,12 +110,25 @@ public:
     void on_disconnect(std::function<void()> fn) override { on_gone_ = std::move(fn); }
 
 private:
+    // Waiting for a request's first byte is idle time (idle_timeout_s); from there the whole
+    // request must arrive within request_timeout_s.
     void do_read() {
         if (closed_) return;
         parser_.emplace();
         parser_->body_limit(opt_.max_body_bytes);
         parser_->header_limit(uint32_t(std::min<size_t>(opt_.max_header_bytes, UINT32_MAX)));
+        if (buffer_.size() > 0) return read_request();  // pipelined: already under way
         stream_.expires_after(std::chrono::seconds(opt_.idle_timeout_s));
+        stream_.async_read_some(buffer_.prepare(4096), [self = shared_from_this()](beast::error_code ec, size_t n) {
+            self->buffer_.commit(n);
+            if (self->closed_) return;
+            if (ec || n == 0) return self->close();  // EOF, reset, idle timeout
+            self->read_request();
+        });
+    }
+
+    void read_request() {
+        stream_.expires_after(std::chrono::seconds(opt_.request_timeout_s));
         http::async_read(stream_, buffer_, *parser_,
                          beast::bind_front_handler(&Session::on_read, shared_from_this()));
     }
@@ -120,6 +136,7 @@ private:
     void on_read(beast::error_code ec, size_t) {
         if (closed_) return;
         if (ec) {
+            if (ec == beast::error::timeout) ++app_.stats().request_timeouts;
             if (ec == http::error::body_limit) return reject(413, "the request body is too large");
             if (ec == http::error::header_limit) return reject(431, "the request headers are too large");
             if (ec.category() == beast::http::make_error_code(http::error::bad_version).category() &&
@@ -138,6 +155,7 @@ private:
         on_gone_ = nullptr;
         ++generation_;
         watch_peer();
+        owe_reply(true);
         app_.handle(req, shared_from_this());
     }
 
@@ -187,11 +205,14 @@ private:
         if (fn) fn();
     }
 
+    // The cap counts only while a write is in flight: a response that arrives whole (one send())
+    // is written however large it is; what piles up behind a write the client is not taking is
+    // what a slow reader costs.
     void enqueue(std::string s) {
         if (closed_) return;
         queued_bytes_ += s.size();
         pending_.push_back(std::move(s));
-        if (queued_bytes_ > kMaxQueuedBytes) return peer_gone();
+        if (writing_ && queued_bytes_ > opt_.max_write_buffer_bytes) return slow_reader();
         if (!writing_) do_write();
     }
 
@@ -200,25 +221,53 @@ private:
         for (auto& p : pending_) writing_buf_ += p;  // coalesce small SSE events
         pending_.clear();
         writing_ = true;
-        net::async_write(stream_, net::buffer(writing_buf_),
-                         beast::bind_front_handler(&Session::on_write, shared_from_this()));
+        written_ = 0;
+        write_some();
     }
 
-    void on_write(beast::error_code ec, size_t) {
-        writing_ = false;
-        queued_bytes_ -= std::min(queued_bytes_, writing_buf_.size());
+    // Piece by piece, each with its own deadline: a slow reader that keeps taking bytes is
+    // served; one that takes nothing for write_timeout_s is not.
+    void write_some() {
+        stream_.expires_after(std::chrono::seconds(opt_.write_timeout_s));
+        stream_.async_write_some(net::buffer(writing_buf_.data() + written_, writing_buf_.size() - written_),
+                                 beast::bind_front_handler(&Session::on_write, shared_from_this()));
+    }
+
+    void on_write(beast::error_code ec, size_t n) {
+        written_ += n;
+        queued_bytes_ -= std::min(queued_bytes_, n);
+        if (ec == beast::error::timeout) return slow_reader();
         if (ec) return peer_gone();
+        if (written_ < writing_buf_.size()) return write_some();
+        writing_ = false;
         if (!pending_.empty()) return do_write();
         if (response_done_) {
             on_gone_ = nullptr;
+            owe_reply(false);
             if (keep_alive_) do_read();
             else close();
+        } else {
+            stream_.expires_never();  // a stream between events: the engine sets the pace
         }
+    }
+
+    void slow_reader() {
+        if (closed_) return;
+        ++app_.stats().slow_readers;
+        peer_gone();
+    }
+
+    // Counted from a request handed to the app to its reply's last byte taken by the socket (or
+    // the connection's end): what a drain waits for.
+    void owe_reply(bool owe) {
+        if (owe != owes_reply_) app_.stats().replies_pending += owe ? 1 : -1;
+        owes_reply_ = owe;
     }
 
     void close() {
         if (closed_) return;
         closed_ = true;
+        owe_reply(false);
         pending_.clear();
         beast::error_code ec;
         stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
@@ -232,6 +281,7 @@ private:
     std::optional<http::request_parser<http::string_body>> parser_;
     std::deque<std::string> pending_;
     std::string writing_buf_;
+    size_t written_ = 0;  // of writing_buf_
     size_t queued_bytes_ = 0;
     bool writing_ = false;
     bool keep_alive_ = true;
@@ -239,6 +289,7 @@ private:
     bool response_done_ = true;
     bool streaming_ = false;
     bool closed_ = false;
+    bool owes_reply_ = false;
     uint64_t generation_ = 0;
     std::function<void()> on_gone_;
 };

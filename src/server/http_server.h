@@ -19,6 +19,17 @@ struct HttpServerOptions {
     size_t max_body_bytes = 8u << 20;      // larger bodies: 413
     size_t max_header_bytes = 64u << 10;   // larger request heads: 431
     int idle_timeout_s = 300;              // keep-alive connections waiting for a request
+    // From a request's first byte to its last. Apart from the idle timeout so that keep-alive
+    // clients may wait long between requests while a slowloris (headers or body trickled) loses
+    // its connection soon; closed without a reply, as the client is not sending one anyway.
+    int request_timeout_s = 60;
+    // A write the client takes none of for this long (a reader that stopped reading, with nothing
+    // more queued to trip the buffer cap) closes the connection and cancels its request.
+    int write_timeout_s = 60;
+    // Bytes queued for a connection beyond what the socket took (SSE events of a client that
+    // reads slower than it is sent to): over this the connection is closed and its request
+    // cancelled, so its pages go back to the pool instead of its events piling up in memory.
+    size_t max_write_buffer_bytes = 16u << 20;
     // Open connections beyond this are answered 503 (Retry-After) and closed at once, so a flood of
     // idle or slow clients cannot exhaust file descriptors or memory.
     int max_connections = 4096;

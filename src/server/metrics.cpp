@@ -69,7 +69,13 @@ std::string App::metrics_text() const {
     gauge(o, "dsv4_http_responses_429_total", "429 replies (overload)", stats_.responses_429, "counter");
     gauge(o, "dsv4_http_responses_5xx_total", "5xx replies", stats_.responses_5xx, "counter");
     gauge(o, "dsv4_http_streams_open", "Open SSE streams", stats_.streams_open);
+    gauge(o, "dsv4_http_replies_pending", "Requests read whose reply is not yet all written", stats_.replies_pending);
     gauge(o, "dsv4_http_client_disconnects_total", "Clients gone before their reply ended", stats_.client_disconnects, "counter");
+    gauge(o, "dsv4_http_request_timeouts_total", "Connections closed because a request arrived too slowly",
+          stats_.request_timeouts, "counter");
+    gauge(o, "dsv4_http_slow_readers_total",
+          "Connections closed because the client did not read its reply (write-buffer cap or write timeout)",
+          stats_.slow_readers, "counter");
     return o;
 }
 

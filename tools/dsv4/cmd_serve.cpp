@@ -222,12 +222,20 @@ int run_serve(ServeOptions o) {
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.drain_timeout_s);
     auto busy = [&] {
         const EngineStats& es = engine.stats();
-        return es.running_requests.load() + es.waiting_requests.load() > 0 || app.stats().streams_open.load() > 0;
+        return es.running_requests.load() + es.waiting_requests.load() > 0 || app.stats().replies_pending.load() > 0;
     };
     while (busy() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    if (!busy()) std::this_thread::sleep_for(std::chrono::milliseconds(100));  // last replies leave the sockets
-    std::printf("dsv4 serve: shutting down%s\n", busy() ? " (drain timeout: cancelling what is left)" : "");
+    const bool cancelling = busy();
+    std::printf("dsv4 serve: shutting down%s\n", cancelling ? " (drain timeout: cancelling what is left)" : "");
     std::fflush(stdout);
+    if (cancelling) {
+        // The engine first, while the I/O threads still run: each request left gets its error (a
+        // 500, or an error event ending its stream) instead of a connection cut mid-reply.
+        engine.stop();
+        const auto flush_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+        while (app.stats().replies_pending.load() > 0 && std::chrono::steady_clock::now() < flush_deadline)
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
     server.stop();
     engine.stop();
     return 0;
@@ -266,7 +274,17 @@ void register_serve(CLI::App& app, CommandContext& ctx) {
                     "on SIGTERM/SIGINT: refuse new requests and let admitted ones finish this long (default 30)");
     cmd->add_option("--max-body-bytes", o->http.max_body_bytes, "largest request body (413 beyond; default 8 MiB)");
     cmd->add_option("--max-header-bytes", o->http.max_header_bytes, "largest request head (431 beyond; default 64 KiB)");
-    cmd->add_option("--idle-timeout-s", o->http.idle_timeout_s, "keep-alive connections idle this long are closed (default 300)");
+    cmd->add_option("--idle-timeout-s", o->http.idle_timeout_s, "keep-alive connections idle this long are closed (default 300)")
+        ->check(CLI::Range(1, 86400));
+    cmd->add_option("--request-timeout-s", o->http.request_timeout_s,
+                    "a request not fully received this long after its first byte closes its connection (default 60)")
+        ->check(CLI::Range(1, 86400));
+    cmd->add_option("--write-timeout-s", o->http.write_timeout_s,
+                    "a client that takes none of a reply for this long is closed and its request cancelled (default 60)")
+        ->check(CLI::Range(1, 86400));
+    cmd->add_option("--max-write-buffer-bytes", o->http.max_write_buffer_bytes,
+                    "reply bytes queued behind a client that reads too slowly before it is closed and its request cancelled (default 16 MiB)")
+        ->check(CLI::PositiveNumber);
     cmd->add_option("--max-connections", o->http.max_connections,
                     "open connections beyond this get 503 and are closed (default 4096)");
     cmd->add_option("--max-context", o->max_context, "prompt + output tokens (0 = the model's; 4096 for tiny)");
