@@ -159,7 +159,7 @@ std::string moe_grouped_variant_name(int i) {
     const sm90::MoeGroupedShape s = sm90::moe_grouped_shape(i);
     if (s.wgmma)  // moe_wgmma_sm90.cu: 2 warpgroups x 2 m64 tiles, t = token rows per CTA
         return std::string(s.layout == MoeWeightLayout::kPairRotated ? "moe_wgmma_pk" : "moe_wgmma") + "_t" +
-               std::to_string(s.mt) + "_s" + std::to_string(s.stages);
+               std::to_string(s.mt) + "_s" + std::to_string(s.stages) + (s.warps == 4 ? "_wg1" : "");
     std::string n = s.layout == MoeWeightLayout::kPairRotated ? "moe_gemm_pk" : "moe_gemm";
     n += "_w" + std::to_string(s.warps) + "_mt" + std::to_string(s.tiles) + "_t" + std::to_string(s.mt) + "_s" +
          std::to_string(s.stages);

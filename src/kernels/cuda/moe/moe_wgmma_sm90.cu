@@ -27,24 +27,24 @@
 namespace dsv4::cuda::sm90 {
 namespace {
 
-constexpr int kRows = 256;  // weight rows per CTA
-constexpr int kThreads = 256;
-
-template <int NT>
+// WG warpgroups per CTA, 128 weight rows (two m64 tiles) each.
+template <int NT, int WG>
 struct WShape {
+    static constexpr int kRows = 128 * WG;   // weight rows per CTA
+    static constexpr int kThreads = 128 * WG;
     static constexpr int kX = NT * 128;     // NT token rows x 64 k bf16
     static constexpr int kCodes = kRows * 32;  // 64 k of e2m1 per row
     static constexpr int kStage = (kX + kCodes + 1023) / 1024 * 1024;
 };
 // Scale bytes per staged row: K / 32 plus 16 so that rows 1..7 apart fall in different banks.
 __host__ __device__ constexpr int scale_stride(int K) { return K / 32 + 16; }
-constexpr int smem_bytes(int nt, int stages, int K) {
-    return 1024 + stages * ((nt * 128 + kRows * 32 + 1023) / 1024 * 1024) + kRows * scale_stride(K);
+constexpr int smem_bytes(int nt, int stages, int wg, int K) {
+    return 1024 + stages * ((nt * 128 + 128 * wg * 32 + 1023) / 1024 * 1024) + 128 * wg * scale_stride(K);
 }
-template <int NT, int STAGES>
+template <int NT, int STAGES, int WG>
 constexpr int smem_bytes(int K) {
-    static_assert(smem_bytes(NT, STAGES, 0) - kRows * 16 == 1024 + STAGES * WShape<NT>::kStage);
-    return smem_bytes(NT, STAGES, K);
+    static_assert(smem_bytes(NT, STAGES, WG, 0) - 128 * WG * 16 == 1024 + STAGES * WShape<NT, WG>::kStage);
+    return smem_bytes(NT, STAGES, WG, K);
 }
 
 // The UE8M0 byte s applied to N bf16x2 words holding e2m1 x 2^-126 (the GEMV's rule).
@@ -77,10 +77,11 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[NT / 2], const uint32_t (&a)
         dev::wgmma_rs_m64n64k16(d, a, desc);
 }
 
-template <bool GATEUP, bool PK, int NT, int STAGES>
-__global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(MoeExpertArgs a) {
+template <bool GATEUP, bool PK, int NT, int STAGES, int WG>
+__global__ void __launch_bounds__(128 * WG, WG == 1 ? 2 : 1) moe_wgmma_kernel(MoeExpertArgs a) {
     static_assert(STAGES >= 3, "the slot refilled at block kb is block kb - 1's");
-    using S = WShape<NT>;
+    using S = WShape<NT, WG>;
+    constexpr int kRows = S::kRows, kThreads = S::kThreads;
     constexpr int NACC = NT / 2;
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
@@ -112,20 +113,34 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(MoeExpertArgs a)
             return int64_t(e) * N + c0 + r;
         }
     };
+    // Each thread copies the same x rows and code rows at every block: their sources are fixed
+    // here (thread's x unit u of rows m0 + (threads / 8) j; code unit tid & 1 of rows
+    // (tid >> 1) + (threads / 2) j).
+    constexpr int XJ = NT * 8 / kThreads, XR = kThreads / 8;
+    const int xu = tid & 7, xm0 = tid >> 3;
+    int32_t xsrc[XJ];
+#pragma unroll
+    for (int j = 0; j < XJ; ++j) {
+        const int p = off + t0 + min(xm0 + XR * j, live - 1);  // dead rows repeat the last live one
+        xsrc[j] = GATEUP ? a.perm_token[p] : p;
+    }
+    const uint8_t* code_src[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+        const uint8_t *W, *Sc;
+        const int64_t row = wrow((tid >> 1) + kThreads / 2 * j, W, Sc);
+        code_src[j] = W + row * (K / 2) + (tid & 1) * 16;
+    }
     auto issue = [&](int kb) {
         unsigned char* st = smem + (kb % STAGES) * S::kStage;
-        for (int i = tid; i < NT * 8; i += kThreads) {
-            const int m = i >> 3, u = i & 7;
-            const int p = off + t0 + min(m, live - 1);  // dead rows repeat the last live one
-            const int64_t src = GATEUP ? a.perm_token[p] : p;
-            dev::cp_async16(st + m * 128 + ((u ^ (m & 7)) << 4), x + src * K + kb * 64 + u * 8, 16);
+#pragma unroll
+        for (int j = 0; j < XJ; ++j) {
+            const int m = xm0 + XR * j;
+            dev::cp_async16(st + m * 128 + ((xu ^ (m & 7)) << 4), x + int64_t(xsrc[j]) * K + kb * 64 + xu * 8, 16);
         }
-        for (int i = tid; i < kRows * 2; i += kThreads) {
-            const int r = i >> 1, u = i & 1;
-            const uint8_t *W, *Sc;
-            const int64_t row = wrow(r, W, Sc);
-            dev::cp_async16(st + S::kX + r * 32 + u * 16, W + row * (K / 2) + kb * 32 + u * 16, 16);
-        }
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+            dev::cp_async16(st + S::kX + ((tid >> 1) + kThreads / 2 * j) * 32 + (tid & 1) * 16, code_src[j] + kb * 32, 16);
     };
 
     // Block kb's A fragments: A[m][s] is the register-A operand of k16 step s for row tile m.
@@ -227,35 +242,58 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_kernel(MoeExpertArgs a)
     dev::cp_async_wait<0>();
 
     // Epilogue: acc[m][4j + q] = (row wq*16 + g + 8 (q >> 1), token 8j + 2t + (q & 1)) of tile m.
+    if constexpr (GATEUP) {
+        // h goes through shared memory: stored straight from the fragments, the k-permuted columns
+        // scatter 2-byte writes over a sector each (ncu: 8 of 32 bytes used, 45% excess sectors).
+        // Tile [NT][HS] bf16, the CTA's WG * 64 columns in k-permuted order (c0 is 64-aligned).
+        constexpr int HC = WG * 64, HS = HC + 8;  // +8: rows 16 B apart in the banks
+        static_assert(NT * HS * 2 <= STAGES * S::kStage, "h tile fits the pipeline's shared memory");
+        __nv_bfloat16* hs = reinterpret_cast<__nv_bfloat16*>(smem);
+        __syncthreads();  // every warpgroup is done with the pipeline's slots
 #pragma unroll
-    for (int j = 0; j < NT / 8; ++j)
+        for (int j = 0; j < NT / 8; ++j)
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-            const int tok = 8 * j + 2 * t + (q & 1);
-            if (tok >= live) continue;
-            const int p = off + t0 + tok;
-            const int rr = wq * 16 + g + 8 * (q >> 1);
-            if constexpr (GATEUP) {
+            for (int q = 0; q < 4; ++q) {
+                const int tok = 8 * j + 2 * t + (q & 1);
+                const int p = off + t0 + min(tok, live - 1);
+                const int rr = wq * 16 + g + 8 * (q >> 1);
                 float gt = acc[0][4 * j + q], up = acc[1][4 * j + q];
                 if (a.swiglu_limit > 0.0f) {
                     gt = fminf(gt, a.swiglu_limit);
                     up = fminf(fmaxf(up, -a.swiglu_limit), a.swiglu_limit);
                 }
                 const float hv = gt / (1.0f + expf(-gt)) * up * a.perm_w[p];
-                const int col = c0 + wg * 64 + rr;
-                static_cast<__nv_bfloat16*>(a.out)[int64_t(p) * N + moe_kperm::position(col)] = __float2bfloat16_rn(hv);
-            } else {
+                hs[tok * HS + wg * 64 + moe_kperm::pos_of(rr)] = __float2bfloat16_rn(hv);
+            }
+        __syncthreads();
+        constexpr int U = HC / 8;  // 16-byte units per h row
+        for (int i = tid; i < live * U; i += kThreads) {
+            const int tok = i / U, u = i % U;
+            const int64_t p = off + t0 + tok;
+            *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(a.out) + p * N + c0 + u * 8) =
+                *reinterpret_cast<const uint4*>(hs + tok * HS + u * 8);
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < NT / 8; ++j)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const int tok = 8 * j + 2 * t + (q & 1);
+                if (tok >= live) continue;
+                const int p = off + t0 + tok;
+                const int rr = wq * 16 + g + 8 * (q >> 1);
                 float* y = static_cast<float*>(a.out) + int64_t(a.perm_dst[p]) * N + c0 + wg * 128 + rr;
                 y[0] = acc[0][4 * j + q];
                 y[64] = acc[1][4 * j + q];
             }
-        }
+    }
 }
 
-template <bool GATEUP, bool PK, int NT, int STAGES>
+template <bool GATEUP, bool PK, int NT, int STAGES, int WG>
 cudaError_t launch_mode(const MoeExpertArgs& a, cudaStream_t s) {
-    auto* k = moe_wgmma_kernel<GATEUP, PK, NT, STAGES>;
-    const int smem = smem_bytes<NT, STAGES>(a.K);
+    auto* k = moe_wgmma_kernel<GATEUP, PK, NT, STAGES, WG>;
+    constexpr int kRows = WShape<NT, WG>::kRows, kThreads = WShape<NT, WG>::kThreads;
+    const int smem = smem_bytes<NT, STAGES, WG>(a.K);
     cudaError_t err = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err != cudaSuccess) return err;
     tile_list_kernel<<<1, 1024, 0, s>>>(a.expert_count, a.n_experts, NT, a.tile_list, a.n_tiles);
@@ -266,26 +304,31 @@ cudaError_t launch_mode(const MoeExpertArgs& a, cudaStream_t s) {
     return cudaGetLastError();
 }
 
-template <bool PK, int NT, int STAGES>
+template <bool PK, int NT, int STAGES, int WG>
 cudaError_t launch(const MoeExpertArgs& a, cudaStream_t s) {
-    return a.mode == MoeExpertMode::kGateUp ? launch_mode<true, PK, NT, STAGES>(a, s)
-                                            : launch_mode<false, PK, NT, STAGES>(a, s);
+    return a.mode == MoeExpertMode::kGateUp ? launch_mode<true, PK, NT, STAGES, WG>(a, s)
+                                            : launch_mode<false, PK, NT, STAGES, WG>(a, s);
 }
 
 struct Entry {
     MoeGroupedShape shape;
     cudaError_t (*fn)(const MoeExpertArgs&, cudaStream_t);
 };
-template <bool PK, int NT, int STAGES>
+// Shape fields: warps 4 WG, tiles 2 (m16 rows per warp: one in each m64 tile), min_blocks 2 for WG = 1.
+template <bool PK, int NT, int STAGES, int WG = 2>
 constexpr Entry entry() {
-    return {{8, 4, NT, STAGES, 1, PK ? MoeWeightLayout::kPairRotated : MoeWeightLayout::kCheckpoint,
-             smem_bytes<NT, STAGES>(4096), true},
-            &launch<PK, NT, STAGES>};
+    return {{4 * WG, 2, NT, STAGES, WG == 1 ? 2 : 1, PK ? MoeWeightLayout::kPairRotated : MoeWeightLayout::kCheckpoint,
+             smem_bytes<NT, STAGES, WG>(4096), true},
+            &launch<PK, NT, STAGES, WG>};
 }
 
-// The one list of wgmma shapes (rows of the grouped op's table after moe_grouped_sm90.cu's).
+// The one list of wgmma shapes (rows of the grouped op's table after moe_grouped_sm90.cu's); the
+// first legal row of the wanted token tile wins. Measured (ledger E34): on the 20-layer proxy's
+// prefill two warpgroups per CTA win (2K prompt, 64-token tiles: 153.3 vs 160.7 ms; 4K, 128-token
+// tiles: 267.8 vs 297.7 ms), although decode-bench's uniformly routed Flash shapes favour one
+// warpgroup with 2 CTAs per SM (3,487 vs 3,619 us at 4K): the one-warpgroup rows stay for tune.
 const Entry kTable[] = {
-    entry<true, 64, 4>(), entry<true, 128, 4>(), entry<true, 128, 5>(), entry<true, 128, 3>(),
+    entry<true, 64, 4>(), entry<true, 128, 4>(), entry<true, 64, 4, 1>(), entry<true, 128, 4, 1>(),
     entry<false, 64, 4>(), entry<false, 128, 4>(),
 };
 
@@ -305,7 +348,7 @@ int moe_wgmma_count() { return int(sizeof(kTable) / sizeof(kTable[0])); }
 MoeGroupedShape moe_wgmma_shape(int i) { return kTable[i].shape; }
 int moe_wgmma_smem_bytes(int i, int K) {
     const MoeGroupedShape s = kTable[i].shape;
-    return smem_bytes(s.mt, s.stages, K);
+    return smem_bytes(s.mt, s.stages, s.warps / 4, K);
 }
 cudaError_t moe_wgmma_run(const MoeExpertArgs& a, int i, cudaStream_t stream) {
     if (i < 0 || i >= moe_wgmma_count() || kTable[i].shape.layout != a.layout || !a.x_kperm) return cudaErrorInvalidValue;

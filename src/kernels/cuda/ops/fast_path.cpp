@@ -112,9 +112,9 @@ MoeGroupedWs moe_grouped_ws(const MoeArgs& a, const MoeFastWs& f) {
 
 // Whether the grouped GEMM runs its wgmma rows (x and h k-permuted): a forced variant decides,
 // else grouped_wgmma from kWgmmaMinRowsPerExpert rows per expert where a wgmma row is legal for both
-// gate-up and down. Measured (ledger E34, Flash shapes, one layer's gate-up + down): 24 rows per
-// expert (1K tokens) mma.sync 32-row tiles 2.46 ms vs wgmma 64-row 2.97 ms; 96 rows (4K) wgmma
-// 128-row 4.26 ms vs mma.sync 6.95 ms.
+// gate-up and down. Measured (ledger E34, decode-bench, Flash shapes, one layer's gate-up + down):
+// 24 rows per expert (1K tokens) mma.sync 32-row tiles 2.46 ms vs wgmma 64-row 2.54-2.64 ms; 48
+// rows (2K) wgmma 2.48-2.74 ms vs mma.sync 3.58 ms; 96 rows (4K) 3.49-3.62 vs 6.95 ms.
 constexpr int kWgmmaMinRowsPerExpert = 48;
 bool moe_grouped_kperm(const MoeArgs& a) {
     if (a.grouped_variant >= 0 && a.grouped_variant < moe_grouped_variant_count())
