@@ -20,13 +20,7 @@
 
 #include <cstdint>
 
-#ifndef DSV4_HD
-#ifdef __CUDACC__
-#define DSV4_HD __host__ __device__
-#else
-#define DSV4_HD
-#endif
-#endif
+#include "core/host_device.h"
 
 namespace dsv4::mxfp4_pk {
 

@@ -8,11 +8,7 @@
 #include <cmath>
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define DSV4_HD __host__ __device__
-#else
-#define DSV4_HD
-#endif
+#include "core/host_device.h"
 
 namespace dsv4 {
 

@@ -35,7 +35,6 @@ __device__ __forceinline__ void wgmma_wait() {
 __device__ __forceinline__ void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 // Keeps the compiler from moving register reads/writes of v across wgmma issue / wait points.
 __device__ __forceinline__ void wgmma_pin(float& v) { asm volatile("" : "+f"(v)::"memory"); }
-__device__ __forceinline__ void wgmma_pin(uint32_t& v) { asm volatile("" : "+r"(v)::"memory"); }
 
 // D[64 x N] += A[64 x 16] (registers, bf16) * B[16 x N] (shared memory, bf16, K-major).
 __device__ __forceinline__ void wgmma_rs_m64n64k16(float (&d)[32], const uint32_t (&a)[4], uint64_t desc_b) {

@@ -50,15 +50,16 @@ __device__ __forceinline__ void dequant16(const uint4 v, float sc, uint32_t (&o)
         }
 }
 
-// Applies the UE8M0 byte s to 16 bf16x2 words holding e2m1 x 2^-126: x 2^(s-1), exact (e2m1 x
+// Applies the UE8M0 byte s to N bf16x2 words holding e2m1 x 2^-126: x 2^(s-1), exact (e2m1 x
 // 2^(s-127) is a bf16 value, for s = 0 a subnormal; bf16 multiplies keep subnormal inputs, PTX
-// mul/fma .bf16x2 have no .ftz).
-__device__ __forceinline__ void scale16(uint32_t s, uint32_t (&o)[16]) {
+// mul/fma .bf16x2 have no .ftz). Shared by the GEMV and both grouped GEMMs.
+template <int N>
+__device__ __forceinline__ void scale_words(uint32_t s, uint32_t* o) {
     const uint32_t e1 = min(s, 128u) + 126u;  // bf16 exponent field of 2^(min(s,128) - 1)
     const uint32_t f1 = (e1 << 7) | (e1 << 23);
     const __nv_bfloat162 m1 = *reinterpret_cast<const __nv_bfloat162*>(&f1);
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
+    for (int i = 0; i < N; ++i) {
         __nv_bfloat162 r = __hmul2(*reinterpret_cast<__nv_bfloat162*>(&o[i]), m1);
         o[i] = *reinterpret_cast<uint32_t*>(&r);
     }
@@ -66,12 +67,13 @@ __device__ __forceinline__ void scale16(uint32_t s, uint32_t (&o)[16]) {
         const uint32_t f2 = s == 255u ? 0x7fc07fc0u : (((s - 1u) << 7) | ((s - 1u) << 23));
         const __nv_bfloat162 m2 = *reinterpret_cast<const __nv_bfloat162*>(&f2);
 #pragma unroll
-        for (int i = 0; i < 16; ++i) {
+        for (int i = 0; i < N; ++i) {
             __nv_bfloat162 r = __hmul2(*reinterpret_cast<__nv_bfloat162*>(&o[i]), m2);
             o[i] = *reinterpret_cast<uint32_t*>(&r);
         }
     }
 }
+__device__ __forceinline__ void scale16(uint32_t s, uint32_t (&o)[16]) { scale_words<16>(s, o); }
 
 // DQ = 1..3: 16 bytes of e2m1 (physical k order) with UE8M0 byte s -> 16 bf16x2 words, word 4c + j
 // = (k 8c + j, k 8c + j + 4) times 2^(s-127): per word, shift, two masks, shift, or (~4 ops).

@@ -26,6 +26,7 @@
 
 #include "core/mxfp4_pair_rotated.h"
 #include "kernels/cuda/gemm/device_util.cuh"
+#include "kernels/cuda/moe/moe_expert_mma.cuh"
 #include "kernels/cuda/moe/moe_sm90.h"
 #include "kernels/cuda/moe/moe_tile_list.cuh"
 
@@ -35,28 +36,6 @@ namespace {
 // 16-byte unit u (0..15) of x row m inside a 128-k block: lanes t read units 4t + c, so without
 // the flips rows and units 8 apart share banks.
 __device__ __forceinline__ int swz(int u, int m) { return u ^ (((u >> 3) & 1) << 1) ^ (m & 1); }
-
-// The UE8M0 byte s applied to N bf16x2 words holding e2m1 x 2^-126 (moe_mma::scale16's rule).
-template <int N>
-__device__ __forceinline__ void scale_words(uint32_t s, uint32_t* o) {
-    const uint32_t e1 = min(s, 128u) + 126u;
-    const uint32_t f1 = (e1 << 7) | (e1 << 23);
-    const __nv_bfloat162 m1 = *reinterpret_cast<const __nv_bfloat162*>(&f1);
-#pragma unroll
-    for (int i = 0; i < N; ++i) {
-        __nv_bfloat162 r = __hmul2(*reinterpret_cast<__nv_bfloat162*>(&o[i]), m1);
-        o[i] = *reinterpret_cast<uint32_t*>(&r);
-    }
-    if (s > 128u) {
-        const uint32_t f2 = s == 255u ? 0x7fc07fc0u : (((s - 1u) << 7) | ((s - 1u) << 23));
-        const __nv_bfloat162 m2 = *reinterpret_cast<const __nv_bfloat162*>(&f2);
-#pragma unroll
-        for (int i = 0; i < N; ++i) {
-            __nv_bfloat162 r = __hmul2(*reinterpret_cast<__nv_bfloat162*>(&o[i]), m2);
-            o[i] = *reinterpret_cast<uint32_t*>(&r);
-        }
-    }
-}
 
 template <int NW, int WT, int MT>
 struct Shape {
@@ -172,7 +151,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) moe_grouped_kernel(MoeExpertArg
                         A[ti][hh][q] = q0[q];
                         A[ti][hh][4 + q] = q1[q];
                     }
-                    scale_words<8>(sc[ti][hh], A[ti][hh]);
+                    moe_mma::scale_words<8>(sc[ti][hh], A[ti][hh]);
                 }
 #pragma unroll
             for (int j = 0; j < NJ; ++j) {
@@ -228,17 +207,8 @@ __global__ void __launch_bounds__(NW * 32, MINB) moe_grouped_kernel(MoeExpertArg
 template <bool GATEUP, bool PK, int NW, int WT, int MT, int STAGES, int MINB>
 cudaError_t launch_mode(const MoeExpertArgs& a, cudaStream_t s) {
     using S = Shape<NW, WT, MT>;
-    auto* k = moe_grouped_kernel<GATEUP, PK, NW, WT, MT, STAGES, MINB>;
-    constexpr int smem = STAGES * S::kStage;
-    cudaError_t err = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (err != cudaSuccess) return err;
-    tile_list_kernel<<<1, 1024, 0, s>>>(a.expert_count, a.n_experts, MT, a.tile_list, a.n_tiles);
-    if ((err = cudaGetLastError()) != cudaSuccess) return err;
-    const int max_tiles = moe_grouped_max_tiles(a.n_rows, a.n_experts, MT);
-    if (max_tiles <= 0) return cudaSuccess;
-    constexpr int cols = GATEUP ? S::R / 2 : S::R;
-    k<<<dim3(a.N / cols, max_tiles), NW * 32, smem, s>>>(a);
-    return cudaGetLastError();
+    return launch_grouped(moe_grouped_kernel<GATEUP, PK, NW, WT, MT, STAGES, MINB>, a, MT,
+                          a.N / (GATEUP ? S::R / 2 : S::R), NW * 32, STAGES * S::kStage, s);
 }
 
 template <bool PK, int NW, int WT, int MT, int STAGES, int MINB>
@@ -247,10 +217,6 @@ cudaError_t launch(const MoeExpertArgs& a, cudaStream_t s) {
                                             : launch_mode<false, PK, NW, WT, MT, STAGES, MINB>(a, s);
 }
 
-struct Entry {
-    MoeGroupedShape shape;
-    cudaError_t (*fn)(const MoeExpertArgs&, cudaStream_t);
-};
 template <bool PK, int NW, int WT, int MT, int STAGES, int MINB = 1>
 constexpr Entry entry() {
     return {{NW, WT, MT, STAGES, MINB, PK ? MoeWeightLayout::kPairRotated : MoeWeightLayout::kCheckpoint,

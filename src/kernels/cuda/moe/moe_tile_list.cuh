@@ -1,9 +1,14 @@
-// The grouped expert GEMMs' work list (moe_grouped_sm90.cu, moe_wgmma_sm90.cu): one entry per
-// (expert, tile of mt rows) in expert order, written on the device so the launch needs no host
-// sync. Included by each translation unit that launches a grouped GEMM (internal linkage).
+// What the grouped expert GEMMs (moe_grouped_sm90.cu, moe_wgmma_sm90.cu) share: the work list, one
+// entry per (expert, tile of mt rows) in expert order, written on the device so the launch needs no
+// host sync; the launch around it; the registry row type. Included by each translation unit that
+// launches a grouped GEMM (internal linkage).
 #pragma once
 
+#include <cuda_runtime.h>
+
 #include <cstdint>
+
+#include "kernels/cuda/moe/moe_sm90.h"
 
 namespace dsv4::cuda::sm90 {
 namespace {
@@ -27,6 +32,26 @@ __global__ void __launch_bounds__(1024) tile_list_kernel(const int32_t* count, i
     for (int i = 0; i < nt; ++i) list[start + i] = (i << kExpertBits) | e;
     if (e == 1023) *n_tiles = s[1023];
 }
+
+// Gives kernel k smem bytes of dynamic shared memory, writes a's work list for tiles of mt rows,
+// then runs k on (col_blocks, the work list's bound) CTAs of `threads`; CTAs past *n_tiles exit.
+inline cudaError_t launch_grouped(void (*k)(MoeExpertArgs), const MoeExpertArgs& a, int mt, int col_blocks,
+                                  int threads, int smem, cudaStream_t s) {
+    cudaError_t err = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (err != cudaSuccess) return err;
+    tile_list_kernel<<<1, 1024, 0, s>>>(a.expert_count, a.n_experts, mt, a.tile_list, a.n_tiles);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    const int max_tiles = moe_grouped_max_tiles(a.n_rows, a.n_experts, mt);
+    if (max_tiles <= 0) return cudaSuccess;
+    k<<<dim3(col_blocks, max_tiles), threads, smem, s>>>(a);
+    return cudaGetLastError();
+}
+
+// One row of a grouped GEMM registry: its shape and its launcher (both modes).
+struct Entry {
+    MoeGroupedShape shape;
+    cudaError_t (*fn)(const MoeExpertArgs&, cudaStream_t);
+};
 
 }  // namespace
 }  // namespace dsv4::cuda::sm90

@@ -21,52 +21,29 @@
 #include "kernels/cuda/gemm/device_util.cuh"
 #include "kernels/cuda/gemm/wgmma.cuh"
 #include "kernels/cuda/moe/moe_kperm.h"
+#include "kernels/cuda/moe/moe_expert_mma.cuh"
 #include "kernels/cuda/moe/moe_sm90.h"
 #include "kernels/cuda/moe/moe_tile_list.cuh"
 
 namespace dsv4::cuda::sm90 {
 namespace {
 
+// Bytes of one pipeline slot: the x tile (nt token rows x 64 k bf16) and the codes (64 k of e2m1
+// for each of the 128 wg weight rows), 1,024-byte aligned for the swizzled x tile.
+constexpr int stage_bytes(int nt, int wg) { return (nt * 128 + 128 * wg * 32 + 1023) / 1024 * 1024; }
 // WG warpgroups per CTA, 128 weight rows (two m64 tiles) each.
 template <int NT, int WG>
 struct WShape {
     static constexpr int kRows = 128 * WG;   // weight rows per CTA
     static constexpr int kThreads = 128 * WG;
-    static constexpr int kX = NT * 128;     // NT token rows x 64 k bf16
-    static constexpr int kCodes = kRows * 32;  // 64 k of e2m1 per row
-    static constexpr int kStage = (kX + kCodes + 1023) / 1024 * 1024;
+    static constexpr int kX = NT * 128;     // offset of the codes in a slot
+    static constexpr int kStage = stage_bytes(NT, WG);
 };
 // Scale bytes per staged row: K / 32 plus 16 so that rows 1..7 apart fall in different banks.
 __host__ __device__ constexpr int scale_stride(int K) { return K / 32 + 16; }
+// Dynamic shared memory: alignment slack, the slots, the scales of all K.
 constexpr int smem_bytes(int nt, int stages, int wg, int K) {
-    return 1024 + stages * ((nt * 128 + 128 * wg * 32 + 1023) / 1024 * 1024) + 128 * wg * scale_stride(K);
-}
-template <int NT, int STAGES, int WG>
-constexpr int smem_bytes(int K) {
-    static_assert(smem_bytes(NT, STAGES, WG, 0) - 128 * WG * 16 == 1024 + STAGES * WShape<NT, WG>::kStage);
-    return smem_bytes(NT, STAGES, WG, K);
-}
-
-// The UE8M0 byte s applied to N bf16x2 words holding e2m1 x 2^-126 (the GEMV's rule).
-template <int N>
-__device__ __forceinline__ void scale_words(uint32_t s, uint32_t* o) {
-    const uint32_t e1 = min(s, 128u) + 126u;
-    const uint32_t f1 = (e1 << 7) | (e1 << 23);
-    const __nv_bfloat162 m1 = *reinterpret_cast<const __nv_bfloat162*>(&f1);
-#pragma unroll
-    for (int i = 0; i < N; ++i) {
-        __nv_bfloat162 r = __hmul2(*reinterpret_cast<__nv_bfloat162*>(&o[i]), m1);
-        o[i] = *reinterpret_cast<uint32_t*>(&r);
-    }
-    if (s > 128u) {
-        const uint32_t f2 = s == 255u ? 0x7fc07fc0u : (((s - 1u) << 7) | ((s - 1u) << 23));
-        const __nv_bfloat162 m2 = *reinterpret_cast<const __nv_bfloat162*>(&f2);
-#pragma unroll
-        for (int i = 0; i < N; ++i) {
-            __nv_bfloat162 r = __hmul2(*reinterpret_cast<__nv_bfloat162*>(&o[i]), m2);
-            o[i] = *reinterpret_cast<uint32_t*>(&r);
-        }
-    }
+    return 1024 + stages * stage_bytes(nt, wg) + 128 * wg * scale_stride(K);
 }
 
 template <int NT>
@@ -167,7 +144,7 @@ __global__ void __launch_bounds__(128 * WG, WG == 1 ? 2 : 1) moe_wgmma_kernel(Mo
                     w[q] = q0[q];
                     w[4 + q] = q1[q];
                 }
-                scale_words<8>(sc, w);
+                moe_mma::scale_words<8>(sc, w);
 #pragma unroll
                 for (int s = 0; s < 4; ++s) {
                     A[m][s][hh] = w[4 * (s >> 1) + 2 * (s & 1)];
@@ -291,17 +268,9 @@ __global__ void __launch_bounds__(128 * WG, WG == 1 ? 2 : 1) moe_wgmma_kernel(Mo
 
 template <bool GATEUP, bool PK, int NT, int STAGES, int WG>
 cudaError_t launch_mode(const MoeExpertArgs& a, cudaStream_t s) {
-    auto* k = moe_wgmma_kernel<GATEUP, PK, NT, STAGES, WG>;
-    constexpr int kRows = WShape<NT, WG>::kRows, kThreads = WShape<NT, WG>::kThreads;
-    const int smem = smem_bytes<NT, STAGES, WG>(a.K);
-    cudaError_t err = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (err != cudaSuccess) return err;
-    tile_list_kernel<<<1, 1024, 0, s>>>(a.expert_count, a.n_experts, NT, a.tile_list, a.n_tiles);
-    if ((err = cudaGetLastError()) != cudaSuccess) return err;
-    const int max_tiles = moe_grouped_max_tiles(a.n_rows, a.n_experts, NT);
-    if (max_tiles <= 0) return cudaSuccess;
-    k<<<dim3(a.N / (GATEUP ? kRows / 2 : kRows), max_tiles), kThreads, smem, s>>>(a);
-    return cudaGetLastError();
+    using S = WShape<NT, WG>;
+    return launch_grouped(moe_wgmma_kernel<GATEUP, PK, NT, STAGES, WG>, a, NT, a.N / (GATEUP ? S::kRows / 2 : S::kRows),
+                          S::kThreads, smem_bytes(NT, STAGES, WG, a.K), s);
 }
 
 template <bool PK, int NT, int STAGES, int WG>
@@ -310,15 +279,11 @@ cudaError_t launch(const MoeExpertArgs& a, cudaStream_t s) {
                                             : launch_mode<false, PK, NT, STAGES, WG>(a, s);
 }
 
-struct Entry {
-    MoeGroupedShape shape;
-    cudaError_t (*fn)(const MoeExpertArgs&, cudaStream_t);
-};
 // Shape fields: warps 4 WG, tiles 2 (m16 rows per warp: one in each m64 tile), min_blocks 2 for WG = 1.
 template <bool PK, int NT, int STAGES, int WG = 2>
 constexpr Entry entry() {
     return {{4 * WG, 2, NT, STAGES, WG == 1 ? 2 : 1, PK ? MoeWeightLayout::kPairRotated : MoeWeightLayout::kCheckpoint,
-             smem_bytes<NT, STAGES, WG>(4096), true},
+             smem_bytes(NT, STAGES, WG, 4096), true},
             &launch<PK, NT, STAGES, WG>};
 }
 

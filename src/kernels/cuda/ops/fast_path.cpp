@@ -171,10 +171,11 @@ std::string moe_grouped_decline(const MoeArgs& a) {
     if (!a.fast) return "fast kernels off";
     if (a.grouped_min_tokens <= 0 || a.T < a.grouped_min_tokens) return "fewer tokens than grouped_min_tokens";
     if (!moe_grouped_ws(a, moe_ws(a)).xb) return "h workspace too small for the grouped GEMM's";
+    const bool kperm = moe_grouped_kperm(a);
     for (bool gate_up : {true, false}) {
         MoeExpertArgs e = expert_args(a, gate_up);
         e.x_f32 = false;
-        e.x_kperm = moe_grouped_kperm(a);
+        e.x_kperm = kperm;
         e.n_experts = a.ep_count > 0 ? a.ep_count : a.E;
         e.variant = a.grouped_variant;
         const int v = moe_grouped_select_variant(e);
