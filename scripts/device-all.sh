@@ -8,7 +8,7 @@
 #   scripts/device-all.sh --build                    # here: build-cuda/ -> build-all-bin/
 #   run(command="scripts/device-all.sh tests proxy", carry=["build-all-bin"], timeout_s=540)
 #   run(command="scripts/device-all.sh peer", carry=["build-all-bin"], timeout_s=300)
-# Stages: tests (dsv4_cuda_tests [TESTS_FILTER] + dsv4_perf_ops_tests unless SKIP_PERF_OPS), proxy (20-layer sweep, PROXY_TIME_BUDGET
+# Stages: tests (dsv4_cuda_tests [TESTS_FILTER] + dsv4_perf_ops_tests [PERF_FILTER] unless SKIP_PERF_OPS), proxy (20-layer sweep, PROXY_TIME_BUDGET
 # seconds, default 240), peer (3-layer proxy + transformers eager + tools/peer/ratio.py,
 # PEER_TIME_BUDGET default 100), prefill (offline prefill points of the 20-layer proxy, PREFILL_*), sanitize (compute-sanitizer memcheck + racecheck on reduced shapes),
 # sweep (served vs offline: scripts/gpu-serve-sweep.sh, SWEEP_PHASES), opprof (DSV4_OP_PROFILE per-op table, OPPROF_BATCHES), ncu (per-kernel table, NCU_BATCHES), serve (generate cuda vs cpu + HTTP serve --backend cuda), profile (nsys per-kernel table of the 3-layer proxy step, when nsys exists),
@@ -79,7 +79,7 @@ for stage in "$@"; do
         rc1=$?
         rc2=skipped
         if [[ -z "${SKIP_PERF_OPS:-}" ]]; then
-            "$BIN"/dsv4_perf_ops_tests > "$OUT/perf_ops_tests.log" 2>&1
+            "$BIN"/dsv4_perf_ops_tests --gtest_filter="${PERF_FILTER:-*}" > "$OUT/perf_ops_tests.log" 2>&1
             rc2=$?
         fi
         SUMMARY+=("tests: dsv4_cuda_tests rc=$rc1 ($(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/cuda_tests.log" | tr '\n' ' ')); perf_ops rc=$rc2 ($(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/perf_ops_tests.log" | tr '\n' ' '))")

@@ -3,7 +3,7 @@
 # engine's step budget: for each "--max-tokens-per-step/--max-prefill-chunk" pair, one server, then
 # `dsv4 bench` (random-ids completions, --max-tokens 1) at prompt lengths 128, 1K, 4K and 1 / 16 users.
 # Usage: a folder with dsv4(.xz), tokenizer.json(.xz), blaslibs.tar.xz and this script; OUT= log folder.
-# BUDGETS="512:512 2048:2048 8192:4096" (default), LENS, CONCS override the sweep.
+# BUDGETS="512:512 2048:2048 8192:4096" (default), LENS, CONCS, MAX_CONTEXT (8192) override the sweep.
 set -u
 D=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-/tmp/prefill-bench}; mkdir -p "$OUT"
@@ -17,7 +17,7 @@ ldd "$W/dsv4" | grep "not found"
 for B in ${BUDGETS:-512:512 2048:2048 8192:4096}; do
     step=${B%%:*}; chunk=${B##*:}
     "$W"/dsv4 serve --backend cuda --synthetic-flash --layers 20 --tokenizer "$W/tokenizer.json" --port 8123 \
-        --max-context 8192 --max-running 16 --max-tokens-per-step "$step" --max-prefill-chunk "$chunk" \
+        --max-context "${MAX_CONTEXT:-8192}" --max-running 16 --max-tokens-per-step "$step" --max-prefill-chunk "$chunk" \
         > "$OUT/serve_$step.log" 2>&1 &
     SP=$!
     T0=$(date +%s)

@@ -101,6 +101,8 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
     DSV4_RETURN_IF_ERROR(F(ws_.iq, Tm * IH * ID));
     DSV4_RETURN_IF_ERROR(F(ws_.iw, Tm * IH));
     DSV4_RETURN_IF_ERROR(F(ws_.o, Tm * H * D));
+    ws_.pf_ob = ws_.o;
+    ws_.pf_qb = reinterpret_cast<char*>(ws_.o) + Tm * H * D * 2;
     DSV4_RETURN_IF_ERROR(F(ws_.z, Tm * G * orank));
     DSV4_RETURN_IF_ERROR(F(ws_.glog, Tm * E));
     DSV4_RETURN_IF_ERROR(F(ws_.wts, Tm * K));

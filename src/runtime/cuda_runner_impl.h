@@ -19,6 +19,7 @@
 
 #include "dist/expert_partition.h"
 #include "kernels/cuda/attention/sparse_decode.h"
+#include "kernels/cuda/attention/sparse_prefill.h"
 #include "kernels/cuda/gemm/dense_gemv.h"
 #include "kernels/cuda/gemm/kernel_params.h"
 #include "kernels/cuda/moe/moe.h"
@@ -73,6 +74,9 @@ struct Workspace {
     int32_t *pf_tok_begin = nullptr, *pf_n_tok = nullptr, *pf_seq = nullptr;
     int64_t *pf_start_pos = nullptr, *pf_stage_from = nullptr;
     int64_t stage_word = 0;
+    // bf16 q and attention output of a whole batched step, [max_tokens, H, D] each: the two halves of
+    // o's f32 storage, which a step on this route never writes (attention_batched, bf16_route).
+    void *pf_qb = nullptr, *pf_ob = nullptr;
     float* comp_pooled = nullptr;  // [2][max_tokens][comp_pooled_ld]: compress_chunk's pooling scratch
     int comp_pooled_ld = 0;
 };
@@ -228,9 +232,14 @@ private:
     // staging, chunk compressors, the indexer and sparse_decode over pseudo-sequences of
     // prefill_query_block tokens, ring write-back. ka/ia/ra/sa as attention() fills them.
     Status attention_batched(const cuda::StepPlan& sp, int T, int max_t, bool csa, cuda::KvStepArgs& ka,
-                             cuda::IndexerArgs& ia, cuda::RowListArgs& ra, cuda::SparseDecodeArgs& sa, const float* rope);
+                             cuda::IndexerArgs& ia, cuda::RowListArgs& ra, cuda::SparseDecodeArgs& sa, const float* rope,
+                             bool bf16_route);
     // Batched prefill is built (fast attention, packed rows, option on) and used for steps with max_t > 1.
     bool batched_step(int max_t) const { return batched_ && max_t > 1; }
+    // A batched step whose wo_a reads its input in bf16 only (the prefill GEMM): q is normed, roped
+    // and rounded once into pf_qb, attention writes pf_ob, whose rope dims are inverse-rotated in
+    // place, and wo_a reads it; no f32 q rows or o are staged (same bits as the f32 route).
+    bool bf16_route(int l, int T, int max_t) const;
     Status moe(int l, int T);
     cuda::StepPlan step_plan(int B) const;
 

@@ -5,6 +5,13 @@
 
 namespace dsv4::cuda_runner_detail {
 
+bool CudaRunner::bf16_route(int l, int T, int max_t) const {
+    const int H = cfg_.n_heads, D = cfg_.head_dim, G = cfg_.o_groups, orank = cfg_.o_lora_rank;
+    return batched_step(max_t) && gemm_step(T) &&
+           cuda::linear_reads_only_bf16(w_.layers[l].wo_a, orank, int64_t(H / G) * D, int64_t(H) * D,
+                                        int64_t(G) * orank, T);
+}
+
 Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, int splits) {
     const DevLayer& L = w_.layers[l];
     const LayerStateLayout& S = layout_.layers[l];
@@ -31,7 +38,11 @@ Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, 
     const void* qlb = nullptr;
     DSV4_RETURN_IF_ERROR(bf16_input(ws_.qlat, qr, T, ws_.xb_qlat, st, &qlb));
     DSV4_CU(cuda::linear(L.wq_b, -1, ws_.qlat, qr, 0, 0, ws_.q, int64_t(H) * D, T, false, st, qlb));
-    DSV4_CU(cuda::norm_rope(ws_.q, D, ws_.q, D, T * H, D, true, nullptr, eps, rope, R, ws_.pos, H, false, st));
+    const bool route = bf16_route(l, T, max_t);
+    if (route)
+        DSV4_CU(cuda::norm_rope_to_bf16(ws_.q, D, ws_.pf_qb, D, T * H, D, true, nullptr, eps, rope, R, ws_.pos, H, st));
+    else
+        DSV4_CU(cuda::norm_rope(ws_.q, D, ws_.q, D, T * H, D, true, nullptr, eps, rope, R, ws_.pos, H, false, st));
     if (csa) {
         DSV4_CU(cuda::linear(L.idx_wq_b, -1, ws_.qlat, qr, 0, 0, ws_.iq, int64_t(IH) * ID, T, false, st, qlb));
         DSV4_CU(cuda::norm_rope(ws_.iq, ID, ws_.iq, ID, T * IH, ID, false, nullptr, eps, w_.rope_compress, R, ws_.pos,
@@ -140,7 +151,7 @@ Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, 
     }
     // Batched prefill (only built with fast attention) replaces the token loop below.
     const bool batched = batched_step(max_t);
-    if (batched) DSV4_RETURN_IF_ERROR(attention_batched(sp, T, max_t, csa, ka, ia, ra, sa, rope));
+    if (batched) DSV4_RETURN_IF_ERROR(attention_batched(sp, T, max_t, csa, ka, ia, ra, sa, rope, route));
     for (int t = 0; t < (batched ? 0 : max_t); ++t) {
         ka.t = ia.t = aa.t = ra.t = t;
         mark("kv_step (ring+compressors)");
@@ -166,8 +177,8 @@ Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, 
     }
     const int G = cfg_.o_groups, orank = cfg_.o_lora_rank, hpg = H / G;
     mark("wo_a+wo_b");
-    const void* ob = nullptr;
-    DSV4_RETURN_IF_ERROR(bf16_input(ws_.o, int64_t(H) * D, T, ws_.xb_o, st, &ob));
+    const void* ob = route ? ws_.pf_ob : nullptr;  // the bf16 route: wo_a reads pf_ob only
+    if (!route) DSV4_RETURN_IF_ERROR(bf16_input(ws_.o, int64_t(H) * D, T, ws_.xb_o, st, &ob));
     DSV4_CU(cuda::linear(L.wo_a, -1, ws_.o, int64_t(H) * D, orank, int64_t(hpg) * D, ws_.z, int64_t(G) * orank, T,
                          false, st, ob));
     const void* zb = nullptr;

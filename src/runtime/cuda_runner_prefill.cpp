@@ -8,17 +8,19 @@
 //      the compressor state rows are left as the token loop leaves them (compress_state_chunk);
 //   3. per block of prefill_query_block tokens: indexer scores + top-k (CSA), row lists (window
 //      positions inside the chunk from staging, earlier ones from the ring), q to bf16,
-//      sparse_decode, the inverse-RoPE output rows;
+//      sparse_prefill (wgmma; else sparse_decode), the inverse-RoPE output rows; on the bf16 route (bf16_route) q arrives in
+//      bf16 for the whole step and the output rows are inverse-rotated in place once, after the blocks;
 //   4. the ring gets each sequence's last W rows (ring_write_chunk).
 // A pseudo-sequence sees exactly the rows its token saw in the loop (window positions <= p,
-// compressed windows closed at or before p), in the same order, so the output is bit-identical.
+// compressed windows closed at or before p), in the same order, so with sparse_decode the output is
+// bit-identical; sparse_prefill sums in another order (within bf16 tolerance).
 #include "runtime/cuda_runner_impl.h"
 
 namespace dsv4::cuda_runner_detail {
 
 Status CudaRunner::attention_batched(const cuda::StepPlan& sp, int T, int max_t, bool csa, cuda::KvStepArgs& ka,
                                      cuda::IndexerArgs& ia, cuda::RowListArgs& ra, cuda::SparseDecodeArgs& sa,
-                                     const float* rope) {
+                                     const float* rope, bool bf16_route) {
     cudaStream_t st = stream_;
     const int H = cfg_.n_heads, D = cfg_.head_dim, R = cfg_.rope_dim;
     mark("prefill: stage rows + chunk compressors");
@@ -42,19 +44,37 @@ Status CudaRunner::attention_batched(const cuda::StepPlan& sp, int T, int max_t,
             DSV4_CU(cuda::indexer_scores(qp, pool_, ia, st));
             DSV4_CU(cuda::indexer_select(qp, ia, st));
         }
-        mark("prefill: row lists + q bf16");
+        mark(bf16_route ? "prefill: row lists" : "prefill: row lists + q bf16");
         DSV4_CU(cuda::build_row_lists(qp, pool_, ra, st));
-        DSV4_CU(cuda::q_rows_bf16(qp, 0, ws_.q, H * D, ws_.qb, st));
-        mark("prefill: sparse_decode");
+        if (bf16_route) {  // this block's rows of the step's bf16 q and output
+            sa.q = static_cast<const char*>(ws_.pf_qb) + int64_t(q0) * H * D * 2;
+            sa.out = static_cast<char*>(ws_.pf_ob) + int64_t(q0) * H * D * 2;
+        } else {
+            DSV4_CU(cuda::q_rows_bf16(qp, 0, ws_.q, H * D, ws_.qb, st));
+        }
         sa.batch = qp.n_seqs;
-        const int64_t splits = cuda::sparse_decode_splits_for(sa);
-        if (int64_t(sa.batch) * splits > ws_.sd_seq_splits)
-            return error(StatusCode::kInternal, "sparse_decode: {} query tokens x {} splits exceed the workspace ({})",
-                         sa.batch, splits, ws_.sd_seq_splits);
-        DSV4_RETURN_IF_ERROR(cuda::sparse_decode_launch(sa, st));
-        mark("prefill: attn out (inv rope)");
-        DSV4_CU(cuda::attn_out_rows(qp, 0, ws_.ob, H, D, rope, R, ws_.o, st));
+        if (opt_.rt.prefill_attn_wgmma && *cuda::sparse_prefill_decline(sa) == '\0') {
+            mark("prefill: sparse_prefill (wgmma)");
+            DSV4_CU(cuda::sparse_prefill_run(sa, st));
+        } else {
+            mark("prefill: sparse_decode");
+            const int64_t splits = cuda::sparse_decode_splits_for(sa);
+            if (int64_t(sa.batch) * splits > ws_.sd_seq_splits)
+                return error(StatusCode::kInternal, "sparse_decode: {} query tokens x {} splits exceed the workspace ({})",
+                             sa.batch, splits, ws_.sd_seq_splits);
+            DSV4_RETURN_IF_ERROR(cuda::sparse_decode_launch(sa, st));
+        }
+        if (!bf16_route) {
+            mark("prefill: attn out (inv rope)");
+            DSV4_CU(cuda::attn_out_rows(qp, 0, ws_.ob, H, D, rope, R, ws_.o, st));
+        }
     }
+    if (bf16_route) {
+        mark("prefill: attn out (inv rope)");
+        DSV4_CU(cuda::rope_rows_bf16(ws_.pf_ob, int64_t(T) * H, D, rope, R, ws_.pos, H, true, st));
+    }
+    sa.q = ws_.qb;
+    sa.out = ws_.ob;
     sa.batch = sp.n_seqs;
     ra.stage_from = nullptr;
     mark("prefill: ring write-back");

@@ -61,6 +61,9 @@ struct RuntimeOptions {
     // The grouped expert GEMM on the warpgroup (wgmma) kernel, activations k-permuted
     // (kernels/cuda/moe/moe_wgmma_sm90.cu); false: the mma.sync kernel (bitwise the GEMV's).
     bool moe_gemm_wgmma = true;
+    // Batched prefill attention on the warpgroup (wgmma) kernel (kernels/cuda/attention/sparse_prefill_sm90.cu;
+    // FP8 rows); false: sparse_decode over the pseudo-sequences (bitwise the token loop's).
+    bool prefill_attn_wgmma = true;
     // Both thresholds above for decode-only steps (one token per sequence): there the decode kernels
     // stay ahead longer (E33: 128- and 256-sequence steps 30% and 3% slower on the GEMMs); 0: never.
     int decode_gemm_min_tokens = 512;

@@ -7,7 +7,9 @@
 // decoding sequences, chunks that start and end mid-window (ratio 4, 16 and 128 boundaries and the
 // sliding window), a chunk longer than the window, and one-token chunks. split_kv_target_ctas is 1
 // so that sparse_decode uses one split whatever the batch (split-KV rounding depends on the
-// number of splits, which depends on the batch; that is not what this test is about).
+// number of splits, which depends on the batch; that is not what this test is about). A fourth runner
+// takes the wgmma prefill attention (sparse_prefill), which sums in another order: compared within
+// tolerance and by greedy token.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -84,13 +86,14 @@ void expect_batched_equals_loop(const ModelConfig& cfg, const char* rows, const 
                                 int64_t max_len, int max_tokens) {
     ASSERT_TRUE(cfg.validate().is_ok());
     auto model = std::make_shared<const RefModel>(cfg, ModelWeights::random(cfg, 17), RefNumerics{});
-    std::vector<std::vector<float>> out[3];
-    const int blocks[3] = {0, 7, 256};  // 0: token loop
-    for (int v = 0; v < 3; ++v) {
+    std::vector<std::vector<float>> out[4];
+    const int blocks[4] = {0, 7, 256, 256};  // 0: token loop; the last on the wgmma prefill attention
+    for (int v = 0; v < 4; ++v) {
         CudaRunnerOptions o;
         o.rt.kv_rows = rows;
         o.rt.batched_prefill = blocks[v] > 0;
         o.rt.prefill_query_block = blocks[v] > 0 ? blocks[v] : 256;
+        o.rt.prefill_attn_wgmma = v == 3;
         o.rt.split_kv_target_ctas = 1;
         o.max_seqs = 4;
         o.max_tokens = max_tokens;
@@ -123,6 +126,33 @@ void expect_batched_equals_loop(const ModelConfig& cfg, const char* rows, const 
     EXPECT_EQ(differing[1], 0u);
     EXPECT_EQ(differing[2], 0u);
     EXPECT_GT(scale, 0.0);
+    // sparse_prefill (FP8 rows) sums in another order: same logits within bf16 noise, same greedy
+    // token in (nearly) every row. With bf16 rows it is declined, so the bits must match.
+    ASSERT_EQ(out[3].size(), out[0].size());
+    double worst3 = 0;
+    size_t argmax_diff = 0, differing3 = 0;
+    for (size_t i = 0; i < out[0].size(); ++i) {
+        ASSERT_EQ(out[3][i].size(), out[0][i].size());
+        size_t a0 = 0, a3 = 0;
+        bool same = true;
+        for (size_t j = 0; j < out[0][i].size(); ++j) {
+            worst3 = std::max(worst3, std::fabs(double(out[3][i][j]) - out[0][i][j]));
+            same = same && out[3][i][j] == out[0][i][j];
+            if (out[0][i][j] > out[0][i][a0]) a0 = j;
+            if (out[3][i][j] > out[3][i][a3]) a3 = j;
+        }
+        differing3 += !same;
+        argmax_diff += a0 != a3;
+    }
+    std::printf("[batched prefill] %s rows, wgmma prefill attention: %zu rows differ from the token loop, max |diff| %.3g "
+                "(%.3g of the logit scale), greedy token differs in %zu rows\n",
+                rows, differing3, worst3, worst3 / scale, argmax_diff);
+    if (std::string(rows) == "fp8") {
+        EXPECT_LT(worst3, 0.03 * scale);
+        EXPECT_LE(argmax_diff * 20, out[0].size());
+    } else {
+        EXPECT_EQ(differing3, 0u);
+    }
 }
 
 TEST(CudaBatchedPrefill, BitIdenticalToTheTokenLoopSmall) {

@@ -633,6 +633,63 @@ TEST(CudaOpsEdge, NormRopeForwardInverseMainAndYarn) {
                 H, worst_norm_rope, worst_inv, worst_round);
 }
 
+// The bf16 route of a batched prefill step (cuda_runner_prefill.cpp): q normed, roped and rounded in
+// one kernel, and the attention output's rope dims inverse-rotated in place in bf16, must give the
+// bits of the f32 route they replace (norm_rope then round_to_bf16; widen, inverse rope, round).
+TEST(CudaOpsEdge, NormRopeBf16FormsEqualTheF32Route) {
+    SKIP_WITHOUT_GPU();
+    const float eps = 1e-6f;
+    const int D = 512, R = 64, H = 3;
+    const auto tab = ref::make_rope_table(160000.0, R, true, 16.0, 65536.0, 32.0, 1.0);
+    const std::vector<int32_t> pos = {0, 1, 5, 127, 4095, 65535, 1000003};
+    const int T = int(pos.size());
+    const int64_t n = int64_t(T) * H * D;
+    std::mt19937 g(43);
+    DevFree F;
+    float* dfreq = F(dev(tab.inv_freq));
+    int32_t* dpos = F(dev(pos));
+    auto bits = [](const void* d, int64_t cnt) {
+        std::vector<uint16_t> h(size_t(cnt), 0);
+        EXPECT_EQ(cudaMemcpy(h.data(), d, size_t(cnt) * 2, cudaMemcpyDeviceToHost), cudaSuccess);
+        return h;
+    };
+    void *a = nullptr, *b = nullptr;
+    ASSERT_EQ(cudaMalloc(&a, size_t(n) * 2), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&b, size_t(n) * 2), cudaSuccess);
+    F(a);
+    F(b);
+    // (a) q: norm_rope_to_bf16 vs norm_rope in place then round_to_bf16.
+    const auto q = randn(size_t(n), g, 3.0f);
+    float* dq = F(dev(q));
+    ASSERT_EQ(cuda::norm_rope_to_bf16(dq, D, a, D, T * H, D, true, nullptr, eps, dfreq, R, dpos, H, nullptr), cudaSuccess);
+    ASSERT_EQ(cuda::norm_rope(dq, D, dq, D, T * H, D, true, nullptr, eps, dfreq, R, dpos, H, false, nullptr), cudaSuccess);
+    ASSERT_EQ(cuda::round_to_bf16(dq, n, b, nullptr), cudaSuccess);
+    const auto qa = bits(a, n), qb = bits(b, n);
+    EXPECT_EQ(qa, qb);
+    // (b) output rows: bf16 rows rotated in place vs widened, inverse-roped in f32 and rounded.
+    const auto o = randn(size_t(n), g, 2.0f);
+    float* dO = F(dev(o));
+    ASSERT_EQ(cuda::round_to_bf16(dO, n, a, nullptr), cudaSuccess);  // the attention output, bf16
+    const auto o16 = bits(a, n);
+    std::vector<float> wide(static_cast<size_t>(n));
+    for (size_t i = 0; i < wide.size(); ++i) {
+        const uint32_t u = uint32_t(o16[i]) << 16;
+        std::memcpy(&wide[i], &u, 4);
+    }
+    float* dW = F(dev(wide));
+    ASSERT_EQ(cuda::rope_rows_bf16(a, int64_t(T) * H, D, dfreq, R, dpos, H, true, nullptr), cudaSuccess);
+    ASSERT_EQ(cuda::norm_rope(dW, D, dW, D, T * H, D, false, nullptr, eps, dfreq, R, dpos, H, true, nullptr), cudaSuccess);
+    ASSERT_EQ(cuda::round_to_bf16(dW, n, b, nullptr), cudaSuccess);
+    const auto oa = bits(a, n), ob = bits(b, n);
+    EXPECT_EQ(oa, ob);
+    size_t changed = 0;  // the rope dims did move (not a no-op that matches by accident)
+    for (size_t i = 0; i < oa.size(); ++i) changed += oa[i] != o16[i];
+    EXPECT_GT(changed, size_t(T - 1) * H * R / 2);
+    EXPECT_EQ(cuda::rope_rows_bf16(a, 1, D, dfreq, 63, dpos, 1, true, nullptr), cudaErrorInvalidValue);
+    std::printf("[op norm_rope bf16] %d rows of %d: q and inverse-rope bf16 forms bit-equal to the f32 route (%zu "
+                "output elements rotated)\n", T * H, D, changed);
+}
+
 TEST(CudaOpsEdge, EmbeddingEveryWeightFormat) {
     SKIP_WITHOUT_GPU();
     const int V = 1000, d = 96, copies = 4;

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "kernels/cuda/attention/sparse_decode.h"
+#include "kernels/cuda/attention/sparse_prefill.h"
 #include "tests/kernels/perf_ops/perf_test_util.h"
 
 namespace dsv4::cuda::test {
@@ -81,6 +82,7 @@ void ref_attention(const std::vector<float>& q, const std::vector<std::vector<in
 }
 
 // Runs one configuration; returns the error stats.
+// variant -2: the wgmma prefill kernel (sparse_prefill_run; FP8 only, no split).
 void run_case(int variant, KvFormat fmt, const std::vector<int>& n_rows, int forced_splits, uint32_t seed,
               bool neg_inf_sink = false) {
     std::mt19937 g(seed);
@@ -128,19 +130,27 @@ void run_case(int variant, KvFormat fmt, const std::vector<int>& n_rows, int for
     a.scale = scale;
     a.n_splits = forced_splits;
     a.variant = variant;
-    const int splits = sparse_decode_splits_for(a);
+    const bool prefill = variant == -2;
+    if (prefill) a.variant = -1;
+    const int splits = prefill ? 1 : sparse_decode_splits_for(a);
     DevBuf<float> ws(sparse_decode_workspace_floats(B, kH, splits));
     ws.poison();
     a.workspace = ws.p;
-    const Status st = sparse_decode_launch(a, nullptr);
-    ASSERT_TRUE(st.is_ok()) << st.to_string();
+    if (prefill) {
+        ASSERT_STREQ(sparse_prefill_decline(a), "");
+        CUDA_OK(sparse_prefill_run(a, nullptr));
+    } else {
+        const Status st = sparse_decode_launch(a, nullptr);
+        ASSERT_TRUE(st.is_ok()) << st.to_string();
+    }
     CUDA_OK(cudaDeviceSynchronize());
     std::vector<double> ref;
     ref_attention(q, lists, pool, sink, scale, ref);
     const ErrStats e = compare(from_bf16(d_out.download()), ref);
     EXPECT_EQ(e.nan_mismatch, 0);
-    EXPECT_LT(e.rel_l2, 1e-2) << sparse_decode_variant_name(variant) << " splits " << splits;
-    EXPECT_LT(e.max_abs, 3e-2) << sparse_decode_variant_name(variant);
+    const std::string name = prefill ? "sparse_prefill" : sparse_decode_variant_name(variant);
+    EXPECT_LT(e.rel_l2, 1e-2) << name << " splits " << splits;
+    EXPECT_LT(e.max_abs, 3e-2) << name;
     // Zero-row sequences give exact zeros (B03).
     const auto out = d_out.download();
     for (int b = 0; b < B; ++b)
@@ -174,6 +184,21 @@ TEST(PerfSparseDecode, NegInfSinkZeroRows) {
     DSV4_REQUIRE_GPU();
     run_case(0, KvFormat::kBf16, {0, 40}, 2, 11, /*neg_inf_sink=*/true);
     run_case(0, KvFormat::kFp8, {0, 40}, 1, 12, /*neg_inf_sink=*/true);
+}
+
+// The wgmma prefill kernel: batch 1 and many, row counts off the 64-row tile, zero rows, long lists,
+// a -inf sink; bf16 rows and head counts off 64 declined.
+TEST(PerfSparsePrefill, MatchesFp64) {
+    DSV4_REQUIRE_GPU();
+    run_case(-2, KvFormat::kFp8, {1}, 0, 31);
+    run_case(-2, KvFormat::kFp8, {64, 65, 0, 127, 3, 640, 129, 1, 200, 63}, 0, 32);
+    run_case(-2, KvFormat::kFp8, {700, 5, 0, 1300}, 0, 33, true);
+    SparseDecodeArgs a;
+    a.format = KvFormat::kBf16;
+    EXPECT_STRNE(sparse_prefill_decline(a), "");
+    a.format = KvFormat::kFp8;
+    a.n_heads = 96;
+    EXPECT_STRNE(sparse_prefill_decline(a), "");
 }
 
 }  // namespace

@@ -184,6 +184,12 @@ std::string moe_grouped_decline(const MoeArgs& a) {
     return "";
 }
 
+bool linear_reads_only_bf16(const WeightDesc& w, int n_per_group, int64_t group_in, int64_t ldx, int64_t ldy, int T) {
+    // The first branch of linear() below.
+    return T > 0 && w.N > 0 && w.fast && w.gemm &&
+           *prefill_gemm_decline(*w.gemm, w, n_per_group, group_in, ldx, ldy, false, T) == '\0';
+}
+
 cudaError_t linear(const WeightDesc& w, int expert, const float* x, int64_t ldx, int n_per_group, int64_t group_in,
                    float* y, int64_t ldy, int T, bool accumulate, cudaStream_t st, const void* x_bf16) {
     if (T <= 0 || w.N <= 0) return cudaSuccess;

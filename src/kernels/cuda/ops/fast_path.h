@@ -27,6 +27,10 @@ namespace dsv4::cuda {
 // aligned x). Does not look at WeightDesc::fast.
 std::string linear_fast_decline(const WeightDesc& w, int n_per_group, int64_t group_in, int64_t ldx, int64_t ldy,
                                 bool accumulate);
+// True when linear(w, ..., T, accumulate = false) with a 16-byte aligned x_bf16 runs the prefill GEMM
+// (WeightDesc::gemm), which then reads only x_bf16, never the f32 x: a caller that has the input in
+// bf16 alone may pass any aligned x.
+bool linear_reads_only_bf16(const WeightDesc& w, int n_per_group, int64_t group_in, int64_t ldx, int64_t ldy, int T);
 // Why moe_experts / moe_combine with these arguments do not take the fast kernels ("" = they do).
 // Looks at E, K, d, I, the expert weights and (hash layers) tokens; not at T or MoeArgs::fast.
 std::string moe_fast_decline(const MoeArgs& a);

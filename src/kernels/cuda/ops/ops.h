@@ -101,6 +101,17 @@ cudaError_t embed(const WeightDesc& w, const int32_t* tokens, int T, int copies,
 cudaError_t norm_rope(const float* x, int64_t ldx, float* y, int64_t ldy, int rows, int n, bool do_norm,
                       const float* weight, float eps, const float* inv_freq, int rope_dim,
                       const int32_t* pos, int rows_per_token, bool inverse, cudaStream_t st);
+// norm_rope (inverse = false) with the row rounded to bf16 on the way out: y bf16 [rows, ldy],
+// bit-identical to norm_rope then round_to_bf16.
+cudaError_t norm_rope_to_bf16(const float* x, int64_t ldx, void* y, int64_t ldy, int rows, int n, bool do_norm,
+                              const float* weight, float eps, const float* inv_freq, int rope_dim, const int32_t* pos,
+                              int rows_per_token, cudaStream_t st);
+// RoPE (or its inverse) in place on the trailing rope_dim dims of bf16 rows y [rows, n] (contiguous)
+// at pos[r / rows_per_token], computed in f32 and rounded back: the same bits as widening the row to
+// f32, norm_rope without the norm, then round_to_bf16. Odd rope_dim or n, or y not 4-byte aligned:
+// cudaErrorInvalidValue.
+cudaError_t rope_rows_bf16(void* y, int64_t rows, int n, const float* inv_freq, int rope_dim, const int32_t* pos,
+                           int rows_per_token, bool inverse, cudaStream_t st);
 cudaError_t scale_inplace(float* x, int64_t n, float s, cudaStream_t st);
 // out[i] = bf16(x[i]) (round to nearest even), n elements; n % 4 == 0, x 16-B and out 8-B aligned,
 // else cudaErrorInvalidValue. out: bf16 [n].
