@@ -174,7 +174,7 @@ MoePoint bench_moe(const std::vector<MoeLayer>& layers, int B, int variant, bool
         BENCH_CHECK(cudaMemcpy(m.bias.p, bias.data(), bias.size() * 4, cudaMemcpyHostToDevice));
         sets.push_back(std::move(m));
     }
-    Buf tiles(size_t(moe_grouped_max_tiles(B * kTopK, kE) + 1) * 4);
+    Buf tiles(size_t(moe_grouped_max_tiles(B * kTopK, kE) + 2) * 4);
     auto route = [&](MoeSet& m) {
         MoeRouteArgs ra;
         ra.logits = m.logits.as<float>();
@@ -230,7 +230,7 @@ MoePoint bench_moe(const std::vector<MoeLayer>& layers, int B, int variant, bool
             gu.layout = moe_grouped_variant_layout(gemm_variant);
             gu.x_kperm = moe_grouped_variant_is_wgmma(gemm_variant);  // random x: any layout times the same
             gu.n_tiles = tiles.as<int32_t>();
-            gu.tile_list = gu.n_tiles + 1;
+            gu.tile_list = gu.n_tiles + 2;
         }
         auto launch = [&](const MoeExpertArgs& a) { return grouped ? moe_grouped_launch(a, s) : moe_expert_launch(a, s); };
         check_status(launch(gu), "moe gate-up");

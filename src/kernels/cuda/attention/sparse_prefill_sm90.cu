@@ -8,16 +8,17 @@
 // with the operands in shared memory.
 //
 // Thread roles: 2 warpgroups (256 threads), one CTA = (64 heads, one query token).
-//   load     all threads: cp.async of the next tile's raw rows (2 stages), then the dequantisation
-//            of the current tile into one bf16 tile [64 rows][512] stored in 8 column blocks of
-//            [64][128 B] with the 128-byte swizzle (e4m3 x UE8M0 -> bf16 is exact).
+//   load     all threads, 4 per row: the next tile's raw rows into registers at the top of an
+//            iteration (their latency hides behind S and the softmax), dequantised into the other of
+//            two bf16 tiles [64 rows][512] (8 column blocks of [64][128 B], 128-byte swizzle; e4m3 x
+//            UE8M0 -> bf16 is exact) while this tile's PV runs.
 //   S        warpgroup w: S_w = Q K^T over tile rows 32w .. 32w + 31 (m64n32k16, K = 512).
 //   softmax  row maxima of the two halves exchanged through shared memory, P = exp2(S - m) rounded
 //            to bf16 written (swizzled) into one [64][64] tile, row sums exchanged.
 //   O += PV  warpgroup w: output dims 256w .. 256w + 255 (two m64n128k16 accumulators), P as the
 //            K-major A operand, the bf16 tile read MN-major as B (one tile serves as K and as V).
-// Shared memory (bytes): Q 65,536 | tile 65,536 | 2 raw stages of 64 x 584 | P 8,192 | maxima and
-//   sums 1,024; 1,024-byte aligned for the swizzle. 4 block barriers per tile.
+// Shared memory (bytes): Q 65,536 | 2 tiles 131,072 | P 8,192 | maxima and sums 1,024; 1,024-byte
+//   aligned for the swizzle. 3 block barriers per tile.
 // The softmax is the decode kernel's: scores scaled to log2 units, running maxima, P rounded to bf16
 // before both its sum and the product, the sink folded in at the end. Zero rows give zeros.
 #include <cuda_bf16.h>
@@ -29,11 +30,12 @@
 namespace dsv4::cuda {
 namespace {
 
-constexpr int kD = 512, kHB = 64, kBT = 64, kStages = 2, kThreads = 256, kRaw = 584;
+constexpr int kD = 512, kHB = 64, kBT = 64, kThreads = 256;
 constexpr int kColBlock = kBT * 128;  // one 64-dim column block of the tile (and of Q: 64 heads)
-constexpr int kQBytes = 8 * kHB * 128, kTileBytes = 8 * kColBlock, kRawBytes = kBT * kRaw;
+constexpr int kQBytes = 8 * kHB * 128, kTileBytes = 8 * kColBlock;
 constexpr int kPBytes = kHB * kBT * 2;
-constexpr size_t kSmem = 1024 + kQBytes + kTileBytes + size_t(kStages) * kRawBytes + kPBytes + 4 * kHB * 4;
+constexpr size_t kSmem = 1024 + kQBytes + 2 * size_t(kTileBytes) + kPBytes + 4 * kHB * 4;
+static_assert(kThreads == 4 * kBT, "four threads share each raw row");
 
 struct Args {
     const __nv_bfloat16* q;
@@ -50,13 +52,59 @@ struct Args {
 // of [rows][128 B], block stride `block`, 128-byte swizzle.
 __device__ __forceinline__ int swz(int r, int u, int block) { return (u >> 3) * block + r * 128 + (((u & 7) ^ (r & 7)) << 4); }
 
+// This thread's share of one tile's raw rows, held in registers from the load until the dequantisation
+// (4 threads per row, lane = 4 (row % 8) + q): the e4m3 words q, q + 4, .. 52 + q (units 8 dims each),
+// the bf16 pairs 2 q, 2 q + 1 and 2 q + 8, 2 q + 9 of the 16 words at byte 448 (units 56 + q, 60 + q),
+// and the UE8M0 scale word (bytes 576 .. 583).
+struct RawShare {
+    uint2 e4[14];
+    uint2 b16[4];
+    uint2 sc;
+};
+
+__device__ __forceinline__ void load_share(RawShare& s, const unsigned char* row, bool ok, int q) {
+    const uint2 z = make_uint2(0u, 0u);
+#pragma unroll
+    for (int j = 0; j < 14; ++j) s.e4[j] = ok ? __ldg(reinterpret_cast<const uint2*>(row + 8 * (q + 4 * j))) : z;
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+        s.b16[j] = ok ? __ldg(reinterpret_cast<const uint2*>(row + 448 + 8 * (2 * q + (j & 1) + 8 * (j >> 1)))) : z;
+    s.sc = ok ? __ldg(reinterpret_cast<const uint2*>(row + 576)) : z;
+}
+
+// Writes the share as bf16 units of row r into a swizzled tile (e4m3 x UE8M0 -> bf16 is exact).
+__device__ __forceinline__ void store_share(const RawShare& s, unsigned char* tile, int r, int q) {
+#pragma unroll
+    for (int j = 0; j < 14; ++j) {
+        const int u = q + 4 * j;
+        const int blk = u >> 3;
+        const uint32_t sw = blk < 4 ? s.sc.x : s.sc.y;
+        const float sc = dev::ue8m0((sw >> (8 * (blk & 3))) & 0xffu);
+        const uint2 v = s.e4[j];
+        const float2 f0 = dev::fp8x2_to_float2(uint16_t(v.x & 0xffff));
+        const float2 f1 = dev::fp8x2_to_float2(uint16_t(v.x >> 16));
+        const float2 f2 = dev::fp8x2_to_float2(uint16_t(v.y & 0xffff));
+        const float2 f3 = dev::fp8x2_to_float2(uint16_t(v.y >> 16));
+        uint4 o;
+        o.x = dev::pack_bf16x2(f0.x * sc, f0.y * sc);
+        o.y = dev::pack_bf16x2(f1.x * sc, f1.y * sc);
+        o.z = dev::pack_bf16x2(f2.x * sc, f2.y * sc);
+        o.w = dev::pack_bf16x2(f3.x * sc, f3.y * sc);
+        *reinterpret_cast<uint4*>(tile + swz(r, u, kColBlock)) = o;
+    }
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+        const uint2 lo = s.b16[2 * j], hi = s.b16[2 * j + 1];
+        *reinterpret_cast<uint4*>(tile + swz(r, 56 + q + 4 * j, kColBlock)) = make_uint4(lo.x, lo.y, hi.x, hi.y);
+    }
+}
+
 __global__ void __launch_bounds__(kThreads, 1) sparse_prefill_kernel(Args p) {
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
     unsigned char* qs = smem;
-    unsigned char* tile = qs + kQBytes;
-    unsigned char* raw = tile + kTileBytes;
-    unsigned char* ps = raw + kStages * kRawBytes;
+    unsigned char* tiles = qs + kQBytes;  // [2] bf16 tiles
+    unsigned char* ps = tiles + 2 * kTileBytes;
     float* m_part = reinterpret_cast<float*>(ps + kPBytes);  // [2][64]
     float* l_part = m_part + 2 * kHB;                        // [2][64]
 
@@ -67,23 +115,29 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_prefill_kernel(Args p) {
     const int n = p.row_start[b + 1] - row0;
     const int n_tiles = (n + kBT - 1) / kBT;
     const int64_t* offs = p.offsets + row0;
+    // Raw-row share of this thread: row lr of every tile, quarter lq.
+    const int lr = tid >> 2, lq = tid & 3;
 
-    // Q: 64 heads x 512 dims, swizzled like the tile (64-row column blocks).
+    // Q: 64 heads x 512 dims, swizzled like the tiles (64-row column blocks).
     const __nv_bfloat16* qg = p.q + (int64_t(b) * p.n_heads + h0) * kD;
     for (int i = tid; i < kHB * 64; i += kThreads) {
         const int r = i >> 6, u = i & 63;
         dev::cp_async16(qs + swz(r, u, kHB * 128), qg + r * kD + u * 8, 16);
     }
-    auto load_tile = [&](int tt, int stage) {
-        unsigned char* dst = raw + stage * kRawBytes;
-        for (int i = tid; i < kBT * (kRaw / 8); i += kThreads) {
-            const int r = i / (kRaw / 8), c = i % (kRaw / 8), row = tt * kBT + r;
-            const bool ok = row < n;
-            dev::cp_async8(dst + r * kRaw + c * 8, ok ? p.pool + offs[row] + c * 8 : p.pool, ok ? 8 : 0);
-        }
-    };
-    if (n_tiles > 0) load_tile(0, 0);
     dev::cp_async_commit();
+    RawShare share;
+    auto load_tile = [&](int tt) {
+        const int row = tt * kBT + lr;
+        const bool ok = row < n;
+        load_share(share, p.pool + (ok ? offs[row] : 0), ok, lq);
+    };
+    if (n_tiles > 0) {
+        load_tile(0);
+        store_share(share, tiles, lr, lq);
+    }
+    dev::cp_async_wait<0>();
+    dev::fence_proxy_async_smem();
+    __syncthreads();
 
     // Rows this thread holds in the wgmma accumulator layout: 16 * warp + g and + 8.
     const int ra = 16 * warp + g, rb = ra + 8;
@@ -94,39 +148,13 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_prefill_kernel(Args p) {
 #pragma unroll
         for (int i = 0; i < 64; ++i) acc[c][i] = 0.0f;
 
-    const uint32_t q_addr = dev::smem_addr(qs), tile_addr = dev::smem_addr(tile), p_addr = dev::smem_addr(ps);
+    const uint32_t q_addr = dev::smem_addr(qs), p_addr = dev::smem_addr(ps);
     for (int tt = 0; tt < n_tiles; ++tt) {
-        dev::cp_async_wait<0>();
-        __syncthreads();  // raw tile tt landed; the tile, P and the maxima of tile tt - 1 are free
-        if (tt + 1 < n_tiles) load_tile(tt + 1, (tt + 1) % kStages);
-        dev::cp_async_commit();
-
-        // Dequantise: 64 rows x 64 units of 8 dims.
-        const unsigned char* rt = raw + (tt % kStages) * kRawBytes;
-        for (int i = tid; i < kBT * 64; i += kThreads) {
-            const int r = i >> 6, grp = i & 63;
-            const unsigned char* rr = rt + r * kRaw;
-            uint4 o;
-            if (grp < 56) {
-                const uint2 v = *reinterpret_cast<const uint2*>(rr + grp * 8);
-                const float sc = dev::ue8m0(rr[576 + grp / 8]);
-                const float2 f0 = dev::fp8x2_to_float2(uint16_t(v.x & 0xffff));
-                const float2 f1 = dev::fp8x2_to_float2(uint16_t(v.x >> 16));
-                const float2 f2 = dev::fp8x2_to_float2(uint16_t(v.y & 0xffff));
-                const float2 f3 = dev::fp8x2_to_float2(uint16_t(v.y >> 16));
-                o.x = dev::pack_bf16x2(f0.x * sc, f0.y * sc);
-                o.y = dev::pack_bf16x2(f1.x * sc, f1.y * sc);
-                o.z = dev::pack_bf16x2(f2.x * sc, f2.y * sc);
-                o.w = dev::pack_bf16x2(f3.x * sc, f3.y * sc);
-            } else {
-                const uint2 lo = *reinterpret_cast<const uint2*>(rr + 448 + (grp - 56) * 16);
-                const uint2 hi = *reinterpret_cast<const uint2*>(rr + 456 + (grp - 56) * 16);
-                o = make_uint4(lo.x, lo.y, hi.x, hi.y);
-            }
-            *reinterpret_cast<uint4*>(tile + swz(r, grp, kColBlock)) = o;
-        }
-        dev::fence_proxy_async_smem();
-        __syncthreads();  // B1: the bf16 tile (and, first time, Q) visible to wgmma
+        // Tile tt is in tiles[tt % 2] (visible); the next one's raw rows go to registers now and to
+        // the other buffer while PV(tt) runs.
+        const bool more = tt + 1 < n_tiles;
+        if (more) load_tile(tt + 1);
+        const uint32_t tile_addr = dev::smem_addr(tiles + (tt & 1) * kTileBytes);
 
         // S_w = Q K^T over tile rows 32 wg .. + 31.
         float s[16];
@@ -162,7 +190,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_prefill_kernel(Args p) {
             m_part[wg * kHB + ra] = mx[0];
             m_part[wg * kHB + rb] = mx[1];
         }
-        __syncthreads();  // B2
+        __syncthreads();  // B2: both halves' maxima
         float m_new[2], alpha[2], sum[2] = {0.0f, 0.0f};
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -209,7 +237,8 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_prefill_kernel(Args p) {
                 acc[c][4 * i + 2] *= alpha[1];
                 acc[c][4 * i + 3] *= alpha[1];
             }
-        // O_w += P V: K = the 64 tile rows, N = dims 256 wg + 128 c ...
+        // O_w += P V: K = the 64 tile rows, N = dims 256 wg + 128 c ...; issued, then the next tile
+        // is dequantised into the other buffer while it runs.
         dev::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kBT / 16; ++kk) {
@@ -220,9 +249,11 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_prefill_kernel(Args p) {
                     acc[c], da, dev::wgmma_desc_mn128(tile_addr + (4 * wg + 2 * c) * kColBlock + kk * 2048, kColBlock));
         }
         dev::wgmma_commit();
+        if (more) store_share(share, tiles + ((tt + 1) & 1) * kTileBytes, lr, lq);
         dev::wgmma_wait<0>();
+        dev::fence_proxy_async_smem();
+        __syncthreads();  // B1: tile tt + 1 visible; tile tt, P and the maxima free
     }
-    dev::cp_async_wait<0>();
 
     // o = acc / (l + exp(sink - m)) in the decode kernel's form (n_splits == 1).
 #pragma unroll

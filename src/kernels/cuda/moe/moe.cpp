@@ -159,7 +159,8 @@ std::string moe_grouped_variant_name(int i) {
     const sm90::MoeGroupedShape s = sm90::moe_grouped_shape(i);
     if (s.wgmma)  // moe_wgmma_sm90.cu: 2 warpgroups x 2 m64 tiles, t = token rows per CTA
         return std::string(s.layout == MoeWeightLayout::kPairRotated ? "moe_wgmma_pk" : "moe_wgmma") + "_t" +
-               std::to_string(s.mt) + "_s" + std::to_string(s.stages) + (s.warps == 4 ? "_wg1" : "");
+               std::to_string(s.mt) + "_s" + std::to_string(s.stages) + (s.warps == 4 ? "_wg1" : "") +
+               (s.mixed ? "_mix" : "");
     std::string n = s.layout == MoeWeightLayout::kPairRotated ? "moe_gemm_pk" : "moe_gemm";
     n += "_w" + std::to_string(s.warps) + "_mt" + std::to_string(s.tiles) + "_t" + std::to_string(s.mt) + "_s" +
          std::to_string(s.stages);
@@ -173,6 +174,10 @@ bool moe_grouped_variant_legal(int i, const MoeExpertArgs& a) {
     const int cols = a.mode == MoeExpertMode::kGateUp ? rows / 2 : rows;
     // wgmma rows read the k-permuted x and stage the scales of all K (16-byte units of K / 32 bytes).
     if (s.wgmma != a.x_kperm || (s.wgmma && a.K % 512 != 0)) return false;
+    // Mixed rows keep both work lists in the one tile_list of moe_grouped_max_tiles entries.
+    if (s.mixed && sm90::moe_grouped_max_tiles(a.n_rows, a.n_experts, 128) + std::min(a.n_experts, a.n_rows) >
+                       moe_grouped_max_tiles(a.n_rows, a.n_experts))
+        return false;
     return s.layout == a.layout && !a.x_f32 && a.K > 0 && a.K % 128 == 0 && a.N > 0 && a.N % cols == 0 &&
            a.n_experts >= 1 && a.n_experts <= 1024 && sm90::moe_grouped_smem_bytes(i, a.K) <= 232448;
 }

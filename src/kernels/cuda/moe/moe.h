@@ -39,7 +39,7 @@ Status moe_expert_launch(const MoeExpertArgs& a, cudaStream_t stream);
 
 // Grouped MXFP4 expert GEMM for prefill-sized steps (moe_grouped_sm90.cu): MoeExpertArgs'
 // contract with x bf16 in both modes (x_f32 false), n_rows = n_tokens * top_k, and the work-list
-// workspace tile_list [moe_grouped_max_tiles(n_rows, n_experts)] / n_tiles [1]. The mma.sync rows:
+// workspace tile_list [moe_grouped_max_tiles(n_rows, n_experts)] / n_tiles [2]. The mma.sync rows:
 // outputs bitwise equal to moe_expert_launch's tensor-core variants on the same layout; legal for
 // K % 128 == 0, N a multiple of the CTA's columns (64 or 128), n_experts <= 1024. The wgmma rows
 // (moe_wgmma_sm90.cu): x (kGateUp tokens, kDown h) in the k-permuted layout of moe_kperm.h

@@ -75,7 +75,7 @@ struct MoeExpertArgs {
     float swiglu_limit = 10.0f;        // <= 0: no clamp
     int n_rows = 0;                    // n_tokens * top_k: variant-selection hint only
     // Grouped GEMM (moe_grouped_launch) only: its work list of (expert, token tile) entries, written
-    // by the launch itself. tile_list [moe_grouped_max_tiles(n_rows, n_experts)] and n_tiles [1]:
+    // by the launch itself. tile_list [moe_grouped_max_tiles(n_rows, n_experts)] and n_tiles [2]:
     // int32 workspace.
     int32_t* tile_list = nullptr;
     int32_t* n_tiles = nullptr;

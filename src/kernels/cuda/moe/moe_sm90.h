@@ -32,6 +32,9 @@ struct MoeGroupedShape {
     MoeWeightLayout layout;
     int smem_bytes;      // at K = 4096 (moe_grouped_smem_bytes for another K)
     bool wgmma = false;  // moe_wgmma_sm90.cu: 2 warpgroups, 256 weight rows, x in the k-permuted layout
+    // wgmma rows with mt 128: an expert's rows past its last full 128 go on a 64-row tile when there
+    // are at most 64 of them (a second launch of the 64-row kernel); work list [2] counts.
+    bool mixed = false;
 };
 int moe_grouped_count();
 MoeGroupedShape moe_grouped_shape(int i);

@@ -33,6 +33,35 @@ __global__ void __launch_bounds__(1024) tile_list_kernel(const int32_t* count, i
     if (e == 1023) *n_tiles = s[1023];
 }
 
+// The mixed work lists (MoeGroupedShape::mixed): expert e's rows in 128-row tiles, except a tail of
+// at most 64 rows, which goes to list64 as one 64-row tile (entry index in 64-row units). n_tiles[0]
+// and n_tiles[1] receive the two lengths.
+__global__ void __launch_bounds__(1024) tile_list_mixed_kernel(const int32_t* count, int n_experts, int32_t* list128,
+                                                               int32_t* list64, int32_t* n_tiles) {
+    __shared__ int s[1024], s64[1024];
+    const int e = threadIdx.x;
+    const int c = e < n_experts ? count[e] : 0;
+    const int tail = c % 128;
+    const int n128 = c / 128 + (tail > 64 ? 1 : 0), n64 = tail > 0 && tail <= 64 ? 1 : 0;
+    s[e] = n128;
+    s64[e] = n64;
+    __syncthreads();
+    for (int o = 1; o < 1024; o <<= 1) {  // inclusive scans
+        const int v = e >= o ? s[e - o] : 0, v64 = e >= o ? s64[e - o] : 0;
+        __syncthreads();
+        s[e] += v;
+        s64[e] += v64;
+        __syncthreads();
+    }
+    const int start = s[e] - n128;
+    for (int i = 0; i < n128; ++i) list128[start + i] = (i << kExpertBits) | e;
+    if (n64) list64[s64[e] - 1] = ((2 * (c / 128)) << kExpertBits) | e;
+    if (e == 1023) {
+        n_tiles[0] = s[1023];
+        n_tiles[1] = s64[1023];
+    }
+}
+
 // Gives kernel k smem bytes of dynamic shared memory, writes a's work list for tiles of mt rows,
 // then runs k on (col_blocks, the work list's bound) CTAs of `threads`; CTAs past *n_tiles exit.
 inline cudaError_t launch_grouped(void (*k)(MoeExpertArgs), const MoeExpertArgs& a, int mt, int col_blocks,

@@ -273,6 +273,37 @@ cudaError_t launch_mode(const MoeExpertArgs& a, cudaStream_t s) {
                           S::kThreads, smem_bytes(NT, STAGES, WG, a.K), s);
 }
 
+// 128-row tiles, each expert's tail of <= 64 rows on a 64-row tile: the same output rows as the
+// 128-row form, fewer padded rows (tile_list_mixed_kernel; the two lists share a.tile_list).
+template <bool GATEUP, bool PK, int STAGES, int WG>
+cudaError_t launch_mixed_mode(const MoeExpertArgs& a, cudaStream_t s) {
+    using S = WShape<128, WG>;
+    auto* k128 = moe_wgmma_kernel<GATEUP, PK, 128, STAGES, WG>;
+    auto* k64 = moe_wgmma_kernel<GATEUP, PK, 64, STAGES, WG>;
+    const int smem128 = smem_bytes(128, STAGES, WG, a.K), smem64 = smem_bytes(64, STAGES, WG, a.K);
+    cudaError_t err = cudaFuncSetAttribute(k128, cudaFuncAttributeMaxDynamicSharedMemorySize, smem128);
+    if (err == cudaSuccess) err = cudaFuncSetAttribute(k64, cudaFuncAttributeMaxDynamicSharedMemorySize, smem64);
+    if (err != cudaSuccess) return err;
+    const int cap128 = moe_grouped_max_tiles(a.n_rows, a.n_experts, 128);
+    if (cap128 <= 0) return cudaSuccess;
+    MoeExpertArgs b = a;  // the 64-row tails
+    b.tile_list = a.tile_list + cap128;
+    b.n_tiles = a.n_tiles + 1;
+    tile_list_mixed_kernel<<<1, 1024, 0, s>>>(a.expert_count, a.n_experts, a.tile_list, b.tile_list, a.n_tiles);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    const int cols = a.N / (GATEUP ? S::kRows / 2 : S::kRows);
+    k128<<<dim3(cols, cap128), S::kThreads, smem128, s>>>(a);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    k64<<<dim3(cols, std::min(a.n_experts, a.n_rows)), S::kThreads, smem64, s>>>(b);
+    return cudaGetLastError();
+}
+
+template <bool PK, int STAGES, int WG>
+cudaError_t launch_mixed(const MoeExpertArgs& a, cudaStream_t s) {
+    return a.mode == MoeExpertMode::kGateUp ? launch_mixed_mode<true, PK, STAGES, WG>(a, s)
+                                            : launch_mixed_mode<false, PK, STAGES, WG>(a, s);
+}
+
 template <bool PK, int NT, int STAGES, int WG>
 cudaError_t launch(const MoeExpertArgs& a, cudaStream_t s) {
     return a.mode == MoeExpertMode::kGateUp ? launch_mode<true, PK, NT, STAGES, WG>(a, s)
@@ -287,14 +318,22 @@ constexpr Entry entry() {
             &launch<PK, NT, STAGES, WG>};
 }
 
+template <bool PK, int STAGES, int WG = 2>
+constexpr Entry entry_mixed() {
+    Entry e = entry<PK, 128, STAGES, WG>();
+    e.shape.mixed = true;
+    e.fn = &launch_mixed<PK, STAGES, WG>;
+    return e;
+}
+
 // The one list of wgmma shapes (rows of the grouped op's table after moe_grouped_sm90.cu's); the
 // first legal row of the wanted token tile wins. Measured (ledger E34): on the 20-layer proxy's
 // prefill two warpgroups per CTA win (2K prompt, 64-token tiles: 153.3 vs 160.7 ms; 4K, 128-token
 // tiles: 267.8 vs 297.7 ms), although decode-bench's uniformly routed Flash shapes favour one
 // warpgroup with 2 CTAs per SM (3,487 vs 3,619 us at 4K): the one-warpgroup rows stay for tune.
 const Entry kTable[] = {
-    entry<true, 64, 4>(), entry<true, 128, 4>(), entry<true, 64, 4, 1>(), entry<true, 128, 4, 1>(),
-    entry<false, 64, 4>(), entry<false, 128, 4>(),
+    entry_mixed<true, 4>(), entry<true, 64, 4>(), entry<true, 128, 4>(), entry<true, 64, 4, 1>(),
+    entry<true, 128, 4, 1>(), entry_mixed<false, 4>(), entry<false, 64, 4>(), entry<false, 128, 4>(),
 };
 
 __global__ void x_kperm_kernel(const float* x, int64_t n_pairs, __nv_bfloat16* out) {

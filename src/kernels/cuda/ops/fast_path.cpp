@@ -100,7 +100,7 @@ MoeGroupedWs moe_grouped_ws(const MoeArgs& a, const MoeFastWs& f) {
     char* p = reinterpret_cast<char*>(f.n_active + 1);
     MoeGroupedWs w;
     int32_t* n_tiles = reinterpret_cast<int32_t*>(p);
-    int32_t* list = n_tiles + 1;
+    int32_t* list = n_tiles + 2;  // [2] counts: the mixed rows keep two lists
     p = reinterpret_cast<char*>(list + moe_grouped_max_tiles(int(rows), a.ep_count > 0 ? a.ep_count : a.E));
     p = reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(p) + 15) & ~uintptr_t(15));
     if (p + int64_t(a.T) * a.d * 2 > end) return w;

@@ -443,7 +443,12 @@ __global__ void mhc_kernel(const float* __restrict__ X, const int32_t* __restric
 #pragma unroll 4
     for (int i = threadIdx.x; i < d; i += ct) {
         float acc = 0.0f;
-        for (int j = 0; j < n; ++j) acc += pre[j] * xc[int64_t(j) * d + i];
+        if (n == 4) {  // unrolled (same order): the four stream loads issue together
+#pragma unroll
+            for (int j = 0; j < 4; ++j) acc += pre[j] * xc[int64_t(j) * d + i];
+        } else {
+            for (int j = 0; j < n; ++j) acc += pre[j] * xc[int64_t(j) * d + i];
+        }
         u[i] = acc;
         su += double(acc) * acc;
     }
@@ -469,10 +474,50 @@ __global__ void mhc_post_kernel(float* X, const float* __restrict__ y, const flo
         for (int j = 0; j < n; ++j) xs[j] = x[int64_t(j) * d + i];
         const float yv = y[t * d + i];
         for (int k = 0; k < n; ++k) {
-            float acc = c[n + k] * yv;
-            for (int j = 0; j < n; ++j) acc += c[2 * n + j * n + k] * xs[j];
+            float acc = __fmul_rn(c[n + k], yv);  // explicit roundings: every expand form gives these bits
+            for (int j = 0; j < n; ++j) acc = __fmaf_rn(c[2 * n + j * n + k], xs[j], acc);
             x[int64_t(k) * d + i] = acc;
         }
+    }
+}
+
+// mhc_post_kernel for n = 4 and d % 4 == 0 with 16-byte aligned X and y: 4 features per thread as
+// float4, the coefficients in registers; the same roundings in the same order (one product, then n
+// fused multiply-adds, written as intrinsics in all three expand forms so the compiler's contraction
+// choices cannot make them differ), so the same bits.
+// Why: the generic form kept its n-long stream array in local memory and ran at ~2 TB/s on a
+// 4K-token prefill step (docs/perf/ledger.md E35).
+__global__ void __launch_bounds__(256) mhc_post4_kernel(float* X, const float* __restrict__ y,
+                                                        const float* __restrict__ coeffs, int d) {
+    constexpr int n = 4;
+    const int64_t t = blockIdx.x;
+    const int i4 = int(blockIdx.y) * blockDim.x + threadIdx.x;
+    if (4 * i4 >= d) return;
+    const float* c = coeffs + t * (2 * n + n * n);
+    float cp[n], cr[n * n];
+#pragma unroll
+    for (int k = 0; k < n; ++k) cp[k] = __ldg(c + n + k);
+#pragma unroll
+    for (int j = 0; j < n * n; ++j) cr[j] = __ldg(c + 2 * n + j);
+    float4* x = reinterpret_cast<float4*>(X + t * int64_t(n) * d) + i4;
+    const int d4 = d / 4;
+    float4 xs[n];
+#pragma unroll
+    for (int j = 0; j < n; ++j) xs[j] = x[int64_t(j) * d4];
+    const float4 yv = reinterpret_cast<const float4*>(y + t * d)[i4];
+#pragma unroll
+    for (int k = 0; k < n; ++k) {
+        float4 acc = make_float4(__fmul_rn(cp[k], yv.x), __fmul_rn(cp[k], yv.y), __fmul_rn(cp[k], yv.z),
+                                 __fmul_rn(cp[k], yv.w));
+#pragma unroll
+        for (int j = 0; j < n; ++j) {
+            const float w = cr[j * n + k];
+            acc.x = __fmaf_rn(w, xs[j].x, acc.x);
+            acc.y = __fmaf_rn(w, xs[j].y, acc.y);
+            acc.z = __fmaf_rn(w, xs[j].z, acc.z);
+            acc.w = __fmaf_rn(w, xs[j].w, acc.w);
+        }
+        x[int64_t(k) * d4] = acc;
     }
 }
 
@@ -499,8 +544,8 @@ __global__ void __launch_bounds__(1024) mhc_post_mix_kernel(float* __restrict__ 
     float xs[8];
     for (int j = 0; j < n; ++j) xs[j] = x[int64_t(j) * d + i];
     const float yv = y[t * d + i];
-    float acc = cf[n + k] * yv;
-    for (int j = 0; j < n; ++j) acc += cf[2 * n + j * n + k] * xs[j];
+    float acc = __fmul_rn(cf[n + k], yv);
+    for (int j = 0; j < n; ++j) acc = __fmaf_rn(cf[2 * n + j * n + k], xs[j], acc);
     __syncthreads();  // every read of this CTA's features precedes the in-place writes
     x[e] = acc;
     double p[NM + 1];
@@ -617,6 +662,10 @@ cudaError_t mhc_pre(const float* X, int T, const MhcArgs& a, float* coeffs, floa
 
 cudaError_t mhc_post(float* X, const float* y, const float* coeffs, int T, int n, int d, cudaStream_t st) {
     if (T <= 0) return cudaSuccess;
+    if (n == 4 && d % 4 == 0 && reinterpret_cast<uintptr_t>(X) % 16 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0) {
+        mhc_post4_kernel<<<dim3(unsigned(T), unsigned((d / 4 + 255) / 256)), 256, 0, st>>>(X, y, coeffs, d);
+        return cudaGetLastError();
+    }
     mhc_post_kernel<<<dim3(unsigned(T), unsigned((d + 255) / 256)), 256, 0, st>>>(X, y, coeffs, n, d);
     return cudaGetLastError();
 }
