@@ -165,7 +165,7 @@ int run_serve(ServeOptions o) {
     app_opt.health_stall_s = o.health_stall_s;
     if (!o.api_key.empty())
         std::fprintf(stderr, "dsv4 serve: API key required on /v1 routes and /tokenize, /detokenize%s\n",
-                     o.guard_health_metrics ? ", /health and /metrics" : "");
+                     o.guard_health_metrics ? ", /health, /ready and /metrics" : "");
     if (is_model_dir(o.model)) {  // checked before the weights load: a bad file fails fast
         auto gd = load_generation_defaults(o.model);
         if (!gd.is_ok()) {
@@ -267,7 +267,7 @@ void register_serve(CLI::App& app, CommandContext& ctx) {
                     "prefill tokens of a step that also decodes (bounds inter-token latency; -1 = 1024 on cuda, 0 on cpu; 0 = only the step budget)");
     cmd->add_option("--api-key", o->api_key,
                     "require 'Authorization: Bearer KEY' on /v1 routes and /tokenize, /detokenize (default: $DSV4_API_KEY)");
-    cmd->add_flag("--guard-health-metrics", o->guard_health_metrics, "with --api-key, also guard /health and /metrics");
+    cmd->add_flag("--guard-health-metrics", o->guard_health_metrics, "with --api-key, also guard /health, /ready and /metrics");
     cmd->add_option("--health-stall-s", o->health_stall_s,
                     "GET /health answers 503 when requests wait and the engine made no progress this long (0 = never)");
     cmd->add_option("--drain-timeout-s", o->drain_timeout_s,
