@@ -6,16 +6,24 @@ cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 ./scripts/build.sh
 
-# clang's build-fuzz dir holds the libFuzzer targets and the parser unit tests under ASan + UBSan
-# (tests/sanitize: about 2 minutes to build on 2 cores; DSV4_SANITIZE=0 skips them). Each fuzz target
-# then runs briefly: new inputs go to build-fuzz/corpus, the committed seeds stay read-only.
-# DSV4_FUZZ_SECONDS=0 skips fuzzing.
+# clang's build-fuzz dir holds the libFuzzer targets and the host-side suites under sanitizers
+# (tests/sanitize; DSV4_SANITIZE=0 skips them): the parser unit tests and the engine / sampler /
+# prefix-cache / structured-output / request-validation / constrain suites on the fake runner under
+# ASan + UBSan, the Engine's loop thread and the bench client against its in-test server under TSan.
+# Measured on 2 cores with another build running (clean build-fuzz, ninja -j2): build 2m31s parser,
+# +2m51s server, +3m03s thread (about 9 CPU-minutes for the two); runs 2s, 12s, 17s (18s and 33s
+# with both cores also busy). Left out: the CPU reference model (OpenBLAS), the HTTP server and
+# tests/e2e built on it, the CUDA runners. Each fuzz target then runs briefly: new inputs go to
+# build-fuzz/corpus, the committed seeds stay read-only. DSV4_FUZZ_SECONDS=0 skips fuzzing.
 if command -v clang++ >/dev/null; then
     cmake -S . -B build-fuzz -G Ninja -DDSV4_FUZZ=ON -DDSV4_WITH_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
         -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ >/dev/null
     if [ "${DSV4_SANITIZE:-1}" != 0 ]; then
-        cmake --build build-fuzz --target parser_sanitize_tests -j "${JOBS:-$(nproc)}"
+        cmake --build build-fuzz --target parser_sanitize_tests server_sanitize_tests thread_sanitize_tests \
+            -j "${JOBS:-$(nproc)}"
         build-fuzz/tests/sanitize/parser_sanitize_tests --gtest_brief=1
+        build-fuzz/tests/sanitize/server_sanitize_tests --gtest_brief=1
+        build-fuzz/tests/sanitize/thread_sanitize_tests --gtest_brief=1
     fi
 fi
 if [ "${DSV4_FUZZ_SECONDS:-30}" != 0 ] && command -v clang++ >/dev/null; then
