@@ -31,13 +31,16 @@ done
 [[ ${#SERVE_ARGS[@]} -eq 0 ]] && SERVE_ARGS=(--model fake --fake-step-delay-us 2000)
 mkdir -p "$OUT"
 URL=http://127.0.0.1:$PORT
+# HTTP through python3, already a dependency: prints the body, fails on errors.
+http() { python3 -c 'import sys, urllib.request as u; r = u.urlopen(u.Request(sys.argv[2], method=sys.argv[1], data=b"" if sys.argv[1] == "POST" else None), timeout=10); sys.stdout.write(r.read().decode())' "$@"; }
 "$BIN"/dsv4 serve --port "$PORT" --max-running "$CONC" "${SERVE_ARGS[@]}" > "$OUT/serve.log" 2>&1 &
 SP=$!
 trap 'kill $SP 2>/dev/null; [[ -n "${BP:-}" ]] && kill $BP 2>/dev/null' EXIT
-for _ in $(seq 300); do curl -sf "$URL/health" > /dev/null && break; kill -0 $SP 2>/dev/null || break; sleep 1; done
-curl -sf "$URL/health" > /dev/null || { echo "soak.sh: the server did not come up (see $OUT/serve.log)" >&2; exit 1; }
+for _ in $(seq 300); do http GET "$URL/health" > /dev/null 2>&1 && break; kill -0 $SP 2>/dev/null || break; sleep 1; done
+http GET "$URL/health" > /dev/null 2>&1 || { echo "soak.sh: the server did not come up (see $OUT/serve.log)" >&2; exit 1; }
 
-metric() { curl -sf "$URL/metrics" | awk -v m="$1" '$1 == m {print $2}'; }
+# Value of metric $2 in the /metrics text $1.
+metric() { awk -v m="$2" '$1 == m {print $2}' <<< "$1"; }
 gpu_mib() {
     command -v nvidia-smi > /dev/null || { echo 0; return; }
     nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null |
@@ -63,17 +66,20 @@ T0=$(date +%s)
 echo "t_s,rss_kib,gpu_mib,running,waiting,pages_used" > "$OUT/samples.csv"
 while kill -0 $BP 2>/dev/null; do
     kill -0 $SP 2>/dev/null || { echo "soak.sh: the server exited during the soak" >&2; break; }
+    TS=$(date +%s)
     rss=$(awk '/^VmRSS/ {print $2}' /proc/$SP/status)
-    echo "$(( $(date +%s) - T0 )),$rss,$(gpu_mib),$(metric dsv4_requests_running),$(metric dsv4_requests_waiting),$(metric dsv4_cache_pages_used)" \
+    M=$(http GET "$URL/metrics" 2>/dev/null)
+    echo "$(( TS - T0 )),$rss,$(gpu_mib),$(metric "$M" dsv4_requests_running),$(metric "$M" dsv4_requests_waiting),$(metric "$M" dsv4_cache_pages_used)" \
         >> "$OUT/samples.csv"
-    sleep 10
+    sleep $(( 10 - ($(date +%s) - TS) > 0 ? 10 - ($(date +%s) - TS) : 0 ))
 done
 wait $BP
 BP=
 sleep 2
-curl -sf -X POST "$URL/flush_cache" > /dev/null
+http POST "$URL/flush_cache" > /dev/null 2>&1
 sleep 1
-PAGES=$(metric dsv4_cache_pages_used) RUNNING=$(metric dsv4_requests_running) ALIVE=1
+M=$(http GET "$URL/metrics" 2>/dev/null)
+PAGES=$(metric "$M" dsv4_cache_pages_used) RUNNING=$(metric "$M" dsv4_requests_running) ALIVE=1
 kill -0 $SP 2>/dev/null || ALIVE=0
 python3 - "$OUT" "$WARMUP_MIN" "${PAGES:-missing}" "${RUNNING:-missing}" "$ALIVE" << 'EOF' | tee "$OUT/verdict.txt"
 import csv, json, statistics, sys
