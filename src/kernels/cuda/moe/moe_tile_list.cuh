@@ -15,19 +15,25 @@ namespace {
 
 constexpr int kExpertBits = 11;  // tile_list entry = tile index << 11 | expert (experts <= 1024)
 
+// Inclusive scan of s[0 .. 1024) by the 1,024 threads of the block (thread e adds into s[e]).
+__device__ __forceinline__ void scan_1024(int* s) {
+    const int e = threadIdx.x;
+    __syncthreads();
+    for (int o = 1; o < 1024; o <<= 1) {
+        const int v = e >= o ? s[e - o] : 0;
+        __syncthreads();
+        s[e] += v;
+        __syncthreads();
+    }
+}
+
 __global__ void __launch_bounds__(1024) tile_list_kernel(const int32_t* count, int n_experts, int mt,
                                                          int32_t* list, int32_t* n_tiles) {
     __shared__ int s[1024];
     const int e = threadIdx.x;
     const int nt = e < n_experts ? (count[e] + mt - 1) / mt : 0;
     s[e] = nt;
-    __syncthreads();
-    for (int o = 1; o < 1024; o <<= 1) {  // inclusive scan
-        const int v = e >= o ? s[e - o] : 0;
-        __syncthreads();
-        s[e] += v;
-        __syncthreads();
-    }
+    scan_1024(s);
     const int start = s[e] - nt;
     for (int i = 0; i < nt; ++i) list[start + i] = (i << kExpertBits) | e;
     if (e == 1023) *n_tiles = s[1023];
@@ -45,14 +51,8 @@ __global__ void __launch_bounds__(1024) tile_list_mixed_kernel(const int32_t* co
     const int n128 = c / 128 + (tail > 64 ? 1 : 0), n64 = tail > 0 && tail <= 64 ? 1 : 0;
     s[e] = n128;
     s64[e] = n64;
-    __syncthreads();
-    for (int o = 1; o < 1024; o <<= 1) {  // inclusive scans
-        const int v = e >= o ? s[e - o] : 0, v64 = e >= o ? s64[e - o] : 0;
-        __syncthreads();
-        s[e] += v;
-        s64[e] += v64;
-        __syncthreads();
-    }
+    scan_1024(s);
+    scan_1024(s64);
     const int start = s[e] - n128;
     for (int i = 0; i < n128; ++i) list128[start + i] = (i << kExpertBits) | e;
     if (n64) list64[s64[e] - 1] = ((2 * (c / 128)) << kExpertBits) | e;

@@ -1,0 +1,247 @@
+// CudaRunner's overlapped step pipeline (see cuda_runner_impl.h): the plan, sampling rows and page
+// copies uploaded on the step's slot without waiting for the stream, the step launched, its outputs
+// queued into pinned memory, and collect() turning the previous step's outputs into StepOutput.
+#include "runtime/cuda_runner_impl.h"
+
+namespace dsv4::cuda_runner_detail {
+
+Status CudaRunner::upload_plan_async(const HostPlan& hp, const std::vector<cuda::SampleRowArgs>& full,
+                                     const std::vector<cuda::SamplePenaltyToken>& toks,
+                                     const std::vector<PageCopy>& copies, StepSlot& slot) {
+    struct Piece {
+        void* dst;
+        size_t off, bytes;
+    };
+    std::vector<Piece> pieces;
+    size_t total = 0;
+    auto plan_piece = [&](void* dst, size_t bytes) {
+        pieces.push_back({dst, total, bytes});
+        total += (bytes + 15) & ~size_t(15);
+    };
+    const size_t i32 = sizeof(int32_t), i64 = sizeof(int64_t);
+    plan_piece(ws_.tok_begin, hp.B * i32);
+    plan_piece(ws_.n_tok, hp.B * i32);
+    plan_piece(ws_.start_pos, hp.B * i64);
+    plan_piece(ws_.page_table, hp.page_table.size() * i32);
+    plan_piece(ws_.tokens, hp.T * i32);
+    plan_piece(ws_.pos, hp.T * i32);
+    plan_piece(ws_.logit_rows, hp.B * i32);
+    if (hp.batched) {
+        plan_piece(ws_.pf_seq, hp.T * i32);
+        plan_piece(ws_.pf_start_pos, hp.T * i64);
+        plan_piece(ws_.pf_stage_from, hp.T * i64);
+    }
+    plan_piece(pend_dst_, hp.pend_dst.size() * i32);
+    plan_piece(pend_src_, hp.pend_src.size() * i32);
+    DSV4_RETURN_IF_ERROR(copy_pairs_.reserve(std::max<size_t>(1, copies.size()) * sizeof(PageCopy)));
+    plan_piece(copy_pairs_.p, copies.size() * sizeof(PageCopy));
+    if (!full.empty()) {
+        DSV4_RETURN_IF_ERROR(sample_args_.reserve(full.size() * sizeof(cuda::SampleRowArgs)));
+        DSV4_RETURN_IF_ERROR(sample_toks_.reserve(std::max<size_t>(1, toks.size()) * sizeof(cuda::SamplePenaltyToken)));
+        DSV4_RETURN_IF_ERROR(sample_saved_.reserve(std::max<size_t>(1, toks.size()) * sizeof(float)));
+        plan_piece(sample_args_.p, full.size() * sizeof(cuda::SampleRowArgs));
+        plan_piece(sample_toks_.p, toks.size() * sizeof(cuda::SamplePenaltyToken));
+    }
+    // Growing the pinned buffer waits for nothing in flight on it: this slot's last step was collected.
+    DSV4_RETURN_IF_ERROR(slot.up.reserve(total));
+    std::vector<int32_t> rows = hp.logit_rows;
+    rows.resize(size_t(hp.B), 0);  // padded rows read token 0
+    const void* srcs[] = {hp.tok_begin.data(), hp.n_tok.data(), hp.start_pos.data(), hp.page_table.data(),
+                          hp.tokens.data(),    hp.pos.data(),   rows.data()};
+    size_t k = 0;
+    char* base = static_cast<char*>(slot.up.p);
+    for (const void* src : srcs) std::memcpy(base + pieces[k].off, src, pieces[k].bytes), ++k;
+    if (hp.batched)
+        for (const void* src : {(const void*)hp.pf_seq.data(), (const void*)hp.pf_pos.data(),
+                                (const void*)hp.pf_stage_from.data()})
+            std::memcpy(base + pieces[k].off, src, pieces[k].bytes), ++k;
+    std::memcpy(base + pieces[k].off, hp.pend_dst.data(), pieces[k].bytes), ++k;
+    std::memcpy(base + pieces[k].off, hp.pend_src.data(), pieces[k].bytes), ++k;
+    std::memcpy(base + pieces[k].off, copies.data(), pieces[k].bytes), ++k;
+    if (!full.empty()) {
+        std::memcpy(base + pieces[k].off, full.data(), pieces[k].bytes), ++k;
+        std::memcpy(base + pieces[k].off, toks.data(), pieces[k].bytes), ++k;
+    }
+    for (const Piece& pc : pieces)
+        if (pc.bytes) DSV4_CU(cudaMemcpyAsync(pc.dst, base + pc.off, pc.bytes, cudaMemcpyHostToDevice, stream_));
+    return Status::ok();
+}
+
+Status CudaRunner::queue_outputs(const ForwardBatch& batch, bool honour_sample, const HostPlan& hp, StepSlot& slot,
+                                 std::vector<cuda::SampleRowArgs>& full, std::vector<cuda::SamplePenaltyToken>& toks) {
+    slot.host_rows.clear();
+    slot.dev_rows.clear();
+    slot.dev_mode.clear();
+    slot.R = hp.R;
+    for (const auto& c : batch.seqs) {
+        if (!c.want_logits) continue;
+        const int r = int(slot.host_rows.size() + slot.dev_rows.size());
+        if (!honour_sample || c.sample == DeviceSample::kNone) {
+            slot.host_rows.push_back(r);
+            continue;
+        }
+        if (c.sample != DeviceSample::kGreedy && c.sample != DeviceSample::kFull)
+            return invalid_argument("sequence {}: device sample mode {} is not supported", c.seq_id, int(c.sample));
+        slot.dev_rows.push_back(r);
+        slot.dev_mode.push_back(c.sample);
+        if (c.sample == DeviceSample::kGreedy) continue;
+        const DeviceSampleParams& p = c.params;
+        if (p.logprobs > kMaxDeviceTopLogprobs)
+            return invalid_argument("sequence {}: {} top logprobs, the device sampler returns at most {}", c.seq_id,
+                                    p.logprobs, kMaxDeviceTopLogprobs);
+        cuda::SampleRowArgs a;
+        a.row = r;
+        a.temperature = p.temperature;
+        a.top_p = p.top_p;
+        a.min_p = p.min_p;
+        a.top_k = p.top_k;
+        a.repetition_penalty = p.repetition_penalty;
+        a.presence_penalty = p.presence_penalty;
+        a.frequency_penalty = p.frequency_penalty;
+        a.logprobs = p.logprobs;
+        a.seed = p.seed;
+        a.stream = p.stream;
+        a.position = p.position;
+        a.tok_begin = int32_t(toks.size());
+        a.n_tok = int32_t(p.penalty_tokens.size());
+        // A pending output token (filled in on the device) is not in the host's counts: the kernel adds it.
+        if (c.tokens.back() == kPendingToken) a.pending_index = hp.logit_rows[size_t(r)];
+        for (const PenaltyToken& t : p.penalty_tokens)
+            toks.push_back({t.token, t.output_count, uint8_t(t.seen), uint8_t(t.masked), t.bias});
+        full.push_back(a);
+    }
+    slot.n_full = full.size();
+    return Status::ok();
+}
+
+// Order on the stream: plan upload, pending tokens, step, argmax (reads the raw rows), kFull
+// sampling (modifies rows in place and restores them), kFull ids into sampled_, output copies,
+// event. Nothing here waits for the device, so the host goes on while the step runs.
+Status CudaRunner::launch_step(const ForwardBatch& batch, bool honour_sample) {
+    if (inflight_.size() >= 2) return error(StatusCode::kFailedPrecondition, "two steps launched and not collected");
+    if (batch.seqs.empty() && batch.page_copies.empty()) return invalid_argument("an empty step");
+    for (const PageCopy& pc : batch.page_copies)
+        if (pc.src < 0 || pc.src >= opt_.n_pages || pc.dst < 0 || pc.dst >= opt_.n_pages)
+            return error(StatusCode::kOutOfRange, "page copy {} -> {} outside the pool [0, {})", pc.src, pc.dst,
+                         opt_.n_pages);
+    bool decode = opt_.rt.cuda_graphs && !batch.seqs.empty();
+    for (const auto& c : batch.seqs) decode = decode && c.tokens.size() == 1;
+    HostPlan hp;
+    if (!batch.seqs.empty()) DSV4_RETURN_IF_ERROR(plan(batch, decode, hp));
+    StepSlot& slot = slots_[next_slot_];
+    std::vector<cuda::SampleRowArgs> full;
+    std::vector<cuda::SamplePenaltyToken> toks;
+    DSV4_RETURN_IF_ERROR(queue_outputs(batch, honour_sample, hp, slot, full, toks));
+    DSV4_RETURN_IF_ERROR(upload_plan_async(hp, full, toks, batch.page_copies, slot));
+    DSV4_RETURN_IF_ERROR(run_page_copies(batch.page_copies));
+    if (batch.seqs.empty()) {  // copies only: nothing sampled, the previous step's ids stay the pending source
+        DSV4_CU(cudaEventRecord(slot.done, stream_));
+        inflight_.push_back(next_slot_);
+        next_slot_ ^= 1;
+        return Status::ok();
+    }
+    DSV4_CU(cuda::fill_pending_tokens(ws_.tokens, pend_dst_, pend_src_, int(hp.pend_dst.size()), sampled_, stream_));
+    if (decode) {
+        DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, decode_graph(hp.B));
+        DSV4_CU(cudaGraphLaunch(ge, stream_));
+    } else {
+        DSV4_RETURN_IF_ERROR(run_step(hp.B, hp.T, hp.max_t, hp.R));
+    }
+    const size_t V = size_t(cfg_.vocab_size);
+    const bool any_greedy = std::find(slot.dev_mode.begin(), slot.dev_mode.end(), DeviceSample::kGreedy) !=
+                            slot.dev_mode.end();
+    if (any_greedy) DSV4_CU(cuda::argmax_rows(ws_.logits, hp.R, int64_t(V), sampled_, stream_));
+    if (!full.empty()) {
+        if (!sample_w_) {
+            DSV4_ASSIGN_OR_RETURN(sample_w_, arena_.alloc_n<float>(size_t(opt_.max_seqs) * V));
+        }
+        const auto* args = static_cast<const cuda::SampleRowArgs*>(sample_args_.p);
+        DSV4_CU(cuda::sample_rows(ws_.logits, int64_t(V), args, int(full.size()),
+                                  static_cast<const cuda::SamplePenaltyToken*>(sample_toks_.p), sample_w_,
+                                  static_cast<float*>(sample_saved_.p), sample_out_, stream_, ws_.tokens));
+        DSV4_CU(cuda::scatter_sampled_tokens(args, sample_out_, int(full.size()), sampled_, stream_));
+        DSV4_CU(cudaMemcpyAsync(slot.full.p, sample_out_, full.size() * sizeof(cuda::SampleRowOut),
+                                cudaMemcpyDeviceToHost, stream_));
+    }
+    if (!slot.dev_rows.empty())
+        DSV4_CU(cudaMemcpyAsync(slot.ids.p, sampled_, size_t(hp.R) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_));
+    // Host rows: one copy when they are all the rows, else one per row.
+    const size_t nh = slot.host_rows.size();
+    if (nh > 0) {
+        DSV4_RETURN_IF_ERROR(slot.logits.reserve(nh * V * sizeof(float)));
+        float* dst = static_cast<float*>(slot.logits.p);
+        if (int(nh) == hp.R) {
+            DSV4_CU(cudaMemcpyAsync(dst, ws_.logits, nh * V * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+        } else {
+            for (size_t i = 0; i < nh; ++i)
+                DSV4_CU(cudaMemcpyAsync(dst + i * V, ws_.logits + size_t(slot.host_rows[i]) * V, V * sizeof(float),
+                                        cudaMemcpyDeviceToHost, stream_));
+        }
+    }
+    DSV4_CU(cudaEventRecord(slot.done, stream_));
+    prev_rows_.clear();
+    size_t d = 0;
+    for (const auto& c : batch.seqs)
+        if (c.want_logits && honour_sample && c.sample != DeviceSample::kNone) prev_rows_[c.seq_id] = slot.dev_rows[d++];
+    inflight_.push_back(next_slot_);
+    next_slot_ ^= 1;
+    return Status::ok();
+}
+
+// The batch's page copies in order: one launch per wave of copies that do not chain (a pair that
+// reads or writes a page an earlier pair of the wave writes, or writes one it reads, starts a new wave).
+Status CudaRunner::run_page_copies(const std::vector<PageCopy>& copies) {
+    std::unordered_set<int32_t> read, written;
+    size_t begin = 0;
+    auto flush = [&](size_t end) -> Status {
+        const auto* pairs = static_cast<const int32_t*>(copy_pairs_.p) + 2 * begin;
+        DSV4_CU(cuda::copy_pages(reinterpret_cast<uint32_t*>(pool_.base), layout_.page_elems, pairs, int(end - begin),
+                                 stream_));
+        begin = end;
+        read.clear();
+        written.clear();
+        return Status::ok();
+    };
+    for (size_t i = 0; i < copies.size(); ++i) {
+        const PageCopy& pc = copies[i];
+        if (written.count(pc.src) || written.count(pc.dst) || read.count(pc.dst)) DSV4_RETURN_IF_ERROR(flush(i));
+        read.insert(pc.src);
+        written.insert(pc.dst);
+    }
+    if (begin < copies.size()) DSV4_RETURN_IF_ERROR(flush(copies.size()));
+    return Status::ok();
+}
+
+Status CudaRunner::collect(StepOutput& out) {
+    if (inflight_.empty()) return error(StatusCode::kFailedPrecondition, "collect() without a launched step");
+    StepSlot& slot = slots_[inflight_.front()];
+    inflight_.pop_front();
+    DSV4_CU(cudaEventSynchronize(slot.done));
+    const size_t V = size_t(cfg_.vocab_size);
+    out.logits.clear();
+    out.tokens.clear();
+    out.logprobs.clear();
+    out.top_logprobs.clear();
+    const float* host = static_cast<const float*>(slot.logits.p);
+    for (size_t i = 0; i < slot.host_rows.size(); ++i) out.logits.emplace_back(host + i * V, host + (i + 1) * V);
+    const int32_t* ids = static_cast<const int32_t*>(slot.ids.p);
+    const auto* res = static_cast<const cuda::SampleRowOut*>(slot.full.p);
+    size_t fi = 0;
+    for (size_t k = 0; k < slot.dev_rows.size(); ++k) {
+        if (slot.dev_mode[k] == DeviceSample::kGreedy) {
+            out.tokens.push_back(ids[slot.dev_rows[k]]);
+            out.logprobs.push_back(0.0f);
+            out.top_logprobs.emplace_back();
+            continue;
+        }
+        const cuda::SampleRowOut& o = res[fi++];
+        out.tokens.push_back(o.token);
+        out.logprobs.push_back(o.logprob);
+        std::vector<std::pair<int32_t, float>> top;
+        for (int t = 0; t < o.n_top; ++t) top.emplace_back(o.top_token[t], o.top_logprob[t]);
+        out.top_logprobs.push_back(std::move(top));
+    }
+    return Status::ok();
+}
+
+}  // namespace dsv4::cuda_runner_detail
