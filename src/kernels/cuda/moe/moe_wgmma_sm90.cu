@@ -331,7 +331,8 @@ constexpr Entry entry_mixed() {
 // 221.6 -> 207.7 ms; its one-warpgroup form measured 215.9 ms and is not registered). Measured
 // (ledger E34): on the 20-layer proxy's prefill two warpgroups per CTA win (2K prompt, 64-token
 // tiles: 153.3 vs 160.7 ms; 4K, 128-token tiles: 267.8 vs 297.7 ms), although decode-bench's
-// uniformly routed Flash shapes favour one warpgroup with 2 CTAs per SM (3,487 vs 3,619 us at 4K): the one-warpgroup rows stay for tune.
+// uniformly routed Flash shapes favour one warpgroup with 2 CTAs per SM (3,487 vs 3,619 us at 4K):
+// the one-warpgroup rows stay for tune.
 const Entry kTable[] = {
     entry_mixed<true, 4>(), entry<true, 64, 4>(), entry<true, 128, 4>(), entry<true, 64, 4, 1>(),
     entry<true, 128, 4, 1>(), entry_mixed<false, 4>(), entry<false, 64, 4>(), entry<false, 128, 4>(),
