@@ -690,6 +690,55 @@ TEST(CudaOpsEdge, NormRopeBf16FormsEqualTheF32Route) {
                 "output elements rotated)\n", T * H, D, changed);
 }
 
+// Rows of 512 (q heads, K=V rows) take norm_rope's warp-per-row form: bit for bit the 128-thread form,
+// with and without the norm, the weight, the rope (forward and inverse), in place and strided.
+TEST(CudaOpsEdge, NormRopeWarpFormEqualsBlockForm) {
+    SKIP_WITHOUT_GPU();
+    const int D = 512, R = 64, H = 5;
+    const auto tab = ref::make_rope_table(160000.0, R, true, 16.0, 65536.0, 32.0, 1.0);
+    const std::vector<int32_t> pos = {0, 1, 3, 127, 4095, 65535, 1000003, 7, 9};
+    const int T = int(pos.size()), rows = T * H;
+    const int64_t ldx = D + 32;
+    std::mt19937 g(47);
+    DevFree F;
+    float* dfreq = F(dev(tab.inv_freq));
+    int32_t* dpos = F(dev(pos));
+    const auto x = randn(size_t(rows) * ldx, g, 2.5f), wn = randn(D, g);
+    float *dx = F(dev(x)), *dw = F(dev(wn));
+    float *a = nullptr, *b = nullptr;
+    ASSERT_EQ(cudaMalloc(&a, sizeof(float) * rows * D), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&b, sizeof(float) * rows * D), cudaSuccess);
+    F(a);
+    F(b);
+    int cases = 0;
+    for (int norm = 0; norm < 2; ++norm)
+        for (int weighted = 0; weighted < 2; ++weighted)
+            for (int rope = 0; rope < 3; ++rope) {  // none, forward, inverse
+                const float* w = weighted ? dw : nullptr;
+                const float* f = rope ? dfreq : nullptr;
+                ASSERT_EQ(cuda::norm_rope(dx, ldx, a, D, rows, D, norm, w, 1e-6f, f, R, dpos, H, rope == 2, nullptr),
+                          cudaSuccess);
+                ASSERT_EQ(cuda::norm_rope_block_form(dx, ldx, b, D, rows, D, norm, w, 1e-6f, f, R, dpos, H, rope == 2,
+                                                     nullptr),
+                          cudaSuccess);
+                const auto ga = host(a, size_t(rows) * D), gb = host(b, size_t(rows) * D);
+                EXPECT_EQ(std::memcmp(ga.data(), gb.data(), ga.size() * 4), 0)
+                    << "norm " << norm << " weight " << weighted << " rope " << rope;
+                ++cases;
+            }
+    // In place (the q path), with the norm and rope, against the block form of the same rows read strided.
+    std::vector<float> xc(size_t(rows) * D);
+    for (int r = 0; r < rows; ++r)
+        for (int i = 0; i < D; ++i) xc[size_t(r) * D + i] = x[size_t(r) * ldx + i];
+    float* dq = F(dev(xc));
+    ASSERT_EQ(cuda::norm_rope(dq, D, dq, D, rows, D, true, nullptr, 1e-6f, dfreq, R, dpos, H, false, nullptr), cudaSuccess);
+    ASSERT_EQ(cuda::norm_rope_block_form(dx, ldx, b, D, rows, D, true, nullptr, 1e-6f, dfreq, R, dpos, H, false, nullptr),
+              cudaSuccess);
+    const auto gq = host(dq, xc.size()), gb = host(b, xc.size());
+    EXPECT_EQ(std::memcmp(gq.data(), gb.data(), gq.size() * 4), 0);
+    std::printf("[op norm_rope 512] warp-per-row form bit-equal to the 128-thread form in %d cases + in place\n", cases);
+}
+
 TEST(CudaOpsEdge, EmbeddingEveryWeightFormat) {
     SKIP_WITHOUT_GPU();
     const int V = 1000, d = 96, copies = 4;

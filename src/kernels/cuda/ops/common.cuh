@@ -208,16 +208,26 @@ __device__ __forceinline__ void store_row_block(const float* v, float* dst, cons
 
 __device__ __forceinline__ float silu_f(float x) { return x * (1.0f / (1.0f + expf(-x))); }
 
+// One rope rotation (a, b) -> (a c - b sn, a sn + b c) with every rounding explicit (no contraction
+// into fma), so every kernel that rotates (rope_pair, the bf16 and warp-per-row forms of norm_rope.cu)
+// gives the same bits, and those of the CPU reference's plain float arithmetic.
+__device__ __forceinline__ float2 rope_rotate(float a, float b, float c, float sn) {
+    return make_float2(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, sn)), __fadd_rn(__fmul_rn(a, sn), __fmul_rn(b, c)));
+}
+// cos and (inverse: minus) sin of rope pair i at pos.
+__device__ __forceinline__ float2 rope_cs(const float* inv_freq, int64_t pos, int i, bool inverse) {
+    const float ang = float(pos) * inv_freq[i];
+    return make_float2(cosf(ang), inverse ? -sinf(ang) : sinf(ang));
+}
+
 // Rotates interleaved pairs of the trailing rope_dim dims of v[dim] (shared or global memory).
 __device__ __forceinline__ void rope_pair(float* v, int dim, int rope_dim, const float* inv_freq, int64_t pos,
                                           int i, bool inverse) {
     float* r = v + (dim - rope_dim);
-    const float ang = float(pos) * inv_freq[i];
-    const float c = cosf(ang);
-    const float sn = inverse ? -sinf(ang) : sinf(ang);
-    const float a = r[2 * i], b = r[2 * i + 1];
-    r[2 * i] = a * c - b * sn;
-    r[2 * i + 1] = a * sn + b * c;
+    const float2 cs = rope_cs(inv_freq, pos, i, inverse);
+    const float2 o = rope_rotate(r[2 * i], r[2 * i + 1], cs.x, cs.y);
+    r[2 * i] = o.x;
+    r[2 * i + 1] = o.y;
 }
 
 }  // namespace dsv4::cuda

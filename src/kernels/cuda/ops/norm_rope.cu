@@ -22,7 +22,7 @@ __global__ void norm_rope_kernel(const float* x, int64_t ldx, void* y, int64_t l
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         const float v = xr[i];
         row[i] = v;
-        ss += double(v) * v;
+        ss = __fma_rn(double(v), double(v), ss);  // explicit: norm_rope512_kernel repeats it
     }
     if (do_norm) {
         ss = block_sum_d(ss, red);
@@ -45,6 +45,67 @@ __global__ void norm_rope_kernel(const float* x, int64_t ldx, void* y, int64_t l
     }
 }
 
+// norm_rope_kernel for rows of n = 512 (q heads, K=V rows), rope_dim 0 or 64, launched with 128
+// threads: one warp per row, lane l holding elements l + 32 m (m = w + 4 k: the elements virtual
+// thread l + 32 w of the 128-thread form strides over), so the double sum of squares is formed in
+// exactly that kernel's order (per virtual thread, then each virtual warp's shuffle tree, then the
+// four warps in order) and the row gives the same bits. Why: the 128-thread form staged the row in
+// shared memory with three block barriers and ran at ~1.8 TB/s on the 4K-token q (E35).
+template <bool kBf16Out>
+__global__ void __launch_bounds__(256) norm_rope512_kernel(const float* x, int64_t ldx, void* y, int64_t ldy,
+                                                           int64_t rows, bool do_norm, const float* __restrict__ weight,
+                                                           float eps, const float* __restrict__ inv_freq,
+                                                           const int32_t* __restrict__ pos, int rows_per_token,
+                                                           bool inverse) {
+    constexpr int n = 512;
+    const int lane = threadIdx.x & 31;
+    const int64_t r = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    if (r >= rows) return;
+    const float* xr = x + r * ldx;
+    float v[16];  // v[w + 4 k] = element lane + 32 w + 128 k
+#pragma unroll
+    for (int m = 0; m < 16; ++m) v[m] = xr[lane + 32 * m];
+    if (do_norm) {
+        double part[4];
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+            double ss = 0.0;
+#pragma unroll
+            for (int k = 0; k < 4; ++k) ss = __fma_rn(double(v[w + 4 * k]), double(v[w + 4 * k]), ss);
+            part[w] = warp_sum_d(ss);
+        }
+        double ss = 0.0;
+#pragma unroll
+        for (int w = 0; w < 4; ++w) ss += part[w];
+        const float inv = 1.0f / sqrtf(float(ss / double(n)) + eps);
+#pragma unroll
+        for (int m = 0; m < 16; ++m) v[m] = weight ? v[m] * inv * weight[lane + 32 * m] : v[m] * inv;
+    }
+    if (inv_freq) {  // rope dims 448 .. 511: m = 14 (rope index lane), 15 (32 + lane); pairs in lanes l, l ^ 1
+        const int64_t p = pos[r / rows_per_token];
+#pragma unroll
+        for (int m = 14; m < 16; ++m) {
+            const int ri = (m - 14) * 32 + lane;
+            const float other = __shfl_xor_sync(0xffffffffu, v[m], 1);
+            const float2 cs = rope_cs(inv_freq, p, ri >> 1, inverse);
+            const float2 o = (ri & 1) ? rope_rotate(other, v[m], cs.x, cs.y) : rope_rotate(v[m], other, cs.x, cs.y);
+            v[m] = (ri & 1) ? o.y : o.x;
+        }
+    }
+    if constexpr (kBf16Out) {
+        __nv_bfloat16* yr = static_cast<__nv_bfloat16*>(y) + r * ldy;
+#pragma unroll
+        for (int m = 0; m < 16; ++m) yr[lane + 32 * m] = __float2bfloat16_rn(v[m]);
+    } else {
+        float* yr = static_cast<float*>(y) + r * ldy;
+#pragma unroll
+        for (int m = 0; m < 16; ++m) yr[lane + 32 * m] = v[m];
+    }
+}
+
+// Whether norm_rope512_kernel takes a call: n 512, rope on 64 dims or none.
+bool norm_rope512_ok(int n, const float* inv_freq, int rope_dim) { return n == 512 && (!inv_freq || rope_dim == 64); }
+
 // Inverse RoPE in place on the trailing rope_dim dims of bf16 rows of width n: only those dims
 // change, through f32 and back (attn_out_rows followed by round_to_bf16 gives the same bits).
 __global__ void rope_rows_bf16_kernel(__nv_bfloat16* y, int64_t rows, int n, const float* __restrict__ inv_freq,
@@ -56,10 +117,9 @@ __global__ void rope_rows_bf16_kernel(__nv_bfloat16* y, int64_t rows, int n, con
     const int j = int(i % half);
     __nv_bfloat162* pr = reinterpret_cast<__nv_bfloat162*>(y + r * n + (n - rope_dim)) + j;
     const float2 v = __bfloat1622float2(*pr);
-    // The arithmetic of rope_pair (common.cuh) on pair j of the rope dims.
-    const float ang = float(int64_t(pos[r / rows_per_token])) * inv_freq[j];
-    const float c = cosf(ang), sn = inverse ? -sinf(ang) : sinf(ang);
-    *pr = __floats2bfloat162_rn(v.x * c - v.y * sn, v.x * sn + v.y * c);
+    const float2 cs = rope_cs(inv_freq, int64_t(pos[r / rows_per_token]), j, inverse);  // as rope_pair
+    const float2 o = rope_rotate(v.x, v.y, cs.x, cs.y);
+    *pr = __floats2bfloat162_rn(o.x, o.y);
 }
 
 // out[i] = bf16(x[i]) round-to-nearest-even, 4 per thread (n % 4 == 0, 16-B aligned x, 8-B out).
@@ -92,6 +152,20 @@ cudaError_t norm_rope(const float* x, int64_t ldx, float* y, int64_t ldy, int ro
                       const float* weight, float eps, const float* inv_freq, int rope_dim, const int32_t* pos,
                       int rows_per_token, bool inverse, cudaStream_t st) {
     if (rows <= 0) return cudaSuccess;
+    if (norm_rope512_ok(n, inv_freq, rope_dim)) {
+        norm_rope512_kernel<false><<<unsigned((rows + 7) / 8), 256, 0, st>>>(x, ldx, y, ldy, rows, do_norm, weight, eps,
+                                                                             inv_freq, pos, rows_per_token, inverse);
+        return cudaGetLastError();
+    }
+    norm_rope_kernel<false><<<rows, 128, sizeof(float) * n, st>>>(x, ldx, y, ldy, n, do_norm, weight, eps, inv_freq,
+                                                                  rope_dim, pos, rows_per_token, inverse);
+    return cudaGetLastError();
+}
+
+cudaError_t norm_rope_block_form(const float* x, int64_t ldx, float* y, int64_t ldy, int rows, int n, bool do_norm,
+                                 const float* weight, float eps, const float* inv_freq, int rope_dim, const int32_t* pos,
+                                 int rows_per_token, bool inverse, cudaStream_t st) {
+    if (rows <= 0) return cudaSuccess;
     norm_rope_kernel<false><<<rows, 128, sizeof(float) * n, st>>>(x, ldx, y, ldy, n, do_norm, weight, eps, inv_freq,
                                                                   rope_dim, pos, rows_per_token, inverse);
     return cudaGetLastError();
@@ -101,6 +175,11 @@ cudaError_t norm_rope_to_bf16(const float* x, int64_t ldx, void* y, int64_t ldy,
                               const float* weight, float eps, const float* inv_freq, int rope_dim, const int32_t* pos,
                               int rows_per_token, cudaStream_t st) {
     if (rows <= 0) return cudaSuccess;
+    if (norm_rope512_ok(n, inv_freq, rope_dim)) {
+        norm_rope512_kernel<true><<<unsigned((rows + 7) / 8), 256, 0, st>>>(x, ldx, y, ldy, rows, do_norm, weight, eps,
+                                                                            inv_freq, pos, rows_per_token, false);
+        return cudaGetLastError();
+    }
     norm_rope_kernel<true><<<rows, 128, sizeof(float) * n, st>>>(x, ldx, y, ldy, n, do_norm, weight, eps, inv_freq,
                                                                  rope_dim, pos, rows_per_token, false);
     return cudaGetLastError();

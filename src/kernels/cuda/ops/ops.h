@@ -101,6 +101,11 @@ cudaError_t embed(const WeightDesc& w, const int32_t* tokens, int T, int copies,
 cudaError_t norm_rope(const float* x, int64_t ldx, float* y, int64_t ldy, int rows, int n, bool do_norm,
                       const float* weight, float eps, const float* inv_freq, int rope_dim,
                       const int32_t* pos, int rows_per_token, bool inverse, cudaStream_t st);
+// norm_rope in its 128-thread-per-row form whatever n (rows of n = 512 otherwise take a warp-per-row
+// form that must give the same bits; tests compare the two).
+cudaError_t norm_rope_block_form(const float* x, int64_t ldx, float* y, int64_t ldy, int rows, int n, bool do_norm,
+                                 const float* weight, float eps, const float* inv_freq, int rope_dim, const int32_t* pos,
+                                 int rows_per_token, bool inverse, cudaStream_t st);
 // norm_rope (inverse = false) with the row rounded to bf16 on the way out: y bf16 [rows, ldy],
 // bit-identical to norm_rope then round_to_bf16.
 cudaError_t norm_rope_to_bf16(const float* x, int64_t ldx, void* y, int64_t ldy, int rows, int n, bool do_norm,
