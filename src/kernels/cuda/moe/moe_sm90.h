@@ -35,6 +35,8 @@ struct MoeGroupedShape {
     // wgmma rows with mt 128: an expert's rows past its last full 128 go on a 64-row tile when there
     // are at most 64 of them (a second launch of the 64-row kernel); work list [2] counts.
     bool mixed = false;
+    // moe_wgmma_ws_sm90.cu: a producer warpgroup loads, two consumer warpgroups (warps = 8) compute.
+    bool ws = false;
 };
 int moe_grouped_count();
 MoeGroupedShape moe_grouped_shape(int i);
@@ -48,6 +50,11 @@ int moe_wgmma_count();
 MoeGroupedShape moe_wgmma_shape(int i);
 int moe_wgmma_smem_bytes(int i, int K);
 cudaError_t moe_wgmma_run(const MoeExpertArgs& a, int i, cudaStream_t stream);
+// The warp-specialised wgmma rows (moe_wgmma_ws_sm90.cu), appended to the wgmma rows above.
+int moe_wgmma_ws_count();
+MoeGroupedShape moe_wgmma_ws_shape(int i);
+int moe_wgmma_ws_smem_bytes(int i, int K);
+cudaError_t moe_wgmma_ws_run(const MoeExpertArgs& a, int i, cudaStream_t stream);
 // out[r, moe_kperm::position(c)] = bf16(x[r, c]) over n f32 elements (n % 64 == 0, rows of 64k).
 cudaError_t moe_x_kperm_run(const float* x, int64_t n, void* out, cudaStream_t stream);
 // In place over n_words 32-bit words of e2m1 codes (4-byte aligned): checkpoint -> pair-rotated.

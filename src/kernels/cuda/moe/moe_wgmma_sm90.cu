@@ -17,20 +17,14 @@
 //   element is dequantised once per NT tokens.
 #include <algorithm>
 
-#include "core/mxfp4_pair_rotated.h"
-#include "kernels/cuda/gemm/device_util.cuh"
-#include "kernels/cuda/gemm/wgmma.cuh"
 #include "kernels/cuda/moe/moe_kperm.h"
-#include "kernels/cuda/moe/moe_expert_mma.cuh"
 #include "kernels/cuda/moe/moe_sm90.h"
 #include "kernels/cuda/moe/moe_tile_list.cuh"
+#include "kernels/cuda/moe/moe_wgmma_common.cuh"
 
 namespace dsv4::cuda::sm90 {
 namespace {
 
-// Bytes of one pipeline slot: the x tile (nt token rows x 64 k bf16) and the codes (64 k of e2m1
-// for each of the 128 wg weight rows), 1,024-byte aligned for the swizzled x tile.
-constexpr int stage_bytes(int nt, int wg) { return (nt * 128 + 128 * wg * 32 + 1023) / 1024 * 1024; }
 // WG warpgroups per CTA, 128 weight rows (two m64 tiles) each.
 template <int NT, int WG>
 struct WShape {
@@ -39,19 +33,9 @@ struct WShape {
     static constexpr int kX = NT * 128;     // offset of the codes in a slot
     static constexpr int kStage = stage_bytes(NT, WG);
 };
-// Scale bytes per staged row: K / 32 plus 16 so that rows 1..7 apart fall in different banks.
-__host__ __device__ constexpr int scale_stride(int K) { return K / 32 + 16; }
 // Dynamic shared memory: alignment slack, the slots, the scales of all K.
 constexpr int smem_bytes(int nt, int stages, int wg, int K) {
     return 1024 + stages * stage_bytes(nt, wg) + 128 * wg * scale_stride(K);
-}
-
-template <int NT>
-__device__ __forceinline__ void wgmma_rs(float (&d)[NT / 2], const uint32_t (&a)[4], uint64_t desc) {
-    if constexpr (NT == 128)
-        dev::wgmma_rs_m64n128k16(d, a, desc);
-    else
-        dev::wgmma_rs_m64n64k16(d, a, desc);
 }
 
 template <bool GATEUP, bool PK, int NT, int STAGES, int WG>
@@ -76,20 +60,7 @@ __global__ void __launch_bounds__(128 * WG, WG == 1 ? 2 : 1) moe_wgmma_kernel(Mo
     const __nv_bfloat16* x = static_cast<const __nv_bfloat16*>(a.x);
     unsigned char* const scales = smem + STAGES * S::kStage;
 
-    // Global row of local weight row r (0..255) and its matrix. kGateUp: 64-row tile m = r / 64 is
-    // w3 when odd, and tiles 2j, 2j + 1 hold the same 64 h columns.
-    auto wrow = [&](int r, const uint8_t*& W, const uint8_t*& Sc) -> int64_t {
-        if constexpr (GATEUP) {
-            const int m = r >> 6;
-            W = (m & 1) ? a.w3 : a.w1;
-            Sc = (m & 1) ? a.w3_scale : a.w1_scale;
-            return int64_t(e) * N + c0 + (m >> 1) * 64 + (r & 63);
-        } else {
-            W = a.w1;
-            Sc = a.w1_scale;
-            return int64_t(e) * N + c0 + r;
-        }
-    };
+    auto wrow = [&](int r, const uint8_t*& W, const uint8_t*& Sc) { return weight_row<GATEUP>(a, e, c0, r, W, Sc); };
     // Each thread copies the same x rows and code rows at every block: their sources are fixed
     // here (thread's x unit u of rows m0 + (threads / 8) j; code unit tid & 1 of rows
     // (tid >> 1) + (threads / 2) j).
@@ -120,37 +91,8 @@ __global__ void __launch_bounds__(128 * WG, WG == 1 ? 2 : 1) moe_wgmma_kernel(Mo
             dev::cp_async16(st + S::kX + ((tid >> 1) + kThreads / 2 * j) * 32 + (tid & 1) * 16, code_src[j] + kb * 32, 16);
     };
 
-    // Block kb's A fragments: A[m][s] is the register-A operand of k16 step s for row tile m.
     auto dequant = [&](int kb, uint32_t (&A)[2][4][4]) {
-        const unsigned char* st = smem + (kb % STAGES) * S::kStage;
-#pragma unroll
-        for (int m = 0; m < 2; ++m)
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-                const int r = (2 * wg + m) * 64 + wq * 16 + g + 8 * hh;
-                const uint2 v = *reinterpret_cast<const uint2*>(st + S::kX + r * 32 + 8 * t);
-                const uint32_t sc = scales[r * sstride + kb * 2 + (t >> 1)];
-                uint32_t w[8];
-                uint32_t q0[4], q1[4];
-                if constexpr (PK) {
-                    mxfp4_pk::pair_words(v.x, q0);
-                    mxfp4_pk::pair_words(v.y, q1);
-                } else {
-                    mxfp4_pk::checkpoint_pair_words(v.x, q0);
-                    mxfp4_pk::checkpoint_pair_words(v.y, q1);
-                }
-#pragma unroll
-                for (int q = 0; q < 4; ++q) {
-                    w[q] = q0[q];
-                    w[4 + q] = q1[q];
-                }
-                moe_mma::scale_words<8>(sc, w);
-#pragma unroll
-                for (int s = 0; s < 4; ++s) {
-                    A[m][s][hh] = w[4 * (s >> 1) + 2 * (s & 1)];
-                    A[m][s][2 + hh] = w[4 * (s >> 1) + 2 * (s & 1) + 1];
-                }
-            }
+        dequant_block<PK>(smem + (kb % STAGES) * S::kStage + S::kX, scales, sstride, kb, wg, wq, g, t, A);
     };
 
     float acc[2][NACC];
@@ -185,17 +127,7 @@ __global__ void __launch_bounds__(128 * WG, WG == 1 ? 2 : 1) moe_wgmma_kernel(Mo
     // queued behind block kb - 1's, so the tensor cores stay busy through the barrier and the
     // dequant; wait_group 1 retires block kb - 1 (its A registers, then, after the barrier, its slot).
     auto step = [&](int kb, uint32_t (&Acur)[2][4][4], uint32_t (&Anext)[2][4][4]) {
-        const uint64_t desc = dev::wgmma_desc_k128(x_base + (kb % STAGES) * S::kStage);
-#pragma unroll
-        for (int m = 0; m < 2; ++m)
-#pragma unroll
-            for (int i = 0; i < NACC; ++i) dev::wgmma_pin(acc[m][i]);
-        dev::wgmma_fence();
-#pragma unroll
-        for (int s = 0; s < 4; ++s)
-#pragma unroll
-            for (int m = 0; m < 2; ++m) wgmma_rs<NT>(acc[m], Acur[m][s], desc + 2 * s);  // +32 B per k16
-        dev::wgmma_commit();
+        mma_block<NT>(acc, Acur, x_base + (kb % STAGES) * S::kStage);
         dev::wgmma_wait<1>();
         if (kb + 1 < nkb) {
             // Groups committed so far: STAGES - 1 + kb; block kb + 1's is number kb + 1.
@@ -218,51 +150,16 @@ __global__ void __launch_bounds__(128 * WG, WG == 1 ? 2 : 1) moe_wgmma_kernel(Mo
         for (int i = 0; i < NACC; ++i) dev::wgmma_pin(acc[m][i]);
     dev::cp_async_wait<0>();
 
-    // Epilogue: acc[m][4j + q] = (row wq*16 + g + 8 (q >> 1), token 8j + 2t + (q & 1)) of tile m.
+    const int p0 = off + t0;
     if constexpr (GATEUP) {
-        // h goes through shared memory: stored straight from the fragments, the k-permuted columns
-        // scatter 2-byte writes over a sector each (ncu: 8 of 32 bytes used, 45% excess sectors).
-        // Tile [NT][HS] bf16, the CTA's WG * 64 columns in k-permuted order (c0 is 64-aligned).
-        constexpr int HC = WG * 64, HS = HC + 8;  // +8: rows 16 B apart in the banks
-        static_assert(NT * HS * 2 <= STAGES * S::kStage, "h tile fits the pipeline's shared memory");
+        static_assert(NT * hs_stride(WG) * 2 <= STAGES * S::kStage, "h tile fits the pipeline's shared memory");
         __nv_bfloat16* hs = reinterpret_cast<__nv_bfloat16*>(smem);
         __syncthreads();  // every warpgroup is done with the pipeline's slots
-#pragma unroll
-        for (int j = 0; j < NT / 8; ++j)
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const int tok = 8 * j + 2 * t + (q & 1);
-                const int p = off + t0 + min(tok, live - 1);
-                const int rr = wq * 16 + g + 8 * (q >> 1);
-                float gt = acc[0][4 * j + q], up = acc[1][4 * j + q];
-                if (a.swiglu_limit > 0.0f) {
-                    gt = fminf(gt, a.swiglu_limit);
-                    up = fminf(fmaxf(up, -a.swiglu_limit), a.swiglu_limit);
-                }
-                const float hv = gt / (1.0f + expf(-gt)) * up * a.perm_w[p];
-                hs[tok * HS + wg * 64 + moe_kperm::pos_of(rr)] = __float2bfloat16_rn(hv);
-            }
+        gateup_to_smem<NT, WG>(acc, a, p0, live, wg, wq, g, t, hs);
         __syncthreads();
-        constexpr int U = HC / 8;  // 16-byte units per h row
-        for (int i = tid; i < live * U; i += kThreads) {
-            const int tok = i / U, u = i % U;
-            const int64_t p = off + t0 + tok;
-            *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(a.out) + p * N + c0 + u * 8) =
-                *reinterpret_cast<const uint4*>(hs + tok * HS + u * 8);
-        }
+        gateup_smem_to_global<WG>(hs, a, p0, live, c0, tid, kThreads);
     } else {
-#pragma unroll
-        for (int j = 0; j < NT / 8; ++j)
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const int tok = 8 * j + 2 * t + (q & 1);
-                if (tok >= live) continue;
-                const int p = off + t0 + tok;
-                const int rr = wq * 16 + g + 8 * (q >> 1);
-                float* y = static_cast<float*>(a.out) + int64_t(a.perm_dst[p]) * N + c0 + wg * 128 + rr;
-                y[0] = acc[0][4 * j + q];
-                y[64] = acc[1][4 * j + q];
-            }
+        down_to_global<NT>(acc, a, p0, live, c0, wg, wq, g, t);
     }
 }
 
@@ -326,8 +223,8 @@ constexpr Entry entry_mixed() {
     return e;
 }
 
-// The one list of wgmma shapes (rows of the grouped op's table after moe_grouped_sm90.cu's); the
-// first legal row of the wanted token tile wins: for 128-row tiles the mixed row (E35: 4K prefill
+// The plain wgmma shapes (rows of the grouped op's table after moe_grouped_sm90.cu's and the
+// warp-specialised rows); the first legal row of the wanted token tile wins: here, the mixed row (E35: 4K prefill
 // 221.6 -> 207.7 ms; its one-warpgroup form measured 215.9 ms and is not registered). Measured
 // (ledger E34): on the 20-layer proxy's prefill two warpgroups per CTA win (2K prompt, 64-token
 // tiles: 153.3 vs 160.7 ms; 4K, 128-token tiles: 267.8 vs 297.7 ms), although decode-bench's
@@ -350,14 +247,27 @@ __global__ void x_kperm_kernel(const float* x, int64_t n_pairs, __nv_bfloat16* o
 
 }  // namespace
 
-int moe_wgmma_count() { return int(sizeof(kTable) / sizeof(kTable[0])); }
-MoeGroupedShape moe_wgmma_shape(int i) { return kTable[i].shape; }
+// The warp-specialised rows first, so that the first legal row of a wanted 128-row tile is
+// moe_wgmma_pk_t128_s6_ws_mix (ledger E37: 4K prefill 203.2 -> 192.0 ms), then the plain ones (the
+// 64-row tiles stay on the plain kernel: its warp-specialised form was slower at 128-token steps,
+// 37.2 vs 31.2 ms).
+constexpr int kPlain = int(sizeof(kTable) / sizeof(kTable[0]));
+int moe_wgmma_count() { return moe_wgmma_ws_count() + kPlain; }
+MoeGroupedShape moe_wgmma_shape(int i) {
+    const int nws = moe_wgmma_ws_count();
+    return i < nws ? moe_wgmma_ws_shape(i) : kTable[i - nws].shape;
+}
 int moe_wgmma_smem_bytes(int i, int K) {
-    const MoeGroupedShape s = kTable[i].shape;
+    const int nws = moe_wgmma_ws_count();
+    if (i < nws) return moe_wgmma_ws_smem_bytes(i, K);
+    const MoeGroupedShape s = kTable[i - nws].shape;
     return smem_bytes(s.mt, s.stages, s.warps / 4, K);
 }
 cudaError_t moe_wgmma_run(const MoeExpertArgs& a, int i, cudaStream_t stream) {
-    if (i < 0 || i >= moe_wgmma_count() || kTable[i].shape.layout != a.layout || !a.x_kperm) return cudaErrorInvalidValue;
+    const int nws = moe_wgmma_ws_count();
+    if (i >= 0 && i < nws) return moe_wgmma_ws_run(a, i, stream);
+    i -= nws;
+    if (i < 0 || i >= kPlain || kTable[i].shape.layout != a.layout || !a.x_kperm) return cudaErrorInvalidValue;
     return kTable[i].fn(a, stream);
 }
 cudaError_t moe_x_kperm_run(const float* x, int64_t n, void* out, cudaStream_t stream) {

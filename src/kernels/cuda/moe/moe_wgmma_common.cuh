@@ -1,0 +1,167 @@
+// What the two wgmma grouped expert GEMMs share (moe_wgmma_sm90.cu: every thread loads and
+// computes; moe_wgmma_ws_sm90.cu: a producer warpgroup loads, two consumer warpgroups compute):
+// the pipeline slot layout, the weight rows of a CTA, the register-A dequantisation of one 64-k
+// block, and the epilogues. Internal linkage; included by those translation units only.
+//
+// Rows: 128 weight rows per computing warpgroup (one or two per CTA), two m64 tiles each. kGateUp: m64
+//   tile m of warpgroup c holds w1 (m = 0) or w3 (m = 1) rows of the same 64 h columns, so the
+//   SwiGLU pair meets in registers; kDown: 128 consecutive output rows per warpgroup.
+// Slot: the x tile (NT token rows x 64 k bf16, K-major, 128-byte swizzle, read by wgmma through a
+//   descriptor) then the codes (64 k of e2m1 for each of the CTA's weight rows, 32 B per row).
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "core/mxfp4_pair_rotated.h"
+#include "kernels/cuda/gemm/device_util.cuh"
+#include "kernels/cuda/gemm/wgmma.cuh"
+#include "kernels/cuda/moe/moe_args.h"
+#include "kernels/cuda/moe/moe_expert_mma.cuh"
+#include "kernels/cuda/moe/moe_kperm.h"
+
+namespace dsv4::cuda::sm90 {
+namespace {
+
+// Bytes of one pipeline slot for nt token rows and wg warpgroups of 128 weight rows, 1,024-byte
+// aligned for the swizzled x tile.
+constexpr int stage_bytes(int nt, int wg) { return (nt * 128 + 128 * wg * 32 + 1023) / 1024 * 1024; }
+// Scale bytes per staged row: K / 32 plus 16 so that rows 1..7 apart fall in different banks.
+__host__ __device__ constexpr int scale_stride(int K) { return K / 32 + 16; }
+
+template <int NT>
+__device__ __forceinline__ void wgmma_rs(float (&d)[NT / 2], const uint32_t (&a)[4], uint64_t desc) {
+    if constexpr (NT == 128)
+        dev::wgmma_rs_m64n128k16(d, a, desc);
+    else
+        dev::wgmma_rs_m64n64k16(d, a, desc);
+}
+
+// Global row (in [n_experts * N)) of local weight row r of a CTA whose first column is c0, and the
+// matrix it belongs to. kGateUp: 64-row tile m = r / 64 is w3 when odd; tiles 2j, 2j + 1 hold the
+// same 64 h columns (c0 + 64 j ..); kDown: output row c0 + r.
+template <bool GATEUP>
+__device__ __forceinline__ int64_t weight_row(const MoeExpertArgs& a, int e, int c0, int r, const uint8_t*& W,
+                                              const uint8_t*& Sc) {
+    if constexpr (GATEUP) {
+        const int m = r >> 6;
+        W = (m & 1) ? a.w3 : a.w1;
+        Sc = (m & 1) ? a.w3_scale : a.w1_scale;
+        return int64_t(e) * a.N + c0 + (m >> 1) * 64 + (r & 63);
+    } else {
+        W = a.w1;
+        Sc = a.w1_scale;
+        return int64_t(e) * a.N + c0 + r;
+    }
+}
+
+// Block kb's register-A fragments of consumer warpgroup c (rows (2c + m) * 64 + 16 wq + g + 8 hh):
+// A[m][s] is the operand of k16 step s for m64 tile m. codes: the slot's code rows (32 B each);
+// scales: the CTA's scale rows over all K (sstride bytes apart). Thread (wq, g, t) as in wgmma.cuh.
+template <bool PK>
+__device__ __forceinline__ void dequant_block(const unsigned char* codes, const unsigned char* scales, int sstride,
+                                              int kb, int c, int wq, int g, int t, uint32_t (&A)[2][4][4]) {
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const int r = (2 * c + m) * 64 + wq * 16 + g + 8 * hh;
+            const uint2 v = *reinterpret_cast<const uint2*>(codes + r * 32 + 8 * t);
+            const uint32_t sc = scales[r * sstride + kb * 2 + (t >> 1)];
+            uint32_t w[8];
+            uint32_t q0[4], q1[4];
+            if constexpr (PK) {
+                mxfp4_pk::pair_words(v.x, q0);
+                mxfp4_pk::pair_words(v.y, q1);
+            } else {
+                mxfp4_pk::checkpoint_pair_words(v.x, q0);
+                mxfp4_pk::checkpoint_pair_words(v.y, q1);
+            }
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                w[q] = q0[q];
+                w[4 + q] = q1[q];
+            }
+            moe_mma::scale_words<8>(sc, w);
+#pragma unroll
+            for (int s = 0; s < 4; ++s) {
+                A[m][s][hh] = w[4 * (s >> 1) + 2 * (s & 1)];
+                A[m][s][2 + hh] = w[4 * (s >> 1) + 2 * (s & 1) + 1];
+            }
+        }
+}
+
+// Block kb's 8 wgmmas (4 k16 steps x 2 m64 tiles) on the x tile at shared address x_addr, committed
+// as one group behind whatever this warpgroup has in flight.
+template <int NT>
+__device__ __forceinline__ void mma_block(float (&acc)[2][NT / 2], const uint32_t (&A)[2][4][4], uint32_t x_addr) {
+    const uint64_t desc = dev::wgmma_desc_k128(x_addr);
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int i = 0; i < NT / 2; ++i) dev::wgmma_pin(acc[m][i]);
+    dev::wgmma_fence();
+#pragma unroll
+    for (int s = 0; s < 4; ++s)
+#pragma unroll
+        for (int m = 0; m < 2; ++m) wgmma_rs<NT>(acc[m], A[m][s], desc + 2 * s);  // +32 B per k16
+    dev::wgmma_commit();
+}
+
+// kGateUp epilogue, part 1: h = SwiGLU(gate, up) x routing weight of the warpgroup's 64 columns into
+// the shared tile hs [NT][hs_stride(WG)] (the CTA's WG * 64 columns in k-permuted order).
+// Stored straight from the fragments, the k-permuted columns scatter 2-byte writes over a sector
+// each (ncu: 8 of 32 bytes used), so h goes through shared memory. acc[m][4j + q] = (row wq*16 + g
+// + 8 (q >> 1), token 8j + 2t + (q & 1)) of tile m.
+constexpr int hs_stride(int wg) { return wg * 64 + 8; }  // +8: rows 16 B apart in the banks
+template <int NT, int WG>
+__device__ __forceinline__ void gateup_to_smem(const float (&acc)[2][NT / 2], const MoeExpertArgs& a, int p0, int live,
+                                               int c, int wq, int g, int t, __nv_bfloat16* hs) {
+#pragma unroll
+    for (int j = 0; j < NT / 8; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const int tok = 8 * j + 2 * t + (q & 1);
+            const int p = p0 + min(tok, live - 1);
+            const int rr = wq * 16 + g + 8 * (q >> 1);
+            float gt = acc[0][4 * j + q], up = acc[1][4 * j + q];
+            if (a.swiglu_limit > 0.0f) {
+                gt = fminf(gt, a.swiglu_limit);
+                up = fminf(fmaxf(up, -a.swiglu_limit), a.swiglu_limit);
+            }
+            const float hv = gt / (1.0f + expf(-gt)) * up * a.perm_w[p];
+            hs[tok * hs_stride(WG) + c * 64 + moe_kperm::pos_of(rr)] = __float2bfloat16_rn(hv);
+        }
+}
+// Part 2 (after a barrier over the writers): the live rows of hs to h (permuted row p0 + tok,
+// columns c0 ..), 16 bytes per thread and step; thread i0 of n.
+template <int WG>
+__device__ __forceinline__ void gateup_smem_to_global(const __nv_bfloat16* hs, const MoeExpertArgs& a, int p0, int live,
+                                                      int c0, int i0, int n) {
+    constexpr int U = WG * 64 / 8;  // 16-byte units per h row
+    for (int i = i0; i < live * U; i += n) {
+        const int tok = i / U, u = i % U;
+        *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(a.out) + int64_t(p0 + tok) * a.N + c0 + u * 8) =
+            *reinterpret_cast<const uint4*>(hs + tok * hs_stride(WG) + u * 8);
+    }
+}
+// kDown epilogue: y[perm_dst[p], c0 + 128 c + row] for the live tokens.
+template <int NT>
+__device__ __forceinline__ void down_to_global(const float (&acc)[2][NT / 2], const MoeExpertArgs& a, int p0, int live,
+                                               int c0, int c, int wq, int g, int t) {
+#pragma unroll
+    for (int j = 0; j < NT / 8; ++j)
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const int tok = 8 * j + 2 * t + (q & 1);
+            if (tok >= live) continue;
+            const int rr = wq * 16 + g + 8 * (q >> 1);
+            float* y = static_cast<float*>(a.out) + int64_t(a.perm_dst[p0 + tok]) * a.N + c0 + c * 128 + rr;
+            y[0] = acc[0][4 * j + q];
+            y[64] = acc[1][4 * j + q];
+        }
+}
+
+}  // namespace
+}  // namespace dsv4::cuda::sm90

@@ -1,0 +1,240 @@
+// Warp-specialised form of the wgmma grouped MXFP4 expert GEMM (issue 22): the contract, operands,
+// rows and epilogues of moe_wgmma_sm90.cu (moe_wgmma_common.cuh), with the loads taken off the
+// computing warps and the CTA-wide barrier of every k block replaced by shared-memory barriers.
+//
+// Why: in the plain form (ncu, 4K-token prefill, ledger E37) the tensor pipe is busy 44% of the
+//   time with 2 warps per scheduler and 0.35 eligible: every k block each warp issues its share of
+//   the cp.async copies, waits for them, then meets the other warpgroup at __syncthreads before it
+//   may dequantise the next block, so one slow warp stalls all eight.
+// CTA: three warpgroups (384 threads). Warpgroup 0, the producer, gives registers back
+//   (setmaxnreg 56) and fills a STAGES-deep ring of slots with cp.async, each thread signalling
+//   slot s's mbarrier full[s] when its copies have landed (cp.async.mbarrier.arrive.noinc, 128
+//   arrivals per phase). Warpgroups 1 and 2, the consumers (setmaxnreg 224), each own two m64
+//   tiles of weight rows: wait full[s], dequantise the codes into registers, queue the block's 8
+//   wgmmas behind the previous block's, retire that previous block (wait_group 1) and release its
+//   slot (one arrival per consumer warp on empty[s], 8 per phase). The producer waits empty[s]
+//   before refilling s. The scales of the CTA's rows over all K are staged once (mbarrier sbar).
+// Visibility: cp.async writes through the generic proxy, wgmma reads through the async proxy, so
+//   each consumer thread runs fence.proxy.async after it acquired full[s] and before the wgmmas.
+#include <algorithm>
+
+#include "kernels/cuda/gemm/mbarrier.cuh"
+#include "kernels/cuda/moe/moe_sm90.h"
+#include "kernels/cuda/moe/moe_tile_list.cuh"
+#include "kernels/cuda/moe/moe_wgmma_common.cuh"
+
+namespace dsv4::cuda::sm90 {
+namespace {
+
+constexpr int kThreads = 384, kRows = 256;
+constexpr int kProducerRegs = 56, kConsumerRegs = 224;  // 128 x 56 + 256 x 224 <= 65,536 (40 / 232 spills in the producer)
+// Dynamic shared memory: alignment slack, the slots, the scales of all K, the tile's x rows, the
+// barriers (full[STAGES], empty[STAGES], sbar).
+constexpr int ws_smem_bytes(int nt, int stages, int K) {
+    return 1024 + stages * stage_bytes(nt, 2) + kRows * scale_stride(K) + nt * 4 + (2 * stages + 1) * 8;
+}
+
+template <bool GATEUP, bool PK, int NT, int STAGES>
+__global__ void __launch_bounds__(kThreads, 1) moe_wgmma_ws_kernel(MoeExpertArgs a) {
+    static_assert(STAGES >= 2, "the producer fills one slot while the consumers read another");
+    constexpr int kStage = stage_bytes(NT, 2), kX = NT * 128;
+    extern __shared__ unsigned char smem_raw[];
+    unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    const int tile = blockIdx.y;
+    if (tile >= *a.n_tiles) return;
+    const int32_t entry = a.tile_list[tile];
+    const int e = entry & ((1 << kExpertBits) - 1);
+    const int t0 = (entry >> kExpertBits) * NT;
+    const int p0 = a.expert_offset[e] + t0;
+    const int live = min(NT, a.expert_count[e] - t0);
+    const int tid = threadIdx.x, wg = tid >> 7;
+    const int K = a.K, nkb = K / 64, sstride = scale_stride(K);
+    const int c0 = blockIdx.x * (GATEUP ? kRows / 2 : kRows);
+    unsigned char* const scales = smem + STAGES * kStage;
+    int32_t* const xrows = reinterpret_cast<int32_t*>(scales + kRows * sstride);
+    uint64_t* const full = reinterpret_cast<uint64_t*>(xrows + NT);
+    uint64_t* const empty = full + STAGES;
+    uint64_t* const sbar = empty + STAGES;
+    if (tid == 0) {
+        for (int s = 0; s < STAGES; ++s) {
+            dev::mbar_init(&full[s], 128);
+            dev::mbar_init(&empty[s], 8);
+        }
+        dev::mbar_init(sbar, 128);
+    }
+    if (tid < NT) {
+        const int p = p0 + min(tid, live - 1);  // dead rows repeat the last live one
+        xrows[tid] = GATEUP ? a.perm_token[p] : p;
+    }
+    __syncthreads();
+
+    if (wg == 0) {  // producer
+        dev::setmaxnreg_dec<kProducerRegs>();
+        const __nv_bfloat16* x = static_cast<const __nv_bfloat16*>(a.x);
+        {
+            const int units = K / 512;  // 16-byte units of scale bytes per row
+            for (int i = tid; i < kRows * units; i += 128) {
+                const int r = i / units, u = i % units;
+                const uint8_t *W, *Sc;
+                const int64_t row = weight_row<GATEUP>(a, e, c0, r, W, Sc);
+                dev::cp_async16(scales + r * sstride + u * 16, Sc + row * (K / 32) + u * 16, 16);
+            }
+            dev::mbar_arrive_cp_async(sbar);
+        }
+        const uint8_t* csrc[kRows * 2 / 128];  // the thread's code units (16 B of a row), block 0
+#pragma unroll
+        for (int j = 0; j < kRows * 2 / 128; ++j) {
+            const int i = tid + 128 * j;
+            const uint8_t *W, *Sc;
+            const int64_t row = weight_row<GATEUP>(a, e, c0, i >> 1, W, Sc);  // sets W: sequenced before its use
+            csrc[j] = W + row * (K / 2) + (i & 1) * 16;
+        }
+        for (int kb = 0; kb < nkb; ++kb) {
+            const int s = kb % STAGES;
+            if (kb >= STAGES) dev::mbar_wait(&empty[s], (kb / STAGES - 1) & 1);
+            unsigned char* st = smem + s * kStage;
+#pragma unroll
+            for (int j = 0; j < NT * 8 / 128; ++j) {
+                const int i = tid + 128 * j, m = i >> 3, u = i & 7;
+                dev::cp_async16(st + m * 128 + ((u ^ (m & 7)) << 4), x + int64_t(xrows[m]) * K + kb * 64 + u * 8, 16);
+            }
+#pragma unroll
+            for (int j = 0; j < kRows * 2 / 128; ++j) {
+                const int i = tid + 128 * j;
+                dev::cp_async16(st + kX + (i >> 1) * 32 + (i & 1) * 16, csrc[j] + kb * 32, 16);
+            }
+            dev::mbar_arrive_cp_async(&full[s]);
+        }
+        asm volatile("cp.async.wait_all;\n" ::: "memory");  // nothing in flight when the CTA's smem is reused
+        return;
+    }
+
+    // consumers
+    dev::setmaxnreg_inc<kConsumerRegs>();
+    const int c = wg - 1, lane = tid & 31, wq = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
+    float acc[2][NT / 2];
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int i = 0; i < NT / 2; ++i) acc[m][i] = 0.0f;
+    const uint32_t x_base = dev::smem_addr(smem);
+    auto acquire = [&](int kb, uint32_t (&A)[2][4][4]) {
+        const int s = kb % STAGES;
+        dev::mbar_wait(&full[s], (kb / STAGES) & 1);
+        dev::fence_proxy_async_smem();
+        dequant_block<PK>(smem + s * kStage + kX, scales, sstride, kb, c, wq, g, t, A);
+    };
+    // Block kb from Acur while block kb + 1 is dequantised into Anext (whose block, kb - 1, has
+    // retired by then: wait_group 1 after kb's group is queued).
+    auto step = [&](int kb, uint32_t (&Acur)[2][4][4], uint32_t (&Anext)[2][4][4]) {
+        mma_block<NT>(acc, Acur, x_base + (kb % STAGES) * kStage);
+        dev::wgmma_wait<1>();
+        if (kb >= 1) {
+            __syncwarp();
+            if (lane == 0) dev::mbar_arrive(&empty[(kb - 1) % STAGES]);
+        }
+        if (kb + 1 < nkb) acquire(kb + 1, Anext);
+    };
+    uint32_t A0[2][4][4], A1[2][4][4];
+    dev::mbar_wait(sbar, 0);
+    acquire(0, A0);
+    for (int kb = 0; kb < nkb; kb += 2) {
+        step(kb, A0, A1);
+        if (kb + 1 < nkb) step(kb + 1, A1, A0);
+    }
+    dev::wgmma_wait<0>();
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int i = 0; i < NT / 2; ++i) dev::wgmma_pin(acc[m][i]);
+
+    if constexpr (GATEUP) {
+        static_assert(NT * hs_stride(2) * 2 <= STAGES * kStage, "h tile fits the pipeline's shared memory");
+        __nv_bfloat16* hs = reinterpret_cast<__nv_bfloat16*>(smem);
+        // Every consumer is done with the slots, and the producer's copies all landed before the
+        // last full[] phase completed, so the slots are free.
+        dev::named_barrier_sync(1, 256);
+        gateup_to_smem<NT, 2>(acc, a, p0, live, c, wq, g, t, hs);
+        dev::named_barrier_sync(1, 256);
+        gateup_smem_to_global<2>(hs, a, p0, live, c0, tid - 128, 256);
+    } else {
+        down_to_global<NT>(acc, a, p0, live, c0, c, wq, g, t);
+    }
+}
+
+template <bool GATEUP, bool PK, int NT, int STAGES>
+cudaError_t launch_mode(const MoeExpertArgs& a, cudaStream_t s) {
+    return launch_grouped(moe_wgmma_ws_kernel<GATEUP, PK, NT, STAGES>, a, NT, a.N / (GATEUP ? kRows / 2 : kRows),
+                          kThreads, ws_smem_bytes(NT, STAGES, a.K), s);
+}
+
+// 128-row tiles with each expert's tail of <= 64 rows on a 64-row tile (as moe_wgmma_sm90.cu's
+// mixed rows; the two lists share a.tile_list).
+template <bool GATEUP, bool PK, int STAGES>
+cudaError_t launch_mixed_mode(const MoeExpertArgs& a, cudaStream_t s) {
+    auto* k128 = moe_wgmma_ws_kernel<GATEUP, PK, 128, STAGES>;
+    auto* k64 = moe_wgmma_ws_kernel<GATEUP, PK, 64, STAGES>;
+    const int smem128 = ws_smem_bytes(128, STAGES, a.K), smem64 = ws_smem_bytes(64, STAGES, a.K);
+    cudaError_t err = cudaFuncSetAttribute(k128, cudaFuncAttributeMaxDynamicSharedMemorySize, smem128);
+    if (err == cudaSuccess) err = cudaFuncSetAttribute(k64, cudaFuncAttributeMaxDynamicSharedMemorySize, smem64);
+    if (err != cudaSuccess) return err;
+    const int cap128 = moe_grouped_max_tiles(a.n_rows, a.n_experts, 128);
+    if (cap128 <= 0) return cudaSuccess;
+    MoeExpertArgs b = a;  // the 64-row tails
+    b.tile_list = a.tile_list + cap128;
+    b.n_tiles = a.n_tiles + 1;
+    tile_list_mixed_kernel<<<1, 1024, 0, s>>>(a.expert_count, a.n_experts, a.tile_list, b.tile_list, a.n_tiles);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    const int cols = a.N / (GATEUP ? kRows / 2 : kRows);
+    k128<<<dim3(cols, cap128), kThreads, smem128, s>>>(a);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    k64<<<dim3(cols, std::min(a.n_experts, a.n_rows)), kThreads, smem64, s>>>(b);
+    return cudaGetLastError();
+}
+
+template <bool PK, int STAGES>
+cudaError_t launch_mixed(const MoeExpertArgs& a, cudaStream_t s) {
+    return a.mode == MoeExpertMode::kGateUp ? launch_mixed_mode<true, PK, STAGES>(a, s)
+                                            : launch_mixed_mode<false, PK, STAGES>(a, s);
+}
+template <bool PK, int NT, int STAGES>
+cudaError_t launch(const MoeExpertArgs& a, cudaStream_t s) {
+    return a.mode == MoeExpertMode::kGateUp ? launch_mode<true, PK, NT, STAGES>(a, s)
+                                            : launch_mode<false, PK, NT, STAGES>(a, s);
+}
+
+// Shape fields: 8 computing warps x 2 m16 tiles (256 weight rows), one CTA per SM.
+template <bool PK, int NT, int STAGES>
+constexpr Entry entry() {
+    MoeGroupedShape sh{8, 2, NT, STAGES, 1, PK ? MoeWeightLayout::kPairRotated : MoeWeightLayout::kCheckpoint,
+                       ws_smem_bytes(NT, STAGES, 4096), true};
+    sh.ws = true;
+    return {sh, &launch<PK, NT, STAGES>};
+}
+template <bool PK, int STAGES>
+constexpr Entry entry_mixed() {
+    Entry e = entry<PK, 128, STAGES>();
+    e.shape.mixed = true;
+    e.fn = &launch_mixed<PK, STAGES>;
+    return e;
+}
+
+// Measured (ledger E37, 20-layer proxy prefill, one user): 6 slots beat 4 (4K 192.0 vs 194.8 ms,
+// 16K 879.7 vs 890.4). A 64-row row is not registered: at 128-token steps (a few rows per expert)
+// the warp-specialised 64-row kernel lost to the plain one (37.2 vs 31.2 ms).
+const Entry kTable[] = {entry_mixed<true, 6>(), entry_mixed<true, 4>(), entry_mixed<false, 6>()};
+
+}  // namespace
+
+int moe_wgmma_ws_count() { return int(sizeof(kTable) / sizeof(kTable[0])); }
+MoeGroupedShape moe_wgmma_ws_shape(int i) { return kTable[i].shape; }
+int moe_wgmma_ws_smem_bytes(int i, int K) {
+    const MoeGroupedShape s = kTable[i].shape;
+    return ws_smem_bytes(s.mt, s.stages, K);
+}
+cudaError_t moe_wgmma_ws_run(const MoeExpertArgs& a, int i, cudaStream_t stream) {
+    if (i < 0 || i >= moe_wgmma_ws_count() || kTable[i].shape.layout != a.layout || !a.x_kperm) return cudaErrorInvalidValue;
+    return kTable[i].fn(a, stream);
+}
+
+}  // namespace dsv4::cuda::sm90
