@@ -248,9 +248,8 @@ __global__ void x_kperm_kernel(const float* x, int64_t n_pairs, __nv_bfloat16* o
 }  // namespace
 
 // The warp-specialised rows first, so that the first legal row of a wanted 128-row tile is
-// moe_wgmma_pk_t128_s6_ws_mix (ledger E37: 4K prefill 203.2 -> 192.0 ms), then the plain ones (the
-// 64-row tiles stay on the plain kernel: its warp-specialised form was slower at 128-token steps,
-// 37.2 vs 31.2 ms).
+// moe_wgmma_pk_t128_s6_ws_mix (ledger E37: 4K prefill 202.5 -> 187.3 ms), then the plain ones
+// (64-row tiles stay on the plain kernel).
 constexpr int kPlain = int(sizeof(kTable) / sizeof(kTable[0]));
 int moe_wgmma_count() { return moe_wgmma_ws_count() + kPlain; }
 MoeGroupedShape moe_wgmma_shape(int i) {

@@ -2,10 +2,11 @@
 // rows and epilogues of moe_wgmma_sm90.cu (moe_wgmma_common.cuh), with the loads taken off the
 // computing warps and the CTA-wide barrier of every k block replaced by shared-memory barriers.
 //
-// Why: in the plain form (ncu, 4K-token prefill, ledger E37) the tensor pipe is busy 44% of the
+// Why: in the plain form (ncu, 4K-token prefill, ledger E37) the tensor pipe is busy 43% of the
 //   time with 2 warps per scheduler and 0.35 eligible: every k block each warp issues its share of
 //   the cp.async copies, waits for them, then meets the other warpgroup at __syncthreads before it
-//   may dequantise the next block, so one slow warp stalls all eight.
+//   may dequantise the next block, so one slow warp stalls all eight. This form: 59% (gate-up 3.48
+//   -> 2.51 ms at ncu's clocks).
 // CTA: three warpgroups (384 threads). Warpgroup 0, the producer, gives registers back
 //   (setmaxnreg 56) and fills a STAGES-deep ring of slots with cp.async, each thread signalling
 //   slot s's mbarrier full[s] when its copies have landed (cp.async.mbarrier.arrive.noinc, 128
@@ -81,9 +82,20 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_ws_kernel(MoeExpertArgs
             }
             dev::mbar_arrive_cp_async(sbar);
         }
-        const uint8_t* csrc[kRows * 2 / 128];  // the thread's code units (16 B of a row), block 0
+        // Each thread copies the same units at every block, so their offsets live in registers: x
+        // unit u = tid & 7 of rows (tid >> 3) + 16 j (one swizzle for all of them: 16 j keeps m & 7),
+        // code unit tid & 1 of rows (tid >> 1) + 64 j. (ncu, E37: recomputing them per copy from a
+        // generic load of xrows made the producer the bottleneck, the consumers waiting on full[].)
+        constexpr int XJ = NT / 16, CJ = kRows * 2 / 128;
+        const int xm0 = tid >> 3, xu = tid & 7;
+        uint32_t xoff[XJ];  // elements: < 2^32 (rows x K)
 #pragma unroll
-        for (int j = 0; j < kRows * 2 / 128; ++j) {
+        for (int j = 0; j < XJ; ++j) xoff[j] = uint32_t(xrows[xm0 + 16 * j]) * uint32_t(K) + xu * 8;
+        const int xdst = xm0 * 128 + ((xu ^ (xm0 & 7)) << 4);
+        const int cdst = kX + (tid >> 1) * 32 + (tid & 1) * 16;
+        const uint8_t* csrc[CJ];
+#pragma unroll
+        for (int j = 0; j < CJ; ++j) {
             const int i = tid + 128 * j;
             const uint8_t *W, *Sc;
             const int64_t row = weight_row<GATEUP>(a, e, c0, i >> 1, W, Sc);  // sets W: sequenced before its use
@@ -93,16 +105,11 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_ws_kernel(MoeExpertArgs
             const int s = kb % STAGES;
             if (kb >= STAGES) dev::mbar_wait(&empty[s], (kb / STAGES - 1) & 1);
             unsigned char* st = smem + s * kStage;
+            const __nv_bfloat16* xk = x + kb * 64;
 #pragma unroll
-            for (int j = 0; j < NT * 8 / 128; ++j) {
-                const int i = tid + 128 * j, m = i >> 3, u = i & 7;
-                dev::cp_async16(st + m * 128 + ((u ^ (m & 7)) << 4), x + int64_t(xrows[m]) * K + kb * 64 + u * 8, 16);
-            }
+            for (int j = 0; j < XJ; ++j) dev::cp_async16(st + xdst + 2048 * j, xk + xoff[j], 16);
 #pragma unroll
-            for (int j = 0; j < kRows * 2 / 128; ++j) {
-                const int i = tid + 128 * j;
-                dev::cp_async16(st + kX + (i >> 1) * 32 + (i & 1) * 16, csrc[j] + kb * 32, 16);
-            }
+            for (int j = 0; j < CJ; ++j) dev::cp_async16(st + cdst + 2048 * j, csrc[j] + kb * 32, 16);
             dev::mbar_arrive_cp_async(&full[s]);
         }
         asm volatile("cp.async.wait_all;\n" ::: "memory");  // nothing in flight when the CTA's smem is reused
@@ -219,9 +226,10 @@ constexpr Entry entry_mixed() {
     return e;
 }
 
-// Measured (ledger E37, 20-layer proxy prefill, one user): 6 slots beat 4 (4K 192.0 vs 194.8 ms,
-// 16K 879.7 vs 890.4). A 64-row row is not registered: at 128-token steps (a few rows per expert)
-// the warp-specialised 64-row kernel lost to the plain one (37.2 vs 31.2 ms).
+// Measured (ledger E37, 20-layer proxy prefill, one user, with the producer's offsets in registers):
+// 4K 187.3 vs 202.5 ms for the plain mixed row, 16K 866.6 vs 920.2 ms; 6 slots beat 4 (before that
+// fix: 4K 192.0 vs 194.8 ms). No 64-row row yet: 64-row tiles (<= 64 rows per expert) stay on the
+// plain kernel until the two are compared at those shapes.
 const Entry kTable[] = {entry_mixed<true, 6>(), entry_mixed<true, 4>(), entry_mixed<false, 6>()};
 
 }  // namespace
