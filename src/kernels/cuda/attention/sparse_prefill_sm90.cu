@@ -101,7 +101,7 @@ __device__ __forceinline__ void store_share(const RawShare& s, unsigned char* ti
 
 __global__ void __launch_bounds__(kThreads, 1) sparse_prefill_kernel(Args p) {
     extern __shared__ unsigned char smem_raw[];
-    unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    unsigned char* smem = dev::align_smem_1024(smem_raw);
     unsigned char* qs = smem;
     unsigned char* tiles = qs + kQBytes;  // [2] bf16 tiles
     unsigned char* ps = tiles + 2 * kTileBytes;

@@ -17,6 +17,14 @@ __device__ __forceinline__ uint32_t smem_addr(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
+// The first 1,024-byte aligned byte of a dynamic shared-memory array (swizzled wgmma tiles need the
+// alignment), derived from the array by pointer arithmetic so that the compiler still knows it points
+// to shared memory: rounding through an integer turns every later access into a generic load or store
+// (ncu, ledger E37: the dequantising loads of the expert GEMM were LD, not LDS).
+__device__ __forceinline__ unsigned char* align_smem_1024(unsigned char* p) {
+    return p + ((1024u - (smem_addr(p) & 1023u)) & 1023u);
+}
+
 // 16-byte async copy; src_bytes 0 zero-fills the destination (masked rows).
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),

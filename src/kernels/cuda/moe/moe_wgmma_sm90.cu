@@ -45,7 +45,7 @@ __global__ void __launch_bounds__(128 * WG, WG == 1 ? 2 : 1) moe_wgmma_kernel(Mo
     constexpr int kRows = S::kRows, kThreads = S::kThreads;
     constexpr int NACC = NT / 2;
     extern __shared__ unsigned char smem_raw[];
-    unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    unsigned char* smem = dev::align_smem_1024(smem_raw);
     const int tile = blockIdx.y;
     if (tile >= *a.n_tiles) return;
     const int32_t entry = a.tile_list[tile];

@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_ws_kernel(MoeExpertArgs
     static_assert(STAGES >= 2, "the producer fills one slot while the consumers read another");
     constexpr int kStage = stage_bytes(NT, 2), kX = NT * 128;
     extern __shared__ unsigned char smem_raw[];
-    unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+    unsigned char* smem = dev::align_smem_1024(smem_raw);
     const int tile = blockIdx.y;
     if (tile >= *a.n_tiles) return;
     const int32_t entry = a.tile_list[tile];
