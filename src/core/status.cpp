@@ -14,6 +14,7 @@ const char* status_code_name(StatusCode code) {
         case StatusCode::kUnimplemented: return "UNIMPLEMENTED";
         case StatusCode::kInternal: return "INTERNAL";
         case StatusCode::kUnavailable: return "UNAVAILABLE";
+        case StatusCode::kDeviceLost: return "DEVICE_LOST";
     }
     return "UNKNOWN";
 }

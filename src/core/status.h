@@ -22,6 +22,9 @@ enum class StatusCode {
     kUnimplemented,
     kInternal,
     kUnavailable,
+    // The device is in a state no later call can recover from (a sticky CUDA error: illegal
+    // address, launch failure, ...): every request on it fails and the process must restart.
+    kDeviceLost,
 };
 
 const char* status_code_name(StatusCode code);

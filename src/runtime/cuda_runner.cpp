@@ -30,10 +30,10 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
     int dev = 0;
     DSV4_CU(cudaGetDevice(&dev));
     DSV4_CU(cudaDeviceGetAttribute(&n_sms_, cudaDevAttrMultiProcessorCount, dev));
-    if (source) {
-        DSV4_ASSIGN_OR_RETURN(w_, source(arena_));
-    } else {
-        DSV4_ASSIGN_OR_RETURN(w_, upload_weights(*model_, ckpt, arena_, ep_first_, ep_count_));
+    {
+        auto w = source ? source(arena_) : upload_weights(*model_, ckpt, arena_, ep_first_, ep_count_);
+        if (!w.is_ok()) return w.status().with_context("the weights");
+        w_ = std::move(w).value();
     }
 
     DSV4_RETURN_IF_ERROR(apply_kernel_choices());
@@ -73,11 +73,15 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
     ws_.max_rows = min_ratio > 0 ? opt_.max_context / min_ratio + 1 : 1;
     const size_t splits = size_t(variant_->max_splits), topk = size_t(std::max(cfg_.index_topk, 1));
     auto F = [&](float*& p, size_t cnt) -> Status {
-        DSV4_ASSIGN_OR_RETURN(p, arena_.alloc_n<float>(cnt));
+        auto r = arena_.alloc_n<float>(cnt);
+        if (!r.is_ok()) return r.status().with_context("the step workspaces");
+        p = *r;
         return Status::ok();
     };
     auto Ii = [&](int32_t*& p, size_t cnt) -> Status {
-        DSV4_ASSIGN_OR_RETURN(p, arena_.alloc_n<int32_t>(cnt));
+        auto r = arena_.alloc_n<int32_t>(cnt);
+        if (!r.is_ok()) return r.status().with_context("the step workspaces");
+        p = *r;
         return Status::ok();
     };
     DSV4_RETURN_IF_ERROR(F(ws_.X, Tm * n * d));
@@ -212,7 +216,17 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
     const size_t stage_words = batched_ ? size_t(opt_.max_tokens) * size_t(layout_.row_words_main) : 0;
     if (opt_.n_pages <= 0) DSV4_RETURN_IF_ERROR(size_pool_from_memory(stage_words * sizeof(float)));
     const size_t page_words = size_t(opt_.n_pages) * size_t(layout_.page_elems);
-    DSV4_ASSIGN_OR_RETURN(pool_.base, arena_.alloc_n<float>(page_words + stage_words));
+    {
+        // The pool is allocated once, here: nothing grows it later, so this is the one place its
+        // size can fail (an --n-pages larger than the memory left says so, with the bytes).
+        auto pool = arena_.alloc_n<float>(page_words + stage_words);
+        if (!pool.is_ok())
+            return pool.status().with_context(fmt::format(
+                "the KV/state page pool ({} pages of {} bytes{}; lower --n-pages, or 0 to size it from memory)",
+                opt_.n_pages, layout_.page_bytes,
+                stage_words ? fmt::format(" + {} bytes of prefill staging", stage_words * sizeof(float)) : std::string()));
+        pool_.base = *pool;
+    }
     ws_.stage_word = int64_t(page_words);
     DSV4_CU(cudaDeviceSynchronize());
     if (opt_.verbose) {

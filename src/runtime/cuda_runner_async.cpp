@@ -114,10 +114,24 @@ Status CudaRunner::queue_outputs(const ForwardBatch& batch, bool honour_sample, 
     return Status::ok();
 }
 
+Status CudaRunner::launch_step(const ForwardBatch& batch, bool honour_sample) {
+    if (!lost_.is_ok()) return lost_;  // a poisoned context: nothing queued now could run
+    return remember_loss(queue_step(batch, honour_sample));
+}
+
+Status CudaRunner::collect(StepOutput& out) {
+    if (!lost_.is_ok()) {
+        // The engine still collects what it launched (its bookkeeping); each answer is the loss.
+        if (!inflight_.empty()) inflight_.pop_front();
+        return lost_;
+    }
+    return remember_loss(collect_step(out));
+}
+
 // Order on the stream: plan upload, pending tokens, step, argmax (reads the raw rows), kFull
 // sampling (modifies rows in place and restores them), kFull ids into sampled_, output copies,
 // event. Nothing here waits for the device, so the host goes on while the step runs.
-Status CudaRunner::launch_step(const ForwardBatch& batch, bool honour_sample) {
+Status CudaRunner::queue_step(const ForwardBatch& batch, bool honour_sample) {
     if (inflight_.size() >= 2) return error(StatusCode::kFailedPrecondition, "two steps launched and not collected");
     if (batch.seqs.empty() && batch.page_copies.empty()) return invalid_argument("an empty step");
     for (const PageCopy& pc : batch.page_copies)
@@ -132,6 +146,13 @@ Status CudaRunner::launch_step(const ForwardBatch& batch, bool honour_sample) {
     std::vector<cuda::SampleRowArgs> full;
     std::vector<cuda::SamplePenaltyToken> toks;
     DSV4_RETURN_IF_ERROR(queue_outputs(batch, honour_sample, hp, slot, full, toks));
+    // The kFull sampler's weights on first use, before any of the step is queued: running out of
+    // memory here then fails this step's requests and leaves no half-queued step behind.
+    if (!full.empty() && !sample_w_) {
+        auto w = arena_.alloc_n<float>(size_t(opt_.max_seqs) * size_t(cfg_.vocab_size));
+        if (!w.is_ok()) return w.status().with_context("the device sampler's weights");
+        sample_w_ = *w;
+    }
     DSV4_RETURN_IF_ERROR(upload_plan_async(hp, full, toks, batch.page_copies, slot));
     DSV4_RETURN_IF_ERROR(run_page_copies(batch.page_copies));
     if (batch.seqs.empty()) {  // copies only: nothing sampled, the previous step's ids stay the pending source
@@ -141,6 +162,10 @@ Status CudaRunner::launch_step(const ForwardBatch& batch, bool honour_sample) {
         return Status::ok();
     }
     DSV4_CU(cuda::fill_pending_tokens(ws_.tokens, pend_dst_, pend_src_, int(hp.pend_dst.size()), sampled_, stream_));
+    // Test hook: this step faults on the device as a broken kernel would; collect() meets the error.
+    ++steps_launched_;
+    if (opt_.rt.fault_inject_step > 0 && steps_launched_ == opt_.rt.fault_inject_step)
+        DSV4_CU(cuda::inject_device_fault(stream_));
     if (decode) {
         DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, decode_graph(hp.B));
         DSV4_CU(cudaGraphLaunch(ge, stream_));
@@ -152,9 +177,6 @@ Status CudaRunner::launch_step(const ForwardBatch& batch, bool honour_sample) {
                             slot.dev_mode.end();
     if (any_greedy) DSV4_CU(cuda::argmax_rows(ws_.logits, hp.R, int64_t(V), sampled_, stream_));
     if (!full.empty()) {
-        if (!sample_w_) {
-            DSV4_ASSIGN_OR_RETURN(sample_w_, arena_.alloc_n<float>(size_t(opt_.max_seqs) * V));
-        }
         const auto* args = static_cast<const cuda::SampleRowArgs*>(sample_args_.p);
         DSV4_CU(cuda::sample_rows(ws_.logits, int64_t(V), args, int(full.size()),
                                   static_cast<const cuda::SamplePenaltyToken*>(sample_toks_.p), sample_w_,
@@ -212,7 +234,7 @@ Status CudaRunner::run_page_copies(const std::vector<PageCopy>& copies) {
     return Status::ok();
 }
 
-Status CudaRunner::collect(StepOutput& out) {
+Status CudaRunner::collect_step(StepOutput& out) {
     if (inflight_.empty()) return error(StatusCode::kFailedPrecondition, "collect() without a launched step");
     StepSlot& slot = slots_[inflight_.front()];
     inflight_.pop_front();

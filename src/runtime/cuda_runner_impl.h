@@ -24,6 +24,7 @@
 #include "kernels/cuda/gemm/kernel_params.h"
 #include "kernels/cuda/moe/moe.h"
 #include "kernels/cuda/ops/fast_path.h"
+#include "kernels/cuda/ops/fault_inject.h"
 #include "kernels/cuda/ops/attn_variants.h"
 #include "kernels/cuda/ops/ops.h"
 #include "kernels/cuda/ops/prefill_gemm.h"
@@ -36,15 +37,14 @@
 #include "runtime/cuda_bench_runner.h"
 #include "runtime/op_profile.h"
 #include "runtime/checkpoint_loader.h"
+#include "runtime/cuda_status.h"
 #include "runtime/cuda_weights.h"
 
 namespace dsv4::cuda_runner_detail {
 
 
-inline Status cuda_ok(cudaError_t e, const char* what) {
-    if (e == cudaSuccess) return Status::ok();
-    return error(StatusCode::kInternal, "CUDA error in {}: {}", what, cudaGetErrorString(e));
-}
+// A sticky error comes back as kDeviceLost (runtime/cuda_status.h), which the runner keeps (lost_).
+inline Status cuda_ok(cudaError_t e, const char* what) { return cuda_error_status(e, what); }
 #define DSV4_CU(expr) DSV4_RETURN_IF_ERROR(cuda_ok((expr), #expr))
 
 // Activation and plan buffers, sized once from the options (fixed addresses: graphs replay them).
@@ -164,7 +164,8 @@ public:
     }
     Status forward_sampled(const ForwardBatch& batch, StepOutput& out) override;
     // Asynchronous: launch() queues the plan upload, the step, the sampling and the output copies
-    // on the runner's stream and returns; collect() waits for the oldest step's event.
+    // on the runner's stream and returns; collect() waits for the oldest step's event. After a
+    // sticky CUDA error (kDeviceLost) both return that error at once, without calling CUDA again.
     Status launch(const ForwardBatch& batch) override { return launch_step(batch, true); }
     Status collect(StepOutput& out) override;
     bool launch_is_async() const override { return true; }
@@ -193,7 +194,15 @@ public:
 private:
     // Queues one step in the next StepSlot; honour_sample: device-sampled rows come back as ids
     // (kGreedy: cuda::argmax_rows; kFull: cuda::sample_rows), else every want_logits row as logits.
+    // launch_step / collect guard queue_step / collect_step with lost_.
     Status launch_step(const ForwardBatch& batch, bool honour_sample);
+    Status queue_step(const ForwardBatch& batch, bool honour_sample);
+    Status collect_step(StepOutput& out);
+    // Keeps the first kDeviceLost: the context is poisoned and every later call would fail anyway.
+    Status remember_loss(Status s) {
+        if (s.code() == StatusCode::kDeviceLost && lost_.is_ok()) lost_ = s;
+        return s;
+    }
     // Rows, sampling arguments and output copies of a launched step (ws_.logits rows, batch order).
     Status queue_outputs(const ForwardBatch& batch, bool honour_sample, const HostPlan& hp, StepSlot& slot,
                          std::vector<cuda::SampleRowArgs>& full, std::vector<cuda::SamplePenaltyToken>& toks);
@@ -311,7 +320,7 @@ private:
             if (p) cudaFree(p);
             p = nullptr;
             cap = 0;
-            DSV4_CU(cudaMalloc(&p, bytes));
+            DSV4_ASSIGN_OR_RETURN(p, cuda_malloc(bytes, "a step's sampling / page-copy arguments"));
             cap = bytes;
             return Status::ok();
         }
@@ -320,6 +329,8 @@ private:
     GrowBuf copy_pairs_;  // the step's PageCopy pairs
     std::map<int, cudaGraphExec_t> head_graphs_;  // bench: non-layer work alone, per bucket
     OpProfile* prof_ = nullptr;                   // bench: op marks while capturing a profiled step
+    Status lost_;                                 // the first sticky CUDA error (kDeviceLost); ok while healthy
+    int64_t steps_launched_ = 0;                  // steps with a sequence so far (RuntimeOptions::fault_inject_step)
     int ep_first_ = 0, ep_count_ = 0;             // [ep2] local routed experts (count 0: all, no EP)
     std::optional<dist::ExpertPartition> ep_;     // [ep2] set when ep_size > 1
     void mark(const char* label) {

@@ -8,14 +8,12 @@
 
 #include "kernels/cuda/ops/fast_path.h"
 #include "model/checkpoint.h"
+#include "runtime/cuda_status.h"
 
 namespace dsv4 {
 
 namespace {
-Status cuda_status(cudaError_t e, const char* what) {
-    if (e == cudaSuccess) return Status::ok();
-    return error(StatusCode::kInternal, "CUDA error in {}: {}", what, cudaGetErrorString(e));
-}
+Status cuda_status(cudaError_t e, const char* what) { return cuda_error_status(e, what); }
 
 // A matrix in host memory, in the format it will have on the device.
 struct HostMat {
@@ -159,8 +157,7 @@ DeviceArena::~DeviceArena() {
 }
 
 Result<void*> DeviceArena::alloc(size_t bytes) {
-    void* p = nullptr;
-    DSV4_RETURN_IF_ERROR(cuda_status(cudaMalloc(&p, bytes ? bytes : 1), "cudaMalloc"));
+    DSV4_ASSIGN_OR_RETURN(void* p, cuda_malloc(bytes, "a device allocation"));
     ptrs_.push_back(p);
     bytes_ += bytes;
     return p;

@@ -26,6 +26,8 @@ public:
     DeviceArena(const DeviceArena&) = delete;
     DeviceArena& operator=(const DeviceArena&) = delete;
     ~DeviceArena();
+    // Errors: kResourceExhausted naming the bytes asked and the bytes free (runtime/cuda_status.h,
+    // cuda_malloc); callers add what the memory was for (Status::with_context).
     Result<void*> alloc(size_t bytes);
     Result<void*> upload(const void* host, size_t bytes);
     template <class T>

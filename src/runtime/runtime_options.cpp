@@ -123,6 +123,9 @@ const std::vector<OptionDef>& option_defs() {
          DSV4_COUNT_OPTION(decode_gemm_min_tokens)},
         {{"op_profile", "DSV4_OP_PROFILE", "proxy-bench: per-op table of the captured step after each point"},
          DSV4_BOOL_OPTION(op_profile)},
+        {{"fault_inject_step", nullptr,
+          "test hook: the N-th step launched fails with a sticky device error (0: off; --option only)"},
+         DSV4_COUNT_OPTION(fault_inject_step)},
     };
     return defs;
 }
@@ -187,6 +190,7 @@ Status apply_runtime_env(RuntimeOptions& o, OptionOrigins* origins,
                          const std::function<const char*(const char*)>& lookup) {
     const auto& defs = option_defs();
     for (size_t i = 0; i < defs.size(); ++i) {
+        if (!defs[i].info.env) continue;  // --option only
         const char* v = lookup(defs[i].info.env);
         if (!v || !*v) continue;
         const Status s = defs[i].set(o, defs[i].info.key, v);

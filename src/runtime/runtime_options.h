@@ -69,6 +69,12 @@ struct RuntimeOptions {
     int decode_gemm_min_tokens = 512;
     // proxy-bench: after timing a point, the per-op table of the captured step (runtime/op_profile.h).
     bool op_profile = false;
+    // Test hook (issue 21): > 0 makes the N-th step the runner launches (1 = the first; steps with at
+    // least one sequence) fail with a real sticky device error (cuda::inject_device_fault: an illegal
+    // address), as a faulty kernel would; the fake model of `dsv4 serve` returns its stand-in
+    // (StatusCode::kDeviceLost). 0: off. Command line only (no variable): a variable left set in a
+    // deployment would bring every replica down.
+    int fault_inject_step = 0;
 };
 
 enum class OptionSource { kDefault, kTuningFile, kEnvironment, kCommandLine };
@@ -77,7 +83,7 @@ const char* option_source_name(OptionSource s);
 // One row of the option table: key, the environment variable that sets it, what it means.
 struct OptionInfo {
     const char* key;
-    const char* env;
+    const char* env;  // nullptr: `--option` only
     const char* help;
 };
 const std::vector<OptionInfo>& runtime_option_infos();

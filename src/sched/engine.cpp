@@ -6,6 +6,14 @@
 #include <utility>
 
 namespace dsv4 {
+namespace {
+
+Status refused_after(const Status& fatal) {
+    return error(StatusCode::kUnavailable, "the engine stopped after a device error (the server must be restarted): {}",
+                 fatal.message());
+}
+
+}  // namespace
 
 Engine::Engine(std::unique_ptr<ModelRunner> runner, EngineConfig cfg)
     : runner_(std::move(runner)), cfg_(cfg), core_(*runner_, cfg_, stats_) {}
@@ -56,11 +64,42 @@ uint64_t Engine::next_request_id() {
     return next_id_++;
 }
 
+Status Engine::fatal_error() const {
+    std::lock_guard lk(mu_);
+    return fatal_;
+}
+
+void Engine::on_fatal(std::function<void(const Status&)> fn) {
+    Status already;
+    {
+        std::lock_guard lk(mu_);
+        on_fatal_ = fn;
+        already = fatal_;
+    }
+    if (fn && !already.is_ok()) fn(already);
+}
+
+void Engine::note_fatal() {
+    std::function<void(const Status&)> fn;
+    Status s = core_.fatal();
+    {
+        std::lock_guard lk(mu_);
+        if (failed_.load()) return;
+        fatal_ = s;
+        failed_ = true;
+        fn = on_fatal_;
+    }
+    if (fn) fn(s);  // the owner logs it (dsv4 serve: one line, then exit)
+}
+
 Status Engine::submit(GenRequest req) {
+    // A failed engine answers 503 before anything else: the request is not at fault.
+    if (failed_.load()) return refused_after(fatal_error());
     DSV4_RETURN_IF_ERROR(core_.validate(req));
     {
         std::lock_guard lk(mu_);
         if (stopping_) return error(StatusCode::kUnavailable, "the server is shutting down");
+        if (failed_.load()) return refused_after(fatal_);
         const int64_t queued = int64_t(inbox_.size()) + stats_.waiting_requests.load();
         if (queued >= cfg_.max_queued) {
             ++stats_.requests_rejected_total;
@@ -125,7 +164,8 @@ void Engine::loop() {
             // A step that neither launched nor collected anything should not happen (admission
             // guarantees progress); never spin on it.
             const StepStats st = core_.step();
-            if (st.n_seqs == 0 && st.n_collected == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            if (!core_.fatal().is_ok()) note_fatal();
+            else if (st.n_seqs == 0 && st.n_collected == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
         } else {
             core_.publish_stats();
         }

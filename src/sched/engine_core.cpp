@@ -90,6 +90,9 @@ Status EngineCore::validate(const GenRequest& req) const {
 }
 
 Status EngineCore::add(GenRequest req) {
+    if (!fatal_.is_ok())
+        return error(StatusCode::kUnavailable, "the engine stopped after a device error (the server must be restarted): {}",
+                     fatal_.message());
     DSV4_RETURN_IF_ERROR(validate(req));
     const uint64_t seed = req.params.seed ? *req.params.seed : seed_base_ + n_seeded_++;
     for (int c = 0; c < req.n; ++c) {
@@ -242,6 +245,7 @@ void EngineCore::launch_plan(StepPlan plan, StepStats& st) {
         // done either, so no snapshot can be trusted.
         sched_.drop_snapshots();
         for (const auto& c : plan.chunks) fail(c.seq, "model step failed: " + ls.message());
+        on_step_error(ls);
         return;
     }
     sched_.commit(plan);
@@ -291,6 +295,7 @@ void EngineCore::collect_oldest(StepStats& st) {
         // The step's state is unknown now: fail exactly the sequences that were in it (and are left).
         for (size_t i = 0; i < f.plan.chunks.size(); ++i)
             if (alive(i)) fail(f.plan.chunks[i].seq, "model step failed: " + fs.message());
+        on_step_error(fs);
         return;
     }
 
@@ -365,6 +370,16 @@ void EngineCore::collect_oldest(StepStats& st) {
     st.sample_us += us_since(t2);
 }
 
+void EngineCore::on_step_error(const Status& s) {
+    if (s.code() != StatusCode::kDeviceLost || !fatal_.is_ok()) return;
+    // A sticky device error poisons the context: no later step can run, so nothing may wait for
+    // one. Steps still in flight are collected (a lost runner answers at once) and every sequence
+    // left, running or queued, ends with an error now instead of hanging.
+    fatal_ = s;
+    stats_.engine_failed = 1;
+    abort_all(fmt::format("the server must be restarted after a device error: {}", s.message()));
+}
+
 void EngineCore::drain_inflight() {
     while (!inflight_.empty()) {
         StepOutput out;
@@ -375,6 +390,7 @@ void EngineCore::drain_inflight() {
 
 StepStats EngineCore::step() {
     StepStats st;
+    if (!fatal_.is_ok()) return st;
     const auto t0 = Clock::now();
     StepPlan plan = sched_.schedule();
     stats_.preemptions_total += plan.n_preempted;

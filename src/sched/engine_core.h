@@ -73,6 +73,7 @@ public:
 
     // Checks a request against the model and the pool; safe to call from any thread.
     Status validate(const GenRequest& req) const;
+    // Queues the request's choices. Errors: those of validate(); kUnavailable once fatal().
     Status add(GenRequest req);
     void abort(uint64_t request_id);
     void abort_all(const std::string& why);
@@ -80,8 +81,13 @@ public:
     void flush_prefix_cache();
     // Schedules and launches one step; collects the previous one (overlap) or this one (else).
     StepStats step();
-    bool has_work() const { return sched_.has_work() || !inflight_.empty(); }
+    bool has_work() const { return fatal_.is_ok() && (sched_.has_work() || !inflight_.empty()); }
     bool overlapping() const { return overlap_; }
+    // Non-ok (kDeviceLost) once the runner reported an unrecoverable device error: the failed step's
+    // sequences got "model step failed: ..." and every other running, waiting or in-flight one an
+    // error naming the fault; add() refuses new requests and step() does nothing. For good: the
+    // device context cannot be reused, so the process must restart (issue 21).
+    const Status& fatal() const { return fatal_; }
     void publish_stats();
 
     int64_t max_context() const { return max_context_; }
@@ -106,6 +112,8 @@ private:
     void drain_inflight();
     void finish(Sequence* seq, FinishReason why, SeqEvent ev);
     void fail(Sequence* seq, const std::string& why);
+    // A step's error: kDeviceLost makes the engine fail for good (fatal()), anything else only the step.
+    void on_step_error(const Status& s);
 
     ModelRunner& runner_;
     EngineConfig cfg_;
@@ -118,6 +126,7 @@ private:
     uint64_t n_seeded_ = 0;
     bool overlap_ = false;
     std::deque<InFlight> inflight_;
+    Status fatal_;
 };
 
 }  // namespace dsv4

@@ -78,6 +78,8 @@ struct EngineStats {
     // inbox pass, or a submit that found the engine idle (so an idle period is not a stall). With
     // requests pending and this far in the past, the engine is stalled (GET /health answers 503).
     std::atomic<int64_t> progress_us{0};
+    // 1 once the engine failed for good (EngineCore::fatal: the device was lost); /health answers 503.
+    std::atomic<int64_t> engine_failed{0};
 
     Histogram ttft_s{{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}};
     Histogram tpot_s{{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5}};

@@ -69,6 +69,13 @@ void FakeRunner::fill_logits(const std::vector<int32_t>& h, std::vector<float>& 
 
 Status FakeRunner::forward(const ForwardBatch& batch, std::vector<std::vector<float>>& logits) {
     const int64_t pt = opt_.page_tokens;
+    // Like a sticky CUDA error, the fault poisons every later step too.
+    if (!batch.seqs.empty()) ++steps_;
+    if (opt_.fault_inject_step > 0 && steps_ >= opt_.fault_inject_step)
+        return error(StatusCode::kDeviceLost,
+                     "injected device fault at step {} (option fault_inject_step; the fake model's stand-in for a "
+                     "sticky CUDA error)",
+                     opt_.fault_inject_step);
     for (const PageCopy& pc : batch.page_copies) {
         if (pc.src < 0 || pc.src >= opt_.n_pages || pc.dst < 0 || pc.dst >= opt_.n_pages)
             return error(StatusCode::kOutOfRange, "page copy {} -> {} outside the pool", pc.src, pc.dst);

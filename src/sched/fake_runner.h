@@ -28,6 +28,9 @@ struct FakeRunnerOptions {
     int64_t max_positions = INT64_MAX;  // a runner's own per-sequence limit (as the CUDA runner's max_context)
     int64_t step_delay_us = 0;       // added to every forward (slow decode)
     int64_t token_delay_us = 0;      // added per token in the batch (slow prefill)
+    // > 0: the N-th step with at least one sequence (1 = the first) and every later one fail with
+    // StatusCode::kDeviceLost, the stand-in for a sticky CUDA error (RuntimeOptions::fault_inject_step).
+    int64_t fault_inject_step = 0;
     struct Rule {
         std::vector<int32_t> trigger;  // empty: always matches
         std::vector<int32_t> output;   // followed by EOS
@@ -54,6 +57,7 @@ private:
     ModelConfig cfg_;
     KvLayout layout_;
     std::vector<std::vector<int32_t>> pages_;  // [n_pages][page_tokens]; -1 = unwritten
+    int64_t steps_ = 0;                        // steps with a sequence so far (fault_inject_step)
 };
 
 }  // namespace dsv4

@@ -157,7 +157,20 @@ bool App::authorized(const HttpRequest& req) const {
     return diff == 0;
 }
 
+// Liveness: 503 "failed" once the engine failed for good (a lost GPU: the process is about to exit
+// and must be restarted), 503 "draining" after SIGTERM, 503 "stalled" when requests wait and the
+// engine made no progress for health_stall_s; else 200.
 void App::health(ResponseWriter& w) {
+    if (engine_.failed()) {
+        count_status(503);
+        w.send(503, "application/json", json{{"status", "failed"}, {"reason", engine_.fatal_error().message()}}.dump());
+        return;
+    }
+    if (draining_) {
+        count_status(503);
+        w.send(503, "application/json", R"({"status":"draining"})");
+        return;
+    }
     const EngineStats& es = engine_.stats();
     const int64_t pending = es.running_requests.load() + es.waiting_requests.load();
     const double idle_s = double(steady_now_us() - es.progress_us.load()) / 1e6;
@@ -173,15 +186,16 @@ void App::health(ResponseWriter& w) {
 
 // Readiness (GET /ready), apart from liveness (/health): 503 while draining or while the waiting
 // queue is full (a new request would get 429), so a load balancer routes elsewhere without the
-// process being restarted; 200 otherwise.
+// process being restarted; 503 "failed" (with the error) once the engine failed for good; 200 otherwise.
 void App::ready(ResponseWriter& w) {
     const int64_t waiting = engine_.stats().waiting_requests.load();
     const int64_t cap = engine_.config().max_queued;
-    const char* why = draining_ ? "draining" : waiting >= cap ? "queue full" : nullptr;
+    const char* why = engine_.failed() ? "failed" : draining_ ? "draining" : waiting >= cap ? "queue full" : nullptr;
     if (why) {
+        json body{{"status", "not ready"}, {"reason", why}, {"waiting_requests", waiting}};
+        if (engine_.failed()) body["error"] = engine_.fatal_error().message();
         count_status(503);
-        w.send(503, "application/json", json{{"status", "not ready"}, {"reason", why}, {"waiting_requests", waiting}}.dump(),
-               {{"Retry-After", "1"}});
+        w.send(503, "application/json", body.dump(), {{"Retry-After", "1"}});
         return;
     }
     count_status(200);
@@ -249,19 +263,16 @@ void App::handle(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& 
         ready(*w);
         return;
     }
-    if (draining_ && (path == "/health" || (post && path != "/detokenize"))) {
-        if (path == "/health") {
-            count_status(503);
-            w->send(503, "application/json", R"({"status":"draining"})");
-            return;
-        }
+    if (path == "/health" && get) {
+        health(*w);
+        return;
+    }
+    if (draining_ && post && path != "/detokenize") {
         send_error(*w, ApiError{503, "the server is shutting down", "server_error", {}, "shutting_down"},
                    {{"Retry-After", "1"}});
         return;
     }
-    if (path == "/health" && get) {
-        health(*w);
-    } else if (path == "/tokenize" && post) {
+    if (path == "/tokenize" && post) {
         tokenize(req, *w);
     } else if (path == "/detokenize" && post) {
         detokenize(req, *w);

@@ -15,6 +15,7 @@
 #include <cerrno>
 
 #include <deque>
+#include <mutex>
 #include <optional>
 #include <thread>
 #include <vector>
@@ -338,6 +339,11 @@ struct HttpServer::Impl {
     net::steady_timer retry;
     std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
     std::vector<std::thread> threads;
+    // wait_for_signal() / wake(): the io_context the waiter runs (null when none), and whether
+    // wake() came (it may come before the wait starts).
+    std::mutex wait_mu;
+    net::io_context* waiting = nullptr;
+    bool woken = false;
 };
 
 HttpServer::HttpServer(App& app, HttpServerOptions opt)
@@ -376,11 +382,26 @@ uint16_t HttpServer::port() const {
     return impl_->acceptor.local_endpoint(ec).port();
 }
 
-void HttpServer::wait_for_signal() {
+bool HttpServer::wait_for_signal() {
     net::io_context sig_ioc;
     net::signal_set signals(sig_ioc, SIGINT, SIGTERM);
-    signals.async_wait([](beast::error_code, int) {});
-    sig_ioc.run();
+    bool signalled = false;
+    signals.async_wait([&](beast::error_code ec, int) { signalled = !ec; });
+    {
+        std::lock_guard lk(impl_->wait_mu);
+        if (impl_->woken) return false;
+        impl_->waiting = &sig_ioc;
+    }
+    sig_ioc.run();  // until the handler ran, or wake() stopped it
+    std::lock_guard lk(impl_->wait_mu);
+    impl_->waiting = nullptr;
+    return signalled;
+}
+
+void HttpServer::wake() {
+    std::lock_guard lk(impl_->wait_mu);
+    impl_->woken = true;
+    if (impl_->waiting) impl_->waiting->stop();
 }
 
 void HttpServer::stop_accepting() {

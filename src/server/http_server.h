@@ -41,7 +41,11 @@ public:
     ~HttpServer();
     Status start();            // binds, listens and starts the I/O threads
     uint16_t port() const;
-    void wait_for_signal();    // blocks until SIGINT or SIGTERM
+    // Blocks until SIGINT or SIGTERM (returns true) or until wake() (false; at once when wake()
+    // came first). Needs no start().
+    bool wait_for_signal();
+    // Thread-safe: ends wait_for_signal() (the engine failed for good and the process must exit).
+    void wake();
     void stop_accepting();     // closes the listening socket; open connections keep being served
     void stop();
 

@@ -56,6 +56,8 @@ std::string App::metrics_text() const {
     gauge(o, "dsv4_prefix_cache_blocks", "Prefix blocks in the cache", e.prefix_cache_blocks);
     gauge(o, "dsv4_prefix_cache_pages", "Cache pages held by the prefix cache (idle: equal to pages used)",
           e.prefix_cache_pages);
+    gauge(o, "dsv4_engine_failed", "1 once the engine failed for good after a device error (the process must restart)",
+          e.engine_failed);
     gauge(o, "dsv4_engine_overlapped_steps_total", "Steps launched while the previous step was still running",
           e.overlapped_steps_total, "counter");
     histogram(o, "dsv4_time_to_first_token_seconds", "Time to first token", e.ttft_s);

@@ -1,10 +1,9 @@
 // `dsv4 serve`: the OpenAI-compatible HTTP server. Builds a ModelRunner (the built-in tiny
 // model on CPU by default, a checkpoint directory, or the deterministic `fake` runner used by
-// tests), starts the engine thread and the Beast I/O threads, and runs until SIGINT/SIGTERM.
+// tests), starts the engine thread and the Beast I/O threads, and runs until SIGINT/SIGTERM
+// (exit 0) or until the engine fails for good (exit 3; server/serve_loop.h).
 #include <algorithm>
 #include <cstdio>
-#include <thread>
-#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -20,6 +19,7 @@
 #include "server/app.h"
 #include "server/generation_defaults.h"
 #include "server/http_server.h"
+#include "server/serve_loop.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/dsv4/commands.h"
 #include "tools/dsv4/runtime_cli.h"
@@ -89,6 +89,9 @@ Result<std::unique_ptr<ModelRunner>> make_runner(const ServeOptions& o) {
         if (o.max_context > 0) fo.max_context = o.max_context;
         if (o.n_pages > 0) fo.n_pages = o.n_pages;
         fo.page_tokens = 16;
+        // The fault hook is a run-time option of every backend that honours it (docs/env.md).
+        DSV4_ASSIGN_OR_RETURN(const RuntimeOptions rt, resolve_runtime_options(o.options, false));
+        fo.fault_inject_step = rt.fault_inject_step;
         if (!o.fake_rules.empty()) {
             std::ifstream f(o.fake_rules);
             if (!f) return error(StatusCode::kNotFound, "cannot read --fake-rules {}", o.fake_rules);
@@ -212,33 +215,10 @@ int run_serve(ServeOptions o) {
                                   : o.model.c_str(), o.served_name.c_str(), (long long)engine.max_context(),
                 o.host.c_str(), unsigned(server.port()));
     std::fflush(stdout);
-    server.wait_for_signal();
-    // Graceful: stop accepting, refuse new work (503), let admitted requests finish for up to
-    // --drain-timeout-s, then stop (what is still running gets an error event).
-    std::printf("dsv4 serve: draining (up to %.0f s)\n", o.drain_timeout_s);
-    std::fflush(stdout);
-    app.set_draining();
-    server.stop_accepting();
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(o.drain_timeout_s);
-    auto busy = [&] {
-        const EngineStats& es = engine.stats();
-        return es.running_requests.load() + es.waiting_requests.load() > 0 || app.stats().replies_pending.load() > 0;
-    };
-    while (busy() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    const bool cancelling = busy();
-    std::printf("dsv4 serve: shutting down%s\n", cancelling ? " (drain timeout: cancelling what is left)" : "");
-    std::fflush(stdout);
-    if (cancelling) {
-        // The engine first, while the I/O threads still run: each request left gets its error (a
-        // 500, or an error event ending its stream) instead of a connection cut mid-reply.
-        engine.stop();
-        const auto flush_deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-        while (app.stats().replies_pending.load() > 0 && std::chrono::steady_clock::now() < flush_deadline)
-            std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    server.stop();
-    engine.stop();
-    return 0;
+    // Until SIGTERM/SIGINT (drain, exit 0) or a lost GPU (every request failed, exit 3: restart).
+    ServeLoopOptions lo;
+    lo.drain_timeout_s = o.drain_timeout_s;
+    return run_serve_loop(server, app, engine, lo);
 }
 
 }  // namespace
