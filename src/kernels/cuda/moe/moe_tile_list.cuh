@@ -76,6 +76,28 @@ inline cudaError_t launch_grouped(void (*k)(MoeExpertArgs), const MoeExpertArgs&
     return cudaGetLastError();
 }
 
+// The mixed launch (MoeGroupedShape::mixed): writes both work lists (they share a.tile_list: the
+// 64-row list starts after the 128-row list's bound), then runs k128 over the 128-row tiles and k64
+// over the tails, each on (col_blocks, its list's bound) CTAs of `threads`; CTAs past their count exit.
+// The same output rows as the 128-row form, fewer padded rows.
+inline cudaError_t launch_grouped_mixed(void (*k128)(MoeExpertArgs), int smem128, void (*k64)(MoeExpertArgs), int smem64,
+                                        const MoeExpertArgs& a, int col_blocks, int threads, cudaStream_t s) {
+    cudaError_t err = cudaFuncSetAttribute(k128, cudaFuncAttributeMaxDynamicSharedMemorySize, smem128);
+    if (err == cudaSuccess) err = cudaFuncSetAttribute(k64, cudaFuncAttributeMaxDynamicSharedMemorySize, smem64);
+    if (err != cudaSuccess) return err;
+    const int cap128 = moe_grouped_max_tiles(a.n_rows, a.n_experts, 128);
+    if (cap128 <= 0) return cudaSuccess;
+    MoeExpertArgs b = a;  // the 64-row tails
+    b.tile_list = a.tile_list + cap128;
+    b.n_tiles = a.n_tiles + 1;
+    tile_list_mixed_kernel<<<1, 1024, 0, s>>>(a.expert_count, a.n_experts, a.tile_list, b.tile_list, a.n_tiles);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    k128<<<dim3(col_blocks, cap128), threads, smem128, s>>>(a);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    k64<<<dim3(col_blocks, a.n_experts < a.n_rows ? a.n_experts : a.n_rows), threads, smem64, s>>>(b);
+    return cudaGetLastError();
+}
+
 // One row of a grouped GEMM registry: its shape and its launcher (both modes).
 struct Entry {
     MoeGroupedShape shape;

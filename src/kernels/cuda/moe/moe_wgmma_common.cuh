@@ -109,6 +109,16 @@ __device__ __forceinline__ void mma_block(float (&acc)[2][NT / 2], const uint32_
     dev::wgmma_commit();
 }
 
+// Waits for every wgmma group of this warpgroup; the accumulators are final after it.
+template <int NT>
+__device__ __forceinline__ void mma_retire_all(float (&acc)[2][NT / 2]) {
+    dev::wgmma_wait<0>();
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int i = 0; i < NT / 2; ++i) dev::wgmma_pin(acc[m][i]);
+}
+
 // kGateUp epilogue, part 1: h = SwiGLU(gate, up) x routing weight of the warpgroup's 64 columns into
 // the shared tile hs [NT][hs_stride(WG)] (the CTA's WG * 64 columns in k-permuted order).
 // Stored straight from the fragments, the k-permuted columns scatter 2-byte writes over a sector

@@ -55,7 +55,7 @@ __global__ void __launch_bounds__(128 * WG, WG == 1 ? 2 : 1) moe_wgmma_kernel(Mo
     const int live = min(NT, a.expert_count[e] - t0);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int wg = warp >> 2, wq = warp & 3;
-    const int K = a.K, N = a.N, nkb = K / 64, sstride = scale_stride(K);
+    const int K = a.K, nkb = K / 64, sstride = scale_stride(K);
     const int c0 = blockIdx.x * (GATEUP ? kRows / 2 : kRows);
     const __nv_bfloat16* x = static_cast<const __nv_bfloat16*>(a.x);
     unsigned char* const scales = smem + STAGES * S::kStage;
@@ -143,11 +143,7 @@ __global__ void __launch_bounds__(128 * WG, WG == 1 ? 2 : 1) moe_wgmma_kernel(Mo
         step(kb, A0, A1);
         if (kb + 1 < nkb) step(kb + 1, A1, A0);
     }
-    dev::wgmma_wait<0>();
-#pragma unroll
-    for (int m = 0; m < 2; ++m)
-#pragma unroll
-        for (int i = 0; i < NACC; ++i) dev::wgmma_pin(acc[m][i]);
+    mma_retire_all<NT>(acc);
     dev::cp_async_wait<0>();
 
     const int p0 = off + t0;
@@ -170,29 +166,13 @@ cudaError_t launch_mode(const MoeExpertArgs& a, cudaStream_t s) {
                           S::kThreads, smem_bytes(NT, STAGES, WG, a.K), s);
 }
 
-// 128-row tiles, each expert's tail of <= 64 rows on a 64-row tile: the same output rows as the
-// 128-row form, fewer padded rows (tile_list_mixed_kernel; the two lists share a.tile_list).
+// 128-row tiles, each expert's tail of <= 64 rows on a 64-row tile (launch_grouped_mixed).
 template <bool GATEUP, bool PK, int STAGES, int WG>
 cudaError_t launch_mixed_mode(const MoeExpertArgs& a, cudaStream_t s) {
     using S = WShape<128, WG>;
-    auto* k128 = moe_wgmma_kernel<GATEUP, PK, 128, STAGES, WG>;
-    auto* k64 = moe_wgmma_kernel<GATEUP, PK, 64, STAGES, WG>;
-    const int smem128 = smem_bytes(128, STAGES, WG, a.K), smem64 = smem_bytes(64, STAGES, WG, a.K);
-    cudaError_t err = cudaFuncSetAttribute(k128, cudaFuncAttributeMaxDynamicSharedMemorySize, smem128);
-    if (err == cudaSuccess) err = cudaFuncSetAttribute(k64, cudaFuncAttributeMaxDynamicSharedMemorySize, smem64);
-    if (err != cudaSuccess) return err;
-    const int cap128 = moe_grouped_max_tiles(a.n_rows, a.n_experts, 128);
-    if (cap128 <= 0) return cudaSuccess;
-    MoeExpertArgs b = a;  // the 64-row tails
-    b.tile_list = a.tile_list + cap128;
-    b.n_tiles = a.n_tiles + 1;
-    tile_list_mixed_kernel<<<1, 1024, 0, s>>>(a.expert_count, a.n_experts, a.tile_list, b.tile_list, a.n_tiles);
-    if ((err = cudaGetLastError()) != cudaSuccess) return err;
-    const int cols = a.N / (GATEUP ? S::kRows / 2 : S::kRows);
-    k128<<<dim3(cols, cap128), S::kThreads, smem128, s>>>(a);
-    if ((err = cudaGetLastError()) != cudaSuccess) return err;
-    k64<<<dim3(cols, std::min(a.n_experts, a.n_rows)), S::kThreads, smem64, s>>>(b);
-    return cudaGetLastError();
+    return launch_grouped_mixed(moe_wgmma_kernel<GATEUP, PK, 128, STAGES, WG>, smem_bytes(128, STAGES, WG, a.K),
+                                moe_wgmma_kernel<GATEUP, PK, 64, STAGES, WG>, smem_bytes(64, STAGES, WG, a.K), a,
+                                a.N / (GATEUP ? S::kRows / 2 : S::kRows), S::kThreads, s);
 }
 
 template <bool PK, int STAGES, int WG>

@@ -17,8 +17,6 @@
 //   before refilling s. The scales of the CTA's rows over all K are staged once (mbarrier sbar).
 // Visibility: cp.async writes through the generic proxy, wgmma reads through the async proxy, so
 //   each consumer thread runs fence.proxy.async after it acquired full[s] and before the wgmmas.
-#include <algorithm>
-
 #include "kernels/cuda/gemm/mbarrier.cuh"
 #include "kernels/cuda/moe/moe_sm90.h"
 #include "kernels/cuda/moe/moe_tile_list.cuh"
@@ -149,11 +147,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_ws_kernel(MoeExpertArgs
         step(kb, A0, A1);
         if (kb + 1 < nkb) step(kb + 1, A1, A0);
     }
-    dev::wgmma_wait<0>();
-#pragma unroll
-    for (int m = 0; m < 2; ++m)
-#pragma unroll
-        for (int i = 0; i < NT / 2; ++i) dev::wgmma_pin(acc[m][i]);
+    mma_retire_all<NT>(acc);
 
     if constexpr (GATEUP) {
         static_assert(NT * hs_stride(2) * 2 <= STAGES * kStage, "h tile fits the pipeline's shared memory");
@@ -175,28 +169,12 @@ cudaError_t launch_mode(const MoeExpertArgs& a, cudaStream_t s) {
                           kThreads, ws_smem_bytes(NT, STAGES, a.K), s);
 }
 
-// 128-row tiles with each expert's tail of <= 64 rows on a 64-row tile (as moe_wgmma_sm90.cu's
-// mixed rows; the two lists share a.tile_list).
+// 128-row tiles with each expert's tail of <= 64 rows on a 64-row tile (launch_grouped_mixed).
 template <bool GATEUP, bool PK, int STAGES>
 cudaError_t launch_mixed_mode(const MoeExpertArgs& a, cudaStream_t s) {
-    auto* k128 = moe_wgmma_ws_kernel<GATEUP, PK, 128, STAGES>;
-    auto* k64 = moe_wgmma_ws_kernel<GATEUP, PK, 64, STAGES>;
-    const int smem128 = ws_smem_bytes(128, STAGES, a.K), smem64 = ws_smem_bytes(64, STAGES, a.K);
-    cudaError_t err = cudaFuncSetAttribute(k128, cudaFuncAttributeMaxDynamicSharedMemorySize, smem128);
-    if (err == cudaSuccess) err = cudaFuncSetAttribute(k64, cudaFuncAttributeMaxDynamicSharedMemorySize, smem64);
-    if (err != cudaSuccess) return err;
-    const int cap128 = moe_grouped_max_tiles(a.n_rows, a.n_experts, 128);
-    if (cap128 <= 0) return cudaSuccess;
-    MoeExpertArgs b = a;  // the 64-row tails
-    b.tile_list = a.tile_list + cap128;
-    b.n_tiles = a.n_tiles + 1;
-    tile_list_mixed_kernel<<<1, 1024, 0, s>>>(a.expert_count, a.n_experts, a.tile_list, b.tile_list, a.n_tiles);
-    if ((err = cudaGetLastError()) != cudaSuccess) return err;
-    const int cols = a.N / (GATEUP ? kRows / 2 : kRows);
-    k128<<<dim3(cols, cap128), kThreads, smem128, s>>>(a);
-    if ((err = cudaGetLastError()) != cudaSuccess) return err;
-    k64<<<dim3(cols, std::min(a.n_experts, a.n_rows)), kThreads, smem64, s>>>(b);
-    return cudaGetLastError();
+    return launch_grouped_mixed(moe_wgmma_ws_kernel<GATEUP, PK, 128, STAGES>, ws_smem_bytes(128, STAGES, a.K),
+                                moe_wgmma_ws_kernel<GATEUP, PK, 64, STAGES>, ws_smem_bytes(64, STAGES, a.K), a,
+                                a.N / (GATEUP ? kRows / 2 : kRows), kThreads, s);
 }
 
 template <bool PK, int STAGES>
