@@ -1,5 +1,5 @@
-// Host side of the decode MoE ops: argument checks, variant choice for the expert GEMV (env
-// DSV4_MOE_VARIANT, then the first legal entry), launches.
+// Host side of the decode MoE ops: argument checks, variant choice for the expert GEMV (a forced
+// variant from the run-time options, else the heuristic, else the first legal entry), launches.
 #include "kernels/cuda/moe/moe.h"
 
 #include <algorithm>

@@ -79,7 +79,7 @@ struct MoeExpertArgs {
     // int32 workspace.
     int32_t* tile_list = nullptr;
     int32_t* n_tiles = nullptr;
-    int variant = -1;                  // -1 = env DSV4_MOE_VARIANT, else heuristic
+    int variant = -1;                  // forced variant (the runner passes option moe_variant); -1: heuristic
     // Grouped GEMM only: x (kGateUp: bf16 tokens; kDown: h) is in the k-permuted layout of
     // moe_kperm.h, which only the wgmma variants read; their gate-up writes h in it too.
     bool x_kperm = false;
