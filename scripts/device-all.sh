@@ -14,7 +14,8 @@
 # sweep (served vs offline: scripts/gpu-serve-sweep.sh, SWEEP_PHASES), opprof (DSV4_OP_PROFILE per-op table, OPPROF_BATCHES), ncu (per-kernel table, NCU_BATCHES), serve (generate cuda vs cpu + HTTP serve --backend cuda), profile (nsys per-kernel table of the 3-layer proxy step, when nsys exists),
 # prefill_ab (two builds alternated on prefill points, plus option runs; PREFILL_B_OPTS),
 # constrain (issue 18: structured output and tool_choice through serve --backend cuda, scripts/gpu-constrain-check.py),
-# ckpt (issue 14: write a CKPT_LAYERS-layer Flash checkpoint, cat it, serve --model it, chat + bench; scripts/gpu-ckpt-load.sh).
+# ckpt (issue 14: write a CKPT_LAYERS-layer Flash checkpoint, cat it, serve --model it, chat + bench; scripts/gpu-ckpt-load.sh),
+# overload / soak (issue 21: scripts/overload.sh, scripts/soak.sh against the synthetic Flash).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-build-all-bin}
@@ -163,6 +164,23 @@ for stage in "$@"; do
             echo "== B ${BOPTS[$j]} rc $?"; grep -A8 "^prefill:" "$OUT/pab_opt$j.txt" | grep -E "^ +[0-9]+ +1 "
         done
         SUMMARY+=("prefill_ab: rounds ${AB_ROUNDS:-2}, lens ${PREFILL_LENS:-1024,4096}")
+        ;;
+    overload|soak)
+        # Issue 21 on the GPU: scripts/overload.sh (OVERLOAD_SECONDS, default 120, at 10x capacity) or
+        # scripts/soak.sh (SOAK_MINUTES, default 8, at SOAK_CONC 256) against the RELIABILITY_LAYERS-layer
+        # (default 20) synthetic Flash; logs and verdict in $OUT/$stage.
+        SD=$(mktemp -d)
+        xz -dc "$BIN"/dsv4.xz > "$SD"/dsv4 && chmod +x "$SD"/dsv4
+        xz -dc "$BIN"/tokenizer.json.xz > "$SD"/tokenizer.json
+        GPU_SERVE=(--backend cuda --synthetic-flash --layers "${RELIABILITY_LAYERS:-20}" --tokenizer "$SD"/tokenizer.json)
+        if [[ $stage == overload ]]; then
+            scripts/overload.sh --seconds "${OVERLOAD_SECONDS:-120}" --max-running "${OVERLOAD_RUNNING:-64}" \
+                --max-queued "${OVERLOAD_QUEUED:-128}" --bin "$SD" --out "$OUT/overload" -- "${GPU_SERVE[@]}"
+        else
+            scripts/soak.sh --minutes "${SOAK_MINUTES:-8}" --conc "${SOAK_CONC:-256}" --bin "$SD" --out "$OUT/soak" \
+                -- "${GPU_SERVE[@]}"
+        fi
+        SUMMARY+=("$stage: rc $? ($(head -1 "$OUT/$stage/verdict.txt" 2>/dev/null | cut -c1-200))")
         ;;
     serve)
         # dsv4 generate on cuda vs cpu (greedy text identical) and dsv4 serve --backend cuda over HTTP.

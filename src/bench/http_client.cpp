@@ -229,6 +229,7 @@ void Call::on_write(beast::error_code ec) {
 void Call::on_header(beast::error_code ec) {
     if (ec) return finish("read header: " + ec.message());
     rec_.http_status = static_cast<int>(parser_.get().result_int());
+    rec_.retry_after = parser_.get().find(http::field::retry_after) != parser_.get().end();
     if (parser_.is_done()) return finish(rec_.http_status == 200 ? "" : "empty body");
     read_body();
 }

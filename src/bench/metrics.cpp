@@ -16,6 +16,11 @@ IterationMetrics compute_iteration(const std::vector<RequestRecord>& records) {
         t_end = std::max(t_end, r.end);
         if (!r.ok) {
             ++m.n_errors;
+            if (r.http_status == 429 || r.http_status == 503) {
+                ++m.n_refused;
+                m.n_refused_no_retry_after += !r.retry_after;
+            }
+            m.n_unanswered += r.http_status == 0;
             if (m.error_samples.size() < 5 &&
                 std::find(m.error_samples.begin(), m.error_samples.end(), r.error) ==
                     m.error_samples.end()) {

@@ -27,6 +27,10 @@ struct IterationMetrics {
     int level = 0;               // concurrency
     int iteration = 0;
     int n_requests = 0, n_ok = 0, n_errors = 0;
+    // Of the errors: answered 429 or 503 (the server refused work it had no room for), those of them
+    // without a Retry-After header, and requests that got no HTTP answer at all (connection refused
+    // or reset, timeout). An overload run wants n_ok + n_refused == n_requests.
+    int n_refused = 0, n_refused_no_retry_after = 0, n_unanswered = 0;
     double duration_s = 0;
     int64_t input_tokens = 0, output_tokens = 0;
     bool input_tokens_known = true;  // false when some prompt length was not reported

@@ -80,6 +80,9 @@ nlohmann::json record_to_json(const RunInfo& info, const IterationMetrics& m) {
         {"n_requests", m.n_requests},
         {"n_ok", m.n_ok},
         {"n_errors", m.n_errors},
+        {"n_refused", m.n_refused},
+        {"n_refused_no_retry_after", m.n_refused_no_retry_after},
+        {"n_unanswered", m.n_unanswered},
         {"duration_s", m.duration_s},
         {"input_tokens", m.input_tokens},
         {"input_tokens_known", m.input_tokens_known},
@@ -120,6 +123,9 @@ Result<StoredRecord> record_from_json(const nlohmann::json& j) {
         m.n_requests = j.value("n_requests", 0);
         m.n_ok = j.value("n_ok", 0);
         m.n_errors = j.value("n_errors", 0);
+        m.n_refused = j.value("n_refused", 0);
+        m.n_refused_no_retry_after = j.value("n_refused_no_retry_after", 0);
+        m.n_unanswered = j.value("n_unanswered", 0);
         m.duration_s = j.value("duration_s", 0.0);
         m.input_tokens = j.value("input_tokens", int64_t{0});
         m.input_tokens_known = j.value("input_tokens_known", true);

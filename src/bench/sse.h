@@ -51,7 +51,8 @@ OpenAiChunk parse_openai_chunk(std::string_view data);
 struct RequestRecord {
     bool ok = false;
     std::string error;               // empty when ok
-    int http_status = 0;
+    int http_status = 0;             // 0: no answer (connect, write or header read failed)
+    bool retry_after = false;        // the answer carried a Retry-After header
     double start = 0;                // request issued
     double first_token = -1;         // first chunk carrying text (TTFT = first_token - start)
     double end = 0;                  // stream finished (or failed)

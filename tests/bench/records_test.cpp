@@ -50,10 +50,41 @@ TEST(BenchMetrics, IterationDefinitions) {
     EXPECT_NEAR(m.e2e_ms.max, 2300, 1e-9);
     EXPECT_EQ(metric_value(m, "ttft_ms.p99"), m.ttft_ms.p99);
     EXPECT_FALSE(metric_value(m, "bogus"));
+    EXPECT_EQ(m.n_refused, 0);
+    EXPECT_EQ(m.n_unanswered, 1);  // "boom" came without an HTTP status
+}
+
+// Overload accounting: 429 and 503 answers are refusals (and whether they said when to retry),
+// other statuses are plain errors, no status at all is "unanswered".
+TEST(BenchMetrics, RefusalsAndUnansweredAreCounted) {
+    std::vector<RequestRecord> recs = {make(0, 0.1, 1.1, 3)};
+    auto failed = [&](int status, bool retry_after) {
+        RequestRecord r;
+        r.ok = false;
+        r.http_status = status;
+        r.retry_after = retry_after;
+        r.error = "HTTP " + std::to_string(status);
+        recs.push_back(r);
+    };
+    failed(429, true);
+    failed(429, false);
+    failed(503, true);
+    failed(500, true);
+    failed(0, false);
+    const IterationMetrics m = compute_iteration(recs);
+    EXPECT_EQ(m.n_requests, 6);
+    EXPECT_EQ(m.n_ok, 1);
+    EXPECT_EQ(m.n_errors, 5);
+    EXPECT_EQ(m.n_refused, 3);
+    EXPECT_EQ(m.n_refused_no_retry_after, 1);
+    EXPECT_EQ(m.n_unanswered, 1);
 }
 
 TEST(BenchRecords, JsonlRoundTrip) {
     IterationMetrics m = compute_iteration({make(0, 0.1, 1.1, 5)});
+    m.n_refused = 4;
+    m.n_refused_no_retry_after = 1;
+    m.n_unanswered = 2;
     m.config = "B";
     m.level = 8;
     m.iteration = 2;
@@ -78,6 +109,9 @@ TEST(BenchRecords, JsonlRoundTrip) {
     EXPECT_EQ(r.m.iteration, 2);
     EXPECT_DOUBLE_EQ(r.m.output_tok_s, m.output_tok_s);
     EXPECT_DOUBLE_EQ(r.m.ttft_ms.p90, m.ttft_ms.p90);
+    EXPECT_EQ(r.m.n_refused, 4);
+    EXPECT_EQ(r.m.n_refused_no_retry_after, 1);
+    EXPECT_EQ(r.m.n_unanswered, 2);
     EXPECT_FALSE(read_jsonl(path + ".missing").is_ok());
 }
 
