@@ -8,12 +8,13 @@ cd "$(dirname "$0")/.."
 
 # clang's build-fuzz dir holds the libFuzzer targets and the host-side suites under sanitizers
 # (tests/sanitize; DSV4_SANITIZE=0 skips them): the parser unit tests and the engine / sampler /
-# prefix-cache / structured-output / request-validation / constrain suites on the fake runner under
-# ASan + UBSan, the Engine's loop thread and the bench client against its in-test server under TSan.
+# prefix-cache / structured-output / request-validation / constrain suites and the HTTP server on a
+# loopback socket, all on the fake runner, under ASan + UBSan; the Engine's loop thread, the HTTP
+# server's io threads and the bench client against its in-test server under TSan.
 # Measured on 2 cores with another build running (clean build-fuzz, ninja -j2): build 2m31s parser,
-# +2m51s server, +3m03s thread (about 9 CPU-minutes for the two); runs 2s, 12s, 17s (18s and 33s
-# with both cores also busy). Left out: the CPU reference model (OpenBLAS), the HTTP server and
-# tests/e2e built on it, the CUDA runners. Each fuzz target then runs briefly: new inputs go to
+# +2m51s server, +3m03s thread (about 9 CPU-minutes for the two), plus about 1m30s and 2m15s for
+# the HTTP layer; runs 2s, 12s, 17s (18s and 33s with both cores also busy). Left out: the CPU
+# reference model (OpenBLAS) and tests/e2e built on it, the CUDA runners. Each fuzz target then runs briefly: new inputs go to
 # build-fuzz/corpus, the committed seeds stay read-only. DSV4_FUZZ_SECONDS=0 skips fuzzing.
 if command -v clang++ >/dev/null; then
     cmake -S . -B build-fuzz -G Ninja -DDSV4_FUZZ=ON -DDSV4_WITH_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \

@@ -16,7 +16,9 @@ Status refused_after(const Status& fatal) {
 }  // namespace
 
 Engine::Engine(std::unique_ptr<ModelRunner> runner, EngineConfig cfg)
-    : runner_(std::move(runner)), cfg_(cfg), core_(*runner_, cfg_, stats_) {}
+    : runner_(std::move(runner)), cfg_(cfg), core_(*runner_, cfg_, stats_) {
+    core_.set_fatal_hook([this] { note_fatal(); });
+}
 
 Engine::~Engine() { stop(); }
 

@@ -244,8 +244,9 @@ void EngineCore::launch_plan(StepPlan plan, StepStats& st) {
         // Nothing was queued: fail exactly the sequences of this step; the page copies were not
         // done either, so no snapshot can be trusted.
         sched_.drop_snapshots();
+        const bool fatal = mark_fatal(ls);
         for (const auto& c : plan.chunks) fail(c.seq, "model step failed: " + ls.message());
-        on_step_error(ls);
+        if (fatal) on_fatal_error(ls);
         return;
     }
     sched_.commit(plan);
@@ -293,9 +294,10 @@ void EngineCore::collect_oldest(StepStats& st) {
     auto alive = [&](size_t i) { return sched_.alive(f.plan.chunks[i].seq, f.seq_id[i]); };
     if (!fs.is_ok()) {
         // The step's state is unknown now: fail exactly the sequences that were in it (and are left).
+        const bool fatal = mark_fatal(fs);
         for (size_t i = 0; i < f.plan.chunks.size(); ++i)
             if (alive(i)) fail(f.plan.chunks[i].seq, "model step failed: " + fs.message());
-        on_step_error(fs);
+        if (fatal) on_fatal_error(fs);
         return;
     }
 
@@ -370,13 +372,20 @@ void EngineCore::collect_oldest(StepStats& st) {
     st.sample_us += us_since(t2);
 }
 
-void EngineCore::on_step_error(const Status& s) {
-    if (s.code() != StatusCode::kDeviceLost || !fatal_.is_ok()) return;
+// Before any sequence gets its error event: a client that sees the error and then asks /health
+// must find the engine failed (the hook sets Engine::failed()), never a stale "ok".
+bool EngineCore::mark_fatal(const Status& s) {
+    if (s.code() != StatusCode::kDeviceLost || !fatal_.is_ok()) return false;
+    fatal_ = s;
+    stats_.engine_failed = 1;
+    if (fatal_hook_) fatal_hook_();
+    return true;
+}
+
+void EngineCore::on_fatal_error(const Status& s) {
     // A sticky device error poisons the context: no later step can run, so nothing may wait for
     // one. Steps still in flight are collected (a lost runner answers at once) and every sequence
     // left, running or queued, ends with an error now instead of hanging.
-    fatal_ = s;
-    stats_.engine_failed = 1;
     abort_all(fmt::format("the server must be restarted after a device error: {}", s.message()));
 }
 

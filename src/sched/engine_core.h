@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -88,6 +89,8 @@ public:
     // error naming the fault; add() refuses new requests and step() does nothing. For good: the
     // device context cannot be reused, so the process must restart (issue 21).
     const Status& fatal() const { return fatal_; }
+    // Runs on the stepping thread the moment fatal() turns non-ok, before any error event is sent.
+    void set_fatal_hook(std::function<void()> fn) { fatal_hook_ = std::move(fn); }
     void publish_stats();
 
     int64_t max_context() const { return max_context_; }
@@ -112,8 +115,10 @@ private:
     void drain_inflight();
     void finish(Sequence* seq, FinishReason why, SeqEvent ev);
     void fail(Sequence* seq, const std::string& why);
-    // A step's error: kDeviceLost makes the engine fail for good (fatal()), anything else only the step.
-    void on_step_error(const Status& s);
+    // A step's error: kDeviceLost makes the engine fail for good (fatal(); true, once), anything
+    // else only the step. Then on_fatal_error ends every other sequence.
+    bool mark_fatal(const Status& s);
+    void on_fatal_error(const Status& s);
 
     ModelRunner& runner_;
     EngineConfig cfg_;
@@ -127,6 +132,7 @@ private:
     bool overlap_ = false;
     std::deque<InFlight> inflight_;
     Status fatal_;
+    std::function<void()> fatal_hook_;
 };
 
 }  // namespace dsv4
