@@ -298,7 +298,10 @@ private:
 }  // namespace
 
 struct HttpServer::Impl {
-    Impl(App& a, HttpServerOptions o) : app(a), opt(std::move(o)), acceptor(ioc), retry(ioc) {}
+    // The acceptor and its retry timer on one strand: the accept handler (is_open, async_accept) and
+    // the close that stop() posts would otherwise run on two io threads at once (a TSan report).
+    Impl(App& a, HttpServerOptions o)
+        : app(a), opt(std::move(o)), acceptor(net::make_strand(ioc)), retry(acceptor.get_executor()) {}
 
     void do_accept() {
         acceptor.async_accept(net::make_strand(ioc), [this](beast::error_code ec, tcp::socket s) {
@@ -406,7 +409,7 @@ void HttpServer::wake() {
 
 void HttpServer::stop_accepting() {
     if (!impl_ || impl_->threads.empty()) return;
-    net::post(impl_->ioc, [this] {
+    net::post(impl_->acceptor.get_executor(), [this] {
         beast::error_code ec;
         impl_->acceptor.close(ec);
     });
@@ -414,7 +417,7 @@ void HttpServer::stop_accepting() {
 
 void HttpServer::stop() {
     if (!impl_ || impl_->threads.empty()) return;
-    net::post(impl_->ioc, [this] {
+    net::post(impl_->acceptor.get_executor(), [this] {
         beast::error_code ec;
         impl_->acceptor.close(ec);
     });
