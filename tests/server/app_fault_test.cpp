@@ -29,19 +29,7 @@ HttpRequest get(const std::string& path) {
     r.target = path;
     return r;
 }
-HttpRequest completion(bool stream) {
-    nlohmann::json body = {{"prompt", {5, 6, 7, 8, 9}},
-                           {"max_tokens", 40},
-                           {"ignore_eos", true},
-                           {"temperature", 0},
-                           {"stream", stream}};
-    HttpRequest r;
-    r.method = "POST";
-    r.target = "/v1/completions";
-    r.content_type = "application/json";
-    r.body = body.dump();
-    return r;
-}
+HttpRequest completion(bool stream) { return test::completion_request({5, 6, 7, 8, 9}, 40, stream); }
 std::shared_ptr<RecordingWriter> handle(App& app, const HttpRequest& r) {
     auto w = std::make_shared<RecordingWriter>();
     w->post([&] { app.handle(r, w); });

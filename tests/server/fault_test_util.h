@@ -12,9 +12,11 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "sched/engine_core.h"
 #include "sched/fake_runner.h"
+#include "server/app.h"
 #include "server/response_writer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -176,6 +178,18 @@ inline FakeRunnerOptions faulty_fake_model(int64_t step, int64_t step_delay_us =
     fo.step_delay_us = step_delay_us;
     fo.fault_inject_step = step;
     return fo;
+}
+
+// POST /v1/completions of the given prompt ids, greedy, ignoring EOS for max_tokens tokens.
+inline HttpRequest completion_request(const std::vector<int>& prompt, int max_tokens, bool stream) {
+    const nlohmann::json body = {{"prompt", prompt},      {"max_tokens", max_tokens}, {"ignore_eos", true},
+                                 {"temperature", 0},      {"stream", stream}};
+    HttpRequest r;
+    r.method = "POST";
+    r.target = "/v1/completions";
+    r.content_type = "application/json";
+    r.body = body.dump();
+    return r;
 }
 
 }  // namespace dsv4::test

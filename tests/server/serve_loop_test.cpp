@@ -56,16 +56,7 @@ int run_bounded(HttpServer& server, App& app, Engine& engine, const ServeLoopOpt
     return f.get();
 }
 
-HttpRequest completion() {
-    const nlohmann::json body = {
-        {"prompt", {5, 6, 7}}, {"max_tokens", 30}, {"ignore_eos", true}, {"temperature", 0}};
-    HttpRequest r;
-    r.method = "POST";
-    r.target = "/v1/completions";
-    r.content_type = "application/json";
-    r.body = body.dump();
-    return r;
-}
+HttpRequest completion() { return test::completion_request({5, 6, 7}, 30, false); }
 
 TEST(ServeLoop, EngineFailureEndsTheLoopWithExit3AndOneLineNamingTheError) {
     Engine engine(std::make_unique<FakeRunner>(test::faulty_fake_model(2, 5000)), EngineConfig{});

@@ -54,11 +54,8 @@ __global__ void __launch_bounds__(NW * 32, MINB) moe_grouped_kernel(MoeExpertArg
     extern __shared__ __align__(16) unsigned char smem[];
     const int tile = blockIdx.y;
     if (tile >= *a.n_tiles) return;
-    const int32_t entry = a.tile_list[tile];
-    const int e = entry & ((1 << kExpertBits) - 1);
-    const int t0 = (entry >> kExpertBits) * MT;
+    const auto [e, t0, live] = tile_entry(a, tile, MT);
     const int off = a.expert_offset[e];
-    const int live = min(MT, a.expert_count[e] - t0);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int K = a.K, N = a.N, nkb = K / 128;
     const int c0 = blockIdx.x * (GATEUP ? S::R / 2 : S::R);  // first output column of the CTA

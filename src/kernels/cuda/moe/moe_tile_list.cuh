@@ -15,6 +15,18 @@ namespace {
 
 constexpr int kExpertBits = 11;  // tile_list entry = tile index << 11 | expert (experts <= 1024)
 
+// One work-list entry decoded: expert e, the tile's first row t0 among the expert's rows, and how
+// many of its mt rows are live (the expert's last tile may be partial).
+struct TileEntry {
+    int e, t0, live;
+};
+__device__ __forceinline__ TileEntry tile_entry(const MoeExpertArgs& a, int tile, int mt) {
+    const int32_t entry = a.tile_list[tile];
+    const int e = entry & ((1 << kExpertBits) - 1);
+    const int t0 = (entry >> kExpertBits) * mt;
+    return {e, t0, min(mt, a.expert_count[e] - t0)};
+}
+
 // Inclusive scan of s[0 .. 1024) by the 1,024 threads of the block (thread e adds into s[e]).
 __device__ __forceinline__ void scan_1024(int* s) {
     const int e = threadIdx.x;

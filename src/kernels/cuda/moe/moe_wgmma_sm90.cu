@@ -48,11 +48,8 @@ __global__ void __launch_bounds__(128 * WG, WG == 1 ? 2 : 1) moe_wgmma_kernel(Mo
     unsigned char* smem = dev::align_smem_1024(smem_raw);
     const int tile = blockIdx.y;
     if (tile >= *a.n_tiles) return;
-    const int32_t entry = a.tile_list[tile];
-    const int e = entry & ((1 << kExpertBits) - 1);
-    const int t0 = (entry >> kExpertBits) * NT;
+    const auto [e, t0, live] = tile_entry(a, tile, NT);
     const int off = a.expert_offset[e];
-    const int live = min(NT, a.expert_count[e] - t0);
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int wg = warp >> 2, wq = warp & 3;
     const int K = a.K, nkb = K / 64, sstride = scale_stride(K);

@@ -41,11 +41,8 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_ws_kernel(MoeExpertArgs
     unsigned char* smem = dev::align_smem_1024(smem_raw);
     const int tile = blockIdx.y;
     if (tile >= *a.n_tiles) return;
-    const int32_t entry = a.tile_list[tile];
-    const int e = entry & ((1 << kExpertBits) - 1);
-    const int t0 = (entry >> kExpertBits) * NT;
+    const auto [e, t0, live] = tile_entry(a, tile, NT);
     const int p0 = a.expert_offset[e] + t0;
-    const int live = min(NT, a.expert_count[e] - t0);
     const int tid = threadIdx.x, wg = tid >> 7;
     const int K = a.K, nkb = K / 64, sstride = scale_stride(K);
     const int c0 = blockIdx.x * (GATEUP ? kRows / 2 : kRows);
