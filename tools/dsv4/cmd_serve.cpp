@@ -159,7 +159,8 @@ int run_serve(ServeOptions o) {
                      tok.status().to_string().c_str());
         return 2;
     }
-    AppOptions app_opt{.model_name = o.served_name};
+    AppOptions app_opt;
+    app_opt.model_name = o.served_name;
     // The key from the environment keeps it out of the process list (the flag wins when given).
     if (o.api_key.empty())
         if (const char* k = std::getenv("DSV4_API_KEY"); k && *k) o.api_key = k;
