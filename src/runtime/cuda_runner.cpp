@@ -57,6 +57,10 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
     batched_ = fast_attn_ && opt_.rt.batched_prefill && rows != KvRowFormat::kF32;
     pf_block_ = std::max(1, opt_.rt.prefill_query_block);
     pt_stride_ = int(layout_.pages_for_tokens(opt_.max_context));
+    // The tuning file's rules: after the weights are stamped and repacked (the checks need each
+    // weight's fast flag and code layout) and the attention path is known; before the workspaces
+    // (the split-KV workspace is sized for the largest target a rule names).
+    DSV4_RETURN_IF_ERROR(apply_tuning_rules());
 
     // Workspace. Bm: sequences of a step; Bq: entries of the attention workspaces (batched prefill
     // runs up to pf_block_ pseudo-sequences per launch).
@@ -132,7 +136,9 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
         }
         ws_.row_cap = int64_t(Bq) * (cfg_.sliding_window + max_comp);
         // batch x splits <= max(batch, target CTAs): a forced split-KV target larger than 2 x SMs must fit too.
-        ws_.sd_seq_splits = std::max<int64_t>({int64_t(Bq), 2 * int64_t(n_sms_), int64_t(opt_.rt.split_kv_target_ctas)});
+        int64_t target = std::max<int64_t>(2 * int64_t(n_sms_), opt_.rt.split_kv_target_ctas);
+        for (const SparseDecodeRule& r : sd_rules_) target = std::max<int64_t>(target, r.target_ctas);
+        ws_.sd_seq_splits = std::max<int64_t>(int64_t(Bq), target);
         DSV4_ASSIGN_OR_RETURN(ws_.qb, arena_.alloc(Bq * H * D * 2));
         DSV4_ASSIGN_OR_RETURN(ws_.ob, arena_.alloc(Bq * H * D * 2));
         DSV4_ASSIGN_OR_RETURN(ws_.row_offs, arena_.alloc_n<int64_t>(size_t(ws_.row_cap)));
@@ -343,6 +349,7 @@ Status CudaRunner::apply_kernel_choices() {
     auto stamp = [&](cuda::WeightDesc& w) {
         w.fast = rt.fast_kernels;
         w.gemv_variant = gemv;
+        w.gemv_rules = gemv_rules_.empty() ? nullptr : &gemv_rules_;
         w.gemm = gemm_.handle ? &gemm_ : nullptr;
     };
     stamp(w_.embed);
@@ -428,6 +435,9 @@ Status CudaRunner::plan(const ForwardBatch& batch, bool decode_graph, HostPlan& 
     if (hp.T > opt_.max_tokens)
         return invalid_argument("{} tokens in one step, the CUDA runner takes {}", hp.T, opt_.max_tokens);
     hp.R = int(hp.logit_rows.size());
+    int64_t longest = 0;
+    for (int s = 0; s < B; ++s) longest = std::max<int64_t>(longest, hp.start_pos[s] + hp.n_tok[s]);
+    hp.sd_rule = sparse_decode_rule_for(Bp, longest);
     hp.batched = !decode_graph && batched_step(hp.max_t);
     if (hp.batched) {
         hp.pf_seq.resize(size_t(hp.T));
@@ -564,11 +574,13 @@ Result<cudaGraphExec_t> CudaRunner::capture(const std::function<Status()>& body)
     return ge;
 }
 
-Result<cudaGraphExec_t> CudaRunner::decode_graph(int B) {
-    auto it = graphs_.find(B);
+Result<cudaGraphExec_t> CudaRunner::decode_graph(int B, int sd_rule) {
+    const int key = B * 64 + (sd_rule + 1);  // apply_tuning_rules allows at most 63 sparse_decode rules
+    auto it = graphs_.find(key);
     if (it != graphs_.end()) return it->second;
+    sd_rule_ = sd_rule;
     DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, capture([&] { return run_step(B, B, 1, B); }));
-    graphs_.emplace(B, ge);
+    graphs_.emplace(key, ge);
     return ge;
 }
 
@@ -594,7 +606,7 @@ Result<DecodeGraphTiming> CudaRunner::time_decode_graph(const ForwardBatch& batc
     HostPlan hp;
     DSV4_RETURN_IF_ERROR(plan(batch, true, hp));
     DSV4_RETURN_IF_ERROR(upload_plan(hp));
-    DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t step, decode_graph(hp.B));
+    DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t step, decode_graph(hp.B, hp.sd_rule));
     auto hit = head_graphs_.find(hp.B);
     if (hit == head_graphs_.end()) {
         DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, capture([&] { return run_head(hp.T, hp.B); }));
@@ -628,6 +640,7 @@ Result<DecodeGraphTiming> CudaRunner::time_decode_graph(const ForwardBatch& batc
         s = cuda_ok(prof.reserve(4096), "event pool");
         if (s.is_ok()) {
             prof_ = &prof;
+            sd_rule_ = hp.sd_rule;
             auto captured = capture([&] { return run_step(hp.B, hp.B, 1, hp.B); });
             prof_ = nullptr;
             if (captured.is_ok()) ge = *captured;
@@ -654,6 +667,7 @@ Result<std::string> CudaRunner::profile_step(const ForwardBatch& batch) {
     OpProfile prof;
     DSV4_CU(prof.reserve(65536));
     prof_ = &prof;
+    sd_rule_ = hp.sd_rule;
     Status s = run_step(hp.B, hp.T, hp.max_t, hp.R);
     prof_ = nullptr;
     DSV4_RETURN_IF_ERROR(s);

@@ -167,9 +167,10 @@ Status CudaRunner::queue_step(const ForwardBatch& batch, bool honour_sample) {
     if (opt_.rt.fault_inject_step > 0 && steps_launched_ == opt_.rt.fault_inject_step)
         DSV4_CU(cuda::inject_device_fault(stream_));
     if (decode) {
-        DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, decode_graph(hp.B));
+        DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, decode_graph(hp.B, hp.sd_rule));
         DSV4_CU(cudaGraphLaunch(ge, stream_));
     } else {
+        sd_rule_ = hp.sd_rule;
         DSV4_RETURN_IF_ERROR(run_step(hp.B, hp.T, hp.max_t, hp.R));
     }
     const size_t V = size_t(cfg_.vocab_size);

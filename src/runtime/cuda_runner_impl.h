@@ -90,6 +90,7 @@ struct HostPlan {
     std::vector<int32_t> pend_dst, pend_src;
     // Batched prefill steps: per token, its sequence, its position and its chunk's first position.
     bool batched = false;
+    int sd_rule = -1;  // CudaRunner::sparse_decode_rule_for this step
     std::vector<int32_t> pf_seq;
     std::vector<int64_t> pf_pos, pf_stage_from;
 };
@@ -212,8 +213,9 @@ private:
                              StepSlot& slot);
     // The step's page copies (uploaded into copy_pairs_ by upload_plan_async), before its compute.
     Status run_page_copies(const std::vector<PageCopy>& copies);
-    // The decode graph of bucket B (captured on first use; the plan must be uploaded).
-    Result<cudaGraphExec_t> decode_graph(int B);
+    // The decode graph of bucket B under sparse_decode rule sd_rule (captured on first use; the plan
+    // must be uploaded).
+    Result<cudaGraphExec_t> decode_graph(int B, int sd_rule);
     // Captures what `body` launches on stream_ and instantiates it (the caller owns the result).
     Result<cudaGraphExec_t> capture(const std::function<Status()>& body);
     Status run_head(int T, int R);
@@ -224,6 +226,13 @@ private:
     // Resolves opt_.rt's variant names against the registries (an unknown name is an error), stamps the
     // kernel choices into every weight descriptor and repacks the experts' codes (moe_layout).
     Status apply_kernel_choices();
+    // The tuning file's rules (RuntimeOptions::tuning_rules) resolved to registry indices and checked
+    // legal for every shape of this model they cover (cuda_runner_tuning.cpp). Errors name the file
+    // and the rule: an unknown variant, one illegal for a shape, more than 63 sparse_decode rules.
+    Status apply_tuning_rules();
+    // This step's sparse_decode rule (index into sd_rules_, -1: none): tokens = the step's sequences
+    // (hp.B), context = its longest sequence after the step.
+    int sparse_decode_rule_for(int batch, int64_t context) const;
     // cuBLAS handle and scratch of the large-token dense linears (option prefill_gemm_min_tokens).
     Status setup_prefill_gemm();
     // opt_.n_pages from the memory left (CudaRunnerOptions::gpu_memory_utilization); stage_bytes: the
@@ -291,6 +300,15 @@ private:
     int sd_variant_ = -1;                          // forced sparse_decode variant, -1 = heuristic
     int moe_variant_ = -1;                         // forced MXFP4 expert variant, -1 = heuristic
     int moe_gemm_variant_ = -1;                    // forced grouped expert GEMM variant, -1 = first legal
+    // Tuning-file rules, resolved (apply_tuning_rules); the ops' arguments point at the vectors.
+    struct SparseDecodeRule {
+        ShapeRange tokens, context;
+        int variant = -1;      // -1: the forced variant / heuristic
+        int target_ctas = 0;   // 0: RuntimeOptions::split_kv_target_ctas
+    };
+    std::vector<SparseDecodeRule> sd_rules_;
+    std::vector<cuda::ShapeVariant> gemv_rules_, moe_rules_, grouped_rules_;
+    int sd_rule_ = -1;  // the running step's sparse_decode rule (graphs are captured per rule)
     bool fast_attn_ = false;
     bool batched_ = false;  // batched prefill available (batched_step)
     cuda::PrefillGemm gemm_;  // handle null: off

@@ -144,6 +144,11 @@ Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, 
         sa.scale = aa.scale;
         sa.variant = sd_variant_;
         sa.target_ctas = opt_.rt.split_kv_target_ctas;
+        if (sd_rule_ >= 0) {  // the tuning file's choice for this step's shape; a forced variant wins
+            const SparseDecodeRule& rule = sd_rules_[size_t(sd_rule_)];
+            if (sa.variant < 0) sa.variant = rule.variant;
+            if (rule.target_ctas > 0) sa.target_ctas = rule.target_ctas;
+        }
         const int64_t sd_splits = cuda::sparse_decode_splits_for(sa);
         if (int64_t(sa.batch) * sd_splits > ws_.sd_seq_splits)
             return error(StatusCode::kInternal, "sparse_decode: {} sequences x {} splits exceed the workspace ({})",
@@ -246,6 +251,8 @@ Status CudaRunner::moe(int l, int T) {
     a.moe_variant = moe_variant_;
     a.grouped_min_tokens = moe_gemm_min_tokens_;
     a.grouped_variant = moe_gemm_variant_;
+    a.moe_rules = moe_rules_.empty() ? nullptr : &moe_rules_;
+    a.grouped_rules = grouped_rules_.empty() ? nullptr : &grouped_rules_;
     a.grouped_wgmma = opt_.rt.moe_gemm_wgmma;
     mark("routed experts");
     DSV4_CU(cuda::moe_experts(a, st));

@@ -3,10 +3,10 @@
 #include <filesystem>
 
 #include "model/checkpoint.h"
+#include "model/flash_proxy.h"
 #include "model/ref_model.h"
 #include "runtime/ref_runner.h"
 #ifdef DSV4_HAVE_CUDA
-#include "model/flash_proxy.h"
 #include "runtime/cuda_runner.h"
 #include "runtime/multi_gpu_runner.h"
 #endif
@@ -21,6 +21,16 @@ Result<ModelConfig> load_model_config(const std::string& dir) {
     const fs::path path = fs::path(dir) / "config.json";
     if (!fs::exists(path, ec)) return error(StatusCode::kNotFound, "model directory '{}' has no config.json", dir);
     return ModelConfig::from_file(path.string());
+}
+
+Result<ModelConfig> runner_model_config(const RunnerOptions& opt) {
+    if (opt.synthetic_flash_layers > 0) {
+        FlashProxySpec spec;
+        spec.n_layers = opt.synthetic_flash_layers;
+        return flash_proxy_config(spec);
+    }
+    if (opt.model == "tiny") return tiny_model_config();
+    return load_model_config(opt.model);
 }
 
 Result<std::shared_ptr<const RefModel>> load_ref_model(const std::string& model, uint64_t seed,

@@ -37,6 +37,10 @@ Result<std::unique_ptr<ModelRunner>> make_model_runner(const RunnerOptions& opt)
 // whose files are symlinks into ../../blobs/). NotFound names the directory.
 Result<ModelConfig> load_model_config(const std::string& dir);
 
+// The config of the model `opt` names ("tiny", a checkpoint directory, or the synthetic Flash proxy
+// of opt.synthetic_flash_layers layers), without loading weights. Errors as load_model_config.
+Result<ModelConfig> runner_model_config(const RunnerOptions& opt);
+
 // Loads config.json + safetensors from a directory, or builds the built-in tiny model.
 Result<std::shared_ptr<const RefModel>> load_ref_model(const std::string& model, uint64_t seed,
                                                        RefNumerics numerics = {});

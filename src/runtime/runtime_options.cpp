@@ -218,24 +218,78 @@ Status apply_runtime_settings(RuntimeOptions& o, OptionOrigins* origins, const s
     return Status::ok();
 }
 
-Result<RuntimeOptions> load_runtime_options(const std::vector<std::string>& cli_settings, OptionOrigins* origins) {
+Status apply_tuning_file(RuntimeOptions& o, OptionOrigins* origins, const TuningFile& f) {
+    for (const auto& [k, v] : f.options) {
+        const Status s = set_runtime_option(o, k, v);
+        if (!s.is_ok()) return invalid_argument("tuning file {}: options: {}", f.path, s.message());
+        note(origins, find_option(k), OptionSource::kTuningFile, f.path);
+    }
+    o.tuning_rules = f.rules;
+    o.tuning_file = f.path;
+    return Status::ok();
+}
+
+std::vector<std::string> drop_overridden_tuning(RuntimeOptions& o, const OptionOrigins& origins) {
+    auto above_file = [&](const char* key) {
+        const int i = find_option(key);
+        return i >= 0 && (origins.source[size_t(i)] == OptionSource::kEnvironment ||
+                          origins.source[size_t(i)] == OptionSource::kCommandLine);
+    };
+    auto forced_key = [](TunedOp op) {
+        switch (op) {
+        case TunedOp::kSparseDecode: return "attn_variant";
+        case TunedOp::kDenseGemv: return "gemv_variant";
+        case TunedOp::kMoeExpert: return "moe_variant";
+        case TunedOp::kMoeGrouped: return "moe_gemm_variant";
+        }
+        return "";
+    };
+    std::vector<std::string> notes;
+    std::vector<TuningRule> kept;
+    for (TuningRule r : o.tuning_rules) {
+        const std::string before = r.describe();
+        if (!r.variant.empty() && above_file(forced_key(r.op))) r.variant.clear();
+        if (r.split_kv_target_ctas > 0 && above_file("split_kv_target_ctas")) r.split_kv_target_ctas = 0;
+        const bool empty = r.variant.empty() && r.split_kv_target_ctas == 0;
+        if (before != r.describe())
+            notes.push_back(fmt::format("tuning rule {}: {} by the environment or command line", before,
+                                        empty ? "dropped" : "narrowed to " + r.describe()));
+        if (!empty) kept.push_back(std::move(r));
+    }
+    o.tuning_rules = std::move(kept);
+    return notes;
+}
+
+Result<RuntimeOptions> load_runtime_options(const std::vector<std::string>& cli_settings, OptionOrigins* origins,
+                                            const TuningFile* tuning, std::vector<std::string>* tuning_notes) {
     RuntimeOptions o;
+    OptionOrigins local;
+    if (!origins) origins = &local;  // drop_overridden_tuning needs them
+    if (tuning) DSV4_RETURN_IF_ERROR(apply_tuning_file(o, origins, *tuning));
     // The one read of the process environment for run-time switches.
     DSV4_RETURN_IF_ERROR(apply_runtime_env(o, origins, [](const char* k) -> const char* { return std::getenv(k); }));
     DSV4_RETURN_IF_ERROR(apply_runtime_settings(o, origins, cli_settings));
+    std::vector<std::string> notes = drop_overridden_tuning(o, *origins);
+    if (tuning_notes) *tuning_notes = std::move(notes);
     return o;
 }
 
 std::string runtime_options_table(const RuntimeOptions& o, const OptionOrigins& origins) {
-    std::string out = "run-time options (--option KEY=VALUE > environment > defaults):\n";
+    std::string out = "run-time options (--option KEY=VALUE > environment > tuning file > defaults):\n";
     const auto& defs = option_defs();
     for (size_t i = 0; i < defs.size(); ++i) {
         std::string v = defs[i].get(o);
         if (v.empty()) v = "(heuristic)";
         std::string src = option_source_name(origins.source[i]);
-        if (!origins.detail[i].empty() && origins.source[i] == OptionSource::kEnvironment)
+        if (!origins.detail[i].empty() &&
+            (origins.source[i] == OptionSource::kEnvironment || origins.source[i] == OptionSource::kTuningFile))
             src += " " + origins.detail[i];
         out += fmt::format("  {:<22} {:<28} {}\n", defs[i].info.key, v, src);
+    }
+    if (!o.tuning_file.empty()) {
+        out += fmt::format("per-shape kernel rules from {} ({}):\n", o.tuning_file,
+                           o.tuning_rules.empty() ? "none left" : std::to_string(o.tuning_rules.size()));
+        for (const TuningRule& r : o.tuning_rules) out += "  " + r.describe() + "\n";
     }
     return out;
 }

@@ -1,7 +1,8 @@
 // Every run-time switch of the runners and kernels in one structure (issue 16, item 1).
 //
-// Filled once at start-up, in rising precedence, from the defaults below, a tuning file (reserved:
-// `OptionSource::kTuningFile`), the environment (DSV4_* variables, docs/env.md) and the command line
+// Filled once at start-up, in rising precedence, from the defaults below, a tuning file (its
+// "options" and its per-shape rules, runtime/tuning_file.h), the environment (DSV4_* variables,
+// docs/env.md) and the command line
 // (`--option KEY=VALUE`, repeatable); printed as a table; then passed down by value: RunnerOptions ->
 // CudaRunnerOptions -> the ops' argument structures (WeightDesc, MoeArgs, SparseDecodeArgs, ...).
 // Nothing below the runner factory reads the environment. Tests set fields directly.
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "runtime/tuning_file.h"
 
 namespace dsv4 {
 
@@ -75,6 +77,10 @@ struct RuntimeOptions {
     // (StatusCode::kDeviceLost). 0: off. Command line only (no variable): a variable left set in a
     // deployment would bring every replica down.
     int fault_inject_step = 0;
+    // Per-shape kernel choices from the tuning file (tuning_file.h), for the ops whose forced variant
+    // and split-KV target the environment and command line leave unset (those win for every shape).
+    std::vector<TuningRule> tuning_rules;
+    std::string tuning_file;  // where the rules and options came from ("" = none)
 };
 
 enum class OptionSource { kDefault, kTuningFile, kEnvironment, kCommandLine };
@@ -110,8 +116,20 @@ Status apply_runtime_env(RuntimeOptions& o, OptionOrigins* origins,
 // Applies "KEY=VALUE" settings (the command line's --option values) in order.
 Status apply_runtime_settings(RuntimeOptions& o, OptionOrigins* origins, const std::vector<std::string>& settings);
 
-// defaults < environment (the process's, read here once) < command-line settings.
-Result<RuntimeOptions> load_runtime_options(const std::vector<std::string>& cli_settings, OptionOrigins* origins);
+// Applies a tuning file's "options" (source kTuningFile) and keeps its rules. Errors as
+// set_runtime_option, naming the file.
+Status apply_tuning_file(RuntimeOptions& o, OptionOrigins* origins, const TuningFile& f);
+// Drops from o.tuning_rules what a higher layer overrides: a rule's variant when the op's forced
+// variant option (attn_variant, gemv_variant, moe_variant, moe_gemm_variant) came from the
+// environment or command line, its split-KV target when split_kv_target_ctas did; then rules left
+// with nothing. Returns one line per rule changed (for the start-up log).
+std::vector<std::string> drop_overridden_tuning(RuntimeOptions& o, const OptionOrigins& origins);
+
+// defaults < `tuning` (when not null) < environment (the process's, read here once) < command-line
+// settings; `tuning_notes` (when not null) gets drop_overridden_tuning's lines.
+Result<RuntimeOptions> load_runtime_options(const std::vector<std::string>& cli_settings, OptionOrigins* origins,
+                                            const TuningFile* tuning = nullptr,
+                                            std::vector<std::string>* tuning_notes = nullptr);
 
 // Table for the start-up log: key, value, source, one row per option.
 std::string runtime_options_table(const RuntimeOptions& o, const OptionOrigins& origins);

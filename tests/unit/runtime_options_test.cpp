@@ -117,7 +117,9 @@ TEST(RuntimeOptions, EveryKeyRoundTrips) {
         if (v.empty()) continue;  // variant names: "" is the heuristic
         EXPECT_TRUE(set_runtime_option(o, i.key, v).is_ok()) << i.key << "=" << v;
         EXPECT_EQ(runtime_option_value(o, i.key), v) << i.key;
-        if (i.env) EXPECT_EQ(std::string(i.env).rfind("DSV4_", 0), 0u) << i.key;  // null: --option only
+        if (i.env) {  // null: --option only
+            EXPECT_EQ(std::string(i.env).rfind("DSV4_", 0), 0u) << i.key;
+        }
     }
 }
 

@@ -41,6 +41,7 @@ struct GenerateArgs {
     int gpus = 1;
     std::string kv_rows;
     std::vector<std::string> options;  // --option KEY=VALUE
+    std::string tuning;                // --tuning FILE | none
 };
 
 Result<std::vector<int32_t>> parse_ids(const std::string& s) {
@@ -105,7 +106,7 @@ Status run_generate(const GenerateArgs& a) {
     {
         std::vector<std::string> settings = a.options;
         if (!a.kv_rows.empty()) settings.insert(settings.begin(), "kv_rows=" + a.kv_rows);  // --option still wins
-        DSV4_ASSIGN_OR_RETURN(ro.rt, resolve_runtime_options(settings, a.backend == "cuda"));
+        DSV4_ASSIGN_OR_RETURN(ro.rt, resolve_runtime_options(settings, a.backend == "cuda", &ro, a.tuning));
     }
     const auto t_load = std::chrono::steady_clock::now();
     DSV4_ASSIGN_OR_RETURN(auto runner, make_model_runner(ro));
@@ -195,7 +196,7 @@ void register_generate(CLI::App& app, CommandContext& ctx) {
     cmd->add_flag("--ignore-eos", args->ignore_eos);
     cmd->add_option("--gpus", args->gpus, "cuda: expert parallel over this many GPUs (NCCL; default 1)");
     cmd->add_option("--kv-rows", args->kv_rows, "cuda: KV row storage fp8 (default), bf16 or f32 (= --option kv_rows=...)");
-    add_runtime_option_flag(cmd, &args->options);
+    add_runtime_option_flag(cmd, &args->options, &args->tuning);
     cmd->add_flag("--reference-numerics", args->reference_numerics,
                   "simulate the DeepSeek reference's FP8 KV and FP4 indexer (CPU backend)");
     cmd->callback([args, &ctx] {

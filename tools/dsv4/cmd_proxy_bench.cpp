@@ -36,7 +36,7 @@ void register_proxy_bench(CLI::App& app, CommandContext& ctx) {
     cmd->add_flag("--skewed", o->skewed, "skewed routing: only --hot-experts experts are used");
     cmd->add_option("--hot-experts", o->hot_experts, "experts used with --skewed (default 32)");
     cmd->add_option("--kv-rows", o->kv_rows, "KV row storage of the runner: fp8 (reference 584-byte rows, default), bf16 or f32 (= --option kv_rows=...)");
-    add_runtime_option_flag(cmd, &o->options);
+    add_runtime_option_flag(cmd, &o->options, &o->tuning);
     cmd->add_option("--seed", o->seed, "weights/context seed");
     cmd->add_option("--reserve-gb", o->reserve_gb, "device memory kept free (GB)");
     cmd->add_option("--time-budget", o->time_budget_s, "seconds; later points are skipped once exceeded (0: none)");

@@ -24,6 +24,7 @@ struct ProxyBenchOptions {
     int hot_experts = 32;
     std::string kv_rows;          // KV row storage of the runner: fp8, bf16 or f32 ("": option kv_rows, default fp8)
     std::vector<std::string> options;  // --option KEY=VALUE (runtime/runtime_options.h)
+    std::string tuning;                // --tuning FILE | none (runtime/tuning_select.h)
     uint64_t seed = 1;
     double reserve_gb = 3.0;      // device memory left free besides weights, workspace and pool
     double time_budget_s = 0;     // > 0: skip remaining points once the run has taken this long

@@ -31,6 +31,7 @@
 #include "runtime/synthetic_context.h"
 #include "tools/dsv4/cmd_proxy_bench.h"
 #include "tools/dsv4/cmd_proxy_bench_prefill.h"
+#include "tools/dsv4/runtime_cli.h"
 
 
 namespace dsv4::cli {
@@ -173,18 +174,19 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
         return 2;
     }
     const ModelConfig cfg = *cfg_r;
-    // Run-time options once (defaults < environment < --kv-rows < --option); the bench's layout and bytes
-    // model follow the resolved kv_rows.
+    // Run-time options once (defaults < tuning file < environment < --kv-rows < --option); the bench's
+    // layout and bytes model follow the resolved kv_rows.
     std::vector<std::string> settings = o.options;
     if (!o.kv_rows.empty()) settings.insert(settings.begin(), "kv_rows=" + o.kv_rows);
-    OptionOrigins origins;
-    auto rt_r = load_runtime_options(settings, &origins);
+    RunnerOptions which;  // only what chooses the tuning file: the backend and the model's shape
+    which.backend = "cuda";
+    which.synthetic_flash_layers = spec.n_layers;
+    auto rt_r = cli::resolve_runtime_options(settings, true, &which, o.tuning);
     if (!rt_r) {
         std::fprintf(stderr, "proxy-bench: %s\n", rt_r.status().message().c_str());
         return 2;
     }
     const RuntimeOptions rt = *rt_r;
-    std::fprintf(stderr, "%s", runtime_options_table(rt, origins).c_str());
     o.kv_rows = rt.kv_rows;
     auto row_fmt = parse_kv_row_format(o.kv_rows);
     if (!row_fmt) {
@@ -358,7 +360,10 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
     J["weights_per_gpu_note"] = "weights: rank 0's allocation (routed experts = its slice)";
     json jopt = json::object();
     for (const OptionInfo& i : runtime_option_infos()) jopt[i.key] = runtime_option_value(rt, i.key);
-    J["variants"] = {{"table", runner.variant_table()}, {"options", jopt}};
+    json jrules = json::array();
+    for (const TuningRule& r : rt.tuning_rules) jrules.push_back(r.describe());
+    J["variants"] = {{"table", runner.variant_table()}, {"options", jopt},
+                     {"tuning", {{"file", rt.tuning_file}, {"rules", jrules}}}};
     J["pool_pages"] = n_pages;
     J["points"] = json::array();
     std::printf("active kernels:\n%s", runner.variant_table().c_str());

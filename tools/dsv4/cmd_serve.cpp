@@ -55,6 +55,7 @@ struct ServeOptions {
     bool synthetic_flash = false;
     int layers = 43;
     std::vector<std::string> options;  // --option KEY=VALUE
+    std::string tuning;                // --tuning FILE | none
     std::string api_key;               // "" = the DSV4_API_KEY variable, else no key
     bool guard_health_metrics = false;
     double health_stall_s = 60.0;
@@ -115,7 +116,7 @@ Result<std::unique_ptr<ModelRunner>> make_runner(const ServeOptions& o) {
     ro.max_context = o.max_context > 0 ? o.max_context : (o.model == "tiny" || o.synthetic_flash) ? 4096 : 0;
     ro.max_tokens = int(std::max<int64_t>(o.max_tokens_per_step, std::max(o.max_running, 1)));
     if (o.synthetic_flash) ro.synthetic_flash_layers = o.layers;
-    DSV4_ASSIGN_OR_RETURN(ro.rt, resolve_runtime_options(o.options, o.backend == "cuda"));
+    DSV4_ASSIGN_OR_RETURN(ro.rt, resolve_runtime_options(o.options, o.backend == "cuda", &ro, o.tuning));
     return make_model_runner(ro);
 }
 
@@ -277,7 +278,7 @@ void register_serve(CLI::App& app, CommandContext& ctx) {
     cmd->add_flag("--synthetic-flash", o->synthetic_flash,
                   "cuda: serve the synthetic Flash proxy (Flash shapes, seeded weights, meaningless text)");
     cmd->add_option("--layers", o->layers, "layers of --synthetic-flash (default 43 = full Flash)");
-    add_runtime_option_flag(cmd, &o->options);
+    add_runtime_option_flag(cmd, &o->options, &o->tuning);
     cmd->add_option("--fake-rules", o->fake_rules, "fake model: JSON script rules");
     cmd->add_option("--fake-step-delay-us", o->fake_step_delay_us, "fake model: delay per step");
     cmd->add_option("--fake-token-delay-us", o->fake_token_delay_us, "fake model: delay per token");

@@ -3,8 +3,10 @@
 // first legal variant. Host-only; no CUDA types.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace dsv4::cuda {
 
@@ -34,6 +36,24 @@ int variant_by_name(std::string_view name, int count, NameAt name_at) {
     if (name.empty()) return -1;
     for (int i = 0; i < count; ++i)
         if (name_at(i) == name) return i;
+    return -1;
+}
+
+// A tuning file's per-shape choice for one op (runtime/tuning_file.h), resolved by the runner to a
+// registry index: calls of `tokens` tokens in [tokens_lo, tokens_hi] and, for the routed experts,
+// ceil(tokens x top-k / experts) mean rows per expert in [rows_lo, rows_hi] take `variant`.
+struct ShapeVariant {
+    int64_t tokens_lo = 0, tokens_hi = INT64_MAX;
+    int64_t rows_lo = 0, rows_hi = INT64_MAX;
+    int variant = -1;
+};
+
+// The variant of the first entry holding the call, -1 when none (or `rules` is null): the op's
+// forced variant or heuristic then applies.
+inline int shape_variant(const std::vector<ShapeVariant>* rules, int64_t tokens, int64_t rows = 0) {
+    if (!rules) return -1;
+    for (const ShapeVariant& r : *rules)
+        if (tokens >= r.tokens_lo && tokens <= r.tokens_hi && rows >= r.rows_lo && rows <= r.rows_hi) return r.variant;
     return -1;
 }
 

@@ -116,9 +116,22 @@ MoeGroupedWs moe_grouped_ws(const MoeArgs& a, const MoeFastWs& f) {
 // 24 rows per expert (1K tokens) mma.sync 32-row tiles 2.46 ms vs wgmma 64-row 2.54-2.64 ms; 48
 // rows (2K) wgmma 2.48-2.74 ms vs mma.sync 3.58 ms; 96 rows (4K) 3.49-3.62 vs 6.95 ms.
 constexpr int kWgmmaMinRowsPerExpert = 48;
+// Mean rows per expert of the step: the routed experts' shape class in a tuning file.
+int64_t mean_rows_per_expert(const MoeArgs& a) {
+    const int64_t n_local = a.ep_count > 0 ? a.ep_count : a.E;
+    return n_local > 0 ? (int64_t(a.T) * a.K + n_local - 1) / n_local : 0;
+}
+// The forced variant, else the tuning file's for this step's shape, else -1 (the heuristic).
+int grouped_variant_of(const MoeArgs& a) {
+    return a.grouped_variant >= 0 ? a.grouped_variant : shape_variant(a.grouped_rules, a.T, mean_rows_per_expert(a));
+}
+int expert_variant_of(const MoeArgs& a) {
+    return a.moe_variant >= 0 ? a.moe_variant : shape_variant(a.moe_rules, a.T, mean_rows_per_expert(a));
+}
+
 bool moe_grouped_kperm(const MoeArgs& a) {
-    if (a.grouped_variant >= 0 && a.grouped_variant < moe_grouped_variant_count())
-        return moe_grouped_variant_is_wgmma(a.grouped_variant);
+    const int forced = grouped_variant_of(a);
+    if (forced >= 0 && forced < moe_grouped_variant_count()) return moe_grouped_variant_is_wgmma(forced);
     const int64_t n_local = a.ep_count > 0 ? a.ep_count : a.E;
     if (!a.grouped_wgmma || int64_t(a.T) * a.K < kWgmmaMinRowsPerExpert * n_local) return false;
     for (bool gate_up : {true, false}) {
@@ -177,9 +190,44 @@ std::string moe_grouped_decline(const MoeArgs& a) {
         e.x_f32 = false;
         e.x_kperm = kperm;
         e.n_experts = a.ep_count > 0 ? a.ep_count : a.E;
-        e.variant = a.grouped_variant;
+        e.variant = grouped_variant_of(a);
         const int v = moe_grouped_select_variant(e);
         if (v < 0) return "no legal grouped GEMM variant for N=" + std::to_string(e.N) + " K=" + std::to_string(e.K);
+    }
+    return "";
+}
+
+std::string linear_variant_refusal(const WeightDesc& w, int n_per_group, int64_t group_in, int64_t ldx, int T,
+                                   int variant) {
+    if (!w.fast || !linear_fast_decline(w, n_per_group, group_in, ldx, w.N, false).empty()) return "";
+    const DenseGemvArgs g = gemv_args(w, n_per_group, group_in, ldx, T);
+    if (variant < 0 || variant >= dense_gemv_variant_count()) return "no such dense_gemv variant";
+    if (!dense_gemv_legal(variant, g))
+        return "not legal for N=" + std::to_string(g.N) + " K=" + std::to_string(g.K) + " (" +
+               std::to_string(g.groups) + " groups) at " + std::to_string(T) + " tokens";
+    return "";
+}
+
+std::string moe_variant_refusal(const MoeArgs& a, int variant, bool grouped) {
+    if (!moe_fast_decline(a).empty()) return "";  // the correct-first kernels: no variant applies
+    const int count = grouped ? moe_grouped_variant_count() : moe_expert_variant_count();
+    if (variant < 0 || variant >= count) return "no such variant";
+    for (bool gate_up : {true, false}) {
+        MoeExpertArgs e = expert_args(a, gate_up);
+        e.n_experts = a.ep_count > 0 ? a.ep_count : a.E;
+        bool ok = false;
+        if (grouped) {
+            e.x_f32 = false;
+            e.x_kperm = moe_grouped_variant_is_wgmma(variant);
+            ok = moe_grouped_variant_legal(variant, e);
+        } else {
+            e.x_f32 = gate_up;
+            ok = moe_expert_variant_legal(variant, e);
+        }
+        if (!ok)
+            return std::string("not legal for the ") + (gate_up ? "gate-up" : "down") + " half (N=" +
+                   std::to_string(e.N) + " K=" + std::to_string(e.K) + ", " + std::to_string(e.n_rows) +
+                   " rows, layout " + (e.layout == MoeWeightLayout::kPairRotated ? "pair-rotated" : "checkpoint") + ")";
     }
     return "";
 }
@@ -208,8 +256,8 @@ cudaError_t linear(const WeightDesc& w, int expert, const float* x, int64_t ldx,
         g.w = static_cast<const uint8_t*>(w.data) + e * w.expert_stride;
         g.w_scale = w.fmt == WFmt::kFp8E8M0 ? static_cast<const uint8_t*>(w.scale) + e * w.scale_expert_stride : nullptr;
         g.y = y;
-        if (w.gemv_variant >= 0 && w.gemv_variant < dense_gemv_variant_count() && dense_gemv_legal(w.gemv_variant, g))
-            g.variant = w.gemv_variant;
+        const int forced = w.gemv_variant >= 0 ? w.gemv_variant : shape_variant(w.gemv_rules, T);
+        if (forced >= 0 && forced < dense_gemv_variant_count() && dense_gemv_legal(forced, g)) g.variant = forced;
         const int v = dense_gemv_select_variant(g);
         if (v >= 0 && dense_gemv_legal(v, g)) return sm90::dense_gemv_run(g, v, st);
     }
@@ -295,7 +343,7 @@ cudaError_t moe_experts(const MoeArgs& a, cudaStream_t st) {
             }
             e.tile_list = gw.tile_list;
             e.n_tiles = gw.n_tiles;
-            e.variant = a.grouped_variant;
+            e.variant = grouped_variant_of(a);
             e.x_kperm = kperm;
             if (moe_grouped_select_variant(e) >= 0) {
                 if (!moe_grouped_launch(e, st).is_ok()) return cudaErrorLaunchFailure;
@@ -307,7 +355,7 @@ cudaError_t moe_experts(const MoeArgs& a, cudaStream_t st) {
             }
             e.variant = -1;
         }
-        if (a.moe_variant >= 0 && moe_expert_variant_legal(a.moe_variant, e)) e.variant = a.moe_variant;
+        if (const int forced = expert_variant_of(a); forced >= 0 && moe_expert_variant_legal(forced, e)) e.variant = forced;
         const int v = moe_expert_select_variant(e);
         if (v < 0) return cudaErrorInvalidValue;  // moe_fast_decline checked legality: not reached
         if ((err = sm90::moe_expert_run(e, v, st)) != cudaSuccess) return err;

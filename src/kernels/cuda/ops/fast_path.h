@@ -40,6 +40,17 @@ std::string moe_fast_decline(const MoeArgs& a);
 // falls back to the first legal one).
 std::string moe_grouped_decline(const MoeArgs& a);
 
+// Tuning-file checks (the runner, at init; no launch). linear_variant_refusal: "" when linear() with
+// this weight and layout never runs a dense_gemv variant (the correct-first path: the rule does not
+// apply) or could run registry index `variant` at T tokens; else why it cannot. Steps that cuBLAS
+// takes (prefill_gemm.h) are checked too: the GEMV runs them when the step's threshold says so.
+// moe_variant_refusal: the same for the routed experts of `a` (a.T tokens, weights and E/K/d/I set)
+// and an expert-GEMV (`grouped` false) or grouped-GEMM (`grouped` true) registry index, for both
+// the gate-up and the down half.
+std::string linear_variant_refusal(const WeightDesc& w, int n_per_group, int64_t group_in, int64_t ldx, int T,
+                                   int variant);
+std::string moe_variant_refusal(const MoeArgs& a, int variant, bool grouped);
+
 // Load-time choice of the routed experts' code layout (docs/perf/ledger.md E17): when `enabled`
 // (the runner passes RuntimeOptions fast_kernels && moe_layout == "pair-rotated") and all three are
 // kMxfp4 stacked [n_experts, N, K/2] with K % 128 == 0, rewrites w1, w3 and w2 in place (device

@@ -11,8 +11,11 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include <cuda_runtime.h>
+
+#include "kernels/cuda/gemm/kernel_params.h"
 
 namespace dsv4::cuda {
 
@@ -42,6 +45,9 @@ struct WeightDesc {
     // registry index where it is legal for the call (else the heuristic).
     bool fast = true;
     int32_t gemv_variant = -1;
+    // A tuning file's dense_gemv choices by tokens (owned by the runner; null: none). The forced
+    // gemv_variant wins; the runner checked at init that each is legal for this weight.
+    const std::vector<ShapeVariant>* gemv_rules = nullptr;
     // Large-token calls (prefill) through cuBLAS (prefill_gemm.h) when set and the call qualifies.
     const struct PrefillGemm* gemm = nullptr;
 };
@@ -335,6 +341,10 @@ struct MoeArgs {
     // that registry index where legal.
     int grouped_min_tokens = 0;
     int32_t grouped_variant = -1;
+    // A tuning file's choices by tokens and mean rows per expert (owned by the runner; null: none);
+    // the forced moe_variant / grouped_variant win. Checked legal at runner init.
+    const std::vector<ShapeVariant>* moe_rules = nullptr;
+    const std::vector<ShapeVariant>* grouped_rules = nullptr;
     // The grouped GEMM on the warpgroup tensor-core kernel (moe_wgmma_sm90.cu: x and h k-permuted,
     // not bitwise the GEMV's) where legal; false: the mma.sync kernel. A forced grouped_variant wins.
     bool grouped_wgmma = true;
