@@ -5,6 +5,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +29,9 @@ struct CudaPoolInfo {
 struct DecodeGraphTiming {
     int bucket = 0;  // graph batch bucket the step ran in
     std::vector<double> step_us, head_us;
+    // With op profiling (the argument or RuntimeOptions::op_profile): microseconds per step by op
+    // label (runtime/op_profile.h; summed over the layers), from 5 replays of a marked capture.
+    std::map<std::string, double> op_us;
 };
 
 class CudaBenchRunner : public ModelRunner {
@@ -37,7 +41,8 @@ public:
     // graph, launches it `warmup` times, then times `reps` replays one by one. The replays re-run
     // the same step (same positions): state writes repeat, the values stay finite.
     // Errors: a sequence with more than one token; plan errors as forward().
-    virtual Result<DecodeGraphTiming> time_decode_graph(const ForwardBatch& batch, int warmup, int reps) = 0;
+    virtual Result<DecodeGraphTiming> time_decode_graph(const ForwardBatch& batch, int warmup, int reps,
+                                                        bool op_profile = false) = 0;
     // Runs `batch` once eagerly (any chunk sizes, e.g. a prefill step) with CUDA-event marks
     // between op classes and returns the per-op table (runtime/op_profile.h; us summed over the
     // layers). The step's state writes happen as in forward(). Errors: plan errors as forward();
@@ -45,6 +50,15 @@ public:
     virtual Result<std::string> profile_step(const ForwardBatch& batch) {
         (void)batch;
         return error(StatusCode::kUnimplemented, "profile_step: not supported by this runner");
+    }
+    // Replaces the tuning file's rules (RuntimeOptions::tuning_rules) between steps, as if the runner
+    // had been created with them: resolved and checked as at start-up, captured graphs dropped.
+    // Errors: as at start-up (an unknown or illegal variant: the previous rules stay), a split-KV
+    // target beyond the workspace (CudaRunnerOptions::split_kv_workspace_ctas), kUnimplemented for
+    // runners that cannot (expert-parallel runners).
+    virtual Status set_tuning_rules(const std::vector<TuningRule>& rules) {
+        (void)rules;
+        return error(StatusCode::kUnimplemented, "set_tuning_rules: not supported by this runner");
     }
     virtual std::string variant_table() const = 0;  // the active attention variant (printable)
     virtual size_t device_bytes() const = 0;        // everything the runner allocated

@@ -136,7 +136,8 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
         }
         ws_.row_cap = int64_t(Bq) * (cfg_.sliding_window + max_comp);
         // batch x splits <= max(batch, target CTAs): a forced split-KV target larger than 2 x SMs must fit too.
-        int64_t target = std::max<int64_t>(2 * int64_t(n_sms_), opt_.rt.split_kv_target_ctas);
+        int64_t target = std::max<int64_t>({2 * int64_t(n_sms_), opt_.rt.split_kv_target_ctas,
+                                            int64_t(opt_.split_kv_workspace_ctas)});
         for (const SparseDecodeRule& r : sd_rules_) target = std::max<int64_t>(target, r.target_ctas);
         ws_.sd_seq_splits = std::max<int64_t>(int64_t(Bq), target);
         DSV4_ASSIGN_OR_RETURN(ws_.qb, arena_.alloc(Bq * H * D * 2));
@@ -349,7 +350,7 @@ Status CudaRunner::apply_kernel_choices() {
     auto stamp = [&](cuda::WeightDesc& w) {
         w.fast = rt.fast_kernels;
         w.gemv_variant = gemv;
-        w.gemv_rules = gemv_rules_.empty() ? nullptr : &gemv_rules_;
+        w.gemv_rules = &gemv_rules_;  // empty: no rule (set_tuning_rules may fill it later)
         w.gemm = gemm_.handle ? &gemm_ : nullptr;
     };
     stamp(w_.embed);
@@ -599,7 +600,8 @@ Status CudaRunner::run_head(int T, int R) {
     return lm_head(R);
 }
 
-Result<DecodeGraphTiming> CudaRunner::time_decode_graph(const ForwardBatch& batch, int warmup, int reps) {
+Result<DecodeGraphTiming> CudaRunner::time_decode_graph(const ForwardBatch& batch, int warmup, int reps,
+                                                        bool op_profile) {
     for (const auto& c : batch.seqs)
         if (c.tokens.size() != 1) return invalid_argument("time_decode_graph: sequence {} has {} tokens, not 1", c.seq_id, c.tokens.size());
     if (batch.seqs.empty() || reps <= 0) return invalid_argument("time_decode_graph: empty batch or no replays");
@@ -633,7 +635,7 @@ Result<DecodeGraphTiming> CudaRunner::time_decode_graph(const ForwardBatch& batc
     };
     Status s = time(step, out.step_us);
     if (s.is_ok()) s = time(hit->second, out.head_us);
-    if (s.is_ok() && opt_.rt.op_profile) {
+    if (s.is_ok() && (op_profile || opt_.rt.op_profile)) {
         // A second capture of the same step with event marks; 1 warm-up + 5 profiled replays.
         OpProfile prof;
         cudaGraphExec_t ge = nullptr;
@@ -652,7 +654,8 @@ Result<DecodeGraphTiming> CudaRunner::time_decode_graph(const ForwardBatch& batc
             if (s.is_ok() && r > 0) s = cuda_ok(prof.accumulate(), "event times");
         }
         if (ge) cudaGraphExecDestroy(ge);
-        if (s.is_ok()) std::fprintf(stderr, "[batch %d] %s", hp.B, prof.table(5).c_str());
+        if (s.is_ok()) out.op_us = prof.per_step_us(5);
+        if (s.is_ok() && opt_.rt.op_profile) std::fprintf(stderr, "[batch %d] %s", hp.B, prof.table(5).c_str());
     }
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);

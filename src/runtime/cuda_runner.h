@@ -40,6 +40,10 @@ struct CudaRunnerOptions {
     // (defaults < environment < --option) or set directly by tests; the runner reads no environment.
     RuntimeOptions rt;
     bool verbose = true;          // print the weight summary and the variant table at start-up
+    // Size the sparse_decode split workspace for at least this split-KV target (CTAs), so that
+    // CudaBenchRunner::set_tuning_rules can install rules with targets up to it (`dsv4 tune`); 0: the
+    // targets of the options and the tuning file only.
+    int split_kv_workspace_ctas = 0;
     // Expert parallelism (docs/design.md): rank ep_rank of ep_size holds the routed experts
     // [r*E/N, (r+1)*E/N) only; everything else is replicated and every rank runs the same batch.
     // Routing runs on every rank, the expert kernels only over local experts, the shared expert of

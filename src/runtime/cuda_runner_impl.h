@@ -175,7 +175,9 @@ public:
     CudaPoolInfo pool_info() const override {
         return {pool_.base, layout_.page_bytes, opt_.n_pages, opt_.rt.kv_rows};
     }
-    Result<DecodeGraphTiming> time_decode_graph(const ForwardBatch& batch, int warmup, int reps) override;
+    Result<DecodeGraphTiming> time_decode_graph(const ForwardBatch& batch, int warmup, int reps,
+                                                bool op_profile) override;
+    Status set_tuning_rules(const std::vector<TuningRule>& rules) override;
     Result<std::string> profile_step(const ForwardBatch& batch) override;
     std::string variant_table() const override {
         return std::string("decode attention: ") +

@@ -3,6 +3,8 @@
 // file that names a variant this build lacks, or one that cannot run a shape it covers, stops the
 // start-up with an error naming the file and the rule instead of failing (or silently falling back)
 // in a served step.
+#include <cstdint>
+
 #include "runtime/cuda_runner_impl.h"
 
 namespace dsv4::cuda_runner_detail {
@@ -60,6 +62,10 @@ Status CudaRunner::apply_tuning_rules() {
     const std::string& file = rt.tuning_file;
     const int H = cfg_.n_heads, D = cfg_.head_dim, G = cfg_.o_groups, orank = cfg_.o_lora_rank;
     const int d = cfg_.hidden_size, I = cfg_.moe_intermediate_size, qr = cfg_.q_lora_rank;
+    // Built aside and installed at the end: a refused set leaves the rules in force unchanged.
+    std::vector<SparseDecodeRule> sd;
+    std::vector<cuda::ShapeVariant> gemv, moe, grouped_v;
+    const int64_t max_target = fast_attn_ && ws_.sd_seq_splits > 0 ? ws_.sd_seq_splits : INT64_MAX;
     auto refused = [&](const TuningRule& r, const std::string& why, int T) {
         return invalid_argument("tuning file {}: rule '{}': {} at {} tokens: {}", file, r.describe(), r.variant, T, why);
     };
@@ -77,9 +83,12 @@ Status CudaRunner::apply_tuning_rules() {
             if (v >= 0 && !cuda::sparse_decode_variant_legal(v, fmt, H))
                 return invalid_argument("tuning file {}: rule '{}': {} is not legal for {} heads on {} rows", file,
                                         r.describe(), r.variant, H, fmt == cuda::KvFormat::kFp8 ? "fp8" : "bf16");
-            if (sd_rules_.size() == 63)
-                return invalid_argument("tuning file {}: more than 63 sparse_decode rules", file);
-            sd_rules_.push_back({r.tokens, r.context, v, r.split_kv_target_ctas});
+            if (sd.size() == 63) return invalid_argument("tuning file {}: more than 63 sparse_decode rules", file);
+            if (r.split_kv_target_ctas > max_target)
+                return invalid_argument("tuning file {}: rule '{}': split-KV target {} beyond the workspace sized at "
+                                        "start-up ({})",
+                                        file, r.describe(), r.split_kv_target_ctas, max_target);
+            sd.push_back({r.tokens, r.context, v, r.split_kv_target_ctas});
             break;
         }
         case TunedOp::kDenseGemv: {
@@ -104,7 +113,7 @@ Status CudaRunner::apply_tuning_rules() {
                         if (!why.empty()) return refused(r, why, T);
                     }
                 }
-            gemv_rules_.push_back(shape_variant_of(r, v));
+            gemv.push_back(shape_variant_of(r, v));
             break;
         }
         case TunedOp::kMoeExpert:
@@ -134,11 +143,33 @@ Status CudaRunner::apply_tuning_rules() {
                     const std::string why = cuda::moe_variant_refusal(a, v, grouped);
                     if (!why.empty()) return refused(r, why, T);
                 }
-            (grouped ? grouped_rules_ : moe_rules_).push_back(shape_variant_of(r, v));
+            (grouped ? grouped_v : moe).push_back(shape_variant_of(r, v));
             break;
         }
         }
     }
+    sd_rules_ = std::move(sd);
+    gemv_rules_ = std::move(gemv);
+    moe_rules_ = std::move(moe);
+    grouped_rules_ = std::move(grouped_v);
+    return Status::ok();
+}
+
+Status CudaRunner::set_tuning_rules(const std::vector<TuningRule>& rules) {
+    if (ep_) return error(StatusCode::kUnimplemented, "set_tuning_rules: not supported under expert parallelism");
+    std::vector<TuningRule> before = std::move(opt_.rt.tuning_rules);
+    opt_.rt.tuning_rules = rules;
+    if (opt_.rt.tuning_file.empty()) opt_.rt.tuning_file = "(set_tuning_rules)";
+    if (Status s = apply_tuning_rules(); !s.is_ok()) {
+        opt_.rt.tuning_rules = std::move(before);
+        return s;
+    }
+    // The graphs captured the previous choices (the head's too: the LM head is a dense linear).
+    DSV4_CU(cudaStreamSynchronize(stream_));
+    for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g);
+    for (auto& [key, g] : head_graphs_) cudaGraphExecDestroy(g);
+    graphs_.clear();
+    head_graphs_.clear();
     return Status::ok();
 }
 

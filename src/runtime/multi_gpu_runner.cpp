@@ -109,10 +109,11 @@ public:
     }
     // Every rank replays its graph together (the collectives couple them); per replay, the slowest
     // rank's time.
-    Result<DecodeGraphTiming> time_decode_graph(const ForwardBatch& batch, int warmup, int reps) override {
+    Result<DecodeGraphTiming> time_decode_graph(const ForwardBatch& batch, int warmup, int reps,
+                                                bool op_profile) override {
         std::vector<DecodeGraphTiming> t(ranks_.size());
         DSV4_RETURN_IF_ERROR(threads_->run([&](int r) -> Status {
-            DSV4_ASSIGN_OR_RETURN(t[size_t(r)], ranks_[size_t(r)]->time_decode_graph(batch, warmup, reps));
+            DSV4_ASSIGN_OR_RETURN(t[size_t(r)], ranks_[size_t(r)]->time_decode_graph(batch, warmup, reps, op_profile));
             return Status::ok();
         }));
         DecodeGraphTiming out = t[0];

@@ -68,4 +68,11 @@ std::string OpProfile::table(int steps) const {
     return out;
 }
 
+std::map<std::string, double> OpProfile::per_step_us(int steps) const {
+    std::map<std::string, double> out;
+    const double n = steps > 0 ? steps : 1;
+    for (const auto& [label, v] : totals_) out[label] = v.first / n;
+    return out;
+}
+
 }  // namespace dsv4

@@ -33,6 +33,8 @@ public:
     cudaError_t accumulate();
     // Table of label, microseconds per step, marks per step, share; `steps` replays accumulated.
     std::string table(int steps) const;
+    // Microseconds per step by label; `steps` replays accumulated.
+    std::map<std::string, double> per_step_us(int steps) const;
 
 private:
     std::vector<cudaEvent_t> events_;
