@@ -245,6 +245,13 @@ TEST(BenchE2eFake, AaRunReportsNoDifference) {
     // Two files are two runs: unpaired, whatever their records say.
     EXPECT_EQ(run_cli("bench compare " + dir + "aa.jsonl " + dir + "aa.jsonl", cmp), 0) << slurp(cmp);
     EXPECT_NE(slurp(cmp).find("unpaired"), std::string::npos) << slurp(cmp);
+    // A series of one: the tally and its JSON.
+    EXPECT_EQ(run_cli("bench series " + dir + "aa.jsonl --json " + dir + "series.json", cmp), 0)
+        << slurp(cmp);
+    EXPECT_NE(slurp(cmp).find("1 family (1 paired), 2 levels tested"), std::string::npos)
+        << slurp(cmp);
+    EXPECT_NE(slurp(dir + "series.json").find("\"families_any_verdict\""), std::string::npos);
+    EXPECT_NE(run_cli("bench series " + dir + "missing.jsonl", cmp), 0);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include "bench/compare.h"
 #include "bench/plot.h"
 #include "bench/record_io.h"
+#include "bench/series.h"
 
 namespace dsv4::bench {
 namespace {
@@ -222,6 +223,43 @@ TEST(BenchCompare, PairingNeedsEveryRecordPaired) {
     ASSERT_TRUE(c.is_ok());
     EXPECT_FALSE(c->paired);
     EXPECT_EQ(c->rows[0].test.n_a, 8);
+}
+
+// A series of three families: one quiet, one with level 8 faster, one with both levels slower.
+TEST(BenchSeries, TallyCountsFamiliesAndLevels) {
+    auto family = [](Verdict v1, Verdict v8) {
+        Comparison c;
+        c.paired = true;
+        c.m = 2;
+        for (auto [level, v] : {std::pair{1, v1}, std::pair{8, v8}}) {
+            LevelComparison r;
+            r.level = level;
+            r.test.verdict = v;
+            c.rows.push_back(r);
+        }
+        return c;
+    };
+    SeriesTally t;
+    add_family(t, family(Verdict::kNoDifference, Verdict::kNoDifference));
+    add_family(t, family(Verdict::kNoDifference, Verdict::kFaster));
+    add_family(t, family(Verdict::kSlower, Verdict::kSlower));
+    add_family(t, family(Verdict::kInsufficientData, Verdict::kSlower));
+    EXPECT_EQ(t.families, 4);
+    EXPECT_EQ(t.families_paired, 4);
+    EXPECT_EQ(t.families_any_verdict, 3);
+    EXPECT_EQ(t.families_any_faster, 1);
+    EXPECT_EQ(t.families_any_slower, 2);
+    EXPECT_EQ(t.families_all_faster, 0);
+    EXPECT_EQ(t.families_all_slower, 2);  // untested levels do not count against "all"
+    EXPECT_EQ(t.rows, 7);
+    EXPECT_EQ(t.rows_faster, 1);
+    EXPECT_EQ(t.rows_slower, 3);
+    const nlohmann::json j = series_json(t);
+    EXPECT_EQ(j["families_any_verdict"]["k"], 3);
+    EXPECT_DOUBLE_EQ(j["families_any_verdict"]["rate"].get<double>(), 0.75);
+    const Proportion w = wilson_interval(3, 4);
+    EXPECT_DOUBLE_EQ(j["families_any_verdict"]["wilson"][0].get<double>(), w.lo);
+    EXPECT_NE(format_series(t).find("Wilson"), std::string::npos);
 }
 
 TEST(BenchPlot, ScriptHasBothPanels) {

@@ -422,8 +422,9 @@ void register_bench(CLI::App& app, CommandContext& ctx) {
             ctx.exit_code = 1;
         }
     });
-    cmd->callback([&ctx, f, cmp, mt] {
-        if (cmp->parsed() || mt->parsed()) return;
+    auto* series = register_bench_series(*cmd, ctx);
+    cmd->callback([&ctx, f, cmp, mt, series] {
+        if (cmp->parsed() || mt->parsed() || series->parsed()) return;
         Status s = run_bench(*f);
         if (!s.is_ok()) {
             std::fprintf(stderr, "dsv4 bench: %s\n", s.to_string().c_str());
