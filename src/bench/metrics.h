@@ -26,6 +26,11 @@ struct IterationMetrics {
     std::string config;          // "A", "B", or "" for a single-configuration run
     int level = 0;               // concurrency
     int iteration = 0;
+    // A/B runs: the pair this batch belongs to within its level (A and B batches of one
+    // iteration form pair `iteration`, run back to back in ABBA order) and its position in the
+    // pair (0: ran first, 1: second). -1 in single-target runs and in records written before
+    // pairs were recorded; `bench compare` then falls back to the unpaired test.
+    int pair = -1, pair_position = -1;
     int n_requests = 0, n_ok = 0, n_errors = 0;
     // Of the errors: answered 429 or 503 (the server refused work it had no room for), those of them
     // without a Retry-After header, and requests that got no HTTP answer at all (connection refused

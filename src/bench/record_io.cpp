@@ -61,7 +61,7 @@ RunInfo current_run_info() {
 }
 
 nlohmann::json record_to_json(const RunInfo& info, const IterationMetrics& m) {
-    return {
+    nlohmann::json j = {
         {"schema", "dsv4.bench.v1"},
         {"git_sha", info.git_sha},
         {"url", info.url},
@@ -97,6 +97,12 @@ nlohmann::json record_to_json(const RunInfo& info, const IterationMetrics& m) {
         {"e2e_ms", dist_json(m.e2e_ms)},
         {"errors", m.error_samples},
     };
+    // Only A/B records carry a pair; readers treat a missing field as "not paired".
+    if (m.pair >= 0) {
+        j["pair"] = m.pair;
+        j["pair_position"] = m.pair_position;
+    }
+    return j;
 }
 
 Result<StoredRecord> record_from_json(const nlohmann::json& j) {
@@ -120,6 +126,8 @@ Result<StoredRecord> record_from_json(const nlohmann::json& j) {
         m.config = j.value("config", "");
         m.level = j.at("level").get<int>();
         m.iteration = j.value("iteration", 0);
+        m.pair = j.value("pair", -1);
+        m.pair_position = j.value("pair_position", -1);
         m.n_requests = j.value("n_requests", 0);
         m.n_ok = j.value("n_ok", 0);
         m.n_errors = j.value("n_errors", 0);

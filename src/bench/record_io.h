@@ -1,6 +1,7 @@
 // The benchmark's JSON-lines format: one record per (configuration, level, iteration),
 // self-describing (git sha, server URL, reported model, date, host, workload) so that files
-// from different days can be compared. Schema tag "dsv4.bench.v1".
+// from different days can be compared. Schema tag "dsv4.bench.v1". Fields added later are
+// optional on reading: "pair" and "pair_position" (A/B records only; see IterationMetrics).
 #pragma once
 
 #include <cstdint>

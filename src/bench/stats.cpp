@@ -97,6 +97,12 @@ double student_t_cdf(double t, double df) {
     return t > 0 ? 1.0 - tail : tail;
 }
 
+double student_t_two_sided_p(double t, double df) {
+    // P(|T| >= |t|) = I_x(df/2, 1/2) with x = df / (df + t^2), without the 1 - cdf cancellation.
+    df = std::min(df, 1e7);
+    return regularized_incomplete_beta(df / 2, 0.5, df / (df + t * t));
+}
+
 double student_t_critical(double level, double df) {
     const double target_tail = (1.0 - level) / 2;  // upper tail probability
     double lo = 0, hi = 1e4;
@@ -140,18 +146,57 @@ const char* verdict_name(Verdict v) {
 
 std::string RatioTest::describe() const {
     if (verdict == Verdict::kInsufficientData) {
-        return fmt::format("B/A {:.3f} (need >= 2 iterations each with positive values)", ratio);
+        return fmt::format("B/A {:.3f} (need >= 2 {} with positive values)", ratio,
+                           paired ? "pairs" : "iterations each");
     }
-    return fmt::format("B/A {:.3f} [{:.3f}, {:.3f}] noise A {:.1f}% B {:.1f}% -> B {}", ratio,
-                       lo, hi, 100 * cv_a, 100 * cv_b, verdict_name(verdict));
+    return fmt::format("B/A {:.3f} [{:.3f}, {:.3f}] ({:.1f}% CI, {}) p {:.3g} noise A {:.1f}% B "
+                       "{:.1f}% -> B {}",
+                       ratio, lo, hi, 100 * level, paired ? "paired" : "unpaired", p, 100 * cv_a,
+                       100 * cv_b, verdict_name(verdict));
 }
+
+Verdict ratio_verdict(double ratio, bool significant, bool higher_is_better) {
+    if (!significant || ratio == 1.0) return Verdict::kNoDifference;
+    return (ratio > 1.0) == higher_is_better ? Verdict::kFaster : Verdict::kSlower;
+}
+
+namespace {
+
+std::vector<double> positive_logs(std::span<const double> v) {
+    std::vector<double> out;
+    for (double x : v) {
+        if (x > 0) out.push_back(std::log(x));
+    }
+    return out;
+}
+
+// Fills the interval, p and verdict of a t test whose estimate of log(B/A) is `diff` with
+// standard error `se` and `df` degrees of freedom. se == 0 (every difference identical) is
+// the limit of a vanishing standard error: any nonzero difference is significant.
+void finish_t_test(RatioTest& r, double diff, double se, double df, bool higher_is_better) {
+    r.ratio = std::exp(diff);
+    r.df = df;
+    double half = 0;
+    if (se > 0) {
+        half = student_t_critical(r.level, df) * se;
+        r.p = student_t_two_sided_p(diff / se, df);
+    } else {
+        r.p = diff == 0 ? 1.0 : 0.0;
+    }
+    r.lo = std::exp(diff - half);
+    r.hi = std::exp(diff + half);
+    // The interval excludes 1 exactly when p < 1 - level; deciding from the interval keeps the
+    // printed CI and verdict consistent at the edge.
+    r.verdict = ratio_verdict(r.ratio, r.lo > 1.0 || r.hi < 1.0, higher_is_better);
+}
+
+}  // namespace
 
 RatioTest compare_ratio(std::span<const double> a, std::span<const double> b,
                         bool higher_is_better, double level) {
     RatioTest r;
-    std::vector<double> la, lb;
-    for (double x : a) if (x > 0) la.push_back(std::log(x));
-    for (double x : b) if (x > 0) lb.push_back(std::log(x));
+    r.level = level;
+    const std::vector<double> la = positive_logs(a), lb = positive_logs(b);
     r.n_a = static_cast<int>(la.size());
     r.n_b = static_cast<int>(lb.size());
     if (r.n_a == 0 || r.n_b == 0) return r;
@@ -163,26 +208,53 @@ RatioTest compare_ratio(std::span<const double> a, std::span<const double> b,
     const double va = std::pow(sample_stddev(la), 2) / r.n_a;
     const double vb = std::pow(sample_stddev(lb), 2) / r.n_b;
     const double se = std::sqrt(va + vb);
-    double half = 0;
-    if (se > 0) {
-        // Welch-Satterthwaite degrees of freedom.
-        r.df = (va + vb) * (va + vb) /
-               (va * va / (r.n_a - 1) + vb * vb / (r.n_b - 1));
-        half = student_t_critical(level, r.df) * se;
-    } else {
-        r.df = std::numeric_limits<double>::infinity();
+    // Welch-Satterthwaite degrees of freedom.
+    const double df = se > 0 ? (va + vb) * (va + vb) /
+                                   (va * va / (r.n_a - 1) + vb * vb / (r.n_b - 1))
+                             : std::numeric_limits<double>::infinity();
+    finish_t_test(r, diff, se, df, higher_is_better);
+    return r;
+}
+
+RatioTest compare_ratio_paired(std::span<const double> a, std::span<const double> b,
+                               bool higher_is_better, double level) {
+    RatioTest r;
+    r.paired = true;
+    r.level = level;
+    std::vector<double> used_a, used_b, d;
+    for (size_t k = 0; k < std::min(a.size(), b.size()); ++k) {
+        if (a[k] <= 0 || b[k] <= 0) continue;
+        used_a.push_back(a[k]);
+        used_b.push_back(b[k]);
+        d.push_back(std::log(b[k]) - std::log(a[k]));
     }
-    r.lo = std::exp(diff - half);
-    r.hi = std::exp(diff + half);
-    const bool b_higher = r.lo > 1.0;
-    const bool b_lower = r.hi < 1.0;
-    if (b_higher) {
-        r.verdict = higher_is_better ? Verdict::kFaster : Verdict::kSlower;
-    } else if (b_lower) {
-        r.verdict = higher_is_better ? Verdict::kSlower : Verdict::kFaster;
-    } else {
-        r.verdict = Verdict::kNoDifference;
-    }
+    r.n_a = r.n_b = static_cast<int>(d.size());
+    if (d.empty()) return r;
+    const double diff = mean(d);
+    r.ratio = r.lo = r.hi = std::exp(diff);
+    r.cv_a = mean_ci(used_a).cv;
+    r.cv_b = mean_ci(used_b).cv;
+    if (d.size() < 2) return r;
+    const double se = sample_stddev(d) / std::sqrt(static_cast<double>(d.size()));
+    finish_t_test(r, diff, se, static_cast<double>(d.size() - 1), higher_is_better);
+    return r;
+}
+
+Proportion wilson_interval(int k, int n, double level) {
+    Proportion r;
+    r.k = k;
+    r.n = n;
+    if (n <= 0) return r;
+    const double nn = static_cast<double>(n);
+    r.p = static_cast<double>(k) / nn;
+    // The normal quantile as the t quantile's large-df limit (student_t_cdf caps df at 1e7).
+    const double z = student_t_critical(level, 1e9);
+    const double z2 = z * z;
+    const double denom = 1 + z2 / nn;
+    const double center = (r.p + z2 / (2 * nn)) / denom;
+    const double half = z / denom * std::sqrt(r.p * (1 - r.p) / nn + z2 / (4 * nn * nn));
+    r.lo = std::max(0.0, center - half);
+    r.hi = std::min(1.0, center + half);
     return r;
 }
 

@@ -74,6 +74,8 @@ Result<std::vector<RequestRecord>> run_batch(const SweepOptions& opt, const Targ
 
 }  // namespace
 
+int abba_position(int pair, int target) { return (pair % 2 == 0) ? target : 1 - target; }
+
 Result<std::vector<IterationMetrics>> run_sweep(const SweepOptions& opt, const PromptSource& prompts,
                                                 const std::vector<Target>& targets,
                                                 const SweepHooks& hooks) {
@@ -97,8 +99,13 @@ Result<std::vector<IterationMetrics>> run_sweep(const SweepOptions& opt, const P
                           mix_seed(opt.seed, level, kWarmupStream))
                     .status());
         }
+        const bool ab = targets.size() == 2;
         for (int it = 0; it < opt.iterations; ++it) {
-            for (size_t ti = 0; ti < targets.size(); ++ti) {
+            for (size_t slot = 0; slot < targets.size(); ++slot) {
+                // The ABBA swap is its own inverse: slot k of a pair runs the target whose
+                // position is k.
+                const size_t ti =
+                    ab ? static_cast<size_t>(abba_position(it, static_cast<int>(slot))) : slot;
                 const Target& t = targets[ti];
                 auto jobs = build_jobs(prompts, t.model, opt, mix_seed(opt.seed, level, it), n);
                 const std::string label =
@@ -114,6 +121,10 @@ Result<std::vector<IterationMetrics>> run_sweep(const SweepOptions& opt, const P
                 m.config = t.name;
                 m.level = level;
                 m.iteration = it;
+                if (ab) {
+                    m.pair = it;
+                    m.pair_position = static_cast<int>(slot);
+                }
                 if (hooks.on_iteration) hooks.on_iteration(m);
                 all.push_back(m);
                 per_target[ti].push_back(m);

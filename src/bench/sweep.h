@@ -1,7 +1,10 @@
 // The concurrency sweep: for each level, warm-up requests, then `iterations` measured
-// batches of n requests with `level` in flight. With two targets (A/B mode) the measured
-// batches alternate A, B, A, B ... within each level so that slow drift of the machine
-// (thermal, other tenants) falls on both sides equally; both sides get identical prompts.
+// batches of n requests with `level` in flight. With two targets (A/B mode) each iteration is
+// a pair of batches, one per side, with identical prompts, and the pairs alternate their order
+// (ABBA): A B, B A, A B, B A, ... within each level. A pair's B/A then differences out the
+// machine's state at that time, and over each block of two pairs a linear drift (thermal,
+// other tenants) adds as much to A as to B, so it cancels from the mean of the pair ratios
+// instead of favouring the side that always runs second (use an even --iterations).
 #pragma once
 
 #include <cstdint>
@@ -58,7 +61,11 @@ struct SweepHooks {
     ProgressBar* progress = nullptr;
 };
 
-// Runs the sweep; returns every measured iteration. Stops with an error when every request
+// The position of target `target` (0 = A, 1 = B) within pair `pair` in ABBA order: A runs
+// first in even pairs, B in odd ones.
+int abba_position(int pair, int target);
+
+// Runs the sweep; returns every measured iteration (A/B runs: with pair and pair_position set). Stops with an error when every request
 // of a measured batch failed (a wrong URL or model should not take the whole sweep's time).
 Result<std::vector<IterationMetrics>> run_sweep(const SweepOptions& opt, const PromptSource& prompts,
                                                 const std::vector<Target>& targets,

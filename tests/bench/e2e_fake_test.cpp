@@ -104,7 +104,7 @@ TEST(BenchE2eFake, ChunkCountsWithoutUsage) {
     o.max_tokens = 5;
     o.iterations = 1;
     o.warmup = 0;
-    auto r = run_sweep(o, words(4), {Target{.url = parse_url(srv.url()).value(), .model = "fake-model"}}, {});
+    auto r = run_sweep(o, words(4), {Target{.name = "", .url = parse_url(srv.url()).value(), .model = "fake-model"}}, {});
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
     EXPECT_EQ((*r)[0].output_tokens, 20);
     EXPECT_FALSE((*r)[0].input_tokens_known);
@@ -120,7 +120,7 @@ TEST(BenchE2eFake, FailuresAreReported) {
     std::vector<IterationMetrics> got;
     SweepHooks hooks;
     hooks.on_iteration = [&](const IterationMetrics& m) { got.push_back(m); };
-    auto r = run_sweep(o, words(4), {Target{.url = parse_url(srv.url()).value(), .model = "wrong"}}, hooks);
+    auto r = run_sweep(o, words(4), {Target{.name = "", .url = parse_url(srv.url()).value(), .model = "wrong"}}, hooks);
     ASSERT_FALSE(r.is_ok());
     EXPECT_NE(r.status().message().find("HTTP 404"), std::string::npos) << r.status().message();
     ASSERT_EQ(got.size(), 1u);
@@ -134,7 +134,7 @@ TEST(BenchE2eFake, FailuresAreReported) {
     }
     auto url = parse_url("http://127.0.0.1:1");
     ASSERT_TRUE(url.is_ok());
-    auto r2 = run_sweep(o, words(4), {Target{.url = *url, .model = "m"}}, {});
+    auto r2 = run_sweep(o, words(4), {Target{.name = "", .url = *url, .model = "m"}}, {});
     ASSERT_FALSE(r2.is_ok());
     EXPECT_NE(r2.status().message().find("connect"), std::string::npos) << r2.status().message();
 }
@@ -202,8 +202,9 @@ TEST(BenchE2eFake, AaRunReportsNoDifference) {
     FakeOpenAiServer srv;
     const std::string dir = ::testing::TempDir() + "bench_aa/";
     std::filesystem::create_directories(dir);
-    // A 99% interval: an A/A test still has a 1% false-alarm rate per level by design, so one
-    // retry keeps the test from flaking while a broken comparison fails both attempts.
+    // --confidence 0.99: an A/A run still claims a difference somewhere in up to 1% of runs
+    // (the family-wise rate over its levels) by design, so one retry keeps the test from
+    // flaking while a broken comparison fails both attempts.
     std::string out;
     for (int attempt = 0; attempt < 2; ++attempt) {
         const std::string log = dir + "aa.log";
@@ -225,11 +226,32 @@ TEST(BenchE2eFake, AaRunReportsNoDifference) {
     auto recs = read_jsonl(dir + "aa.jsonl");
     ASSERT_TRUE(recs.is_ok());
     EXPECT_EQ(recs->size(), 16u);  // 2 levels x 4 iterations x 2 sides
-    EXPECT_EQ((*recs)[0].m.config, "A");
-    EXPECT_EQ((*recs)[1].m.config, "B");
+    // ABBA: pair 0 runs A then B, pair 1 B then A, ...; each record says where it ran.
+    const char* expected[] = {"A", "B", "B", "A", "A", "B", "B", "A"};
+    for (int i = 0; i < 8; ++i) {
+        const IterationMetrics& m = (*recs)[i].m;
+        EXPECT_EQ(m.config, expected[i]) << i;
+        EXPECT_EQ(m.level, 1);
+        EXPECT_EQ(m.pair, i / 2) << i;
+        EXPECT_EQ(m.pair_position, i % 2) << i;
+        EXPECT_EQ(m.iteration, i / 2) << i;
+    }
+    EXPECT_NE(out.find("paired t test"), std::string::npos) << out;
+    EXPECT_NE(out.find("Family of 2 levels"), std::string::npos) << out;
     // The single --ab file can be compared on its own.
     const std::string cmp = dir + "cmp.log";
     EXPECT_EQ(run_cli("bench compare " + dir + "aa.jsonl", cmp), 0) << slurp(cmp);
+    EXPECT_NE(slurp(cmp).find("paired t test"), std::string::npos) << slurp(cmp);
+    // Two files are two runs: unpaired, whatever their records say.
+    EXPECT_EQ(run_cli("bench compare " + dir + "aa.jsonl " + dir + "aa.jsonl", cmp), 0) << slurp(cmp);
+    EXPECT_NE(slurp(cmp).find("unpaired"), std::string::npos) << slurp(cmp);
+    // A series of one: the tally and its JSON.
+    EXPECT_EQ(run_cli("bench series " + dir + "aa.jsonl --json " + dir + "series.json", cmp), 0)
+        << slurp(cmp);
+    EXPECT_NE(slurp(cmp).find("1 family (1 paired), 2 levels tested"), std::string::npos)
+        << slurp(cmp);
+    EXPECT_NE(slurp(dir + "series.json").find("\"families_any_verdict\""), std::string::npos);
+    EXPECT_NE(run_cli("bench series " + dir + "missing.jsonl", cmp), 0);
 }
 
 }  // namespace

@@ -123,7 +123,8 @@ TEST_F(BenchE2eServe, SweepWritesTableJsonlAndPlot) {
 TEST_F(BenchE2eServe, AaRunReportsNoDifference) {
     ServeProcess serve(dir_ + "serve_aa.log");
     ASSERT_FALSE(serve.url().empty()) << serve.log();
-    // 99% intervals plus one retry: an A/A test has a small false-alarm rate by design.
+    // A 1% family-wise error rate plus one retry: an A/A test has a small false-alarm rate by
+    // design.
     std::string out;
     for (int attempt = 0; attempt < 2; ++attempt) {
         const std::string log = dir_ + "aa.log";

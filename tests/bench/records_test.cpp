@@ -5,6 +5,7 @@
 #include "bench/compare.h"
 #include "bench/plot.h"
 #include "bench/record_io.h"
+#include "bench/series.h"
 
 namespace dsv4::bench {
 namespace {
@@ -88,6 +89,8 @@ TEST(BenchRecords, JsonlRoundTrip) {
     m.config = "B";
     m.level = 8;
     m.iteration = 2;
+    m.pair = 2;
+    m.pair_position = 0;  // pair 2 runs B A
     RunInfo info = current_run_info();
     info.url = "http://x:1";
     info.model = "tiny";
@@ -112,32 +115,151 @@ TEST(BenchRecords, JsonlRoundTrip) {
     EXPECT_EQ(r.m.n_refused, 4);
     EXPECT_EQ(r.m.n_refused_no_retry_after, 1);
     EXPECT_EQ(r.m.n_unanswered, 2);
+    EXPECT_EQ(r.m.pair, 2);
+    EXPECT_EQ(r.m.pair_position, 0);
     EXPECT_FALSE(read_jsonl(path + ".missing").is_ok());
+    // A single-target record has no pair and writes none.
+    IterationMetrics plain = m;
+    plain.pair = plain.pair_position = -1;
+    const nlohmann::json j = record_to_json(info, plain);
+    EXPECT_FALSE(j.contains("pair"));
+    EXPECT_FALSE(j.contains("pair_position"));
 }
 
-TEST(BenchCompare, PerLevelVerdicts) {
-    std::vector<IterationMetrics> a, b;
-    const double noise[] = {1.0, 1.02, 0.98, 1.01};
+// A record as written before pairs were recorded (an --ab run of the old A B A B order) still
+// reads, as "not paired".
+TEST(BenchRecords, OldRecordWithoutPairFieldsReads) {
+    const auto j = nlohmann::json::parse(R"({"schema":"dsv4.bench.v1","git_sha":"abc","url":"u",
+        "model":"m","config":"A","level":4,"iteration":1,"n_requests":8,"n_ok":8,"n_errors":0,
+        "duration_s":1.5,"output_tok_s":123.5,"ttft_ms":{"median":10}})");
+    auto r = record_from_json(j);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    EXPECT_EQ(r->m.level, 4);
+    EXPECT_EQ(r->m.iteration, 1);
+    EXPECT_DOUBLE_EQ(r->m.output_tok_s, 123.5);
+    EXPECT_EQ(r->m.pair, -1);
+    EXPECT_EQ(r->m.pair_position, -1);
+}
+
+IterationMetrics level_record(int level, int pair, double tok_s) {
+    IterationMetrics m;
+    m.level = level;
+    m.iteration = pair;
+    m.pair = pair;
+    m.pair_position = 0;
+    m.output_tok_s = tok_s;
+    return m;
+}
+
+// Levels 1 and 8 of an --ab run, 4 pairs each; B is 30% faster at level 8 only. The pairs
+// share a level shift (the machine's state) that an unpaired test would have to see through.
+void ab_records(std::vector<IterationMetrics>& a, std::vector<IterationMetrics>& b) {
+    const double shift[] = {1.0, 1.5, 0.7, 1.25};
+    const double noise[] = {1.0, 1.01, 0.99, 1.005};
     for (int level : {1, 8}) {
-        for (int i = 0; i < 4; ++i) {
-            IterationMetrics m;
-            m.level = level;
-            m.output_tok_s = 100 * level * noise[i];
-            a.push_back(m);
-            m.output_tok_s *= level == 8 ? 1.3 : 1.0;
-            m.output_tok_s *= noise[(i + 1) % 4];
-            b.push_back(m);
+        for (int k = 0; k < 4; ++k) {
+            const double base = 100 * level * shift[k];
+            a.push_back(level_record(level, k, base));
+            b.push_back(level_record(level, k, base * (level == 8 ? 1.3 : 1.0) * noise[k]));
         }
     }
-    auto rows = compare_levels(a, b, "output_tok_s");
-    ASSERT_TRUE(rows.is_ok());
-    ASSERT_EQ(rows->size(), 2u);
-    EXPECT_EQ((*rows)[0].test.verdict, Verdict::kNoDifference);
-    EXPECT_EQ((*rows)[1].test.verdict, Verdict::kFaster);
-    const std::string text = format_comparison(*rows, "output_tok_s", "a", "b");
-    EXPECT_NE(text.find("faster"), std::string::npos);
-    EXPECT_NE(text.find("no detectable difference"), std::string::npos);
+}
+
+TEST(BenchCompare, PairedPerLevelVerdictsWithHolm) {
+    std::vector<IterationMetrics> a, b;
+    ab_records(a, b);
+    auto c = compare_levels(a, b, "output_tok_s");
+    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+    EXPECT_TRUE(c->paired);
+    EXPECT_EQ(c->m, 2);
+    EXPECT_NEAR(c->ci_level, 0.975, 1e-12);
+    ASSERT_EQ(c->rows.size(), 2u);
+    EXPECT_EQ(c->rows[0].level, 1);
+    EXPECT_EQ(c->rows[0].test.verdict, Verdict::kNoDifference);
+    EXPECT_EQ(c->rows[1].test.verdict, Verdict::kFaster);
+    EXPECT_TRUE(c->rows[1].test.paired);
+    EXPECT_EQ(c->rows[1].test.n_a, 4);
+    const std::string text = format_comparison(*c, "output_tok_s", "a", "b");
+    EXPECT_NE(text.find("faster"), std::string::npos) << text;
+    EXPECT_NE(text.find("no detectable difference"), std::string::npos) << text;
+    EXPECT_NE(text.find("97.5% CI"), std::string::npos) << text;
+    EXPECT_NE(text.find("paired t test"), std::string::npos) << text;
+    EXPECT_NE(text.find("ABBA"), std::string::npos) << text;
+    EXPECT_NE(text.find("Family of 2 levels"), std::string::npos) << text;
+    EXPECT_NE(text.find("family-wise error rate of 5%"), std::string::npos) << text;
     EXPECT_FALSE(compare_levels(a, b, "nope").is_ok());
+
+    // The same records unpaired (two files): the shift between pairs hides the 30% at level 8.
+    auto u = compare_levels(a, b, "output_tok_s", 0.95, Pairing::kUnpaired);
+    ASSERT_TRUE(u.is_ok());
+    EXPECT_FALSE(u->paired);
+    EXPECT_EQ(u->rows[1].test.n_b, 4);
+    EXPECT_EQ(u->rows[1].test.verdict, Verdict::kNoDifference);
+    const std::string utext = format_comparison(*u, "output_tok_s", "a", "b");
+    EXPECT_NE(utext.find("unpaired"), std::string::npos) << utext;
+    EXPECT_NE(utext.find("Welch"), std::string::npos) << utext;
+    EXPECT_NE(utext.find("Holm-Bonferroni"), std::string::npos) << utext;
+}
+
+TEST(BenchCompare, PairingNeedsEveryRecordPaired) {
+    std::vector<IterationMetrics> a, b;
+    ab_records(a, b);
+    // A run stopped midway: level 8 lost B's last pair. The other three pairs still pair.
+    std::vector<IterationMetrics> b_short(b.begin(), b.end() - 1);
+    auto c = compare_levels(a, b_short, "output_tok_s");
+    ASSERT_TRUE(c.is_ok());
+    EXPECT_TRUE(c->paired);
+    EXPECT_EQ(c->rows[1].test.n_a, 3);
+    // An old record without a pair index: the whole comparison falls back to Welch.
+    std::vector<IterationMetrics> a_old = a;
+    a_old[0].pair = -1;
+    c = compare_levels(a_old, b, "output_tok_s");
+    ASSERT_TRUE(c.is_ok());
+    EXPECT_FALSE(c->paired);
+    // A pair index twice on one side (two runs concatenated) is not a pairing either.
+    std::vector<IterationMetrics> a_twice = a;
+    a_twice.insert(a_twice.end(), a.begin(), a.end());
+    c = compare_levels(a_twice, b, "output_tok_s");
+    ASSERT_TRUE(c.is_ok());
+    EXPECT_FALSE(c->paired);
+    EXPECT_EQ(c->rows[0].test.n_a, 8);
+}
+
+// A series of three families: one quiet, one with level 8 faster, one with both levels slower.
+TEST(BenchSeries, TallyCountsFamiliesAndLevels) {
+    auto family = [](Verdict v1, Verdict v8) {
+        Comparison c;
+        c.paired = true;
+        c.m = 2;
+        for (auto [level, v] : {std::pair{1, v1}, std::pair{8, v8}}) {
+            LevelComparison r;
+            r.level = level;
+            r.test.verdict = v;
+            c.rows.push_back(r);
+        }
+        return c;
+    };
+    SeriesTally t;
+    add_family(t, family(Verdict::kNoDifference, Verdict::kNoDifference));
+    add_family(t, family(Verdict::kNoDifference, Verdict::kFaster));
+    add_family(t, family(Verdict::kSlower, Verdict::kSlower));
+    add_family(t, family(Verdict::kInsufficientData, Verdict::kSlower));
+    EXPECT_EQ(t.families, 4);
+    EXPECT_EQ(t.families_paired, 4);
+    EXPECT_EQ(t.families_any_verdict, 3);
+    EXPECT_EQ(t.families_any_faster, 1);
+    EXPECT_EQ(t.families_any_slower, 2);
+    EXPECT_EQ(t.families_all_faster, 0);
+    EXPECT_EQ(t.families_all_slower, 2);  // untested levels do not count against "all"
+    EXPECT_EQ(t.rows, 7);
+    EXPECT_EQ(t.rows_faster, 1);
+    EXPECT_EQ(t.rows_slower, 3);
+    const nlohmann::json j = series_json(t);
+    EXPECT_EQ(j["families_any_verdict"]["k"], 3);
+    EXPECT_DOUBLE_EQ(j["families_any_verdict"]["rate"].get<double>(), 0.75);
+    const Proportion w = wilson_interval(3, 4);
+    EXPECT_DOUBLE_EQ(j["families_any_verdict"]["wilson"][0].get<double>(), w.lo);
+    EXPECT_NE(format_series(t).find("Wilson"), std::string::npos);
 }
 
 TEST(BenchPlot, ScriptHasBothPanels) {

@@ -1,6 +1,7 @@
 // `dsv4 bench`: concurrency-sweep throughput benchmark against any OpenAI-compatible server,
 // with JSON-lines records, a gnuplot figure, and noise-aware A/B verdicts
-// (`--ab URL_B` alternates two servers; `dsv4 bench compare A.jsonl B.jsonl` compares files).
+// (`--ab URL_B` alternates two servers in ABBA order and pairs their batches; `dsv4 bench
+// compare A.jsonl B.jsonl` compares files).
 // The work lives in src/bench; this file maps flags to options and prints.
 #include <sys/resource.h>
 #include <unistd.h>
@@ -216,9 +217,8 @@ Status run_bench(BenchFlags f) {
     if (ab) {
         std::vector<IterationMetrics> a, b;
         for (const auto& m : result.value()) (m.config == "B" ? b : a).push_back(m);
-        DSV4_ASSIGN_OR_RETURN(auto rows, compare_levels(a, b, f.metric, f.confidence));
-        std::fputs(("\n" + format_comparison(rows, f.metric, names["A"], names["B"], f.confidence))
-                       .c_str(),
+        DSV4_ASSIGN_OR_RETURN(auto cmp, compare_levels(a, b, f.metric, f.confidence));
+        std::fputs(("\n" + format_comparison(cmp, f.metric, names["A"], names["B"])).c_str(),
                    stdout);
     }
     std::string plot = f.plot;
@@ -262,8 +262,11 @@ Status run_compare(const CompareFlags& f) {
                                     f.files[0]);
         }
     }
-    DSV4_ASSIGN_OR_RETURN(auto rows, compare_levels(a, b, f.metric, f.confidence));
-    std::fputs(format_comparison(rows, f.metric, name_a, name_b, f.confidence).c_str(), stdout);
+    // Two files are two runs made at different times: no batch of one has a partner in the
+    // other, so they are compared unpaired. One --ab file pairs its A and B batches.
+    const Pairing pairing = f.files.size() == 2 ? Pairing::kUnpaired : Pairing::kAuto;
+    DSV4_ASSIGN_OR_RETURN(auto cmp, compare_levels(a, b, f.metric, f.confidence, pairing));
+    std::fputs(format_comparison(cmp, f.metric, name_a, name_b).c_str(), stdout);
     if (!f.plot.empty()) {
         for (auto& m : a) m.config = "A";
         for (auto& m : b) m.config = "B";
@@ -324,7 +327,9 @@ void register_bench(CLI::App& app, CommandContext& ctx) {
     auto f = std::make_shared<BenchFlags>();
     cmd->add_option("--url", f->url, "Server base URL (A in --ab mode)")->capture_default_str();
     cmd->add_option("--ab", f->url_b,
-                    "Second server URL: alternate A,B,A,B batches per level and report B/A");
+                    "Second server URL: per level, pairs of batches in ABBA order (A B, B A, A B, "
+                    "...; an even --iterations cancels linear drift), then B/A per level from the "
+                    "paired t test, Holm-corrected across levels");
     cmd->add_option("--model", f->model, "Model name (default: first id of GET /v1/models)");
     cmd->add_option("--model-b", f->model_b, "Model name for B (default: --model or ask B)");
     cmd->add_option("--endpoint", f->endpoint, "chat or completions")->capture_default_str();
@@ -363,17 +368,24 @@ void register_bench(CLI::App& app, CommandContext& ctx) {
                     "Plot image (.svg or .png; default <out>.svg when --out is given; 'none')");
     cmd->add_option("--label", f->label, "Free-text label stored in every record");
     cmd->add_option("--metric", f->metric, "Metric for the A/B verdict")->capture_default_str();
-    cmd->add_option("--confidence", f->confidence, "Confidence level of the intervals")
+    cmd->add_option("--confidence", f->confidence,
+                    "1 - the family-wise error rate of the A/B verdicts over all levels (intervals "
+                    "at the Bonferroni level)")
         ->capture_default_str();
     cmd->add_flag("--no-progress", f->no_progress, "No progress bar on stderr");
 
-    auto* cmp = cmd->add_subcommand("compare", "Compare two JSON-lines files (B/A per level)");
+    auto* cmp = cmd->add_subcommand(
+        "compare",
+        "Compare two JSON-lines files (B/A per level, Welch, unpaired) or the A and B records of one "
+        "--ab file (paired by ABBA pair); verdicts Holm-corrected across levels");
     auto cf = std::make_shared<CompareFlags>();
     cmp->add_option("files", cf->files, "A.jsonl B.jsonl, or one file from an --ab run")
         ->required()
         ->expected(1, 2);
     cmp->add_option("--metric", cf->metric, "Metric to compare")->capture_default_str();
-    cmp->add_option("--confidence", cf->confidence, "Confidence level")->capture_default_str();
+    cmp->add_option("--confidence", cf->confidence,
+                    "1 - the family-wise error rate over all levels")
+        ->capture_default_str();
     cmp->add_option("--plot", cf->plot, "Also draw both sides into this image");
     cmp->callback([&ctx, cf] {
         Status s = run_compare(*cf);
@@ -410,8 +422,9 @@ void register_bench(CLI::App& app, CommandContext& ctx) {
             ctx.exit_code = 1;
         }
     });
-    cmd->callback([&ctx, f, cmp, mt] {
-        if (cmp->parsed() || mt->parsed()) return;
+    auto* series = register_bench_series(*cmd, ctx);
+    cmd->callback([&ctx, f, cmp, mt, series] {
+        if (cmp->parsed() || mt->parsed() || series->parsed()) return;
         Status s = run_bench(*f);
         if (!s.is_ok()) {
             std::fprintf(stderr, "dsv4 bench: %s\n", s.to_string().c_str());

@@ -12,6 +12,9 @@ struct CommandContext {
 
 void register_generate(CLI::App& app, CommandContext& ctx);
 void register_bench(CLI::App& app, CommandContext& ctx);
+// `dsv4 bench series`, a subcommand of `bench` (cmd_bench_series.cpp); returns it so that
+// `bench` can tell when it ran instead of a sweep.
+CLI::App* register_bench_series(CLI::App& bench, CommandContext& ctx);
 void register_tokenize(CLI::App& app, CommandContext& ctx);
 void register_serve(CLI::App& app, CommandContext& ctx);
 void register_decode_bench(CLI::App& app, CommandContext& ctx);
