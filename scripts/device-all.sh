@@ -15,7 +15,8 @@
 # prefill_ab (two builds alternated on prefill points, plus option runs; PREFILL_B_OPTS),
 # constrain (issue 18: structured output and tool_choice through serve --backend cuda, scripts/gpu-constrain-check.py),
 # ckpt (issue 14: write a CKPT_LAYERS-layer Flash checkpoint, cat it, serve --model it, chat + bench; scripts/gpu-ckpt-load.sh),
-# overload / soak (issue 21: scripts/overload.sh, scripts/soak.sh against the synthetic Flash).
+# overload / soak (issue 21: scripts/overload.sh, scripts/soak.sh against the synthetic Flash),
+# tune (issue 16: `dsv4 tune`, TUNE_ARGS, then proxy-bench with and without the file it wrote).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-build-all-bin}
@@ -245,6 +246,27 @@ for stage in "$@"; do
         grep -E "^\[phase\]|^ckpt|^only|shard .*GB/s" "$OUT/ckpt.log" | cut -c1-400
         SUMMARY+=("ckpt: rc=$rc; $(grep -E '^ckpt: load rate' "$OUT/ckpt.log")")
         rm -rf "$SD"
+        ;;
+    tune)
+        # issue 16: `dsv4 tune` on the 20-layer proxy (TUNE_ARGS, default: the seed's decode-attention
+        # experiment), tuning file, ledger JSONL and Markdown under $OUT/tune; then the tuning file
+        # served: proxy-bench with --tuning FILE beside --tuning none at the tuned batches.
+        mkdir -p "$OUT/tune"
+        "$BIN"/dsv4 tune ${TUNE_ARGS:---op sparse_decode --variants default-tile --split-kv-targets 0,128,256,512 --batches 1,8,64,256 --contexts 8192 --time-budget 420} \
+            --out "$OUT/tune/tuning.json" --ledger "$OUT/tune/ledger.jsonl" --ledger-md "$OUT/tune/ledger.md" \
+            > "$OUT/tune/tune.txt" 2>&1
+        rc=$?
+        SUMMARY+=("tune: rc=$rc ($(grep -c '"kept":true' "$OUT/tune/ledger.jsonl" 2>/dev/null) kept)")
+        tail -n 40 "$OUT/tune/tune.txt"
+        if [[ $rc == 0 && -n "${TUNE_CHECK:-1}" ]]; then
+            for t in none "$OUT/tune/tuning.json"; do
+                "$BIN"/dsv4-proxy-bench proxy-bench --no-gemm-peak --tuning "$t" --batches "${TUNE_CHECK_BATCHES:-1,8,64,256}" \
+                    --contexts 8192 --reps 20 --json "$OUT/tune/check_$(basename "$t" .json).json" \
+                    > "$OUT/tune/check_$(basename "$t" .json).txt" 2>&1
+                echo "== proxy-bench --tuning $t: rc $?"
+                grep -E "^ +[0-9]+ +[0-9]+ +[0-9.]+ " "$OUT/tune/check_$(basename "$t" .json).txt" | awk '{print "   batch", $1, "ctx", $2, "step_ms", $3}'
+            done
+        fi
         ;;
     opprof)
         # Where the decode step goes, per op class (DSV4_OP_PROFILE=1: a second, event-marked capture).

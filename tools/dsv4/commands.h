@@ -2,12 +2,15 @@
 // itself on the CLI11 app; the callback it installs sets `exit_code`.
 #pragma once
 
+#include <string>
+
 #include <CLI/CLI.hpp>
 
 namespace dsv4::cli {
 
 struct CommandContext {
     int exit_code = 0;
+    std::string command_line;  // argv joined by spaces (for records that name their command)
 };
 
 void register_generate(CLI::App& app, CommandContext& ctx);
@@ -21,5 +24,6 @@ void register_decode_bench(CLI::App& app, CommandContext& ctx);
 void register_proxy_bench(CLI::App& app, CommandContext& ctx);
 void register_plan(CLI::App& app, CommandContext& ctx);
 void register_make_checkpoint(CLI::App& app, CommandContext& ctx);
+void register_tune(CLI::App& app, CommandContext& ctx);
 
 }  // namespace dsv4::cli

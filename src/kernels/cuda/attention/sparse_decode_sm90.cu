@@ -53,6 +53,9 @@ const Entry kTable[] = {
     entry<32, 64, 8, 2>(),
     entry<32, 64, 8, 3>(),
     entry<64, 64, 8, 2>(),
+    // The default tile with 4 warps and 3 stages: with w8_s2 (the default), w8_s3 and w4_s2 it completes
+    // the warps {4, 8} x stages {2, 3} grid of `dsv4 tune --variants default-tile` (issue 16).
+    entry<32, 32, 4, 3>(),
 };
 
 }  // namespace

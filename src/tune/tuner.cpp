@@ -1,0 +1,209 @@
+#include "tune/tuner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "bench/family.h"
+
+namespace dsv4::tune {
+
+namespace {
+
+std::string range_label(const char* what, const ShapeRange& r) {
+    if (r.any()) return fmt::format("any {}", what);
+    if (r.hi == std::numeric_limits<int64_t>::max()) return fmt::format("{} {}+", what, r.lo);
+    if (r.lo == r.hi) return fmt::format("{} {}", what, r.lo);
+    return fmt::format("{} {}-{}", what, r.lo, r.hi);
+}
+
+template <typename T>
+Result<std::vector<ShapeRange>> ranges_of(std::vector<T>& v, const char* what) {
+    if (v.empty()) return invalid_argument("tune: no {} given", what);
+    std::sort(v.begin(), v.end());
+    v.erase(std::unique(v.begin(), v.end()), v.end());
+    if (v.front() < 1) return invalid_argument("tune: {} must be >= 1 (got {})", what, v.front());
+    std::vector<ShapeRange> out;
+    int64_t lo = 1;
+    for (size_t i = 0; i < v.size(); ++i) {
+        const int64_t hi = i + 1 == v.size() ? std::numeric_limits<int64_t>::max() : int64_t(v[i]);
+        out.push_back({lo, hi});
+        lo = int64_t(v[i]) + 1;
+    }
+    return out;
+}
+
+}  // namespace
+
+std::string ShapeClass::label() const { return range_label("batch", tokens) + ", " + range_label("context", context); }
+
+Result<std::vector<ShapeClass>> shape_classes(std::vector<int> batches, std::vector<int64_t> contexts,
+                                              bool with_context) {
+    DSV4_ASSIGN_OR_RETURN(const std::vector<ShapeRange> br, ranges_of(batches, "batch sizes"));
+    DSV4_ASSIGN_OR_RETURN(const std::vector<ShapeRange> cr, ranges_of(contexts, "contexts"));
+    std::vector<ShapeClass> out;
+    for (size_t b = 0; b < batches.size(); ++b) {
+        if (!with_context) {
+            out.push_back({{batches[b], contexts.back()}, br[b], ShapeRange{}});
+            continue;
+        }
+        for (size_t c = 0; c < contexts.size(); ++c) out.push_back({{batches[b], contexts[c]}, br[b], cr[c]});
+    }
+    return out;
+}
+
+const char* stage_name(Stage s) {
+    switch (s) {
+    case Stage::kIllegal: return "illegal";
+    case Stage::kIncorrect: return "incorrect";
+    case Stage::kKernelSlower: return "kernel slower";
+    case Stage::kOverBudget: return "time budget";
+    case Stage::kMeasured: return "measured";
+    }
+    return "?";
+}
+
+Result<TuneReport> run_tune(TuneBench& bench, const std::vector<ShapeClass>& classes,
+                            const std::vector<Candidate>& candidates, const TuneOptions& opt) {
+    if (opt.pairs < 2) return invalid_argument("tune: --pairs must be >= 2 (got {})", opt.pairs);
+    if (!(opt.confidence > 0 && opt.confidence < 1))
+        return invalid_argument("tune: confidence must be in (0, 1) (got {})", opt.confidence);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto now = [&] {
+        return opt.now_s ? opt.now_s()
+                         : std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    const double start = now();
+    TuneReport rep;
+    auto heuristics = [&]() -> Status { return bench.set_rules({}).with_context("tune: the heuristics"); };
+    for (const ShapeClass& cls : classes) {
+        const ShapePoint& p = cls.at;
+        std::map<TunedOp, double> base_op;  // the heuristics' op time at p, measured once per op
+        for (const Candidate& c0 : candidates) {
+            Outcome o;
+            o.cls = cls;
+            o.cand = c0;
+            o.cand.rule.tokens = cls.tokens;
+            o.cand.rule.context = o.cand.rule.op == TunedOp::kSparseDecode ? cls.context : ShapeRange{};
+            if (opt.time_budget_s > 0 && now() - start > opt.time_budget_s) {
+                o.stage = Stage::kOverBudget;
+                o.detail = fmt::format("not started: the {:.0f} s budget was spent", opt.time_budget_s);
+                rep.outcomes.push_back(std::move(o));
+                continue;
+            }
+            if (const Status s = bench.set_rules({o.cand.rule}); !s.is_ok()) {
+                o.stage = Stage::kIllegal;
+                o.detail = s.message();
+                rep.outcomes.push_back(std::move(o));
+                continue;
+            }
+            DSV4_ASSIGN_OR_RETURN(o.logit_error, bench.logit_error(p));
+            if (!(o.logit_error <= opt.max_logit_error)) {
+                o.stage = Stage::kIncorrect;
+                o.detail = fmt::format("logits differ from the heuristics' by {:.3g} x their sd (limit {:.3g})",
+                                       o.logit_error, opt.max_logit_error);
+                rep.outcomes.push_back(std::move(o));
+                continue;
+            }
+            auto cand_op = bench.op_ms(p, o.cand.rule.op);
+            if (cand_op.is_ok()) {
+                o.op_ms_candidate = *cand_op;
+                auto it = base_op.find(o.cand.rule.op);
+                if (it == base_op.end()) {
+                    DSV4_RETURN_IF_ERROR(heuristics());
+                    DSV4_ASSIGN_OR_RETURN(const double b, bench.op_ms(p, o.cand.rule.op));
+                    it = base_op.emplace(o.cand.rule.op, b).first;
+                }
+                o.op_ms_heuristic = it->second;
+                if (o.op_ms_candidate > opt.kernel_keep * o.op_ms_heuristic) {
+                    o.stage = Stage::kKernelSlower;
+                    o.detail = fmt::format("op {:.4f} ms vs the heuristics' {:.4f} ms (keep at <= {:.2f}x)",
+                                           o.op_ms_candidate, o.op_ms_heuristic, opt.kernel_keep);
+                    rep.outcomes.push_back(std::move(o));
+                    continue;
+                }
+            } else if (cand_op.status().code() != StatusCode::kUnimplemented) {
+                return cand_op.status();
+            }
+            // End to end, ABBA: pair k runs heuristics then candidate when k is even, else the reverse,
+            // so a drift that is linear over one block of four cancels in the pairs' mean.
+            for (int k = 0; k < opt.pairs; ++k) {
+                const bool cand_first = k % 2 == 1;
+                double a = 0, b = 0;
+                for (int half = 0; half < 2; ++half) {
+                    const bool cand_now = (half == 0) == cand_first;
+                    if (cand_now) {
+                        DSV4_RETURN_IF_ERROR(bench.set_rules({o.cand.rule}));
+                        DSV4_ASSIGN_OR_RETURN(b, bench.step_ms(p));
+                    } else {
+                        DSV4_RETURN_IF_ERROR(heuristics());
+                        DSV4_ASSIGN_OR_RETURN(a, bench.step_ms(p));
+                    }
+                }
+                o.heuristic_ms.push_back(a);
+                o.candidate_ms.push_back(b);
+                o.candidate_first.push_back(cand_first);
+            }
+            rep.outcomes.push_back(std::move(o));
+        }
+    }
+    DSV4_RETURN_IF_ERROR(heuristics());
+
+    // The family: every end-to-end comparison of the run; step time, lower is better.
+    std::vector<size_t> idx;
+    std::vector<bench::RatioSamples> members;
+    for (size_t i = 0; i < rep.outcomes.size(); ++i)
+        if (rep.outcomes[i].stage == Stage::kMeasured) {
+            idx.push_back(i);
+            members.push_back({rep.outcomes[i].heuristic_ms, rep.outcomes[i].candidate_ms});
+        }
+    const bench::FamilyComparison fam = bench::compare_family(members, /*paired=*/true,
+                                                              /*higher_is_better=*/false, opt.confidence);
+    rep.alpha = fam.alpha;
+    rep.m = fam.m;
+    for (size_t j = 0; j < idx.size(); ++j) {
+        Outcome& o = rep.outcomes[idx[j]];
+        o.test = fam.tests[j];
+        o.adjusted_p = fam.adjusted_p[j];
+    }
+    // Per class and op: the faster candidate with the lowest ratio.
+    for (const ShapeClass& cls : classes) {
+        std::map<TunedOp, Outcome*> best;
+        for (Outcome& o : rep.outcomes) {
+            if (o.stage != Stage::kMeasured || o.test.verdict != bench::Verdict::kFaster) continue;
+            if (o.cls.tokens.lo != cls.tokens.lo || o.cls.context.lo != cls.context.lo) continue;
+            Outcome*& b = best[o.cand.rule.op];
+            if (!b || o.test.ratio < b->test.ratio) b = &o;
+        }
+        for (auto& [op, o] : best) {
+            o->kept = true;
+            TuningRule r = o->cand.rule;
+            const nlohmann::json m = {
+                {"metric", "decode step time (ms), candidate / heuristics, paired ABBA"},
+                {"point", {{"batch", cls.at.batch}, {"context", cls.at.context}}},
+                {"heuristic_ms", o->heuristic_ms},
+                {"candidate_ms", o->candidate_ms},
+                {"ratio", o->test.ratio},
+                {"ci", {o->test.lo, o->test.hi}},
+                {"ci_level", o->test.level},
+                {"p", o->test.p},
+                {"holm_adjusted_p", o->adjusted_p},
+                {"family", {{"comparisons", rep.m}, {"fwer", rep.alpha}}},
+                {"op_ms", {{"heuristics", o->op_ms_heuristic}, {"candidate", o->op_ms_candidate}}},
+                {"logit_error", o->logit_error},
+                {"candidate", o->cand.label},
+                {"date", opt.date},
+                {"git_sha", opt.git_sha}};
+            r.measurement_json = m.dump();
+            rep.chosen.push_back(std::move(r));
+        }
+    }
+    rep.seconds = now() - start;
+    return rep;
+}
+
+}  // namespace dsv4::tune
