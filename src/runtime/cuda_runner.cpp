@@ -436,9 +436,12 @@ Status CudaRunner::plan(const ForwardBatch& batch, bool decode_graph, HostPlan& 
     if (hp.T > opt_.max_tokens)
         return invalid_argument("{} tokens in one step, the CUDA runner takes {}", hp.T, opt_.max_tokens);
     hp.R = int(hp.logit_rows.size());
+    // The tuning file's sparse_decode rule: decode-only steps (one token per sequence), by the real
+    // batch (graphs are captured per rule, so sizes sharing a padded bucket may differ) and the
+    // longest context before the decoded token.
     int64_t longest = 0;
-    for (int s = 0; s < B; ++s) longest = std::max<int64_t>(longest, hp.start_pos[s] + hp.n_tok[s]);
-    hp.sd_rule = sparse_decode_rule_for(Bp, longest);
+    for (int s = 0; s < B; ++s) longest = std::max<int64_t>(longest, hp.start_pos[s] + hp.n_tok[s] - 1);
+    hp.sd_rule = hp.max_t == 1 ? sparse_decode_rule_for(B, longest) : -1;
     hp.batched = !decode_graph && batched_step(hp.max_t);
     if (hp.batched) {
         hp.pf_seq.resize(size_t(hp.T));

@@ -232,8 +232,8 @@ private:
     // legal for every shape of this model they cover (cuda_runner_tuning.cpp). Errors name the file
     // and the rule: an unknown variant, one illegal for a shape, more than 63 sparse_decode rules.
     Status apply_tuning_rules();
-    // This step's sparse_decode rule (index into sd_rules_, -1: none): tokens = the step's sequences
-    // (hp.B), context = its longest sequence after the step.
+    // A decode step's sparse_decode rule (index into sd_rules_, -1: none): tokens = the step's
+    // sequences (unpadded), context = the longest sequence's tokens before the decoded one.
     int sparse_decode_rule_for(int batch, int64_t context) const;
     // cuBLAS handle and scratch of the large-token dense linears (option prefill_gemm_min_tokens).
     Status setup_prefill_gemm();

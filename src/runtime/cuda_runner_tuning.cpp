@@ -66,8 +66,11 @@ Status CudaRunner::apply_tuning_rules() {
     std::vector<SparseDecodeRule> sd;
     std::vector<cuda::ShapeVariant> gemv, moe, grouped_v;
     const int64_t max_target = fast_attn_ && ws_.sd_seq_splits > 0 ? ws_.sd_seq_splits : INT64_MAX;
+    // Every refusal ends with what to do: the file may have been made with other options.
+    const char* hint = " (made with other options? run with --tuning none, or tune again with these)";
     auto refused = [&](const TuningRule& r, const std::string& why, int T) {
-        return invalid_argument("tuning file {}: rule '{}': {} at {} tokens: {}", file, r.describe(), r.variant, T, why);
+        return invalid_argument("tuning file {}: rule '{}': {} at {} tokens: {}{}", file, r.describe(), r.variant, T,
+                                why, hint);
     };
     for (const TuningRule& r : rt.tuning_rules) {
         switch (r.op) {
@@ -76,13 +79,13 @@ Status CudaRunner::apply_tuning_rules() {
                                                             [](int i) { return cuda::sparse_decode_variant_name(i); }));
             if (!fast_attn_)
                 return invalid_argument("tuning file {}: rule '{}': decode attention is not on sparse_decode here "
-                                        "(fast_attention off)",
-                                        file, r.describe());
+                                        "(fast_attention off, or f32 rows){}",
+                                        file, r.describe(), hint);
             const cuda::KvFormat fmt =
                 pool_.main.fmt == int32_t(KvRowFormat::kFp8) ? cuda::KvFormat::kFp8 : cuda::KvFormat::kBf16;
             if (v >= 0 && !cuda::sparse_decode_variant_legal(v, fmt, H))
-                return invalid_argument("tuning file {}: rule '{}': {} is not legal for {} heads on {} rows", file,
-                                        r.describe(), r.variant, H, fmt == cuda::KvFormat::kFp8 ? "fp8" : "bf16");
+                return invalid_argument("tuning file {}: rule '{}': {} is not legal for {} heads on {} rows{}", file,
+                                        r.describe(), r.variant, H, fmt == cuda::KvFormat::kFp8 ? "fp8" : "bf16", hint);
             if (sd.size() == 63) return invalid_argument("tuning file {}: more than 63 sparse_decode rules", file);
             if (r.split_kv_target_ctas > max_target)
                 return invalid_argument("tuning file {}: rule '{}': split-KV target {} beyond the workspace sized at "
@@ -113,6 +116,11 @@ Status CudaRunner::apply_tuning_rules() {
                         if (!why.empty()) return refused(r, why, T);
                     }
                 }
+            // The LM head (CudaRunner::lm_head), over the step's logit rows.
+            for (int T : token_samples(r.tokens, opt_.max_tokens))
+                if (w_.head.data)
+                    if (const std::string why = cuda::linear_variant_refusal(w_.head, 0, 0, d, T, v); !why.empty())
+                        return refused(r, "LM head: " + why, T);
             gemv.push_back(shape_variant_of(r, v));
             break;
         }
@@ -157,6 +165,14 @@ Status CudaRunner::apply_tuning_rules() {
 
 Status CudaRunner::set_tuning_rules(const std::vector<TuningRule>& rules) {
     if (ep_) return error(StatusCode::kUnimplemented, "set_tuning_rules: not supported under expert parallelism");
+    // The graphs captured the previous choices (the head's too: the LM head is a dense linear) and are
+    // keyed by rule index: drop them first, whatever follows (they are recaptured on use).
+    DSV4_CU(cudaStreamSynchronize(stream_));
+    for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g);
+    for (auto& [key, g] : head_graphs_) cudaGraphExecDestroy(g);
+    graphs_.clear();
+    head_graphs_.clear();
+    sd_rule_ = -1;
     std::vector<TuningRule> before = std::move(opt_.rt.tuning_rules);
     opt_.rt.tuning_rules = rules;
     if (opt_.rt.tuning_file.empty()) opt_.rt.tuning_file = "(set_tuning_rules)";
@@ -164,12 +180,6 @@ Status CudaRunner::set_tuning_rules(const std::vector<TuningRule>& rules) {
         opt_.rt.tuning_rules = std::move(before);
         return s;
     }
-    // The graphs captured the previous choices (the head's too: the LM head is a dense linear).
-    DSV4_CU(cudaStreamSynchronize(stream_));
-    for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g);
-    for (auto& [key, g] : head_graphs_) cudaGraphExecDestroy(g);
-    graphs_.clear();
-    head_graphs_.clear();
     return Status::ok();
 }
 

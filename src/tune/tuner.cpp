@@ -69,6 +69,10 @@ const char* stage_name(Stage s) {
 
 Result<TuneReport> run_tune(TuneBench& bench, const std::vector<ShapeClass>& classes,
                             const std::vector<Candidate>& candidates, const TuneOptions& opt) {
+    return run_tune(bench, std::vector<CandidateSet>{{classes, candidates}}, opt);
+}
+
+Result<TuneReport> run_tune(TuneBench& bench, const std::vector<CandidateSet>& sets, const TuneOptions& opt) {
     if (opt.pairs < 2) return invalid_argument("tune: --pairs must be >= 2 (got {})", opt.pairs);
     if (!(opt.confidence > 0 && opt.confidence < 1))
         return invalid_argument("tune: confidence must be in (0, 1) (got {})", opt.confidence);
@@ -80,7 +84,10 @@ Result<TuneReport> run_tune(TuneBench& bench, const std::vector<ShapeClass>& cla
     const double start = now();
     TuneReport rep;
     auto heuristics = [&]() -> Status { return bench.set_rules({}).with_context("tune: the heuristics"); };
-    for (const ShapeClass& cls : classes) {
+    std::vector<size_t> set_of;  // per outcome: its set
+    for (size_t si = 0; si < sets.size(); ++si)
+    for (const ShapeClass& cls : sets[si].classes) {
+        const std::vector<Candidate>& candidates = sets[si].candidates;
         const ShapePoint& p = cls.at;
         std::map<TunedOp, double> base_op;  // the heuristics' op time at p, measured once per op
         for (const Candidate& c0 : candidates) {
@@ -93,12 +100,14 @@ Result<TuneReport> run_tune(TuneBench& bench, const std::vector<ShapeClass>& cla
                 o.stage = Stage::kOverBudget;
                 o.detail = fmt::format("not started: the {:.0f} s budget was spent", opt.time_budget_s);
                 rep.outcomes.push_back(std::move(o));
+                set_of.push_back(si);
                 continue;
             }
             if (const Status s = bench.set_rules({o.cand.rule}); !s.is_ok()) {
                 o.stage = Stage::kIllegal;
                 o.detail = s.message();
                 rep.outcomes.push_back(std::move(o));
+                set_of.push_back(si);
                 continue;
             }
             DSV4_ASSIGN_OR_RETURN(o.logit_error, bench.logit_error(p));
@@ -107,6 +116,7 @@ Result<TuneReport> run_tune(TuneBench& bench, const std::vector<ShapeClass>& cla
                 o.detail = fmt::format("logits differ from the heuristics' by {:.3g} x their sd (limit {:.3g})",
                                        o.logit_error, opt.max_logit_error);
                 rep.outcomes.push_back(std::move(o));
+                set_of.push_back(si);
                 continue;
             }
             auto cand_op = bench.op_ms(p, o.cand.rule.op);
@@ -124,6 +134,7 @@ Result<TuneReport> run_tune(TuneBench& bench, const std::vector<ShapeClass>& cla
                     o.detail = fmt::format("op {:.4f} ms vs the heuristics' {:.4f} ms (keep at <= {:.2f}x)",
                                            o.op_ms_candidate, o.op_ms_heuristic, opt.kernel_keep);
                     rep.outcomes.push_back(std::move(o));
+                    set_of.push_back(si);
                     continue;
                 }
             } else if (cand_op.status().code() != StatusCode::kUnimplemented) {
@@ -149,6 +160,7 @@ Result<TuneReport> run_tune(TuneBench& bench, const std::vector<ShapeClass>& cla
                 o.candidate_first.push_back(cand_first);
             }
             rep.outcomes.push_back(std::move(o));
+            set_of.push_back(si);
         }
     }
     DSV4_RETURN_IF_ERROR(heuristics());
@@ -170,11 +182,13 @@ Result<TuneReport> run_tune(TuneBench& bench, const std::vector<ShapeClass>& cla
         o.test = fam.tests[j];
         o.adjusted_p = fam.adjusted_p[j];
     }
-    // Per class and op: the faster candidate with the lowest ratio.
-    for (const ShapeClass& cls : classes) {
+    // Per set, class and op: the faster candidate with the lowest ratio.
+    for (size_t si = 0; si < sets.size(); ++si)
+    for (const ShapeClass& cls : sets[si].classes) {
         std::map<TunedOp, Outcome*> best;
-        for (Outcome& o : rep.outcomes) {
-            if (o.stage != Stage::kMeasured || o.test.verdict != bench::Verdict::kFaster) continue;
+        for (size_t i = 0; i < rep.outcomes.size(); ++i) {
+            Outcome& o = rep.outcomes[i];
+            if (set_of[i] != si || o.stage != Stage::kMeasured || o.test.verdict != bench::Verdict::kFaster) continue;
             if (o.cls.tokens.lo != cls.tokens.lo || o.cls.context.lo != cls.context.lo) continue;
             Outcome*& b = best[o.cand.rule.op];
             if (!b || o.test.ratio < b->test.ratio) b = &o;

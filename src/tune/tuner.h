@@ -100,8 +100,18 @@ struct TuneReport {
     double seconds = 0;
 };
 
-// Runs the three stages for every class x candidate, then the family's verdicts. Errors: a bench
-// call failing for the heuristics themselves (the run cannot go on), options out of range.
+// Candidates and the classes they are tried at (e.g. sparse_decode over batch x context, the other
+// ops over batches alone).
+struct CandidateSet {
+    std::vector<ShapeClass> classes;
+    std::vector<Candidate> candidates;
+};
+
+// Runs the three stages for every set's class x candidate, then the verdicts of all end-to-end
+// comparisons of all sets as one family. Errors: a bench call failing for the heuristics themselves
+// (the run cannot go on), options out of range.
+Result<TuneReport> run_tune(TuneBench& bench, const std::vector<CandidateSet>& sets, const TuneOptions& opt);
+// One set.
 Result<TuneReport> run_tune(TuneBench& bench, const std::vector<ShapeClass>& classes,
                             const std::vector<Candidate>& candidates, const TuneOptions& opt);
 

@@ -438,14 +438,20 @@ test('limits: 413 body, 431 headers, 503 over the connection cap, idle connectio
   // The server counts a connection once its I/O thread has taken it: poll until the cap shows.
   let over = null;
   assert.ok(await waitFor(async () => {
-    over = await raw(srv.port, { method: 'GET', path: '/health' });
+    // A short timeout per poll: one stuck poll must not use up the test's time (it fails instead).
+    over = await raw(srv.port, { method: 'GET', path: '/health', timeoutMs: 3000 }).catch((e) => ({ status: String(e) }));
     return over.status === 503;
   }), `never refused over the cap: ${over && over.status}`);
   assert.equal(over.headers['retry-after'], '1');
   // The idle timeout closes the four; then the server takes connections again. It is 3 s, not 1: the
   // polls above must reach the server while the four are still open, and a loaded CI machine once took
   // longer than 1 s from the fourth connect to the first poll (every poll then answered 200).
-  const closed = await Promise.all(idle.map((c) => c.closed));
+  let timer = null;
+  const closed = await Promise.race([
+    Promise.all(idle.map((c) => c.closed)),
+    new Promise((_, reject) => { timer = setTimeout(() => reject(new Error('idle connections not closed in 30 s')), 30000); }),
+  ]);
+  clearTimeout(timer);
   assert.ok(closed.every((ms) => ms < 10000), `idle connections closed after ${closed} ms`);
   assert.equal((await raw(srv.port, { method: 'GET', path: '/health' })).status, 200);
 });

@@ -246,6 +246,13 @@ int run_tune_cmd(const TuneCliOptions& o) {
     auto rt_r = resolve_runtime_options(settings, true, &which, "none");
     if (!rt_r) return fail(2, rt_r.status().message());
     const RuntimeOptions rt = *rt_r;
+    // A forced variant would win over every candidate's rule: each would measure the forced kernel.
+    for (const char* k : {"attn_variant", "gemv_variant", "moe_variant", "moe_gemm_variant"})
+        if (!runtime_option_value(rt, k).empty())
+            return fail(2, fmt::format("option {} is set ({}): it would override every candidate; unset it",
+                                       k, runtime_option_value(rt, k)));
+    for (int t : o.split_kv_targets)
+        if (t < 0) return fail(2, fmt::format("--split-kv-targets: {} is negative", t));
     if (!cuda_device_available()) return fail(2, "no CUDA device");
 
     std::vector<TunedOp> ops;
@@ -325,22 +332,17 @@ int run_tune_cmd(const TuneCliOptions& o) {
         cands.insert(cands.end(), c->begin(), c->end());
     }
     // sparse_decode candidates run over batch x context classes, the others over batches alone (their
-    // rules carry no context): one run_tune call, hence one family, per class set.
-    std::vector<tune::Candidate> with_ctx, without_ctx;
-    for (auto& c : cands) (c.rule.op == TunedOp::kSparseDecode ? with_ctx : without_ctx).push_back(c);
-    if (!with_ctx.empty() && !without_ctx.empty())
-        std::printf("  note: sparse_decode and the other ops are decided in two families (each at FWER %.0f%%)\n",
-                    100 * (1 - o.confidence));
-    for (int pass = 0; pass < 2; ++pass) {
-        const auto& cs = pass == 0 ? with_ctx : without_ctx;
-        if (cs.empty()) continue;
-        auto rep = tune::run_tune(bench, pass == 0 ? classes_ctx : classes_flat, cs, topt);
+    // rules carry no context); one run_tune call, so all comparisons form one family.
+    std::vector<tune::CandidateSet> sets(2);
+    sets[0].classes = classes_ctx;
+    sets[1].classes = classes_flat;
+    for (auto& c : cands) sets[c.rule.op == TunedOp::kSparseDecode ? 0 : 1].candidates.push_back(c);
+    if (sets[1].candidates.empty()) sets.pop_back();
+    if (sets[0].candidates.empty()) sets.erase(sets.begin());
+    {
+        auto rep = tune::run_tune(bench, sets, topt);
         if (!rep) return fail(3, rep.status().message());
-        all.outcomes.insert(all.outcomes.end(), rep->outcomes.begin(), rep->outcomes.end());
-        all.chosen.insert(all.chosen.end(), rep->chosen.begin(), rep->chosen.end());
-        all.m += rep->m;
-        all.alpha = rep->alpha;
-        all.seconds += rep->seconds;
+        all = std::move(*rep);
     }
 
     // The tuning file: this run's rules, plus the file's rules of ops not tuned now (same key only).

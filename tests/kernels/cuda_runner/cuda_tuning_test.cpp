@@ -20,12 +20,13 @@
 namespace dsv4 {
 namespace {
 
-// Three sequences: a 40-token prefill each (past the 32-row window), then 6 decode steps (CUDA graphs).
+// Three sequences: a 300-token prefill each (past the 128-row window; 75 CSA rows), then 6 decode steps
+// (CUDA graphs) whose ~200 rows make 7 tiles of 32: room for several split-KV splits.
 std::vector<std::vector<float>> run(const std::shared_ptr<const RefModel>& model, const RuntimeOptions& rt) {
     CudaRunnerOptions o;
     o.rt = rt;
     o.max_seqs = 4;
-    o.max_tokens = 256;
+    o.max_tokens = 1024;
     o.max_context = 512;
     o.n_pages = 2000;
     o.verbose = false;
@@ -41,10 +42,17 @@ std::vector<std::vector<float>> run(const std::shared_ptr<const RefModel>& model
     std::vector<std::vector<float>> all;
     for (int step = 0; step < 7; ++step) {
         ForwardBatch b;
+        std::vector<std::vector<int32_t>> toks(3);  // the chunks view them
         for (int s = 0; s < 3; ++s) {
-            std::vector<int32_t> toks(step == 0 ? 40 : 1);
-            for (auto& t : toks) t = int32_t(g() % uint32_t(V));
-            b.seqs.push_back(SeqChunk{s + 1, toks, step == 0 ? 0 : 39 + step, true, tables[size_t(s)]});
+            toks[size_t(s)].resize(step == 0 ? 300 : 1);
+            for (auto& t : toks[size_t(s)]) t = int32_t(g() % uint32_t(V));
+            SeqChunk c;
+            c.seq_id = s + 1;
+            c.tokens = toks[size_t(s)];
+            c.start_pos = step == 0 ? 0 : 299 + step;
+            c.want_logits = true;
+            c.page_table = tables[size_t(s)];
+            b.seqs.push_back(c);
         }
         std::vector<std::vector<float>> out;
         const Status s = runner.forward(b, out);
@@ -54,12 +62,16 @@ std::vector<std::vector<float>> run(const std::shared_ptr<const RefModel>& model
     return all;
 }
 
-// A sparse_decode variant legal for fp8 rows and 16 heads other than the heuristic's first choice.
+// The last sparse_decode variant legal for fp8 rows and `heads`, when it is not the heuristic's (the
+// first legal one); -1 otherwise.
 int another_legal_variant(int heads) {
-    int n = 0;
-    for (int i = cuda::sparse_decode_variant_count() - 1; i >= 0; --i)
-        if (cuda::sparse_decode_variant_legal(i, cuda::KvFormat::kFp8, heads) && ++n == 1) return i;
-    return -1;
+    int first = -1, last = -1;
+    for (int i = 0; i < cuda::sparse_decode_variant_count(); ++i)
+        if (cuda::sparse_decode_variant_legal(i, cuda::KvFormat::kFp8, heads)) {
+            if (first < 0) first = i;
+            last = i;
+        }
+    return last != first ? last : -1;
 }
 
 TuningRule sparse_rule(int64_t lo, int64_t hi, const std::string& variant, int target) {
@@ -73,27 +85,36 @@ TuningRule sparse_rule(int64_t lo, int64_t hi, const std::string& variant, int t
 
 TEST(CudaTuning, RuleEqualsTheForcedOptionWhereItAppliesAndTheHeuristicElsewhere) {
     SKIP_WITHOUT_GPU();
-    const ModelConfig cfg = small512_config();
+    // 64 heads x 512 (Flash's attention geometry): several sparse_decode variants are legal.
+    const ModelConfig cfg = flash_geometry_config();
     auto model = std::make_shared<const RefModel>(cfg, ModelWeights::random(cfg, 23), RefNumerics{});
     const int v = another_legal_variant(cfg.n_heads);
-    ASSERT_GE(v, 0);
+    ASSERT_GE(v, 0) << "the registry has one legal sparse_decode variant for 64 heads: nothing to choose";
     const std::string name = cuda::sparse_decode_variant_name(v);
 
+    // Target 6 CTAs: one split for 3 sequences x 2 head blocks (the default, 2 x SMs, splits the rows).
     RuntimeOptions forced;
     forced.attn_variant = name;
-    forced.split_kv_target_ctas = 512;  // past 2 x SMs: the workspace must be sized for it
+    forced.split_kv_target_ctas = 6;
     RuntimeOptions ruled;
     ruled.tuning_file = "test.json";
-    ruled.tuning_rules = {sparse_rule(1, 4, name, 512)};  // 3 sequences: the bucket-4 graph
+    ruled.tuning_rules = {sparse_rule(1, 4, name, 6)};  // 3 sequences
     RuntimeOptions missed;
     missed.tuning_file = "test.json";
-    missed.tuning_rules = {sparse_rule(5, 64, name, 512)};
+    missed.tuning_rules = {sparse_rule(5, 64, name, 6)};
 
     const auto a = run(model, forced), b = run(model, ruled), c = run(model, missed), d = run(model, RuntimeOptions{});
     ASSERT_EQ(a.size(), 21u);
     ASSERT_EQ(b.size(), a.size());
     ASSERT_EQ(c.size(), a.size());
     ASSERT_EQ(d.size(), a.size());
+    // The first 3 rows are the prefill step's (no rule applies there); the decode rows must show that
+    // the forced choice changes the bits, or the comparison below proves nothing.
+    size_t differ = 0;
+    for (size_t i = 3; i < a.size(); ++i) differ += a[i] != d[i];
+    ASSERT_GT(differ, 0u) << "forcing " << name << " with target 6 gave the default's bits";
+    // The prefill step runs sparse_prefill (fp8 rows), which neither the option nor the rule touches.
+    for (size_t i = 0; i < 3; ++i) ASSERT_EQ(a[i], d[i]) << "the forced option changed the prefill step";
     for (size_t i = 0; i < a.size(); ++i) {
         EXPECT_EQ(b[i], a[i]) << "row " << i << ": the rule's step differs from the forced option's";
         EXPECT_EQ(c[i], d[i]) << "row " << i << ": a rule for 5-64 sequences changed a 3-sequence step";
