@@ -16,7 +16,8 @@
 # constrain (issue 18: structured output and tool_choice through serve --backend cuda, scripts/gpu-constrain-check.py),
 # ckpt (issue 14: write a CKPT_LAYERS-layer Flash checkpoint, cat it, serve --model it, chat + bench; scripts/gpu-ckpt-load.sh),
 # overload / soak (issue 21: scripts/overload.sh, scripts/soak.sh against the synthetic Flash),
-# tune (issue 16: `dsv4 tune`, TUNE_ARGS, then proxy-bench with and without the file it wrote).
+# tune (issue 16: `dsv4 tune`, TUNE_ARGS, then proxy-bench with and without the file it wrote),
+# tune_calibrate (issue 16 item 4: `dsv4 tune --calibrate`, TUNE_CAL_N).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-build-all-bin}
@@ -267,6 +268,15 @@ for stage in "$@"; do
                 grep -E "^ +[0-9]+ +[0-9]+ +[0-9.]+ " "$OUT/tune/check_$(basename "$t" .json).txt" | awk '{print "   batch", $1, "ctx", $2, "step_ms", $3}'
             done
         fi
+        ;;
+    tune_calibrate)
+        # issue 16 item 4: the tuner's statistics on this GPU: TUNE_CAL_N A/A comparisons and TUNE_CAL_N
+        # against a step slowed by 12%, batch 8 / 8K on the 20-layer proxy (one call of ~6 minutes at 100).
+        mkdir -p "$OUT/tune"
+        "$BIN"/dsv4 tune --calibrate "${TUNE_CAL_N:-100}" --slowdown 0.12 --batches 8 --contexts 8192 --pairs 8 --reps 5 \
+            --ledger "$OUT/tune/calibration.jsonl" --ledger-md "$OUT/tune/calibration.md" > "$OUT/tune/calibrate.txt" 2>&1
+        SUMMARY+=("tune_calibrate: rc=$?")
+        tail -n 12 "$OUT/tune/calibrate.txt"
         ;;
     opprof)
         # Where the decode step goes, per op class (DSV4_OP_PROFILE=1: a second, event-marked capture).

@@ -60,6 +60,13 @@ public:
         (void)rules;
         return error(StatusCode::kUnimplemented, "set_tuning_rules: not supported by this runner");
     }
+    // Test hook (`dsv4 tune --calibrate`): every step from now on first spins `ns` nanoseconds on the GPU
+    // (cuda::spin_device_ns; 0: off), a known slowdown for checking that the statistics detect it.
+    // Captured graphs are dropped. Errors: ns < 0; kUnimplemented for runners that cannot.
+    virtual Status set_test_delay_ns(int64_t ns) {
+        (void)ns;
+        return error(StatusCode::kUnimplemented, "set_test_delay_ns: not supported by this runner");
+    }
     virtual std::string variant_table() const = 0;  // the active attention variant (printable)
     virtual size_t device_bytes() const = 0;        // everything the runner allocated
     // Runs f on the page pool of every GPU the runner spans (the synthetic context fill must

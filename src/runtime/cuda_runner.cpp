@@ -507,6 +507,7 @@ Status CudaRunner::run_step(int B, int T, int max_t, int R) {
     const float eps = float(cfg_.rms_norm_eps);
     const int splits = cuda::attn_splits(*variant_, B, cfg_.n_heads, n_sms_);
     set_gemm_thresholds(max_t);
+    if (test_delay_ns_ > 0) DSV4_CU(cuda::spin_device_ns(test_delay_ns_, st));  // bench hook, 0 in serving
     mark("reset+embed");
     DSV4_CU(cuda::reset_state(sp, pool_, layout_.state_elems, ws_.gate_off, ws_.gate_len, n_gate_ranges_, st));
     DSV4_CU(cuda::embed(w_.embed, ws_.tokens, T, n, ws_.X, st));

@@ -178,6 +178,7 @@ public:
     Result<DecodeGraphTiming> time_decode_graph(const ForwardBatch& batch, int warmup, int reps,
                                                 bool op_profile) override;
     Status set_tuning_rules(const std::vector<TuningRule>& rules) override;
+    Status set_test_delay_ns(int64_t ns) override;
     Result<std::string> profile_step(const ForwardBatch& batch) override;
     std::string variant_table() const override {
         return std::string("decode attention: ") +
@@ -311,6 +312,7 @@ private:
     std::vector<SparseDecodeRule> sd_rules_;
     std::vector<cuda::ShapeVariant> gemv_rules_, moe_rules_, grouped_rules_;
     int sd_rule_ = -1;  // the running step's sparse_decode rule (graphs are captured per rule)
+    int64_t test_delay_ns_ = 0;  // set_test_delay_ns: a spin at the start of every step
     bool fast_attn_ = false;
     bool batched_ = false;  // batched prefill available (batched_step)
     cuda::PrefillGemm gemm_;  // handle null: off

@@ -163,6 +163,15 @@ Status CudaRunner::apply_tuning_rules() {
     return Status::ok();
 }
 
+Status CudaRunner::set_test_delay_ns(int64_t ns) {
+    if (ns < 0) return invalid_argument("set_test_delay_ns: {} ns", ns);
+    DSV4_CU(cudaStreamSynchronize(stream_));
+    for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g);
+    graphs_.clear();
+    test_delay_ns_ = ns;
+    return Status::ok();
+}
+
 Status CudaRunner::set_tuning_rules(const std::vector<TuningRule>& rules) {
     if (ep_) return error(StatusCode::kUnimplemented, "set_tuning_rules: not supported under expert parallelism");
     // The graphs captured the previous choices (the head's too: the LM head is a dense linear) and are

@@ -109,4 +109,49 @@ std::string ledger_markdown(const TuneRunInfo& info, const TuneReport& rep) {
     return md + "\n";
 }
 
+Status append_calibration_jsonl(const std::string& path, const TuneRunInfo& info, const CalibrationReport& rep) {
+    auto tests = [](const std::vector<bench::RatioTest>& v) {
+        json a = json::array();
+        for (const auto& t : v)
+            a.push_back({{"ratio", t.ratio}, {"ci", {t.lo, t.hi}}, {"p", t.p}, {"verdict", bench::verdict_name(t.verdict)}});
+        return a;
+    };
+    auto prop = [](const bench::Proportion& p) { return json{{"k", p.k}, {"n", p.n}, {"rate", p.p}, {"wilson95", {p.lo, p.hi}}}; };
+    const json j = {{"schema", "dsv4.tune.calibration.v1"},
+                    {"date", info.date},
+                    {"git_sha", info.git_sha},
+                    {"gpu", info.key.gpu},
+                    {"driver", info.key.driver},
+                    {"cuda", info.key.cuda},
+                    {"model_shape", info.key.model_shape},
+                    {"command", info.command},
+                    {"point", {{"batch", rep.at.batch}, {"context", rep.at.context}}},
+                    {"pairs", rep.opt.pairs},
+                    {"confidence", rep.opt.confidence},
+                    {"slowdown", rep.opt.slowdown},
+                    {"false_verdicts", prop(rep.false_verdicts)},
+                    {"detected", prop(rep.detected)},
+                    {"aa", tests(rep.aa)},
+                    {"detect", tests(rep.detect)},
+                    {"seconds", rep.seconds}};
+    return append_text_file(path, j.dump() + "\n");
+}
+
+std::string calibration_markdown(const TuneRunInfo& info, const CalibrationReport& rep) {
+    const auto& f = rep.false_verdicts;
+    const auto& d = rep.detected;
+    std::string md = fmt::format("## {} · dsv4 tune --calibrate (machine-written)\n\n", info.date.substr(0, 10));
+    md += fmt::format("- **Run.** `{}` on {} (driver {}, CUDA {}), build {}; batch {}, context {}; {} ABBA pairs per "
+                      "comparison, each judged alone at {:.0f}%; {:.0f} s.\n",
+                      info.command, info.key.gpu, info.key.driver, info.key.cuda, info.git_sha, rep.at.batch,
+                      rep.at.context, rep.opt.pairs, 100 * rep.opt.confidence, rep.seconds);
+    md += fmt::format("- **A/A.** {} of {} comparisons of the heuristics with themselves said faster or slower: {:.1f}% "
+                      "(95% Wilson interval {:.1f}-{:.1f}%; the target is at most 5%).\n",
+                      f.k, f.n, 100 * f.p, 100 * f.lo, 100 * f.hi);
+    md += fmt::format("- **Detection.** A step slowed by {:.0f}% was found slower in {} of {}: {:.1f}% (95% Wilson "
+                      "interval {:.1f}-{:.1f}%; the target is at least 90%).\n\n",
+                      100 * rep.opt.slowdown, d.k, d.n, 100 * d.p, 100 * d.lo, 100 * d.hi);
+    return md;
+}
+
 }  // namespace dsv4::tune

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "tune/calibrate.h"
 #include "tune/tuner.h"
 
 namespace dsv4::tune {
@@ -25,6 +26,10 @@ Status append_ledger_jsonl(const std::string& path, const TuneRunInfo& info, con
 // outcome: class, candidate, stage, op times, step times (mean of the pairs), ratio [CI], Holm p,
 // verdict, kept.
 std::string ledger_markdown(const TuneRunInfo& info, const TuneReport& rep);
+// A calibration as one JSON line (schema "dsv4.tune.calibration.v1": counts, Wilson intervals, every
+// comparison's ratio, interval and verdict) and its Markdown section.
+Status append_calibration_jsonl(const std::string& path, const TuneRunInfo& info, const CalibrationReport& rep);
+std::string calibration_markdown(const TuneRunInfo& info, const CalibrationReport& rep);
 // Appends `text` to `path` (created when missing). Errors: it cannot be written.
 Status append_text_file(const std::string& path, const std::string& text);
 

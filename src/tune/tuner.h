@@ -60,6 +60,13 @@ public:
     virtual Result<double> op_ms(const ShapePoint& p, TunedOp op) = 0;
     // One end-to-end measurement at p: the step time, ms (e.g. the median of a few graph replays).
     virtual Result<double> step_ms(const ShapePoint& p) = 0;
+    // Calibration only (calibrate.h): from now on every step is slowed by `fraction` of its time at p
+    // under the heuristics (0: off). kUnimplemented where the bench cannot.
+    virtual Status set_slowdown(const ShapePoint& p, double fraction) {
+        (void)p;
+        (void)fraction;
+        return error(StatusCode::kUnimplemented, "this bench cannot slow its steps");
+    }
 };
 
 struct TuneOptions {

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/stats.h"
+#include "tune/calibrate.h"
 #include "tune/tune_ledger.h"
 
 namespace dsv4::tune {
@@ -48,7 +49,12 @@ public:
     Result<double> step_ms(const ShapePoint& p) override {
         order.push_back(cur_);
         const double base = 5.0 + 0.05 * p.batch;
-        return base * (cur_.empty() ? 1.0 : truth_.at(cur_).step) * noise() * (1.0 + drift_ * double(calls_++));
+        return base * (cur_.empty() ? 1.0 : truth_.at(cur_).step) * (1.0 + slow_) * noise() *
+               (1.0 + drift_ * double(calls_++));
+    }
+    Status set_slowdown(const ShapePoint&, double fraction) override {
+        slow_ = fraction;
+        return Status::ok();
     }
 
     std::vector<std::string> order;  // "" (heuristics) or the variant, per step measurement
@@ -61,6 +67,7 @@ private:
     double cv_, drift_;
     std::string cur_;
     int64_t calls_ = 0;
+    double slow_ = 0;
 };
 
 Candidate cand(const std::string& variant, int target = 0) {
@@ -221,6 +228,27 @@ TEST(Tuner, RejectsBadOptions) {
     o.pairs = 4;
     o.confidence = 1.0;
     EXPECT_FALSE(run_tune(b, *classes, {cand("a")}, o).is_ok());
+}
+
+// The calibration on the simulated bench: 2% noise, drift, 8 pairs; A/A at about the nominal 5%, a
+// 12% slowdown found nearly always; the ledger line and section carry the counts.
+TEST(TuneCalibrate, FalseVerdictsNearNominalAndASlowdownIsFound) {
+    SimBench b({}, 77);
+    CalibrationOptions o;
+    o.aa = 200;
+    o.detect = 100;
+    auto r = calibrate(b, {8, 8192}, o);
+    ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    EXPECT_EQ(r->aa.size(), 200u);
+    EXPECT_EQ(r->false_verdicts.n, 200);
+    std::printf("[calibrate sim] A/A false %d/200, detected %d/100\n", r->false_verdicts.k, r->detected.k);
+    EXPECT_LE(r->false_verdicts.k, 20);  // 5% expected (10)
+    EXPECT_GE(r->detected.k, 95);
+    TuneRunInfo info{"2026-12-03T12:00:00Z", "abc", {"G", "1", "13.0", "S"}, "dsv4 tune --calibrate 200", ""};
+    const std::string md = calibration_markdown(info, *r);
+    EXPECT_NE(md.find("comparisons of the heuristics with themselves"), std::string::npos);
+    EXPECT_NE(md.find("of 100: "), std::string::npos) << md;
+    EXPECT_FALSE(calibrate(b, {8, 8192}, CalibrationOptions{.pairs = 1}).is_ok());
 }
 
 TEST(TuneLedger, OneJsonLinePerCandidateAndAMarkdownRow) {

@@ -47,6 +47,11 @@ void register_tune(CLI::App& app, CommandContext& ctx) {
     cmd->add_option("--ledger-md", o->ledger_md, "its Markdown section (appended)")->capture_default_str();
     cmd->add_option("--kv-rows", o->kv_rows, "KV row storage: fp8 (default), bf16 or f32");
     add_runtime_option_flag(cmd, &o->options);
+    cmd->add_option("--calibrate", o->calibrate,
+                    "instead of tuning: N A/A comparisons and N against a deliberately slowed step at the first "
+                    "batch and context; false-verdict and detection rates with Wilson intervals to the ledger");
+    cmd->add_option("--slowdown", o->slowdown, "--calibrate: the slowed step's extra time, a fraction of the step")
+        ->capture_default_str();
     cmd->add_option("--seed", o->seed, "weights/context seed")->capture_default_str();
     cmd->add_option("--reserve-gb", o->reserve_gb, "device memory kept free (GB)")->capture_default_str();
     cmd->callback([&ctx, o] {

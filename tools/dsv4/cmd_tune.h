@@ -33,6 +33,10 @@ struct TuneCliOptions {
     uint64_t seed = 1;
     double reserve_gb = 3.0;
     std::string command;    // the command line, for the ledger
+    // > 0: instead of tuning, calibrate (src/tune/calibrate.h): this many A/A comparisons and as many
+    // against a step slowed by `slowdown`, at the first batch and context.
+    int calibrate = 0;
+    double slowdown = 0.12;
 };
 
 // Returns a process exit code: 0 done (a tuning file written, even with no rule kept), 2 bad

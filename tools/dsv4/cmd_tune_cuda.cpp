@@ -26,6 +26,7 @@
 #include "runtime/tuning_select.h"
 #include "tools/dsv4/cmd_tune.h"
 #include "tools/dsv4/runtime_cli.h"
+#include "tune/calibrate.h"
 #include "tune/tune_ledger.h"
 #include "tune/tuner.h"
 
@@ -98,6 +99,24 @@ public:
         return t.step_us[t.step_us.size() / 2] / 1000.0;
     }
 
+    // The delay is a fraction of the heuristics' step at p, measured once (median of 3 measurements).
+    Status set_slowdown(const ShapePoint& p, double fraction) override {
+        if (fraction <= 0) return r_.set_test_delay_ns(0);
+        const auto key = std::make_pair(p.batch, p.context);
+        auto it = base_ms_.find(key);
+        if (it == base_ms_.end()) {
+            DSV4_RETURN_IF_ERROR(r_.set_test_delay_ns(0));
+            std::vector<double> v;
+            for (int i = 0; i < 3; ++i) {
+                DSV4_ASSIGN_OR_RETURN(const double ms, step_ms(p));
+                v.push_back(ms);
+            }
+            std::sort(v.begin(), v.end());
+            it = base_ms_.emplace(key, v[1]).first;
+        }
+        return r_.set_test_delay_ns(int64_t(fraction * it->second * 1e6));
+    }
+
 private:
     // The batch of point p on a freshly filled context (the same rows every time: same seed).
     Status fill(const ShapePoint& p) {
@@ -142,6 +161,7 @@ private:
     std::vector<std::vector<int32_t>> toks_, tables_;
     std::pair<int, int64_t> filled_{-1, -1};
     std::map<std::pair<int, int64_t>, std::vector<std::vector<float>>> ref_;
+    std::map<std::pair<int, int64_t>, double> base_ms_;
 };
 
 std::vector<std::string> split_names(const std::string& s) {
@@ -311,6 +331,24 @@ int run_tune_cmd(const TuneCliOptions& o) {
     topt.date = date;
     topt.git_sha = sha;
 
+    if (o.calibrate > 0) {
+        tune::CalibrationOptions co;
+        co.aa = co.detect = o.calibrate;
+        co.slowdown = o.slowdown;
+        co.pairs = o.pairs;
+        co.confidence = o.confidence;
+        const ShapePoint at{o.batches.front(), int64_t(o.contexts.front())};
+        std::printf("calibrating at batch %d, context %lld: %d A/A comparisons and %d against a %.0f%% slower step\n",
+                    at.batch, (long long)at.context, co.aa, co.detect, 100 * co.slowdown);
+        auto rep = tune::calibrate(bench, at, co);
+        if (!rep) return fail(3, rep.status().message());
+        const tune::TuneRunInfo info{date, sha, key, o.command, ""};
+        if (Status s = tune::append_calibration_jsonl(o.ledger, info, *rep); !s.is_ok()) return fail(3, s.message());
+        const std::string md = tune::calibration_markdown(info, *rep);
+        if (Status s = tune::append_text_file(o.ledger_md, md); !s.is_ok()) return fail(3, s.message());
+        std::printf("\n%s", md.c_str());
+        return 0;
+    }
     std::vector<tune::ShapeClass> classes_ctx, classes_flat;
     {
         std::vector<int64_t> ctxs(o.contexts.begin(), o.contexts.end());
