@@ -253,7 +253,8 @@ for stage in "$@"; do
         # experiment), tuning file, ledger JSONL and Markdown under $OUT/tune; then the tuning file
         # served: proxy-bench with --tuning FILE beside --tuning none at the tuned batches.
         mkdir -p "$OUT/tune"
-        "$BIN"/dsv4 tune ${TUNE_ARGS:---op sparse_decode --variants default-tile --split-kv-targets 0,128,256,512 --batches 1,8,64,256 --contexts 8192 --time-budget 420} \
+        TD=$(mktemp -d) && xz -dc "$BIN"/dsv4.xz > "$TD"/dsv4 && chmod +x "$TD"/dsv4
+        "$TD"/dsv4 tune ${TUNE_ARGS:---op sparse_decode --variants default-tile --split-kv-targets 0,128,256,512 --batches 1,8,64,256 --contexts 8192 --time-budget 420} \
             --out "$OUT/tune/tuning.json" --ledger "$OUT/tune/ledger.jsonl" --ledger-md "$OUT/tune/ledger.md" \
             > "$OUT/tune/tune.txt" 2>&1
         rc=$?
@@ -273,7 +274,8 @@ for stage in "$@"; do
         # issue 16 item 4: the tuner's statistics on this GPU: TUNE_CAL_N A/A comparisons and TUNE_CAL_N
         # against a step slowed by 12%, batch 8 / 8K on the 20-layer proxy (one call of ~6 minutes at 100).
         mkdir -p "$OUT/tune"
-        "$BIN"/dsv4 tune --calibrate "${TUNE_CAL_N:-100}" --slowdown 0.12 --batches 8 --contexts 8192 --pairs 8 --reps 5 \
+        TD=$(mktemp -d) && xz -dc "$BIN"/dsv4.xz > "$TD"/dsv4 && chmod +x "$TD"/dsv4
+        "$TD"/dsv4 tune --calibrate "${TUNE_CAL_N:-100}" --slowdown 0.12 --batches 8 --contexts 8192 --pairs 8 --reps 5 \
             --ledger "$OUT/tune/calibration.jsonl" --ledger-md "$OUT/tune/calibration.md" > "$OUT/tune/calibrate.txt" 2>&1
         SUMMARY+=("tune_calibrate: rc=$?")
         tail -n 12 "$OUT/tune/calibrate.txt"
