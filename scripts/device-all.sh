@@ -254,7 +254,7 @@ for stage in "$@"; do
         # served: proxy-bench with --tuning FILE beside --tuning none at the tuned batches.
         mkdir -p "$OUT/tune"
         TD=$(mktemp -d) && xz -dc "$BIN"/dsv4.xz > "$TD"/dsv4 && chmod +x "$TD"/dsv4
-        "$TD"/dsv4 tune ${TUNE_ARGS:---op sparse_decode --variants default-tile --split-kv-targets 0,128,256,512 --batches 1,8,64,256 --contexts 8192 --time-budget 420} \
+        "$TD"/dsv4 tune ${TUNE_ARGS:---op sparse_decode --variants default-tile --split-kv-targets 0,128,256,512 --batches 1,8,64,256 --contexts 8192 --time-budget 360} \
             --out "$OUT/tune/tuning.json" --ledger "$OUT/tune/ledger.jsonl" --ledger-md "$OUT/tune/ledger.md" \
             > "$OUT/tune/tune.txt" 2>&1
         rc=$?
