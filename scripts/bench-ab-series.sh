@@ -10,10 +10,12 @@
 #
 # Usage: scripts/bench-ab-series.sh [--families 100] [--conc 1,2,4] [--iterations 4] [--n 4]
 #            [--max-tokens 8] [--input-len 8] [--bin DIR] [--out DIR]
-#            [--serve-a "ARGS"] [--serve-b "ARGS"] [-- more bench arguments]
+#            [--serve-a "ARGS"] [--serve-b "ARGS"] [--same-server] [-- more bench arguments]
 #   Both servers run the built-in tiny model on the CPU unless --serve-a/--serve-b give other
-#   `dsv4 serve` arguments; A/A is the default (the same arguments on both sides). Detection, with
-#   B's fake model 12% slower per token:
+#   `dsv4 serve` arguments; A/A is the default (the same arguments on both sides). Two processes
+#   of one build need not be equally fast (docs/perf/ledger.md E39), so --same-server runs one
+#   server and sends A and B to it: the A/A of the statistics alone. Detection, with B's fake
+#   model 12% slower per token:
 #     scripts/bench-ab-series.sh --serve-a "--model fake --fake-token-delay-us 2000" \
 #         --serve-b "--model fake --fake-token-delay-us 2240" --out /tmp/detect
 # Writes DIR/family-NNN.jsonl and DIR/family-NNN.txt (each comparison's records and output),
@@ -23,7 +25,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 FAMILIES=100 CONC=1,2,4 ITERATIONS=4 N=4 MAX_TOKENS=8 INPUT_LEN=8 BIN=build/tools/dsv4 OUT=/tmp/dsv4-ab-series
-SERVE_A="" SERVE_B="" BENCH_ARGS=()
+SERVE_A="" SERVE_B="" SAME=0 BENCH_ARGS=()
 while [[ $# -gt 0 ]]; do
     case "$1" in
     --families) FAMILIES=$2; shift 2 ;;
@@ -36,6 +38,7 @@ while [[ $# -gt 0 ]]; do
     --out) OUT=$2; shift 2 ;;
     --serve-a) SERVE_A=$2; shift 2 ;;
     --serve-b) SERVE_B=$2; shift 2 ;;
+    --same-server) SAME=1; shift ;;
     --) shift; BENCH_ARGS=("$@"); break ;;
     *) echo "bench-ab-series.sh: unknown argument $1" >&2; exit 2 ;;
     esac
@@ -62,7 +65,11 @@ start_server() {
     printf -v "URL_$side" '%s' "$addr"
 }
 start_server "$SERVE_A" "$OUT/serve-a.log" A
-start_server "$SERVE_B" "$OUT/serve-b.log" B
+if [[ $SAME == 1 ]]; then
+    URL_B=$URL_A SERVE_B="(the same server as A)"
+else
+    start_server "$SERVE_B" "$OUT/serve-b.log" B
+fi
 
 {
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
