@@ -140,8 +140,7 @@ public:
     CudaRunner(std::shared_ptr<const RefModel> model, KvLayout layout, CudaRunnerOptions opt)
         : model_(std::move(model)), cfg_(model_->config()), layout_(std::move(layout)), opt_(std::move(opt)) {}
     ~CudaRunner() override {
-        for (auto& [b, g] : graphs_) cudaGraphExecDestroy(g);
-        for (auto& [b, g] : head_graphs_) cudaGraphExecDestroy(g);
+        drop_graphs(true);
         for (cudaStream_t s : side_)
             if (s) cudaStreamDestroy(s);
         for (cudaEvent_t e : join_)
@@ -262,6 +261,16 @@ private:
     // place, and wo_a reads it; no f32 q rows or o are staged (same bits as the f32 route).
     bool bf16_route(int l, int T, int max_t) const;
     Status moe(int l, int T);
+    // Layer l's routed-expert arguments for a T-token step (workspace pointers, weights, kernel choices).
+    cuda::MoeArgs moe_args(int l, int T) const;
+    // Destroys the captured decode graphs (and the head graphs when `head`); they are recaptured on use.
+    void drop_graphs(bool head) {
+        for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g);
+        graphs_.clear();
+        if (!head) return;
+        for (auto& [key, g] : head_graphs_) cudaGraphExecDestroy(g);
+        head_graphs_.clear();
+    }
     cuda::StepPlan step_plan(int B) const;
 
     std::shared_ptr<const RefModel> model_;

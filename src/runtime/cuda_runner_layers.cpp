@@ -192,6 +192,45 @@ Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, 
     return Status::ok();
 }
 
+cuda::MoeArgs CudaRunner::moe_args(int l, int T) const {
+    const DevLayer& L = w_.layers[l];
+    cuda::MoeArgs a;
+    a.T = T;
+    a.E = cfg_.n_routed_experts;
+    a.K = cfg_.n_experts_per_tok;
+    a.d = cfg_.hidden_size;
+    a.I = cfg_.moe_intermediate_size;
+    a.logits = ws_.glog;
+    const bool hash = cfg_.mlp_types[l] == MoeRouting::kHash;
+    a.bias = hash ? nullptr : L.gate_bias;
+    a.tid2eid = hash ? L.tid2eid : nullptr;
+    a.tokens = ws_.tokens;
+    a.route_scale = float(cfg_.routed_scaling_factor);
+    a.norm_topk = cfg_.norm_topk_prob;
+    a.limit = float(cfg_.swiglu_limit);
+    a.ids = ws_.ids;
+    a.wts = ws_.wts;
+    a.counts = ws_.counts;
+    a.perm = ws_.perm;
+    a.slot = ws_.slot;
+    a.x = ws_.xn;
+    a.h = ws_.h;
+    a.yp = ws_.yp;
+    a.w1 = L.ex_w1;
+    a.w3 = L.ex_w3;
+    a.w2 = L.ex_w2;
+    a.ep_first = ep_first_;  // [ep2] local experts only (count 0: all)
+    a.ep_count = ep_count_;
+    a.fast = opt_.rt.fast_kernels;
+    a.moe_variant = moe_variant_;
+    a.grouped_min_tokens = moe_gemm_min_tokens_;
+    a.grouped_variant = moe_gemm_variant_;
+    a.moe_rules = moe_rules_.empty() ? nullptr : &moe_rules_;
+    a.grouped_rules = grouped_rules_.empty() ? nullptr : &grouped_rules_;
+    a.grouped_wgmma = opt_.rt.moe_gemm_wgmma;
+    return a;
+}
+
 Status CudaRunner::moe(int l, int T) {
     const DevLayer& L = w_.layers[l];
     const int d = cfg_.hidden_size, E = cfg_.n_routed_experts, I = cfg_.moe_intermediate_size;
@@ -220,40 +259,7 @@ Status CudaRunner::moe(int l, int T) {
     }
     mark(ov ? "router gate (shared expert on a side stream)" : "router gate");
     DSV4_CU(cuda::linear(L.gate, -1, ws_.xn, d, 0, 0, ws_.glog, E, T, false, st, xnb));
-    cuda::MoeArgs a;
-    a.T = T;
-    a.E = E;
-    a.K = cfg_.n_experts_per_tok;
-    a.d = d;
-    a.I = I;
-    a.logits = ws_.glog;
-    const bool hash = cfg_.mlp_types[l] == MoeRouting::kHash;
-    a.bias = hash ? nullptr : L.gate_bias;
-    a.tid2eid = hash ? L.tid2eid : nullptr;
-    a.tokens = ws_.tokens;
-    a.route_scale = float(cfg_.routed_scaling_factor);
-    a.norm_topk = cfg_.norm_topk_prob;
-    a.limit = lim;
-    a.ids = ws_.ids;
-    a.wts = ws_.wts;
-    a.counts = ws_.counts;
-    a.perm = ws_.perm;
-    a.slot = ws_.slot;
-    a.x = ws_.xn;
-    a.h = ws_.h;
-    a.yp = ws_.yp;
-    a.w1 = L.ex_w1;
-    a.w3 = L.ex_w3;
-    a.w2 = L.ex_w2;
-    a.ep_first = ep_first_;  // [ep2] local experts only (count 0: all)
-    a.ep_count = ep_count_;
-    a.fast = opt_.rt.fast_kernels;
-    a.moe_variant = moe_variant_;
-    a.grouped_min_tokens = moe_gemm_min_tokens_;
-    a.grouped_variant = moe_gemm_variant_;
-    a.moe_rules = moe_rules_.empty() ? nullptr : &moe_rules_;
-    a.grouped_rules = grouped_rules_.empty() ? nullptr : &grouped_rules_;
-    a.grouped_wgmma = opt_.rt.moe_gemm_wgmma;
+    const cuda::MoeArgs a = moe_args(l, T);
     mark("routed experts");
     DSV4_CU(cuda::moe_experts(a, st));
     if (ov) {

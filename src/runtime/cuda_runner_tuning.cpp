@@ -135,19 +135,10 @@ Status CudaRunner::apply_tuning_rules() {
                                        [](int i) { return cuda::moe_expert_variant_name(i); }));
             if (!w_.layers.empty() && w_.layers[0].ex_w1.data)
                 for (int T : token_samples(r.tokens, opt_.max_tokens)) {
-                    const DevLayer& L = w_.layers[0];  // every layer's experts have one shape and layout
-                    cuda::MoeArgs a;
-                    a.T = T;
-                    a.E = cfg_.n_routed_experts;
-                    a.K = cfg_.n_experts_per_tok;
-                    a.d = d;
-                    a.I = I;
-                    a.w1 = L.ex_w1;
-                    a.w3 = L.ex_w3;
-                    a.w2 = L.ex_w2;
-                    a.ep_first = ep_first_;
-                    a.ep_count = ep_count_;
-                    a.fast = rt.fast_kernels;
+                    // Every layer's experts have one shape and layout. Hash routing is left out: its
+                    // token ids are not allocated yet, and the routing does not decide the variant.
+                    cuda::MoeArgs a = moe_args(0, T);
+                    a.tid2eid = nullptr;
                     const std::string why = cuda::moe_variant_refusal(a, v, grouped);
                     if (!why.empty()) return refused(r, why, T);
                 }
@@ -166,8 +157,7 @@ Status CudaRunner::apply_tuning_rules() {
 Status CudaRunner::set_test_delay_ns(int64_t ns) {
     if (ns < 0) return invalid_argument("set_test_delay_ns: {} ns", ns);
     DSV4_CU(cudaStreamSynchronize(stream_));
-    for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g);
-    graphs_.clear();
+    drop_graphs(false);
     test_delay_ns_ = ns;
     return Status::ok();
 }
@@ -177,10 +167,7 @@ Status CudaRunner::set_tuning_rules(const std::vector<TuningRule>& rules) {
     // The graphs captured the previous choices (the head's too: the LM head is a dense linear) and are
     // keyed by rule index: drop them first, whatever follows (they are recaptured on use).
     DSV4_CU(cudaStreamSynchronize(stream_));
-    for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g);
-    for (auto& [key, g] : head_graphs_) cudaGraphExecDestroy(g);
-    graphs_.clear();
-    head_graphs_.clear();
+    drop_graphs(true);
     sd_rule_ = -1;
     std::vector<TuningRule> before = std::move(opt_.rt.tuning_rules);
     opt_.rt.tuning_rules = rules;

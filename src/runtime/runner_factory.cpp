@@ -64,9 +64,7 @@ Result<std::unique_ptr<ModelRunner>> make_model_runner(const RunnerOptions& opt)
         if (opt.max_tokens > 0) co.max_tokens = opt.max_tokens;
         co.rt = opt.rt;
         if (opt.synthetic_flash_layers > 0) {
-            FlashProxySpec spec;
-            spec.n_layers = opt.synthetic_flash_layers;
-            DSV4_ASSIGN_OR_RETURN(ModelConfig fcfg, flash_proxy_config(spec));
+            DSV4_ASSIGN_OR_RETURN(ModelConfig fcfg, runner_model_config(opt));
             SyntheticWeightsOptions wo;
             wo.seed = opt.seed + 1;
             DSV4_ASSIGN_OR_RETURN(auto r, make_multi_gpu_runner(opt.gpus, co, [&](int, const CudaRunnerOptions& o)

@@ -24,6 +24,18 @@ double mean_of(const std::vector<double>& v) {
 
 std::string ms(double v) { return v < 0 ? "-" : fmt::format("{:.4f}", v); }
 
+// The fields every ledger line starts with: what it is and which run, machine and build made it.
+json run_json(const char* schema, const TuneRunInfo& info) {
+    return {{"schema", schema},
+            {"date", info.date},
+            {"git_sha", info.git_sha},
+            {"gpu", info.key.gpu},
+            {"driver", info.key.driver},
+            {"cuda", info.key.cuda},
+            {"model_shape", info.key.model_shape},
+            {"command", info.command}};
+}
+
 }  // namespace
 
 Status append_text_file(const std::string& path, const std::string& text) {
@@ -39,15 +51,8 @@ Status append_ledger_jsonl(const std::string& path, const TuneRunInfo& info, con
     std::string out;
     for (const Outcome& o : rep.outcomes) {
         const TuningRule& r = o.cand.rule;
-        json j = {{"schema", "dsv4.tune.ledger.v1"},
-                  {"date", info.date},
-                  {"git_sha", info.git_sha},
-                  {"gpu", info.key.gpu},
-                  {"driver", info.key.driver},
-                  {"cuda", info.key.cuda},
-                  {"model_shape", info.key.model_shape},
-                  {"command", info.command},
-                  {"class", {{"batch", range_json(o.cls.tokens)}, {"context", range_json(o.cls.context)},
+        json j = run_json("dsv4.tune.ledger.v1", info);
+        j.update({{"class", {{"batch", range_json(o.cls.tokens)}, {"context", range_json(o.cls.context)},
                              {"measured_at", {{"batch", o.cls.at.batch}, {"context", o.cls.at.context}}}}},
                   {"hypothesis", fmt::format("{} {} is faster than the heuristics at {}", tuned_op_name(r.op),
                                              o.cand.label, o.cls.label())},
@@ -62,7 +67,7 @@ Status append_ledger_jsonl(const std::string& path, const TuneRunInfo& info, con
                   {"candidate_ms", o.candidate_ms},
                   {"candidate_first", o.candidate_first},
                   {"kept", o.kept},
-                  {"tuning_file", info.tuning_file}};
+                  {"tuning_file", info.tuning_file}});
         if (o.stage == Stage::kMeasured) {
             j["ratio"] = o.test.ratio;
             j["ci"] = {o.test.lo, o.test.hi};
@@ -117,15 +122,8 @@ Status append_calibration_jsonl(const std::string& path, const TuneRunInfo& info
         return a;
     };
     auto prop = [](const bench::Proportion& p) { return json{{"k", p.k}, {"n", p.n}, {"rate", p.p}, {"wilson95", {p.lo, p.hi}}}; };
-    const json j = {{"schema", "dsv4.tune.calibration.v1"},
-                    {"date", info.date},
-                    {"git_sha", info.git_sha},
-                    {"gpu", info.key.gpu},
-                    {"driver", info.key.driver},
-                    {"cuda", info.key.cuda},
-                    {"model_shape", info.key.model_shape},
-                    {"command", info.command},
-                    {"point", {{"batch", rep.at.batch}, {"context", rep.at.context}}},
+    json j = run_json("dsv4.tune.calibration.v1", info);
+    j.update({{"point", {{"batch", rep.at.batch}, {"context", rep.at.context}}},
                     {"pairs", rep.opt.pairs},
                     {"confidence", rep.opt.confidence},
                     {"slowdown", rep.opt.slowdown},
@@ -133,7 +131,7 @@ Status append_calibration_jsonl(const std::string& path, const TuneRunInfo& info
                     {"detected", prop(rep.detected)},
                     {"aa", tests(rep.aa)},
                     {"detect", tests(rep.detect)},
-                    {"seconds", rep.seconds}};
+                    {"seconds", rep.seconds}});
     return append_text_file(path, j.dump() + "\n");
 }
 
