@@ -16,6 +16,7 @@
 # constrain (issue 18: structured output and tool_choice through serve --backend cuda, scripts/gpu-constrain-check.py),
 # ckpt (issue 14: write a CKPT_LAYERS-layer Flash checkpoint, cat it, serve --model it, chat + bench; scripts/gpu-ckpt-load.sh),
 # overload / soak (issue 21: scripts/overload.sh, scripts/soak.sh against the synthetic Flash),
+# fault (issue 21: a sticky CUDA error injected under `dsv4 serve --backend cuda`, scripts/gpu-fault-check.py),
 # tune (issue 16: `dsv4 tune`, TUNE_ARGS, then proxy-bench with and without the file it wrote),
 # tune_calibrate (issue 16 item 4: `dsv4 tune --calibrate`, TUNE_CAL_N).
 set -uo pipefail
@@ -184,6 +185,18 @@ for stage in "$@"; do
         fi
         SUMMARY+=("$stage: rc $? ($(head -1 "$OUT/$stage/verdict.txt" 2>/dev/null | cut -c1-200))")
         ;;
+    fault)
+        # Issue 21 item 5 through the real server: `dsv4 serve --backend cuda` with
+        # --option fault_inject_step=FAULT_STEP (default 200) on the FAULT_LAYERS-layer (default 2)
+        # synthetic Flash; a plain and a streaming request in flight (scripts/gpu-fault-check.py).
+        SD=$(mktemp -d)
+        xz -dc "$BIN"/dsv4.xz > "$SD"/dsv4 && chmod +x "$SD"/dsv4
+        xz -dc "$BIN"/tokenizer.json.xz > "$SD"/tokenizer.json
+        timeout 300 python3 scripts/gpu-fault-check.py "$SD"/dsv4 "$OUT/fault" --backend cuda --synthetic-flash \
+            --layers "${FAULT_LAYERS:-2}" --tokenizer "$SD"/tokenizer.json --option fault_inject_step="${FAULT_STEP:-200}"
+        SUMMARY+=("fault: rc $? ($(head -1 "$OUT/fault/verdict.txt" 2>/dev/null))")
+        rm -rf "$SD"
+        ;;
     serve)
         # dsv4 generate on cuda vs cpu (greedy text identical) and dsv4 serve --backend cuda over HTTP.
         SD=$(mktemp -d)
@@ -260,7 +273,7 @@ for stage in "$@"; do
         rc=$?
         SUMMARY+=("tune: rc=$rc ($(grep -c '"kept":true' "$OUT/tune/ledger.jsonl" 2>/dev/null) kept)")
         tail -n 40 "$OUT/tune/tune.txt"
-        if [[ $rc == 0 && -n "${TUNE_CHECK:-1}" ]]; then
+        if [[ $rc == 0 && "${TUNE_CHECK:-1}" != 0 ]]; then
             for t in none "$OUT/tune/tuning.json"; do
                 "$BIN"/dsv4-proxy-bench proxy-bench --no-gemm-peak --tuning "$t" --batches "${TUNE_CHECK_BATCHES:-1,8,64,256}" \
                     --contexts 8192 --reps 20 --json "$OUT/tune/check_$(basename "$t" .json).json" \
@@ -268,6 +281,22 @@ for stage in "$@"; do
                 echo "== proxy-bench --tuning $t: rc $?"
                 grep -E "^ +[0-9]+ +[0-9]+ +[0-9.]+ " "$OUT/tune/check_$(basename "$t" .json).txt" | awk '{print "   batch", $1, "ctx", $2, "step_ms", $3}'
             done
+            # The serving path finds the file by itself: DSV4_TUNING_DIR holds it, `dsv4 serve` (a 2-layer
+            # synthetic Flash: the same model shape key) logs which file it chose, then answers a chat.
+            TDIR=$(mktemp -d) && cp "$OUT/tune/tuning.json" "$TDIR"/ && xz -dc "$BIN"/tokenizer.json.xz > "$TD"/tokenizer.json
+            DSV4_TUNING_DIR="$TDIR" "$TD"/dsv4 serve --backend cuda --synthetic-flash --layers 2 --tokenizer "$TD"/tokenizer.json \
+                --port 8150 > "$OUT/tune/serve.log" 2>&1 &
+            SP=$!
+            for i in $(seq 1 120); do
+                python3 -c 'import urllib.request as u; u.urlopen("http://127.0.0.1:8150/health", timeout=2)' 2>/dev/null && break
+                sleep 1
+            done
+            python3 -c 'import json, urllib.request as u; b = json.dumps({"model": "deepseek-v4", "max_tokens": 8,
+                "messages": [{"role": "user", "content": "hi"}]}).encode()
+print(u.urlopen(u.Request("http://127.0.0.1:8150/v1/chat/completions", data=b,
+    headers={"Content-Type": "application/json"}), timeout=60).read().decode())' > "$OUT/tune/serve_chat.json" 2>&1
+            kill $SP 2>/dev/null; wait $SP 2>/dev/null
+            echo "== serve with DSV4_TUNING_DIR:"; grep -iE "tuning" "$OUT/tune/serve.log" | head -8; head -c 300 "$OUT/tune/serve_chat.json"; echo
         fi
         ;;
     tune_calibrate)
@@ -275,7 +304,8 @@ for stage in "$@"; do
         # against a step slowed by 12%, batch 8 / 8K on the 20-layer proxy (one call of ~6 minutes at 100).
         mkdir -p "$OUT/tune"
         TD=$(mktemp -d) && xz -dc "$BIN"/dsv4.xz > "$TD"/dsv4 && chmod +x "$TD"/dsv4
-        "$TD"/dsv4 tune --calibrate "${TUNE_CAL_N:-100}" --slowdown 0.12 --batches 8 --contexts 8192 --pairs 8 --reps 5 \
+        timeout "${TUNE_CAL_TIMEOUT:-570}" "$TD"/dsv4 tune --calibrate "${TUNE_CAL_N:-100}" --slowdown 0.12 --batches 8 --contexts 8192 \
+            --pairs "${TUNE_CAL_PAIRS:-8}" --reps "${TUNE_CAL_REPS:-5}" \
             --ledger "$OUT/tune/calibration.jsonl" --ledger-md "$OUT/tune/calibration.md" > "$OUT/tune/calibrate.txt" 2>&1
         SUMMARY+=("tune_calibrate: rc=$?")
         tail -n 12 "$OUT/tune/calibrate.txt"

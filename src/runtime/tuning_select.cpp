@@ -1,8 +1,10 @@
 #include "runtime/tuning_select.h"
 
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -37,18 +39,23 @@ TuningKey this_machine_tuning_key(const ModelConfig& cfg) {
     int rv = 0;
     if (cudaRuntimeGetVersion(&rv) == cudaSuccess) k.cuda = fmt::format("{}.{}", rv / 1000, (rv % 1000) / 10);
 #endif
-    // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  ..." -> the first dotted number.
     std::ifstream f("/proc/driver/nvidia/version");
     std::string line;
-    if (f && std::getline(f, line)) {
-        const size_t at = line.find("Kernel Module");
-        if (at != std::string::npos) {
-            size_t b = line.find_first_of("0123456789", at);
-            size_t e = b == std::string::npos ? b : line.find_first_not_of("0123456789.", b);
-            if (b != std::string::npos) k.driver = line.substr(b, e == std::string::npos ? std::string::npos : e - b);
-        }
-    }
+    if (f && std::getline(f, line)) k.driver = nvidia_driver_version(line);
     return k;
+}
+
+std::string nvidia_driver_version(const std::string& first_line) {
+    const size_t at = first_line.find("Kernel Module");
+    if (at == std::string::npos) return "";
+    // Whitespace-separated tokens after the marker; the first of digits and dots with a dot in it.
+    std::istringstream in(first_line.substr(at));
+    std::string tok;
+    while (in >> tok)
+        if (tok.find('.') != std::string::npos && tok.find_first_not_of("0123456789.") == std::string::npos &&
+            std::isdigit(static_cast<unsigned char>(tok.front())))
+            return tok;
+    return "";
 }
 
 std::string build_git_sha() { return DSV4_GIT_SHA; }

@@ -24,6 +24,11 @@ std::string model_shape_key(const ModelConfig& cfg);
 // visible GPU), the driver version (/proc/driver/nvidia/version), the CUDA runtime version.
 TuningKey this_machine_tuning_key(const ModelConfig& cfg);
 
+// The driver release in the first line of /proc/driver/nvidia/version: the first number with a dot
+// after "Kernel Module" ("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release
+// Build ..." -> "580.159.04"; the "x86_64" before it is not one). "" when there is none.
+std::string nvidia_driver_version(const std::string& first_line);
+
 // The git commit this binary was configured from ("" when unknown; CMake reads it at configure time).
 std::string build_git_sha();
 

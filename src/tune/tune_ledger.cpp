@@ -61,7 +61,7 @@ Status append_ledger_jsonl(const std::string& path, const TuneRunInfo& info, con
                   {"split_kv_target_ctas", r.split_kv_target_ctas},
                   {"stage", stage_name(o.stage)},
                   {"detail", o.detail},
-                  {"logit_error", o.logit_error},
+                  {"correctness", {{"error", o.correctness_error}, {"check", o.correctness_check}}},
                   {"op_ms", {{"heuristics", o.op_ms_heuristic}, {"candidate", o.op_ms_candidate}}},
                   {"heuristic_ms", o.heuristic_ms},
                   {"candidate_ms", o.candidate_ms},
@@ -75,6 +75,7 @@ Status append_ledger_jsonl(const std::string& path, const TuneRunInfo& info, con
             j["p"] = o.test.p;
             j["holm_adjusted_p"] = o.adjusted_p;
             j["verdict"] = bench::verdict_name(o.test.verdict);
+            j["below_min_effect"] = o.below_min_effect;
             j["family"] = {{"comparisons", rep.m}, {"fwer", rep.alpha}};
         }
         out += j.dump() + "\n";
@@ -92,10 +93,12 @@ std::string ledger_markdown(const TuneRunInfo& info, const TuneReport& rep) {
                       info.command, info.key.gpu, info.key.driver.empty() ? "?" : info.key.driver,
                       info.key.cuda.empty() ? "?" : info.key.cuda, info.git_sha, info.key.model_shape, rep.seconds);
     md += fmt::format(
-        "- **Method.** Per class and candidate: logits against the heuristics', the op's time in the step, then "
-        "the step time in ABBA pairs; paired t test on log times; verdicts by Holm over the {} end-to-end "
-        "comparisons of the run (family-wise error rate {:.0f}%), intervals at the Bonferroni level.\n",
-        rep.m, 100 * rep.alpha);
+        "- **Method.** Per class and candidate: correctness (the op against an fp64 CPU evaluation, or the "
+        "logits against the heuristics'), the op's time in the step, then the step time in ABBA pairs; paired "
+        "t test on log times; verdicts by Holm over the {} end-to-end comparisons of the run (family-wise "
+        "error rate {:.0f}%), intervals at the Bonferroni level; a verdict also needs a change of at least "
+        "{:.1f}%.\n",
+        rep.m, 100 * rep.alpha, 100 * rep.min_effect);
     md += fmt::format("- **Kept.** {} rule(s){}.\n\n", rep.chosen.size(),
                       info.tuning_file.empty() ? "" : " written to `" + info.tuning_file + "`");
     md += "| class | op | candidate | stage | op ms (heur. / cand.) | step ms (heur. / cand.) | cand./heur. [CI] | Holm p | verdict | kept |\n";
@@ -108,17 +111,28 @@ std::string ledger_markdown(const TuneRunInfo& info, const TuneReport& rep) {
                           ms(o.op_ms_heuristic), ms(o.op_ms_candidate),
                           m ? fmt::format("{} / {}", ms(mean_of(o.heuristic_ms)), ms(mean_of(o.candidate_ms))) : "-",
                           m ? fmt::format("{:.3f} [{:.3f}, {:.3f}]", o.test.ratio, o.test.lo, o.test.hi) : "-",
-                          m ? fmt::format("{:.3g}", o.adjusted_p) : "-", m ? bench::verdict_name(o.test.verdict) : "-",
+                          m ? fmt::format("{:.3g}", o.adjusted_p) : "-",
+                          m ? std::string(bench::verdict_name(o.test.verdict)) +
+                                  (o.below_min_effect ? " (tested different, by less than the minimum effect)" : "")
+                            : "-",
                           o.kept ? "yes" : "no");
     }
     return md + "\n";
 }
 
 Status append_calibration_jsonl(const std::string& path, const TuneRunInfo& info, const CalibrationReport& rep) {
-    auto tests = [](const std::vector<bench::RatioTest>& v) {
+    auto tests = [](const std::vector<CalibrationComparison>& v) {
         json a = json::array();
-        for (const auto& t : v)
-            a.push_back({{"ratio", t.ratio}, {"ci", {t.lo, t.hi}}, {"p", t.p}, {"verdict", bench::verdict_name(t.verdict)}});
+        for (const auto& c : v) {
+            const auto& t = c.test;
+            a.push_back({{"ratio", t.ratio},
+                         {"ci", {t.lo, t.hi}},
+                         {"p", t.p},
+                         {"verdict", bench::verdict_name(t.verdict)},
+                         {"below_min_effect", c.below_min_effect},
+                         {"a_ms", c.a_ms},
+                         {"b_ms", c.b_ms}});
+        }
         return a;
     };
     auto prop = [](const bench::Proportion& p) { return json{{"k", p.k}, {"n", p.n}, {"rate", p.p}, {"wilson95", {p.lo, p.hi}}}; };
@@ -127,8 +141,11 @@ Status append_calibration_jsonl(const std::string& path, const TuneRunInfo& info
                     {"pairs", rep.opt.pairs},
                     {"confidence", rep.opt.confidence},
                     {"slowdown", rep.opt.slowdown},
+                    {"min_effect", rep.opt.min_effect},
                     {"false_verdicts", prop(rep.false_verdicts)},
                     {"detected", prop(rep.detected)},
+                    {"false_verdicts_test_alone", prop(rep.false_verdicts_test_alone)},
+                    {"detected_test_alone", prop(rep.detected_test_alone)},
                     {"aa", tests(rep.aa)},
                     {"detect", tests(rep.detect)},
                     {"seconds", rep.seconds}});
@@ -139,16 +156,20 @@ std::string calibration_markdown(const TuneRunInfo& info, const CalibrationRepor
     const auto& f = rep.false_verdicts;
     const auto& d = rep.detected;
     std::string md = fmt::format("## {} · dsv4 tune --calibrate (machine-written)\n\n", info.date.substr(0, 10));
+    const auto& fa = rep.false_verdicts_test_alone;
+    const auto& da = rep.detected_test_alone;
     md += fmt::format("- **Run.** `{}` on {} (driver {}, CUDA {}), build {}; batch {}, context {}; {} ABBA pairs per "
-                      "comparison, each judged alone at {:.0f}%; {:.0f} s.\n",
+                      "comparison, each judged alone at {:.0f}% with a minimum effect of {:.1f}% (as the tuner); "
+                      "{:.0f} s.\n",
                       info.command, info.key.gpu, info.key.driver, info.key.cuda, info.git_sha, rep.at.batch,
-                      rep.at.context, rep.opt.pairs, 100 * rep.opt.confidence, rep.seconds);
+                      rep.at.context, rep.opt.pairs, 100 * rep.opt.confidence, 100 * rep.opt.min_effect, rep.seconds);
     md += fmt::format("- **A/A.** {} of {} comparisons of the heuristics with themselves said faster or slower: {:.1f}% "
-                      "(95% Wilson interval {:.1f}-{:.1f}%; the target is at most 5%).\n",
-                      f.k, f.n, 100 * f.p, 100 * f.lo, 100 * f.hi);
+                      "(95% Wilson interval {:.1f}-{:.1f}%; the target is at most 5%). The paired test alone: {} of "
+                      "{} ({:.1f}%, {:.1f}-{:.1f}%).\n",
+                      f.k, f.n, 100 * f.p, 100 * f.lo, 100 * f.hi, fa.k, fa.n, 100 * fa.p, 100 * fa.lo, 100 * fa.hi);
     md += fmt::format("- **Detection.** A step slowed by {:.0f}% was found slower in {} of {}: {:.1f}% (95% Wilson "
-                      "interval {:.1f}-{:.1f}%; the target is at least 90%).\n\n",
-                      100 * rep.opt.slowdown, d.k, d.n, 100 * d.p, 100 * d.lo, 100 * d.hi);
+                      "interval {:.1f}-{:.1f}%; the target is at least 90%). The paired test alone: {} of {}.\n\n",
+                      100 * rep.opt.slowdown, d.k, d.n, 100 * d.p, 100 * d.lo, 100 * d.hi, da.k, da.n);
     return md;
 }
 

@@ -67,6 +67,13 @@ const char* stage_name(Stage s) {
     return "?";
 }
 
+void apply_min_effect(bench::RatioTest& t, double min_effect, bool* demoted) {
+    const bool decided = t.verdict == bench::Verdict::kFaster || t.verdict == bench::Verdict::kSlower;
+    const bool small = std::fabs(t.ratio - 1.0) < min_effect;
+    if (demoted) *demoted = decided && small;
+    if (decided && small) t.verdict = bench::Verdict::kNoDifference;
+}
+
 Result<TuneReport> run_tune(TuneBench& bench, const std::vector<ShapeClass>& classes,
                             const std::vector<Candidate>& candidates, const TuneOptions& opt) {
     return run_tune(bench, std::vector<CandidateSet>{{classes, candidates}}, opt);
@@ -74,6 +81,8 @@ Result<TuneReport> run_tune(TuneBench& bench, const std::vector<ShapeClass>& cla
 
 Result<TuneReport> run_tune(TuneBench& bench, const std::vector<CandidateSet>& sets, const TuneOptions& opt) {
     if (opt.pairs < 2) return invalid_argument("tune: --pairs must be >= 2 (got {})", opt.pairs);
+    if (!(opt.min_effect >= 0 && opt.min_effect < 1))
+        return invalid_argument("tune: the minimum effect must be in [0, 1) (got {})", opt.min_effect);
     if (!(opt.confidence > 0 && opt.confidence < 1))
         return invalid_argument("tune: confidence must be in (0, 1) (got {})", opt.confidence);
     const auto t0 = std::chrono::steady_clock::now();
@@ -110,11 +119,12 @@ Result<TuneReport> run_tune(TuneBench& bench, const std::vector<CandidateSet>& s
                 set_of.push_back(si);
                 continue;
             }
-            DSV4_ASSIGN_OR_RETURN(o.logit_error, bench.logit_error(p));
-            if (!(o.logit_error <= opt.max_logit_error)) {
+            DSV4_ASSIGN_OR_RETURN(const TuneBench::Correctness ok, bench.correctness(p));
+            o.correctness_error = ok.error;
+            o.correctness_check = ok.check;
+            if (!(ok.error <= 1.0)) {
                 o.stage = Stage::kIncorrect;
-                o.detail = fmt::format("logits differ from the heuristics' by {:.3g} x their sd (limit {:.3g})",
-                                       o.logit_error, opt.max_logit_error);
+                o.detail = ok.check;
                 rep.outcomes.push_back(std::move(o));
                 set_of.push_back(si);
                 continue;
@@ -176,11 +186,13 @@ Result<TuneReport> run_tune(TuneBench& bench, const std::vector<CandidateSet>& s
     const bench::FamilyComparison fam = bench::compare_family(members, /*paired=*/true,
                                                               /*higher_is_better=*/false, opt.confidence);
     rep.alpha = fam.alpha;
+    rep.min_effect = opt.min_effect;
     rep.m = fam.m;
     for (size_t j = 0; j < idx.size(); ++j) {
         Outcome& o = rep.outcomes[idx[j]];
         o.test = fam.tests[j];
         o.adjusted_p = fam.adjusted_p[j];
+        apply_min_effect(o.test, opt.min_effect, &o.below_min_effect);
     }
     // Per set, class and op: the faster candidate with the lowest ratio.
     for (size_t si = 0; si < sets.size(); ++si)
@@ -208,7 +220,8 @@ Result<TuneReport> run_tune(TuneBench& bench, const std::vector<CandidateSet>& s
                 {"holm_adjusted_p", o->adjusted_p},
                 {"family", {{"comparisons", rep.m}, {"fwer", rep.alpha}}},
                 {"op_ms", {{"heuristics", o->op_ms_heuristic}, {"candidate", o->op_ms_candidate}}},
-                {"logit_error", o->logit_error},
+                {"correctness", {{"error", o->correctness_error}, {"check", o->correctness_check}}},
+                {"min_effect", opt.min_effect},
                 {"candidate", o->cand.label},
                 {"date", opt.date},
                 {"git_sha", opt.git_sha}};

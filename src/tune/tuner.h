@@ -1,12 +1,13 @@
 // `dsv4 tune` (issue 16 item 3): each candidate kernel choice (a tuning-file rule: a variant and its
 // parameters for one op) is judged against the heuristics, shape class by shape class, in three
-// stages: correctness (the step's logits against the heuristics' logits, which the CPU reference
-// checks in CI), the op's own time in the step (kernel by kernel: a candidate whose op is slower is
-// dropped), then the end-to-end step time in ABBA-ordered pairs in one process. The verdicts of all
-// end-to-end comparisons of one run are decided together (Holm, family-wise error rate 1 -
-// confidence, bench/family.h); a class keeps the candidate with the lowest step-time ratio among
-// those found faster, and no rule where none is. What is measured and how is behind TuneBench,
-// so that this logic is tested on the CPU with a simulated bench.
+// stages: correctness (TuneBench::correctness: the op against an fp64 CPU evaluation where the bench
+// has one, else the step's logits against the heuristics'), the op's own time in the step (kernel by
+// kernel: a candidate whose op is slower is dropped), then the end-to-end step time in ABBA-ordered
+// pairs in one process. The verdicts of all end-to-end comparisons of one run are decided together
+// (Holm, family-wise error rate 1 - confidence, bench/family.h), and a verdict also needs a change of
+// at least TuneOptions::min_effect; a class keeps the candidate with the lowest step-time ratio among
+// those found faster, and no rule where none is. What is measured and how is behind TuneBench, so
+// that this logic is tested on the CPU with a simulated bench.
 #pragma once
 
 #include <functional>
@@ -53,9 +54,13 @@ public:
     // Installs `rules` (empty: the heuristics). Errors: rules the runner refuses (an illegal
     // variant); the tuner records the message and skips the candidate.
     virtual Status set_rules(const std::vector<TuningRule>& rules) = 0;
-    // Largest |logit difference| of one step at p against the heuristics' step at p, divided by the
-    // heuristics' logit standard deviation.
-    virtual Result<double> logit_error(const ShapePoint& p) = 0;
+    // The installed rules' correctness at p: `error` in units of the check's bound (<= 1 passes) and
+    // what was compared (e.g. "sparse_decode vs fp64: rel L2 3.1e-3 (bound 1e-2), ...").
+    struct Correctness {
+        double error = 0;
+        std::string check;
+    };
+    virtual Result<Correctness> correctness(const ShapePoint& p) = 0;
     // The op's own device time in one step at p, ms (kUnimplemented: no kernel stage for this op).
     virtual Result<double> op_ms(const ShapePoint& p, TunedOp op) = 0;
     // One end-to-end measurement at p: the step time, ms (e.g. the median of a few graph replays).
@@ -72,7 +77,11 @@ public:
 struct TuneOptions {
     int pairs = 8;                 // end-to-end ABBA pairs per candidate and class (>= 2)
     double confidence = 0.95;      // family-wise: 1 - the FWER over all comparisons of the run
-    double max_logit_error = 0.05; // correctness gate (relative to the logit standard deviation)
+    // A faster/slower verdict also needs |ratio - 1| >= min_effect: below about 0.5% the paired test
+    // on real GPUs said "faster" or "slower" of a step against itself more often than its nominal
+    // rate (ledger E40: 8 of 100 A/A comparisons, every one within 0.3%), and such gains are not
+    // worth a rule.
+    double min_effect = 0.005;
     // Kernel stage: keep a candidate whose op time <= this x the heuristics' (one profiled measurement
     // each: a margin above its noise, so that only clearly slower kernels skip the end-to-end stage).
     double kernel_keep = 1.05;
@@ -90,7 +99,9 @@ struct Outcome {
     Candidate cand;                 // rule ranges set to the class
     Stage stage = Stage::kMeasured;
     std::string detail;             // the refusal, or the numbers that stopped it
-    double logit_error = -1;        // -1: not checked
+    double correctness_error = -1;  // in units of the check's bound; -1: not checked
+    std::string correctness_check;  // what was compared (TuneBench::Correctness::check)
+    bool below_min_effect = false;  // the test alone said faster/slower, by less than min_effect
     double op_ms_heuristic = -1, op_ms_candidate = -1;  // -1: not measured
     std::vector<double> heuristic_ms, candidate_ms;     // end-to-end pairs, in pair order
     std::vector<bool> candidate_first;                  // per pair: the order it ran in (ABBA)
@@ -104,6 +115,7 @@ struct TuneReport {
     std::vector<TuningRule> chosen;  // the kept candidates' rules, measurement filled in
     double alpha = 0.05;             // family-wise error rate controlled
     int m = 0;                       // comparisons in the family
+    double min_effect = 0;           // TuneOptions::min_effect of the run
     double seconds = 0;
 };
 
@@ -113,6 +125,10 @@ struct CandidateSet {
     std::vector<ShapeClass> classes;
     std::vector<Candidate> candidates;
 };
+
+// A faster or slower verdict of a ratio within min_effect of 1 (|ratio - 1| < min_effect) becomes
+// "no detectable difference"; *demoted (optional) says whether it did.
+void apply_min_effect(bench::RatioTest& t, double min_effect, bool* demoted = nullptr);
 
 // Runs the three stages for every set's class x candidate, then the verdicts of all end-to-end
 // comparisons of all sets as one family. Errors: a bench call failing for the heuristics themselves

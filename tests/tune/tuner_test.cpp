@@ -42,7 +42,11 @@ public:
         cur_ = rules[0].variant;
         return Status::ok();
     }
-    Result<double> logit_error(const ShapePoint&) override { return cur_.empty() ? 0.0 : truth_.at(cur_).logit; }
+    // `logit` in the units of the real bench's logit bound (0.05 sd): error = logit / 0.05.
+    Result<Correctness> correctness(const ShapePoint&) override {
+        const double e = cur_.empty() ? 0.0 : truth_.at(cur_).logit / 0.05;
+        return Correctness{e, "simulated"};
+    }
     Result<double> op_ms(const ShapePoint& p, TunedOp) override {
         return 0.1 * p.batch * (cur_.empty() ? 1.0 : truth_.at(cur_).op) * noise();
     }
@@ -96,6 +100,30 @@ TEST(TuneShapeClasses, BatchesAndContextsTileTheLine) {
     EXPECT_EQ((*n)[0].at.context, 8192);
     EXPECT_FALSE(shape_classes({}, {1}, true).is_ok());
     EXPECT_FALSE(shape_classes({0, 4}, {1}, true).is_ok());
+}
+
+// A real but tiny gain (0.3%, measured with 0.05% noise): the paired test alone says faster, the
+// minimum effect (0.5%) keeps no rule for it; with no minimum effect it is kept.
+TEST(Tuner, GainsBelowTheMinimumEffectAreNotKept) {
+    auto classes = shape_classes({8}, {8192}, true);
+    ASSERT_TRUE(classes.is_ok());
+    for (double min_effect : {0.005, 0.0}) {
+        SimBench b({{"tiny", {0.997, 0.997}}}, 5, /*cv=*/0.0005, /*drift_per_call=*/0.0);
+        TuneOptions o;
+        o.min_effect = min_effect;
+        auto r = run_tune(b, *classes, {cand("tiny")}, o);
+        ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+        ASSERT_EQ(r->outcomes.size(), 1u);
+        const Outcome& x = r->outcomes[0];
+        EXPECT_NEAR(x.test.ratio, 0.997, 0.001);
+        EXPECT_EQ(x.below_min_effect, min_effect > 0) << x.test.describe();
+        EXPECT_EQ(x.kept, min_effect == 0) << x.test.describe();
+        EXPECT_EQ(x.test.verdict, min_effect > 0 ? bench::Verdict::kNoDifference : bench::Verdict::kFaster);
+    }
+    TuneOptions bad;
+    bad.min_effect = -0.1;
+    SimBench b({}, 1);
+    EXPECT_FALSE(run_tune(b, *classes, {cand("x")}, bad).is_ok());
 }
 
 TEST(Tuner, StagesStopTheRightCandidatesAndTheFasterOneIsKept) {
@@ -237,9 +265,22 @@ TEST(TuneCalibrate, FalseVerdictsNearNominalAndASlowdownIsFound) {
     CalibrationOptions o;
     o.aa = 200;
     o.detect = 100;
-    auto r = calibrate(b, {8, 8192}, o);
+    int calls = 0, slowed_calls = 0;
+    auto r = calibrate(b, {8, 8192}, o, [&](bool slowed, int i, const CalibrationComparison& c) {
+        EXPECT_EQ(i, slowed ? slowed_calls : calls - slowed_calls);
+        EXPECT_EQ(c.a_ms.size(), 8u);
+        ++calls;
+        slowed_calls += slowed;
+    });
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+    EXPECT_EQ(calls, 300);
+    EXPECT_EQ(slowed_calls, 100);
     EXPECT_EQ(r->aa.size(), 200u);
+    // The raw step times: the slowed side about 12% slower on average.
+    double ra = 0, rb = 0;
+    for (const auto& c : r->detect)
+        for (int k = 0; k < 8; ++k) ra += c.a_ms[k], rb += c.b_ms[k];
+    EXPECT_NEAR(rb / ra, 1.12, 0.02);
     EXPECT_EQ(r->false_verdicts.n, 200);
     std::printf("[calibrate sim] A/A false %d/200, detected %d/100\n", r->false_verdicts.k, r->detected.k);
     EXPECT_LE(r->false_verdicts.k, 20);  // 5% expected (10)
@@ -248,6 +289,19 @@ TEST(TuneCalibrate, FalseVerdictsNearNominalAndASlowdownIsFound) {
     const std::string md = calibration_markdown(info, *r);
     EXPECT_NE(md.find("comparisons of the heuristics with themselves"), std::string::npos);
     EXPECT_NE(md.find("of 100: "), std::string::npos) << md;
+    // The JSON line keeps every comparison's step times, so the rates can be re-derived.
+    namespace fs = std::filesystem;
+    const fs::path path = fs::temp_directory_path() / ("dsv4-calibration-" + std::to_string(::getpid()) + ".jsonl");
+    fs::remove(path);
+    ASSERT_TRUE(append_calibration_jsonl(path.string(), info, *r).is_ok());
+    std::ifstream in(path);
+    std::string line;
+    ASSERT_TRUE(std::getline(in, line));
+    const auto j = nlohmann::json::parse(line);
+    EXPECT_EQ(j["aa"].size(), 200u);
+    EXPECT_EQ(j["detect"][0]["b_ms"].size(), 8u);
+    EXPECT_EQ(j["false_verdicts"]["k"], r->false_verdicts.k);
+    fs::remove(path);
     EXPECT_FALSE(calibrate(b, {8, 8192}, CalibrationOptions{.pairs = 1}).is_ok());
 }
 

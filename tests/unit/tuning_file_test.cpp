@@ -230,6 +230,18 @@ TEST(TuningSelect, DefaultIsTheNewestMatchingFileAndAnExplicitOneIsRead) {
     fs::remove_all(dir);
 }
 
+// The driver release, not the "86" of "x86_64" (the open kernel module's line puts the architecture
+// before the version; the H200 machine's key read "driver 86" before this).
+TEST(TuningSelect, DriverVersionFromTheKernelModuleLine) {
+    EXPECT_EQ(nvidia_driver_version("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release "
+                                    "Build  (dvs-builder@U16-A24-23-2)  Thu Oct  9 20:59:55 UTC 2025"),
+              "580.159.04");
+    EXPECT_EQ(nvidia_driver_version("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023"),
+              "535.104.05");
+    EXPECT_EQ(nvidia_driver_version("NVRM version: NVIDIA UNIX Kernel Module"), "");
+    EXPECT_EQ(nvidia_driver_version("something else 1.2.3"), "");
+}
+
 TEST(TuningSelect, SearchDirectories) {
     const std::map<std::string, std::string> env = {{"DSV4_TUNING_DIR", "/t"}, {"HOME", "/home/u"}};
     auto look = [&](const char* k) -> const char* {

@@ -34,7 +34,11 @@ void register_tune(CLI::App& app, CommandContext& ctx) {
     cmd->add_option("--confidence", o->confidence, "1 - the family-wise error rate over the run's comparisons")
         ->capture_default_str();
     cmd->add_option("--max-logit-error", o->max_logit_error,
-                    "correctness gate: max |logit difference| from the heuristics / their sd")
+                    "correctness gate of ops without an fp64 op check (sparse_decode has one): max |logit "
+                    "difference| from the heuristics / their sd")
+        ->capture_default_str();
+    cmd->add_option("--min-effect", o->min_effect,
+                    "a faster/slower verdict also needs |step ratio - 1| >= this (and --calibrate uses it too)")
         ->capture_default_str();
     cmd->add_option("--kernel-keep", o->kernel_keep,
                     "kernel stage: drop a candidate whose op takes more than this x the heuristics'")

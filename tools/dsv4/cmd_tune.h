@@ -22,7 +22,8 @@ struct TuneCliOptions {
     int reps = 10;        // graph replays per end-to-end measurement (their median)
     int warmup = 2;
     double confidence = 0.95;
-    double max_logit_error = 0.05;
+    double max_logit_error = 0.05;  // correctness gate of ops without an fp64 op check
+    double min_effect = 0.005;      // tune/tuner.h TuneOptions::min_effect
     double kernel_keep = 1.05;
     double time_budget_s = 0;
     std::string out;        // tuning file ("": the default directory's file for this GPU and model shape)

@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "kernels/cuda/attention/sparse_decode.h"
+#include "kernels/cuda/attention/sparse_decode_check.h"
 #include "kernels/cuda/gemm/dense_gemv.h"
 #include "kernels/cuda/moe/moe.h"
 #include "model/flash_proxy.h"
@@ -48,7 +49,8 @@ const char* profile_label(TunedOp op) {
 
 class ProxyTuneBench : public tune::TuneBench {
 public:
-    ProxyTuneBench(CudaBenchRunner& r, const ModelConfig& cfg, const TuneCliOptions& o) : r_(r), cfg_(cfg), o_(o) {}
+    ProxyTuneBench(CudaBenchRunner& r, const ModelConfig& cfg, const TuneCliOptions& o, cuda::KvFormat kfmt)
+        : r_(r), cfg_(cfg), o_(o), kfmt_(kfmt) {}
 
     Status set_rules(const std::vector<TuningRule>& rules) override {
         DSV4_RETURN_IF_ERROR(r_.set_tuning_rules(rules));
@@ -56,7 +58,45 @@ public:
         return Status::ok();
     }
 
-    Result<double> logit_error(const ShapePoint& p) override {
+    // sparse_decode rules: the op itself against fp64 (kernels/cuda/attention/sparse_decode_check.h)
+    // at the point's batch and the rows its attention reads (the window plus the top-k compressed rows,
+    // or the context when shorter), with the rule's variant and split-KV target. The step's logits are
+    // no test of a reordered reduction: through 20 layers of top-k selection and expert routing a
+    // rounding difference flips discrete choices (ledger E40: every change of the split count moved the
+    // logits by 2-4 standard deviations, every unchanged one left them bitwise equal). Other ops: the
+    // logits against the heuristics', within --max-logit-error of their sd.
+    Result<Correctness> correctness(const ShapePoint& p) override {
+        if (!rules_.empty() &&
+            std::all_of(rules_.begin(), rules_.end(), [](const TuningRule& r) { return r.op == TunedOp::kSparseDecode; })) {
+            Correctness c;
+            const int rows = int(std::min<int64_t>(p.context + 1, cfg_.sliding_window) +
+                                 std::min<int64_t>((p.context + 1) / 4, cfg_.index_topk));
+            for (const TuningRule& r : rules_) {
+                int v = -1;
+                if (!r.variant.empty()) {
+                    for (int i = 0; i < cuda::sparse_decode_variant_count(); ++i)
+                        if (cuda::sparse_decode_variant_name(i) == r.variant) v = i;
+                    if (v < 0) return invalid_argument("no sparse_decode variant {}", r.variant);
+                }
+                DSV4_ASSIGN_OR_RETURN(const cuda::SparseDecodeCheck k,
+                                      cuda::check_sparse_decode(kfmt_, int(cfg_.n_heads), p.batch, rows, v,
+                                                                r.split_kv_target_ctas, uint32_t(o_.seed + 17)));
+                if (k.error() >= c.error)
+                    c = {k.error(), fmt::format("sparse_decode vs fp64 ({} rows, {} split(s)): rel L2 {:.3g} (bound "
+                                                "{:.0e}), max abs {:.3g} (bound {:.0e}){}",
+                                                rows, k.splits, k.rel_l2, k.kRelL2Bound, k.max_abs, k.kMaxAbsBound,
+                                                k.nan_mismatch ? fmt::format(", {} NaN mismatches", k.nan_mismatch) : "")};
+            }
+            return c;
+        }
+        DSV4_ASSIGN_OR_RETURN(const double e, logit_error(p));
+        return Correctness{e / o_.max_logit_error,
+                           fmt::format("logits vs the heuristics': max difference {:.3g} x their sd (bound {:.3g})", e,
+                                       o_.max_logit_error)};
+    }
+
+private:
+    Result<double> logit_error(const ShapePoint& p) {
         const auto key = std::make_pair(p.batch, p.context);
         auto it = ref_.find(key);
         if (it == ref_.end()) {
@@ -82,6 +122,7 @@ public:
         return sd > 0 ? worst / sd : worst;
     }
 
+public:
     Result<double> op_ms(const ShapePoint& p, TunedOp op) override {
         const char* label = profile_label(op);
         if (!label) return error(StatusCode::kUnimplemented, "no kernel stage for {}", tuned_op_name(op));
@@ -156,6 +197,7 @@ private:
     CudaBenchRunner& r_;
     const ModelConfig& cfg_;
     const TuneCliOptions& o_;
+    cuda::KvFormat kfmt_;
     std::vector<TuningRule> rules_;
     ForwardBatch batch_;
     std::vector<std::vector<int32_t>> toks_, tables_;
@@ -321,11 +363,11 @@ int run_tune_cmd(const TuneCliOptions& o) {
 
     const TuningKey key = this_machine_tuning_key(cfg);
     const std::string date = utc_now(), sha = build_git_sha();
-    ProxyTuneBench bench(runner, cfg, o);
+    ProxyTuneBench bench(runner, cfg, o, kfmt);
     tune::TuneOptions topt;
     topt.pairs = o.pairs;
     topt.confidence = o.confidence;
-    topt.max_logit_error = o.max_logit_error;
+    topt.min_effect = o.min_effect;
     topt.kernel_keep = o.kernel_keep;
     topt.time_budget_s = o.time_budget_s;
     topt.date = date;
@@ -337,10 +379,15 @@ int run_tune_cmd(const TuneCliOptions& o) {
         co.slowdown = o.slowdown;
         co.pairs = o.pairs;
         co.confidence = o.confidence;
+        co.min_effect = o.min_effect;
         const ShapePoint at{o.batches.front(), int64_t(o.contexts.front())};
         std::printf("calibrating at batch %d, context %lld: %d A/A comparisons and %d against a %.0f%% slower step\n",
                     at.batch, (long long)at.context, co.aa, co.detect, 100 * co.slowdown);
-        auto rep = tune::calibrate(bench, at, co);
+        // One line per comparison, flushed: a run stopped part-way still leaves its measurements.
+        auto rep = tune::calibrate(bench, at, co, [](bool slowed, int i, const tune::CalibrationComparison& c) {
+            std::printf("  %s %3d: %s\n", slowed ? "slowed" : "A/A   ", i, c.test.describe().c_str());
+            std::fflush(stdout);
+        });
         if (!rep) return fail(3, rep.status().message());
         const tune::TuneRunInfo info{date, sha, key, o.command, ""};
         if (Status s = tune::append_calibration_jsonl(o.ledger, info, *rep); !s.is_ok()) return fail(3, s.message());

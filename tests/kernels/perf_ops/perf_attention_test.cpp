@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "kernels/cuda/attention/sparse_decode.h"
+#include "kernels/cuda/attention/sparse_decode_check.h"
 #include "kernels/cuda/attention/sparse_prefill.h"
 #include "tests/kernels/perf_ops/perf_test_util.h"
 
@@ -178,6 +179,25 @@ TEST(PerfSparseDecode, AllVariantsBf16AndFp8) {
             run_case(v, f, {0, 77, 640, 1, 33}, 4, 3 + v);   // forced splits incl. empty splits
             run_case(v, f, {129, 0, 7}, 0, 4 + v);           // planned, ragged
         }
+}
+
+// The check `dsv4 tune` runs before timing a sparse_decode choice (sparse_decode_check.h): the seed
+// experiment's split-KV targets at batch 8 and 64 (8 to 1 and 4 splits), 640 rows (8K context), pass
+// within the op tests' bounds, and a target that changes the split count changes it in the report.
+TEST(PerfSparseDecode, TunerCheckPassesForTheSeedExperimentsTargets) {
+    DSV4_REQUIRE_GPU();
+    for (int batch : {8, 64})
+        for (int target : {0, 128, 256, 512}) {
+            auto c = check_sparse_decode(KvFormat::kFp8, kH, batch, 640, -1, target, 3);
+            ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+            EXPECT_LE(c->error(), 1.0) << "batch " << batch << " target " << target << ": rel L2 " << c->rel_l2
+                                       << " max abs " << c->max_abs;
+            EXPECT_GT(c->rel_l2, 0.0);  // bf16 output: never bitwise the fp64 value
+            if (target > 0) {
+                EXPECT_EQ(c->splits, sparse_decode_plan_splits(batch, 2, 640, 32, target));
+            }
+        }
+    EXPECT_FALSE(check_sparse_decode(KvFormat::kFp8, kH, 0, 640, -1, 0, 3).is_ok());
 }
 
 TEST(PerfSparseDecode, NegInfSinkZeroRows) {
