@@ -170,7 +170,7 @@ for stage in "$@"; do
         ;;
     overload|soak)
         # Issue 21 on the GPU: scripts/overload.sh (OVERLOAD_SECONDS, default 120, at 10x capacity) or
-        # scripts/soak.sh (SOAK_MINUTES, default 8, at SOAK_CONC 256) against the RELIABILITY_LAYERS-layer
+        # scripts/soak.sh (SOAK_MINUTES, default 8, at SOAK_CONC 256; SOAK_PREWARM=1: --prewarm) against the RELIABILITY_LAYERS-layer
         # (default 20) synthetic Flash; logs and verdict in $OUT/$stage.
         SD=$(mktemp -d)
         xz -dc "$BIN"/dsv4.xz > "$SD"/dsv4 && chmod +x "$SD"/dsv4
@@ -180,7 +180,8 @@ for stage in "$@"; do
             scripts/overload.sh --seconds "${OVERLOAD_SECONDS:-120}" --max-running "${OVERLOAD_RUNNING:-64}" \
                 --max-queued "${OVERLOAD_QUEUED:-128}" --bin "$SD" --out "$OUT/overload" -- "${GPU_SERVE[@]}"
         else
-            scripts/soak.sh --minutes "${SOAK_MINUTES:-8}" --conc "${SOAK_CONC:-256}" --bin "$SD" --out "$OUT/soak" \
+            scripts/soak.sh --minutes "${SOAK_MINUTES:-8}" --conc "${SOAK_CONC:-256}" ${SOAK_PREWARM:+--prewarm} \
+                --bin "$SD" --out "$OUT/soak" \
                 -- "${GPU_SERVE[@]}"
         fi
         SUMMARY+=("$stage: rc $? ($(head -1 "$OUT/$stage/verdict.txt" 2>/dev/null | cut -c1-200))")

@@ -5,8 +5,11 @@
 # over the first post-warm-up minute's below 1%), and every KV/state page back once the prefix
 # cache is flushed.
 #
-# Usage: scripts/soak.sh [--minutes 30] [--conc 512] [--warmup-min 2] [--max-tokens 64]
+# Usage: scripts/soak.sh [--minutes 30] [--conc 512] [--warmup-min 2] [--max-tokens 64] [--prewarm]
 #                        [--bin DIR] [--out DIR] [-- serve arguments]
+#   --prewarm: before the timed load, one short wave at each concurrency 1, 2, 4, ... up to --conc, so
+#   that every batch size the load will produce (the CUDA runner's decode graph buckets are powers of
+#   two) has been seen once: memory created on a shape's first use is then not counted as growth.
 #   serve arguments default to the fake model (no compute: the server, scheduler and HTTP paths
 #   alone): --model fake --fake-step-delay-us 2000. For the CPU tiny model pass `-- --model tiny`;
 #   on a GPU, e.g. `-- --backend cuda --synthetic-flash --layers 20`.
@@ -14,7 +17,7 @@
 # record per bench batch), DIR/serve.log and DIR/verdict.txt; exits 1 when the verdict fails.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-MINUTES=30 CONC=512 WARMUP_MIN=2 MAX_TOKENS=64 BIN=build/tools/dsv4 OUT=/tmp/dsv4-soak PORT=${SOAK_PORT:-8131}
+MINUTES=30 CONC=512 WARMUP_MIN=2 MAX_TOKENS=64 PREWARM=0 BIN=build/tools/dsv4 OUT=/tmp/dsv4-soak PORT=${SOAK_PORT:-8131}
 SERVE_ARGS=()
 while [[ $# -gt 0 ]]; do
     case "$1" in
@@ -22,6 +25,7 @@ while [[ $# -gt 0 ]]; do
     --conc) CONC=$2; shift 2 ;;
     --warmup-min) WARMUP_MIN=$2; shift 2 ;;
     --max-tokens) MAX_TOKENS=$2; shift 2 ;;
+    --prewarm) PREWARM=1; shift ;;
     --bin) BIN=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
     --) shift; SERVE_ARGS=("$@"); break ;;
@@ -46,6 +50,18 @@ gpu_mib() {
     nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null |
         awk -F', ' -v p="$SP" '$1 == p {print $2; f = 1} END {if (!f) print 0}'
 }
+if [[ $PREWARM == 1 ]]; then
+    c=1
+    while :; do
+        "$BIN"/dsv4 bench --url "$URL" --endpoint completions --dataset random-words --input-len 64 \
+            --max-tokens "$MAX_TOKENS" --ignore-eos --conc "$c" --n "$c" --warmup 0 --iterations 1 --seed 999 \
+            --plot none --no-progress --out "$OUT/prewarm.jsonl" > /dev/null 2>> "$OUT/bench.err" ||
+            echo "prewarm bench rc $? at concurrency $c" >> "$OUT/bench.err"
+        [[ $c -ge $CONC ]] && break
+        c=$(( 2 * c > CONC ? CONC : 2 * c ))
+    done
+    echo "prewarm: one wave at each concurrency up to $CONC done" >> "$OUT/bench.err"
+fi
 # The load: back-to-back closed-loop batches of 4 x CONC requests until the time is up.
 SECS=$(awk -v m="$MINUTES" 'BEGIN {printf "%d", m * 60}')
 END_T=$(( $(date +%s) + SECS ))
