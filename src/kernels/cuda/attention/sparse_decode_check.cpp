@@ -129,8 +129,10 @@ Result<SparseDecodeCheck> check_sparse_decode(KvFormat format, int n_heads, int 
     DSV4_RETURN_IF_ERROR(
         d_ws.alloc_copy(nullptr, sparse_decode_workspace_floats(batch, n_heads, out.splits) * sizeof(float)));
     // Poisoned (NaN bf16 / f32): every output element must be written by the kernel.
-    cudaMemset(d_out.p, 0xff, out_elems * 2);
-    cudaMemset(d_ws.p, 0xff, sparse_decode_workspace_floats(batch, n_heads, out.splits) * sizeof(float));
+    if (cudaMemset(d_out.p, 0xff, out_elems * 2) != cudaSuccess ||
+        cudaMemset(d_ws.p, 0xff, sparse_decode_workspace_floats(batch, n_heads, out.splits) * sizeof(float)) !=
+            cudaSuccess)
+        return error(StatusCode::kInternal, "sparse_decode check: memset: {}", cudaGetErrorString(cudaGetLastError()));
     a.q = d_q.p;
     a.kv_pool = d_pool.p;
     a.row_offsets = static_cast<const int64_t*>(d_offs.p);
