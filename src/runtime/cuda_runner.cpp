@@ -2,6 +2,8 @@
 #include "runtime/cuda_runner.h"
 #include "runtime/cuda_runner_impl.h"
 
+#include <chrono>
+
 namespace dsv4 {
 
 namespace cuda_runner_detail {
@@ -236,6 +238,19 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
     }
     ws_.stage_word = int64_t(page_words);
     DSV4_CU(cudaDeviceSynchronize());
+    // Capturing records the launches without running them, and a decode graph depends only on its
+    // bucket and rule (the plan's buffers are filled before each replay), so this is what the first
+    // steps of each size would have captured.
+    const auto t_graphs = std::chrono::steady_clock::now();
+    int n_graphs = 0;
+    if (opt_.rt.cuda_graphs && opt_.rt.capture_graphs_at_start) {
+        auto n = capture_decode_graphs();
+        if (!n.is_ok()) return n.status().with_context("capturing the decode graphs at start-up");
+        n_graphs = *n;
+    }
+    if (opt_.verbose && n_graphs > 0)
+        std::fprintf(stderr, "dsv4 cuda: %d decode graphs captured at start-up in %.2f s\n", n_graphs,
+                     std::chrono::duration<double>(std::chrono::steady_clock::now() - t_graphs).count());
     if (opt_.verbose) {
         std::fprintf(stderr,
                      "dsv4 cuda: %d SMs, weights: %s; pool %lld pages x %lld B; graphs %s; KV rows %s (%lld B); "
@@ -587,6 +602,25 @@ Result<cudaGraphExec_t> CudaRunner::decode_graph(int B, int sd_rule) {
     DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, capture([&] { return run_step(B, B, 1, B); }));
     graphs_.emplace(key, ge);
     return ge;
+}
+
+Result<int> CudaRunner::capture_decode_graphs() {
+    int n = 0, prev = 0;
+    for (int b = 1;; b *= 2) {
+        const int Bp = std::min(b, opt_.max_seqs);  // real batches (prev, Bp] use this bucket
+        DSV4_RETURN_IF_ERROR(decode_graph(Bp, -1).status());
+        ++n;
+        for (size_t i = 0; i < sd_rules_.size(); ++i) {
+            const ShapeRange& t = sd_rules_[i].tokens;
+            if (t.any() || (t.lo <= Bp && t.hi > prev)) {
+                DSV4_RETURN_IF_ERROR(decode_graph(Bp, int(i)).status());
+                ++n;
+            }
+        }
+        if (Bp >= opt_.max_seqs) break;
+        prev = Bp;
+    }
+    return n;
 }
 
 Status CudaRunner::lm_head(int R) {

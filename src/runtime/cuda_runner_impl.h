@@ -218,6 +218,9 @@ private:
     // The decode graph of bucket B under sparse_decode rule sd_rule (captured on first use; the plan
     // must be uploaded).
     Result<cudaGraphExec_t> decode_graph(int B, int sd_rule);
+    // Every bucket plan() can produce (1, 2, 4, ... capped at max_seqs) under the heuristics and under
+    // each sparse_decode rule whose batch range meets the bucket's; returns the graphs captured.
+    Result<int> capture_decode_graphs();
     // Captures what `body` launches on stream_ and instantiates it (the caller owns the result).
     Result<cudaGraphExec_t> capture(const std::function<Status()>& body);
     Status run_head(int T, int R);

@@ -32,6 +32,10 @@ struct RuntimeOptions {
     // Decode attention through sparse_decode (sm90 mma) where legal; false: the CUDA-core attn_decode.
     bool fast_attention = true;
     bool cuda_graphs = true;   // decode steps replayed as CUDA graphs
+    // With cuda_graphs: capture every batch bucket's decode graph (and each sparse_decode rule's) when
+    // the runner starts, as vLLM and SGLang do, so that no step waits for a capture and the memory the
+    // graphs take is in use before the first request; false: each on its first use.
+    bool capture_graphs_at_start = true;
     bool side_streams = true;  // independent projections / the shared expert on forked streams
     // At <= 8 tokens the mHC expand also computes the next site's mixing dot products (mhc_post_mix).
     bool fuse_mhc = true;

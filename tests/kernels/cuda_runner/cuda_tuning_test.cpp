@@ -121,6 +121,29 @@ TEST(CudaTuning, RuleEqualsTheForcedOptionWhereItAppliesAndTheHeuristicElsewhere
     }
 }
 
+// Decode graphs captured when the runner starts (every bucket, under the heuristics and under a rule
+// for 1-4 sequences) replay to the same bits as graphs captured on first use.
+TEST(CudaTuning, GraphsCapturedAtStartGiveTheBitsOfFirstUseCaptures) {
+    SKIP_WITHOUT_GPU();
+    const ModelConfig cfg = flash_geometry_config();
+    auto model = std::make_shared<const RefModel>(cfg, ModelWeights::random(cfg, 29), RefNumerics{});
+    const int v = another_legal_variant(cfg.n_heads);
+    ASSERT_GE(v, 0);
+    for (bool with_rule : {false, true}) {
+        RuntimeOptions early, late;
+        if (with_rule) {
+            early.tuning_file = late.tuning_file = "test.json";
+            early.tuning_rules = late.tuning_rules = {sparse_rule(1, 4, cuda::sparse_decode_variant_name(v), 6)};
+        }
+        early.capture_graphs_at_start = true;
+        late.capture_graphs_at_start = false;
+        const auto a = run(model, early), b = run(model, late);
+        ASSERT_EQ(a.size(), 21u);
+        ASSERT_EQ(b.size(), a.size());
+        for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i], b[i]) << "row " << i << (with_rule ? " (rule)" : "");
+    }
+}
+
 TEST(CudaTuning, UnknownOrIllegalVariantsStopTheStartUp) {
     SKIP_WITHOUT_GPU();
     const ModelConfig cfg = small512_config();
