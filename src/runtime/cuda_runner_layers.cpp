@@ -37,12 +37,21 @@ Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, 
     DSV4_CU(cuda::norm_rope(ws_.qlat_raw, qr, ws_.qlat, qr, T, qr, true, L.q_norm, eps, nullptr, 0, ws_.pos, 1, false, st));
     const void* qlb = nullptr;
     DSV4_RETURN_IF_ERROR(bf16_input(ws_.qlat, qr, T, ws_.xb_qlat, st, &qlb));
-    DSV4_CU(cuda::linear(L.wq_b, -1, ws_.qlat, qr, 0, 0, ws_.q, int64_t(H) * D, T, false, st, qlb));
     const bool route = bf16_route(l, T, max_t);
-    if (route)
-        DSV4_CU(cuda::norm_rope_to_bf16(ws_.q, D, ws_.pf_qb, D, T * H, D, true, nullptr, eps, rope, R, ws_.pos, H, st));
-    else
-        DSV4_CU(cuda::norm_rope(ws_.q, D, ws_.q, D, T * H, D, true, nullptr, eps, rope, R, ws_.pos, H, false, st));
+    // Prefill on the bf16 route with q from the cuBLAS GEMM: written as bf16, normed in place (the
+    // f32 q [T, H x 512] written and read back is the cost this skips).
+    const bool q_bf16 = route && opt_.rt.prefill_q_bf16 && qlb && D == 512 &&
+                        cuda::linear_reads_only_bf16(L.wq_b, H * D, 0, qr, int64_t(H) * D, T);
+    if (q_bf16) {
+        DSV4_CU(cuda::linear_bf16_out(L.wq_b, qlb, qr, ws_.pf_qb, T, st));
+        DSV4_CU(cuda::norm_rope_bf16(ws_.pf_qb, D, T * H, D, true, nullptr, eps, rope, R, ws_.pos, H, st));
+    } else {
+        DSV4_CU(cuda::linear(L.wq_b, -1, ws_.qlat, qr, 0, 0, ws_.q, int64_t(H) * D, T, false, st, qlb));
+        if (route)
+            DSV4_CU(cuda::norm_rope_to_bf16(ws_.q, D, ws_.pf_qb, D, T * H, D, true, nullptr, eps, rope, R, ws_.pos, H, st));
+        else
+            DSV4_CU(cuda::norm_rope(ws_.q, D, ws_.q, D, T * H, D, true, nullptr, eps, rope, R, ws_.pos, H, false, st));
+    }
     if (csa) {
         DSV4_CU(cuda::linear(L.idx_wq_b, -1, ws_.qlat, qr, 0, 0, ws_.iq, int64_t(IH) * ID, T, false, st, qlb));
         DSV4_CU(cuda::norm_rope(ws_.iq, ID, ws_.iq, ID, T * IH, ID, false, nullptr, eps, w_.rope_compress, R, ws_.pos,

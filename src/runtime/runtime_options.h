@@ -57,6 +57,10 @@ struct RuntimeOptions {
     // the layer's attention for all query tokens at once (prefill_state.cu), in blocks of
     // prefill_query_block tokens; false: kv_step + decode attention token by token (same bits).
     bool batched_prefill = true;
+    // On the bf16 q route of prefill steps whose q projection runs as the cuBLAS GEMM: the GEMM writes q
+    // as bf16 and the norm and RoPE run in place on it (q rounded before the norm instead of after);
+    // false: f32 q, normed, then rounded (twice the bytes of q written and read).
+    bool prefill_q_bf16 = true;
     int prefill_query_block = 1024;  // ledger E33: 1024 vs 256 -2% at 1K-4K
     // From this many tokens in a step the FP8/BF16 dense linears run as cuBLAS bf16 GEMMs
     // (kernels/cuda/ops/prefill_gemm.h; those steps run without side streams); 0: never.

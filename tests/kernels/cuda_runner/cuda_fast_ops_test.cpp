@@ -221,6 +221,24 @@ TEST(CudaFastOps, PrefillGemmMatchesFp64) {
                         wfmt_name(c.fmt), c.N, c.K, c.T, c.groups, given_bf16 ? "bf16" : "f32 ", err,
                         why.empty() ? " (cuBLAS)" : " (GEMV kernels)");
             EXPECT_LT(err, 2e-5);
+            // linear_bf16_out: the same GEMM with bf16 output, where the plain layout takes it; each value
+            // within one bf16 step of the f32 output's (its sums may run in another order).
+            Dev<uint16_t> dyb(size_t(c.T) * rows);
+            const bool takes = c.groups == 1 && given_bf16 && why.empty();
+            const cudaError_t e = cuda::linear_bf16_out(w, given_bf16 ? dxb.p : nullptr, ldx, dyb.p, c.T, nullptr);
+            if (!takes) {
+                EXPECT_EQ(e, cudaErrorInvalidValue);
+                continue;
+            }
+            ASSERT_EQ(e, cudaSuccess);
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+            const auto yb = dyb.get();
+            int64_t off = 0;
+            for (size_t i = 0; i < y.size(); ++i) {
+                const float b = bf16_to_f32(yb[i]);
+                off += std::fabs(double(b) - y[i]) > std::ldexp(std::fabs(double(y[i])), -7) + 1e-30;
+            }
+            EXPECT_EQ(off, 0) << "bf16 outputs more than one step from the f32 output's";
         }
     cublasDestroy(g.handle);
 }

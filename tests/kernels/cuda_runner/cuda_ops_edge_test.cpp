@@ -739,6 +739,45 @@ TEST(CudaOpsEdge, NormRopeWarpFormEqualsBlockForm) {
     std::printf("[op norm_rope 512] warp-per-row form bit-equal to the 128-thread form in %d cases + in place\n", cases);
 }
 
+// norm_rope_bf16 (the prefill q rows the GEMM wrote as bf16, normed and rotated in place) gives the bits
+// of norm_rope_to_bf16 on the same values held as f32; n other than 512 is refused.
+TEST(CudaOpsEdge, NormRopeBf16InPlaceEqualsTheF32FormOnBf16Rows) {
+    SKIP_WITHOUT_GPU();
+    const int D = 512, R = 64, H = 3;
+    const auto tab = ref::make_rope_table(10000.0, R, false, 1.0, 1.0, 32.0, 1.0);
+    const std::vector<int32_t> pos = {0, 5, 127, 4096, 65535};
+    const int rows = int(pos.size()) * H;
+    std::mt19937 g(53);
+    auto x = randn(size_t(rows) * D, g, 3.0f);
+    std::vector<uint16_t> xb(x.size());
+    for (size_t i = 0; i < x.size(); ++i) {
+        xb[i] = f32_to_bf16(x[i]);
+        x[i] = bf16_to_f32(xb[i]);  // the f32 form sees exactly the bf16 values
+    }
+    DevFree F;
+    float* dfreq = F(dev(tab.inv_freq));
+    int32_t* dpos = F(dev(pos));
+    float* dx = F(dev(x));
+    void *a = nullptr, *b = nullptr;
+    ASSERT_EQ(cudaMalloc(&a, 2 * x.size()), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&b, 2 * x.size()), cudaSuccess);
+    F(a);
+    F(b);
+    for (int rope = 0; rope < 2; ++rope) {
+        const float* f = rope ? dfreq : nullptr;
+        ASSERT_EQ(cudaMemcpy(b, xb.data(), 2 * xb.size(), cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(cuda::norm_rope_to_bf16(dx, D, a, D, rows, D, true, nullptr, 1e-6f, f, R, dpos, H, nullptr), cudaSuccess);
+        ASSERT_EQ(cuda::norm_rope_bf16(b, D, rows, D, true, nullptr, 1e-6f, f, R, dpos, H, nullptr), cudaSuccess);
+        std::vector<uint16_t> ga(x.size()), gb(x.size());
+        ASSERT_EQ(cudaMemcpy(ga.data(), a, 2 * ga.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(gb.data(), b, 2 * gb.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+        EXPECT_EQ(std::memcmp(ga.data(), gb.data(), 2 * ga.size()), 0) << "rope " << rope;
+        EXPECT_NE(std::memcmp(gb.data(), xb.data(), 2 * gb.size()), 0) << "rope " << rope << ": rows unchanged";
+    }
+    EXPECT_EQ(cuda::norm_rope_bf16(b, 256, rows, 256, true, nullptr, 1e-6f, nullptr, 0, dpos, H, nullptr),
+              cudaErrorInvalidValue);
+}
+
 TEST(CudaOpsEdge, EmbeddingEveryWeightFormat) {
     SKIP_WITHOUT_GPU();
     const int V = 1000, d = 96, copies = 4;

@@ -238,6 +238,15 @@ bool linear_reads_only_bf16(const WeightDesc& w, int n_per_group, int64_t group_
            *prefill_gemm_decline(*w.gemm, w, n_per_group, group_in, ldx, ldy, false, T) == '\0';
 }
 
+cudaError_t linear_bf16_out(const WeightDesc& w, const void* x_bf16, int64_t ldx, void* y_bf16, int T, cudaStream_t st) {
+    if (T <= 0 || w.N <= 0) return cudaSuccess;
+    if (!x_bf16 || !y_bf16 || !aligned16(x_bf16) || !linear_reads_only_bf16(w, w.N, 0, ldx, w.N, T))
+        return cudaErrorInvalidValue;
+    // x f32 is never read on this path (linear_reads_only_bf16); x_bf16 stands in for its pointer.
+    return prefill_gemm_linear(*w.gemm, w, static_cast<const float*>(x_bf16), x_bf16, ldx, w.N, 0, nullptr, w.N, T, st,
+                               y_bf16);
+}
+
 cudaError_t linear(const WeightDesc& w, int expert, const float* x, int64_t ldx, int n_per_group, int64_t group_in,
                    float* y, int64_t ldy, int T, bool accumulate, cudaStream_t st, const void* x_bf16) {
     if (T <= 0 || w.N <= 0) return cudaSuccess;

@@ -31,6 +31,10 @@ std::string linear_fast_decline(const WeightDesc& w, int n_per_group, int64_t gr
 // (WeightDesc::gemm), which then reads only x_bf16, never the f32 x: a caller that has the input in
 // bf16 alone may pass any aligned x.
 bool linear_reads_only_bf16(const WeightDesc& w, int n_per_group, int64_t group_in, int64_t ldx, int64_t ldy, int T);
+// The plain linear y = x W^T of T tokens written as bf16 by the prefill GEMM: x_bf16 [T, ldx] (16-byte
+// aligned), y_bf16 [T, w.N] (ldy = w.N). Only where linear_reads_only_bf16(w, w.N, 0, ldx, w.N, T)
+// holds (else cudaErrorInvalidValue): the f32 output and a separate rounding pass are what it saves.
+cudaError_t linear_bf16_out(const WeightDesc& w, const void* x_bf16, int64_t ldx, void* y_bf16, int T, cudaStream_t st);
 // Why moe_experts / moe_combine with these arguments do not take the fast kernels ("" = they do).
 // Looks at E, K, d, I, the expert weights and (hash layers) tokens; not at T or MoeArgs::fast.
 std::string moe_fast_decline(const MoeArgs& a);

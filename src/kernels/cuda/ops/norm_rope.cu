@@ -2,6 +2,8 @@
 // Thread roles: one CTA (128 threads) per row; threads stride the row, a block reduction (double,
 // as the reference) gives the norm, then threads rotate the rope pairs. Shared memory: the row
 // (n floats, dynamic) + 32 doubles. Bound: memory (one read, one write per element).
+#include <type_traits>
+
 #include "kernels/cuda/ops/common.cuh"
 
 namespace dsv4::cuda {
@@ -51,8 +53,10 @@ __global__ void norm_rope_kernel(const float* x, int64_t ldx, void* y, int64_t l
 // exactly that kernel's order (per virtual thread, then each virtual warp's shuffle tree, then the
 // four warps in order) and the row gives the same bits. Why: the 128-thread form staged the row in
 // shared memory with three block barriers and ran at ~1.8 TB/s on the 4K-token q (E35).
-template <bool kBf16Out>
-__global__ void __launch_bounds__(256) norm_rope512_kernel(const float* x, int64_t ldx, void* y, int64_t ldy,
+// TIn: float, or __nv_bfloat16 (norm_rope_bf16: the q rows the prefill GEMM wrote as bf16; each warp
+// reads its whole row before writing, so x may be y).
+template <bool kBf16Out, typename TIn = float>
+__global__ void __launch_bounds__(256) norm_rope512_kernel(const TIn* x, int64_t ldx, void* y, int64_t ldy,
                                                            int64_t rows, bool do_norm, const float* __restrict__ weight,
                                                            float eps, const float* __restrict__ inv_freq,
                                                            const int32_t* __restrict__ pos, int rows_per_token,
@@ -61,10 +65,15 @@ __global__ void __launch_bounds__(256) norm_rope512_kernel(const float* x, int64
     const int lane = threadIdx.x & 31;
     const int64_t r = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (r >= rows) return;
-    const float* xr = x + r * ldx;
+    const TIn* xr = x + r * ldx;
     float v[16];  // v[w + 4 k] = element lane + 32 w + 128 k
 #pragma unroll
-    for (int m = 0; m < 16; ++m) v[m] = xr[lane + 32 * m];
+    for (int m = 0; m < 16; ++m) {
+        if constexpr (std::is_same_v<TIn, float>)
+            v[m] = xr[lane + 32 * m];
+        else
+            v[m] = __bfloat162float(xr[lane + 32 * m]);
+    }
     if (do_norm) {
         double part[4];
 #pragma unroll
@@ -182,6 +191,16 @@ cudaError_t norm_rope_to_bf16(const float* x, int64_t ldx, void* y, int64_t ldy,
     }
     norm_rope_kernel<true><<<rows, 128, sizeof(float) * n, st>>>(x, ldx, y, ldy, n, do_norm, weight, eps, inv_freq,
                                                                  rope_dim, pos, rows_per_token, false);
+    return cudaGetLastError();
+}
+
+cudaError_t norm_rope_bf16(void* y, int64_t ldy, int rows, int n, bool do_norm, const float* weight, float eps,
+                           const float* inv_freq, int rope_dim, const int32_t* pos, int rows_per_token, cudaStream_t st) {
+    if (rows <= 0) return cudaSuccess;
+    if (!norm_rope512_ok(n, inv_freq, rope_dim)) return cudaErrorInvalidValue;
+    const auto* x = static_cast<const __nv_bfloat16*>(y);
+    norm_rope512_kernel<true, __nv_bfloat16><<<unsigned((rows + 7) / 8), 256, 0, st>>>(
+        x, ldy, y, ldy, rows, do_norm, weight, eps, inv_freq, pos, rows_per_token, false);
     return cudaGetLastError();
 }
 

@@ -117,6 +117,11 @@ cudaError_t norm_rope_block_form(const float* x, int64_t ldx, float* y, int64_t 
 cudaError_t norm_rope_to_bf16(const float* x, int64_t ldx, void* y, int64_t ldy, int rows, int n, bool do_norm,
                               const float* weight, float eps, const float* inv_freq, int rope_dim, const int32_t* pos,
                               int rows_per_token, cudaStream_t st);
+// norm_rope (inverse = false) in place on bf16 rows y [rows, ldy] of n = 512 (rope_dim 64 or no RoPE;
+// else cudaErrorInvalidValue): each row widened to f32, normed and rotated as norm_rope_to_bf16 does,
+// rounded back. Used where the prefill GEMM wrote the rows as bf16 (linear_bf16_out).
+cudaError_t norm_rope_bf16(void* y, int64_t ldy, int rows, int n, bool do_norm, const float* weight, float eps,
+                           const float* inv_freq, int rope_dim, const int32_t* pos, int rows_per_token, cudaStream_t st);
 // RoPE (or its inverse) in place on the trailing rope_dim dims of bf16 rows y [rows, n] (contiguous)
 // at pos[r / rows_per_token], computed in f32 and rounded back: the same bits as widening the row to
 // f32, norm_rope without the norm, then round_to_bf16. Odd rope_dim or n, or y not 4-byte aligned:

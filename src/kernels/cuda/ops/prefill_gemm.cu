@@ -54,7 +54,7 @@ const char* prefill_gemm_decline(const PrefillGemm& g, const WeightDesc& w, int 
 
 cudaError_t prefill_gemm_linear(const PrefillGemm& g, const WeightDesc& w, const float* x, const void* x_bf16,
                                 int64_t ldx, int n_per_group, int64_t group_in, float* y, int64_t ldy, int T,
-                                cudaStream_t st) {
+                                cudaStream_t st, void* y_bf16) {
     const Layout l = layout_of(w, n_per_group, group_in);
     const void* A = w.data;
     if (w.fmt == WFmt::kFp8E8M0) {
@@ -76,9 +76,11 @@ cudaError_t prefill_gemm_linear(const PrefillGemm& g, const WeightDesc& w, const
             DSV4_CUDA_RET(round_to_bf16(x + t0 * ldx, rows * ldx, g.x_scratch, st));
             B = g.x_scratch;
         }
+        void* C = y_bf16 ? static_cast<void*>(static_cast<__nv_bfloat16*>(y_bf16) + t0 * ldy)
+                         : static_cast<void*>(y + t0 * ldy);
         const cublasStatus_t s = cublasGemmStridedBatchedEx(
             g.handle, CUBLAS_OP_T, CUBLAS_OP_N, int(l.npg), int(rows), w.K, &alpha, A, CUDA_R_16BF, w.K,
-            l.npg * w.K, B, CUDA_R_16BF, int(ldx), w.K, &beta, y + t0 * ldy, CUDA_R_32F, int(ldy), l.npg,
+            l.npg * w.K, B, CUDA_R_16BF, int(ldx), w.K, &beta, C, y_bf16 ? CUDA_R_16BF : CUDA_R_32F, int(ldy), l.npg,
             int(l.groups), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
         if (s != CUBLAS_STATUS_SUCCESS) return cudaErrorUnknown;
     }

@@ -35,10 +35,11 @@ const char* prefill_gemm_decline(const PrefillGemm& g, const WeightDesc& w, int 
                                  int64_t ldx, int64_t ldy, bool accumulate, int T);
 
 // y[t, n] = sum_k W[n, k] x[t, goff(n) + k] (linear()'s contract, ops.h) for T tokens: x f32 [T, ldx]
-// or x_bf16 (same stride; preferred when given), y f32 [T, ldy]. Call only when
+// or x_bf16 (same stride; preferred when given), y f32 [T, ldy], or, when y_bf16 is given, bf16
+// [T, ldy] there instead (the f32 sums rounded once by cuBLAS's epilogue; y unused). Call only when
 // prefill_gemm_decline returned "". Errors: CUDA / cuBLAS failures as cudaErrorUnknown.
 cudaError_t prefill_gemm_linear(const PrefillGemm& g, const WeightDesc& w, const float* x, const void* x_bf16,
                                 int64_t ldx, int n_per_group, int64_t group_in, float* y, int64_t ldy, int T,
-                                cudaStream_t st);
+                                cudaStream_t st, void* y_bf16 = nullptr);
 
 }  // namespace dsv4::cuda
