@@ -34,8 +34,9 @@ struct RuntimeOptions {
     bool cuda_graphs = true;   // decode steps replayed as CUDA graphs
     // With cuda_graphs: capture every batch bucket's decode graph (and each sparse_decode rule's) when
     // the runner starts, as vLLM and SGLang do, so that no step waits for a capture and the memory the
-    // graphs take is in use before the first request; false: each on its first use.
-    bool capture_graphs_at_start = true;
+    // graphs take is in use before the first request; false: each on its first use. Off until its GPU
+    // test (CudaTuning.GraphsCapturedAtStartGiveTheBitsOfFirstUseCaptures) and a soak have run.
+    bool capture_graphs_at_start = false;
     bool side_streams = true;  // independent projections / the shared expert on forked streams
     // At <= 8 tokens the mHC expand also computes the next site's mixing dot products (mhc_post_mix).
     bool fuse_mhc = true;
@@ -59,8 +60,9 @@ struct RuntimeOptions {
     bool batched_prefill = true;
     // On the bf16 q route of prefill steps whose q projection runs as the cuBLAS GEMM: the GEMM writes q
     // as bf16 and the norm and RoPE run in place on it (q rounded before the norm instead of after);
-    // false: f32 q, normed, then rounded (twice the bytes of q written and read).
-    bool prefill_q_bf16 = true;
+    // false: f32 q, normed, then rounded (twice the bytes of q written and read). Off until its GPU
+    // tests and a prefill A/B (scripts/device-all.sh prefill_ab with PREFILL_B_OPTS) have run.
+    bool prefill_q_bf16 = false;
     int prefill_query_block = 1024;  // ledger E33: 1024 vs 256 -2% at 1K-4K
     // From this many tokens in a step the FP8/BF16 dense linears run as cuBLAS bf16 GEMMs
     // (kernels/cuda/ops/prefill_gemm.h; those steps run without side streams); 0: never.

@@ -9,7 +9,8 @@
 // so that sparse_decode uses one split whatever the batch (split-KV rounding depends on the
 // number of splits, which depends on the batch; that is not what this test is about). A fourth runner
 // takes the wgmma prefill attention (sparse_prefill), which sums in another order: compared within
-// tolerance and by greedy token.
+// tolerance and by greedy token; a fifth adds prefill_q_bf16 (q written as bf16 by the GEMM, normed in
+// place), compared the same way, and must change the bits where the q projection runs as a GEMM.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -83,17 +84,19 @@ std::vector<Step> script_for(int64_t V, const std::vector<std::vector<int>>& chu
 }
 
 void expect_batched_equals_loop(const ModelConfig& cfg, const char* rows, const std::vector<Step>& script,
-                                int64_t max_len, int max_tokens) {
+                                int64_t max_len, int max_tokens, bool q_gemm_steps = false) {
     ASSERT_TRUE(cfg.validate().is_ok());
     auto model = std::make_shared<const RefModel>(cfg, ModelWeights::random(cfg, 17), RefNumerics{});
-    std::vector<std::vector<float>> out[4];
-    const int blocks[4] = {0, 7, 256, 256};  // 0: token loop; the last on the wgmma prefill attention
-    for (int v = 0; v < 4; ++v) {
+    std::vector<std::vector<float>> out[5];
+    // 0: token loop; 3 on the wgmma prefill attention; 4 also with prefill_q_bf16.
+    const int blocks[5] = {0, 7, 256, 256, 256};
+    for (int v = 0; v < 5; ++v) {
         CudaRunnerOptions o;
         o.rt.kv_rows = rows;
         o.rt.batched_prefill = blocks[v] > 0;
         o.rt.prefill_query_block = blocks[v] > 0 ? blocks[v] : 256;
-        o.rt.prefill_attn_wgmma = v == 3;
+        o.rt.prefill_attn_wgmma = v >= 3;
+        o.rt.prefill_q_bf16 = v == 4;
         o.rt.split_kv_target_ctas = 1;
         o.max_seqs = 4;
         o.max_tokens = max_tokens;
@@ -153,6 +156,34 @@ void expect_batched_equals_loop(const ModelConfig& cfg, const char* rows, const 
     } else {
         EXPECT_EQ(differing3, 0u);
     }
+    // prefill_q_bf16 on top of runner 3: the same bounds against the token loop; it changes runner 3's
+    // bits only where a step's q projection runs as the cuBLAS GEMM on the bf16 route.
+    ASSERT_EQ(out[4].size(), out[0].size());
+    double worst4 = 0;
+    size_t argmax_diff4 = 0, differing43 = 0;
+    for (size_t i = 0; i < out[0].size(); ++i) {
+        size_t a0 = 0, a4 = 0;
+        bool same = true;
+        for (size_t j = 0; j < out[0][i].size(); ++j) {
+            worst4 = std::max(worst4, std::fabs(double(out[4][i][j]) - out[0][i][j]));
+            same = same && out[4][i][j] == out[3][i][j];
+            if (out[0][i][j] > out[0][i][a0]) a0 = j;
+            if (out[4][i][j] > out[4][i][a4]) a4 = j;
+        }
+        differing43 += !same;
+        argmax_diff4 += a0 != a4;
+    }
+    std::printf("[batched prefill] %s rows, + prefill_q_bf16: %zu rows differ from runner 3, max |diff| to the token "
+                "loop %.3g (%.3g of the logit scale), greedy token differs in %zu rows\n",
+                rows, differing43, worst4, worst4 / scale, argmax_diff4);
+    if (std::string(rows) == "fp8") {
+        EXPECT_LT(worst4, 0.03 * scale);
+        EXPECT_LE(argmax_diff4 * 20, out[0].size());
+    }
+    if (q_gemm_steps)
+        EXPECT_GT(differing43, 0u) << "prefill_q_bf16 changed nothing: the bf16 q path did not run";
+    else
+        EXPECT_EQ(differing43, 0u) << "prefill_q_bf16 changed steps whose q projection is no GEMM";
 }
 
 TEST(CudaBatchedPrefill, BitIdenticalToTheTokenLoopSmall) {
@@ -171,7 +202,7 @@ TEST(CudaBatchedPrefill, BitIdenticalToTheTokenLoopFlashGeometry) {
     // chunks of 1, 700, 1,699; seq 1 decodes beside it; seq 2 runs 130 + 129 (past the window).
     const auto script =
         script_for(cfg.vocab_size, {{1, 700, 1699, 0}, {5, 1, 1, 1}, {0, 130, 129, 1}}, 6);
-    expect_batched_equals_loop(cfg, "fp8", script, 2560, 2048);
+    expect_batched_equals_loop(cfg, "fp8", script, 2560, 2048, /*q_gemm_steps=*/true);
 }
 
 }  // namespace
