@@ -218,6 +218,12 @@ private:
     // The decode graph of bucket B under sparse_decode rule sd_rule (captured on first use; the plan
     // must be uploaded).
     Result<cudaGraphExec_t> decode_graph(int B, int sd_rule);
+    // The graph bucket of a decode-only step of B sequences: the next power of two, capped at max_seqs.
+    int decode_bucket(int B) const {
+        int Bp = 1;
+        while (Bp < B) Bp *= 2;
+        return std::min(Bp, opt_.max_seqs);
+    }
     // Every bucket plan() can produce (1, 2, 4, ... capped at max_seqs) under the heuristics and under
     // each sparse_decode rule whose batch range meets the bucket's; returns the graphs captured.
     Result<int> capture_decode_graphs();

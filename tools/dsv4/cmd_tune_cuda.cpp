@@ -72,12 +72,9 @@ public:
             const int rows = int(std::min<int64_t>(p.context + 1, cfg_.sliding_window) +
                                  std::min<int64_t>((p.context + 1) / 4, cfg_.index_topk));
             for (const TuningRule& r : rules_) {
-                int v = -1;
-                if (!r.variant.empty()) {
-                    for (int i = 0; i < cuda::sparse_decode_variant_count(); ++i)
-                        if (cuda::sparse_decode_variant_name(i) == r.variant) v = i;
-                    if (v < 0) return invalid_argument("no sparse_decode variant {}", r.variant);
-                }
+                const int v = cuda::variant_by_name(r.variant, cuda::sparse_decode_variant_count(),
+                                                    [](int i) { return cuda::sparse_decode_variant_name(i); });
+                if (v < 0 && !r.variant.empty()) return invalid_argument("no sparse_decode variant {}", r.variant);
                 DSV4_ASSIGN_OR_RETURN(const cuda::SparseDecodeCheck k,
                                       cuda::check_sparse_decode(kfmt_, int(cfg_.n_heads), p.batch, rows, v,
                                                                 r.split_kv_target_ctas, uint32_t(o_.seed + 17)));
@@ -95,34 +92,6 @@ public:
                                        o_.max_logit_error)};
     }
 
-private:
-    Result<double> logit_error(const ShapePoint& p) {
-        const auto key = std::make_pair(p.batch, p.context);
-        auto it = ref_.find(key);
-        if (it == ref_.end()) {
-            const std::vector<TuningRule> keep = rules_;
-            DSV4_RETURN_IF_ERROR(set_rules({}));
-            DSV4_ASSIGN_OR_RETURN(auto ref, fresh_step(p));
-            DSV4_RETURN_IF_ERROR(set_rules(keep));
-            it = ref_.emplace(key, std::move(ref)).first;
-        }
-        DSV4_ASSIGN_OR_RETURN(const auto got, fresh_step(p));
-        double worst = 0, sum = 0, sum2 = 0;
-        int64_t n = 0;
-        for (size_t s = 0; s < got.size(); ++s)
-            for (size_t i = 0; i < got[s].size(); ++i) {
-                const double a = it->second[s][i], b = got[s][i];
-                if (!std::isfinite(b)) return std::numeric_limits<double>::infinity();
-                worst = std::max(worst, std::fabs(a - b));
-                sum += a;
-                sum2 += a * a;
-                ++n;
-            }
-        const double sd = std::sqrt(std::max(0.0, sum2 / double(std::max<int64_t>(n, 1)) - (sum / n) * (sum / n)));
-        return sd > 0 ? worst / sd : worst;
-    }
-
-public:
     Result<double> op_ms(const ShapePoint& p, TunedOp op) override {
         const char* label = profile_label(op);
         if (!label) return error(StatusCode::kUnimplemented, "no kernel stage for {}", tuned_op_name(op));
@@ -159,6 +128,32 @@ public:
     }
 
 private:
+    Result<double> logit_error(const ShapePoint& p) {
+        const auto key = std::make_pair(p.batch, p.context);
+        auto it = ref_.find(key);
+        if (it == ref_.end()) {
+            const std::vector<TuningRule> keep = rules_;
+            DSV4_RETURN_IF_ERROR(set_rules({}));
+            DSV4_ASSIGN_OR_RETURN(auto ref, fresh_step(p));
+            DSV4_RETURN_IF_ERROR(set_rules(keep));
+            it = ref_.emplace(key, std::move(ref)).first;
+        }
+        DSV4_ASSIGN_OR_RETURN(const auto got, fresh_step(p));
+        double worst = 0, sum = 0, sum2 = 0;
+        int64_t n = 0;
+        for (size_t s = 0; s < got.size(); ++s)
+            for (size_t i = 0; i < got[s].size(); ++i) {
+                const double a = it->second[s][i], b = got[s][i];
+                if (!std::isfinite(b)) return std::numeric_limits<double>::infinity();
+                worst = std::max(worst, std::fabs(a - b));
+                sum += a;
+                sum2 += a * a;
+                ++n;
+            }
+        const double sd = std::sqrt(std::max(0.0, sum2 / double(std::max<int64_t>(n, 1)) - (sum / n) * (sum / n)));
+        return sd > 0 ? worst / sd : worst;
+    }
+
     // The batch of point p on a freshly filled context (the same rows every time: same seed).
     Status fill(const ShapePoint& p) {
         DSV4_RETURN_IF_ERROR(r_.for_each_pool([&](const CudaPoolInfo& pool) {

@@ -83,6 +83,31 @@ std::vector<Step> script_for(int64_t V, const std::vector<std::vector<int>>& chu
     return script;
 }
 
+// How far `got` is from `loop` (the token loop's logits): the largest |difference|, the rows whose
+// greedy token differs, and the rows not bitwise equal to `same_as`.
+struct Deviation {
+    double worst = 0;
+    size_t argmax_diff = 0, differing = 0;
+};
+Deviation deviation(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& loop,
+                    const std::vector<std::vector<float>>& same_as) {
+    Deviation d;
+    for (size_t i = 0; i < loop.size(); ++i) {
+        EXPECT_EQ(got[i].size(), loop[i].size());
+        size_t a0 = 0, a1 = 0;
+        bool same = true;
+        for (size_t j = 0; j < loop[i].size() && j < got[i].size(); ++j) {
+            d.worst = std::max(d.worst, std::fabs(double(got[i][j]) - loop[i][j]));
+            same = same && got[i][j] == same_as[i][j];
+            if (loop[i][j] > loop[i][a0]) a0 = j;
+            if (got[i][j] > got[i][a1]) a1 = j;
+        }
+        d.differing += !same;
+        d.argmax_diff += a0 != a1;
+    }
+    return d;
+}
+
 void expect_batched_equals_loop(const ModelConfig& cfg, const char* rows, const std::vector<Step>& script,
                                 int64_t max_len, int max_tokens, bool q_gemm_steps = false) {
     ASSERT_TRUE(cfg.validate().is_ok());
@@ -132,58 +157,32 @@ void expect_batched_equals_loop(const ModelConfig& cfg, const char* rows, const 
     // sparse_prefill (FP8 rows) sums in another order: same logits within bf16 noise, same greedy
     // token in (nearly) every row. With bf16 rows it is declined, so the bits must match.
     ASSERT_EQ(out[3].size(), out[0].size());
-    double worst3 = 0;
-    size_t argmax_diff = 0, differing3 = 0;
-    for (size_t i = 0; i < out[0].size(); ++i) {
-        ASSERT_EQ(out[3][i].size(), out[0][i].size());
-        size_t a0 = 0, a3 = 0;
-        bool same = true;
-        for (size_t j = 0; j < out[0][i].size(); ++j) {
-            worst3 = std::max(worst3, std::fabs(double(out[3][i][j]) - out[0][i][j]));
-            same = same && out[3][i][j] == out[0][i][j];
-            if (out[0][i][j] > out[0][i][a0]) a0 = j;
-            if (out[3][i][j] > out[3][i][a3]) a3 = j;
-        }
-        differing3 += !same;
-        argmax_diff += a0 != a3;
-    }
+    for (size_t i = 0; i < out[0].size(); ++i) ASSERT_EQ(out[3][i].size(), out[0][i].size());
+    const Deviation d3 = deviation(out[3], out[0], out[0]);
     std::printf("[batched prefill] %s rows, wgmma prefill attention: %zu rows differ from the token loop, max |diff| %.3g "
                 "(%.3g of the logit scale), greedy token differs in %zu rows\n",
-                rows, differing3, worst3, worst3 / scale, argmax_diff);
+                rows, d3.differing, d3.worst, d3.worst / scale, d3.argmax_diff);
     if (std::string(rows) == "fp8") {
-        EXPECT_LT(worst3, 0.03 * scale);
-        EXPECT_LE(argmax_diff * 20, out[0].size());
+        EXPECT_LT(d3.worst, 0.03 * scale);
+        EXPECT_LE(d3.argmax_diff * 20, out[0].size());
     } else {
-        EXPECT_EQ(differing3, 0u);
+        EXPECT_EQ(d3.differing, 0u);
     }
     // prefill_q_bf16 on top of runner 3: the same bounds against the token loop; it changes runner 3's
     // bits only where a step's q projection runs as the cuBLAS GEMM on the bf16 route.
     ASSERT_EQ(out[4].size(), out[0].size());
-    double worst4 = 0;
-    size_t argmax_diff4 = 0, differing43 = 0;
-    for (size_t i = 0; i < out[0].size(); ++i) {
-        size_t a0 = 0, a4 = 0;
-        bool same = true;
-        for (size_t j = 0; j < out[0][i].size(); ++j) {
-            worst4 = std::max(worst4, std::fabs(double(out[4][i][j]) - out[0][i][j]));
-            same = same && out[4][i][j] == out[3][i][j];
-            if (out[0][i][j] > out[0][i][a0]) a0 = j;
-            if (out[4][i][j] > out[4][i][a4]) a4 = j;
-        }
-        differing43 += !same;
-        argmax_diff4 += a0 != a4;
-    }
+    const Deviation d4 = deviation(out[4], out[0], out[3]);
     std::printf("[batched prefill] %s rows, + prefill_q_bf16: %zu rows differ from runner 3, max |diff| to the token "
                 "loop %.3g (%.3g of the logit scale), greedy token differs in %zu rows\n",
-                rows, differing43, worst4, worst4 / scale, argmax_diff4);
+                rows, d4.differing, d4.worst, d4.worst / scale, d4.argmax_diff);
     if (std::string(rows) == "fp8") {
-        EXPECT_LT(worst4, 0.03 * scale);
-        EXPECT_LE(argmax_diff4 * 20, out[0].size());
+        EXPECT_LT(d4.worst, 0.03 * scale);
+        EXPECT_LE(d4.argmax_diff * 20, out[0].size());
     }
     if (q_gemm_steps)
-        EXPECT_GT(differing43, 0u) << "prefill_q_bf16 changed nothing: the bf16 q path did not run";
+        EXPECT_GT(d4.differing, 0u) << "prefill_q_bf16 changed nothing: the bf16 q path did not run";
     else
-        EXPECT_EQ(differing43, 0u) << "prefill_q_bf16 changed steps whose q projection is no GEMM";
+        EXPECT_EQ(d4.differing, 0u) << "prefill_q_bf16 changed steps whose q projection is no GEMM";
 }
 
 TEST(CudaBatchedPrefill, BitIdenticalToTheTokenLoopSmall) {

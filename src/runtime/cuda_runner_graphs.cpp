@@ -1,0 +1,130 @@
+// CudaRunner (see cuda_runner.h): CUDA graphs. A decode step's graph per batch bucket and
+// sparse_decode rule (captured on first use, or all at start-up), and the bench's timed and
+// op-profiled replays of it.
+#include "runtime/cuda_runner_impl.h"
+
+namespace dsv4::cuda_runner_detail {
+
+Result<cudaGraphExec_t> CudaRunner::capture(const std::function<Status()>& body) {
+    cudaGraph_t g = nullptr;
+    DSV4_CU(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    Status s = body();
+    cudaError_t e = cudaStreamEndCapture(stream_, &g);
+    DSV4_RETURN_IF_ERROR(s);
+    DSV4_CU(e);
+    cudaGraphExec_t ge = nullptr;
+    e = cudaGraphInstantiate(&ge, g, 0);
+    cudaGraphDestroy(g);
+    DSV4_CU(e);
+    return ge;
+}
+
+Result<cudaGraphExec_t> CudaRunner::decode_graph(int B, int sd_rule) {
+    const int key = B * 64 + (sd_rule + 1);  // apply_tuning_rules allows at most 63 sparse_decode rules
+    auto it = graphs_.find(key);
+    if (it != graphs_.end()) return it->second;
+    sd_rule_ = sd_rule;
+    DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, capture([&] { return run_step(B, B, 1, B); }));
+    graphs_.emplace(key, ge);
+    return ge;
+}
+
+Result<int> CudaRunner::capture_decode_graphs() {
+    int n = 0, prev = 0;
+    for (int b = 1;; b *= 2) {
+        const int Bp = decode_bucket(b);  // real batches (prev, Bp] use this bucket
+        DSV4_RETURN_IF_ERROR(decode_graph(Bp, -1).status());
+        ++n;
+        for (size_t i = 0; i < sd_rules_.size(); ++i) {
+            const ShapeRange& t = sd_rules_[i].tokens;
+            if (t.any() || (t.lo <= Bp && t.hi > prev)) {
+                DSV4_RETURN_IF_ERROR(decode_graph(Bp, int(i)).status());
+                ++n;
+            }
+        }
+        if (Bp >= opt_.max_seqs) break;
+        prev = Bp;
+    }
+    return n;
+}
+
+Result<DecodeGraphTiming> CudaRunner::time_decode_graph(const ForwardBatch& batch, int warmup, int reps,
+                                                        bool op_profile) {
+    for (const auto& c : batch.seqs)
+        if (c.tokens.size() != 1) return invalid_argument("time_decode_graph: sequence {} has {} tokens, not 1", c.seq_id, c.tokens.size());
+    if (batch.seqs.empty() || reps <= 0) return invalid_argument("time_decode_graph: empty batch or no replays");
+    HostPlan hp;
+    DSV4_RETURN_IF_ERROR(plan(batch, true, hp));
+    DSV4_RETURN_IF_ERROR(upload_plan(hp));
+    DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t step, decode_graph(hp.B, hp.sd_rule));
+    auto hit = head_graphs_.find(hp.B);
+    if (hit == head_graphs_.end()) {
+        DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, capture([&] { return run_head(hp.T, hp.B); }));
+        hit = head_graphs_.emplace(hp.B, ge).first;
+    }
+    cudaEvent_t e0 = nullptr, e1 = nullptr;
+    DSV4_CU(cudaEventCreate(&e0));
+    DSV4_CU(cudaEventCreate(&e1));
+    DecodeGraphTiming out;
+    out.bucket = hp.B;
+    auto time = [&](cudaGraphExec_t ge, std::vector<double>& into) -> Status {
+        for (int i = 0; i < warmup; ++i) DSV4_CU(cudaGraphLaunch(ge, stream_));
+        DSV4_CU(cudaStreamSynchronize(stream_));
+        for (int r = 0; r < reps; ++r) {
+            DSV4_CU(cudaEventRecord(e0, stream_));
+            DSV4_CU(cudaGraphLaunch(ge, stream_));
+            DSV4_CU(cudaEventRecord(e1, stream_));
+            DSV4_CU(cudaEventSynchronize(e1));
+            float ms = 0;
+            DSV4_CU(cudaEventElapsedTime(&ms, e0, e1));
+            into.push_back(1000.0 * ms);
+        }
+        return Status::ok();
+    };
+    Status s = time(step, out.step_us);
+    if (s.is_ok()) s = time(hit->second, out.head_us);
+    if (s.is_ok() && (op_profile || opt_.rt.op_profile)) {
+        // A second capture of the same step with event marks; 1 warm-up + 5 profiled replays.
+        OpProfile prof;
+        cudaGraphExec_t ge = nullptr;
+        s = cuda_ok(prof.reserve(4096), "event pool");
+        if (s.is_ok()) {
+            prof_ = &prof;
+            sd_rule_ = hp.sd_rule;
+            auto captured = capture([&] { return run_step(hp.B, hp.B, 1, hp.B); });
+            prof_ = nullptr;
+            if (captured.is_ok()) ge = *captured;
+            else s = captured.status();
+        }
+        for (int r = 0; s.is_ok() && r < 6; ++r) {
+            s = cuda_ok(cudaGraphLaunch(ge, stream_), "launch");
+            if (s.is_ok()) s = cuda_ok(cudaStreamSynchronize(stream_), "sync");
+            if (s.is_ok() && r > 0) s = cuda_ok(prof.accumulate(), "event times");
+        }
+        if (ge) cudaGraphExecDestroy(ge);
+        if (s.is_ok()) out.op_us = prof.per_step_us(5);
+        if (s.is_ok() && opt_.rt.op_profile) std::fprintf(stderr, "[batch %d] %s", hp.B, prof.table(5).c_str());
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    DSV4_RETURN_IF_ERROR(s);
+    return out;
+}
+
+Result<std::string> CudaRunner::profile_step(const ForwardBatch& batch) {
+    HostPlan hp;
+    DSV4_RETURN_IF_ERROR(plan(batch, false, hp));
+    DSV4_RETURN_IF_ERROR(upload_plan(hp));
+    OpProfile prof;
+    DSV4_CU(prof.reserve(65536));
+    prof_ = &prof;
+    sd_rule_ = hp.sd_rule;
+    Status s = run_step(hp.B, hp.T, hp.max_t, hp.R);
+    prof_ = nullptr;
+    DSV4_RETURN_IF_ERROR(s);
+    DSV4_CU(cudaStreamSynchronize(stream_));
+    DSV4_CU(prof.accumulate());
+    return prof.table(1);
+}
+
+}  // namespace dsv4::cuda_runner_detail
