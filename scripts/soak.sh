@@ -8,8 +8,8 @@
 # Usage: scripts/soak.sh [--minutes 30] [--conc 512] [--warmup-min 2] [--max-tokens 64] [--prewarm]
 #                        [--bin DIR] [--out DIR] [-- serve arguments]
 #   --prewarm: before the timed load, one short wave at each concurrency 1, 2, 4, ... up to --conc, so
-#   that every batch size the load will produce (the CUDA runner's decode graph buckets are powers of
-#   two) has been seen once: memory created on a shape's first use is then not counted as growth.
+#   that many batch sizes the load will produce have been seen once (with the CUDA runner's power-of-two
+#   graph buckets, all of them): memory created on a shape's first use is then not counted as growth.
 #   serve arguments default to the fake model (no compute: the server, scheduler and HTTP paths
 #   alone): --model fake --fake-step-delay-us 2000. For the CPU tiny model pass `-- --model tiny`;
 #   on a GPU, e.g. `-- --backend cuda --synthetic-flash --layers 20`.

@@ -148,12 +148,18 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
         DSV4_RETURN_IF_ERROR(Ii(ws_.row_start, Bq + 1));
         DSV4_RETURN_IF_ERROR(F(ws_.sd_ws, cuda::sparse_decode_workspace_floats(int(ws_.sd_seq_splits), int(H), 1)));
     }
-    if (opt_.rt.x_bf16_min_tokens > 0 && int64_t(Bm) >= opt_.rt.x_bf16_min_tokens) {
+    // With max_seqs below the threshold only prefill steps use them (the wide buffers; the narrow ones,
+    // of max_seqs rows, are then never taken: bf16_input needs T <= rows).
+    if (opt_.rt.x_bf16_min_tokens > 0 &&
+        int64_t(std::max(Bm, opt_.rt.prefill_x_bf16 ? Tm : size_t(0))) >= opt_.rt.x_bf16_min_tokens) {
         const size_t G = size_t(cfg_.o_groups), orank = size_t(cfg_.o_lora_rank), I = size_t(cfg_.moe_intermediate_size);
+        ws_.xb_rows = int64_t(Bm);
+        ws_.xb_rows_wide = int64_t(opt_.rt.prefill_x_bf16 ? std::max(Bm, Tm) : Bm);
+        const size_t Bw = size_t(ws_.xb_rows_wide);
         DSV4_ASSIGN_OR_RETURN(ws_.xb_o, arena_.alloc(Bm * H * D * 2));
         DSV4_ASSIGN_OR_RETURN(ws_.xb_z, arena_.alloc(Bm * G * orank * 2));
-        DSV4_ASSIGN_OR_RETURN(ws_.xb_qlat, arena_.alloc(Bm * qr * 2));
-        DSV4_ASSIGN_OR_RETURN(ws_.xb_xn, arena_.alloc(Bm * d * 2));
+        DSV4_ASSIGN_OR_RETURN(ws_.xb_qlat, arena_.alloc(Bw * qr * 2));
+        DSV4_ASSIGN_OR_RETURN(ws_.xb_xn, arena_.alloc(Bw * d * 2));
         DSV4_ASSIGN_OR_RETURN(ws_.xb_sh, arena_.alloc(Bm * I * 2));
     }
     DSV4_RETURN_IF_ERROR(F(ws_.hn, Bm * d));

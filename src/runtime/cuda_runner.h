@@ -9,7 +9,8 @@
 // RefRunner with RefNumerics{kv_fp8 = true} (same cached values; indexer rows bf16). A step is
 // planned once (page tables, tokens, positions, split schedule) into fixed device buffers; steps
 // where every sequence decodes one token run as a CUDA graph captured per batch bucket (1, 2, 4,
-// ... max_seqs), padded sequences having n_tok 0 (B03). Prefill chunks run eagerly: projections
+// 8, 16, then steps of 16, 32 and 64 up to max_seqs: decode_bucket), padded sequences having
+// n_tok 0 (B03). Prefill chunks run eagerly: projections
 // batched over all tokens, the stateful part (ring, compressors, indexer, attention) one token
 // step at a time across sequences.
 #pragma once

@@ -31,7 +31,7 @@ Result<cudaGraphExec_t> CudaRunner::decode_graph(int B, int sd_rule) {
 
 Result<int> CudaRunner::capture_decode_graphs() {
     int n = 0, prev = 0;
-    for (int b = 1;; b *= 2) {
+    for (int b = 1;; b = prev + 1) {
         const int Bp = decode_bucket(b);  // real batches (prev, Bp] use this bucket
         DSV4_RETURN_IF_ERROR(decode_graph(Bp, -1).status());
         ++n;

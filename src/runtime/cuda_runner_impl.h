@@ -60,10 +60,13 @@ struct Workspace {
     int64_t max_rows = 0;
     // Fast decode attention (sparse_decode): row lists, bf16 q / out, split partials.
     void *qb = nullptr, *ob = nullptr;
-    // bf16 copies of the inputs of the large dense projections (round_to_bf16), for 32..max_seqs
-    // tokens: [max_seqs, width] each, for o (wo_a), z (wo_b), q_lat (wq_b, indexer wq_b), xn (the
-    // projections of xn and the router), sh (shared w2). Null when off.
+    // bf16 copies of the inputs of the large dense projections (round_to_bf16), from 32 tokens on:
+    // o (wo_a), z (wo_b) and sh (shared w2), [max_seqs, width] each (each is read by one projection,
+    // which rounds a longer step's input itself); q_lat (wq_b, indexer wq_b) and xn (the seven
+    // projections of xn and the router), [max(max_seqs, max_tokens), width], so that a prefill step
+    // rounds them once instead of once per projection. Null when off.
     void *xb_o = nullptr, *xb_z = nullptr, *xb_qlat = nullptr, *xb_xn = nullptr, *xb_sh = nullptr;
+    int64_t xb_rows = 0, xb_rows_wide = 0;  // rows of the first three and of the last two
     int64_t* row_offs = nullptr;
     int32_t* row_start = nullptr;
     float* sd_ws = nullptr;
@@ -218,13 +221,21 @@ private:
     // The decode graph of bucket B under sparse_decode rule sd_rule (captured on first use; the plan
     // must be uploaded).
     Result<cudaGraphExec_t> decode_graph(int B, int sd_rule);
-    // The graph bucket of a decode-only step of B sequences: the next power of two, capped at max_seqs.
+    // The graph bucket of a decode-only step of B sequences, capped at max_seqs: the next power of two
+    // up to 16 (or everywhere without fine_graph_buckets), else B rounded up to a multiple of 16 (to
+    // 128), 32 (to 256) or 64. Why: padded rows cost nearly a real sequence's work from ~64 on, and
+    // with powers of two a batch of 130 ran as 256.
     int decode_bucket(int B) const {
         int Bp = 1;
-        while (Bp < B) Bp *= 2;
+        if (!opt_.rt.fine_graph_buckets || B <= 16) {
+            while (Bp < B) Bp *= 2;
+        } else {
+            const int step = B <= 128 ? 16 : B <= 256 ? 32 : 64;
+            Bp = (B + step - 1) / step * step;
+        }
         return std::min(Bp, opt_.max_seqs);
     }
-    // Every bucket plan() can produce (1, 2, 4, ... capped at max_seqs) under the heuristics and under
+    // Every bucket plan() can produce (decode_bucket's values up to max_seqs) under the heuristics and under
     // each sparse_decode rule whose batch range meets the bucket's; returns the graphs captured.
     Result<int> capture_decode_graphs();
     // Captures what `body` launches on stream_ and instantiates it (the caller owns the result).
@@ -301,11 +312,11 @@ private:
         for (int i = 0; i < n; ++i) DSV4_CU(cudaStreamWaitEvent(side_[i], fork_, 0));
         return Status::ok();
     }
-    // *out = x [T, width] rounded to bf16 in buf (on stream s) when the bf16-input path is on for T
-    // tokens, else null (the projections then round f32 x themselves).
-    Status bf16_input(const float* x, int64_t width, int T, void* buf, cudaStream_t s, const void** out) {
+    // *out = x [T, width] rounded to bf16 in buf ([rows, width], on stream s) when the bf16-input
+    // path is on for T tokens and T <= rows, else null (the projections then round f32 x themselves).
+    Status bf16_input(const float* x, int64_t width, int T, void* buf, int64_t rows, cudaStream_t s, const void** out) {
         *out = nullptr;
-        if (!buf || opt_.rt.x_bf16_min_tokens <= 0 || T < opt_.rt.x_bf16_min_tokens || T > opt_.max_seqs) return Status::ok();
+        if (!buf || opt_.rt.x_bf16_min_tokens <= 0 || T < opt_.rt.x_bf16_min_tokens || T > rows) return Status::ok();
         DSV4_CU(cuda::round_to_bf16(x, int64_t(T) * width, buf, s));
         *out = buf;
         return Status::ok();

@@ -30,13 +30,13 @@ Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, 
     const int n_side = !ov ? 0 : csa ? 3 : r > 0 ? 2 : 1;
     cudaStream_t s_kv = ov ? side_[0] : st, s_comp = ov ? side_[1] : st, s_idx = ov ? side_[2] : st;
     const void* xnb = nullptr;  // bf16 xn for every projection of xn (converted before the fork)
-    DSV4_RETURN_IF_ERROR(bf16_input(ws_.xn, d, T, ws_.xb_xn, st, &xnb));
+    DSV4_RETURN_IF_ERROR(bf16_input(ws_.xn, d, T, ws_.xb_xn, ws_.xb_rows_wide, st, &xnb));
     if (ov) DSV4_RETURN_IF_ERROR(fork(n_side));
     mark(ov ? "q|kv|compressor|indexer proj (streams)" : "q: wq_a+norm+wq_b+rope");
     DSV4_CU(cuda::linear(L.wq_a, -1, ws_.xn, d, 0, 0, ws_.qlat_raw, qr, T, false, st, xnb));
     DSV4_CU(cuda::norm_rope(ws_.qlat_raw, qr, ws_.qlat, qr, T, qr, true, L.q_norm, eps, nullptr, 0, ws_.pos, 1, false, st));
     const void* qlb = nullptr;
-    DSV4_RETURN_IF_ERROR(bf16_input(ws_.qlat, qr, T, ws_.xb_qlat, st, &qlb));
+    DSV4_RETURN_IF_ERROR(bf16_input(ws_.qlat, qr, T, ws_.xb_qlat, ws_.xb_rows_wide, st, &qlb));
     const bool route = bf16_route(l, T, max_t);
     // Prefill on the bf16 route with q from the cuBLAS GEMM: written as bf16, normed in place (the
     // f32 q [T, H x 512] written and read back is the cost this skips).
@@ -192,11 +192,11 @@ Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, 
     const int G = cfg_.o_groups, orank = cfg_.o_lora_rank, hpg = H / G;
     mark("wo_a+wo_b");
     const void* ob = route ? ws_.pf_ob : nullptr;  // the bf16 route: wo_a reads pf_ob only
-    if (!route) DSV4_RETURN_IF_ERROR(bf16_input(ws_.o, int64_t(H) * D, T, ws_.xb_o, st, &ob));
+    if (!route) DSV4_RETURN_IF_ERROR(bf16_input(ws_.o, int64_t(H) * D, T, ws_.xb_o, ws_.xb_rows, st, &ob));
     DSV4_CU(cuda::linear(L.wo_a, -1, ws_.o, int64_t(H) * D, orank, int64_t(hpg) * D, ws_.z, int64_t(G) * orank, T,
                          false, st, ob));
     const void* zb = nullptr;
-    DSV4_RETURN_IF_ERROR(bf16_input(ws_.z, int64_t(G) * orank, T, ws_.xb_z, st, &zb));
+    DSV4_RETURN_IF_ERROR(bf16_input(ws_.z, int64_t(G) * orank, T, ws_.xb_z, ws_.xb_rows, st, &zb));
     DSV4_CU(cuda::linear(L.wo_b, -1, ws_.z, int64_t(G) * orank, 0, 0, ws_.y, d, T, false, st, zb));
     return Status::ok();
 }
@@ -252,13 +252,13 @@ Status CudaRunner::moe(int l, int T) {
     const bool shared_here = !ep_ || ep_->shared_expert_rank(l) == opt_.ep_rank;
     const bool ov = opt_.rt.side_streams && shared_here && !gemm_step(T);
     const void* xnb = nullptr;  // bf16 xn for the shared expert and the router (converted before the fork)
-    DSV4_RETURN_IF_ERROR(bf16_input(ws_.xn, d, T, ws_.xb_xn, st, &xnb));
+    DSV4_RETURN_IF_ERROR(bf16_input(ws_.xn, d, T, ws_.xb_xn, ws_.xb_rows_wide, st, &xnb));
     auto shared_expert = [&](cudaStream_t s) -> Status {  // ys = w2 SwiGLU(w1 xn, w3 xn)
         DSV4_CU(cuda::linear(L.sh_w1, -1, ws_.xn, d, 0, 0, ws_.sa, I, T, false, s, xnb));
         DSV4_CU(cuda::linear(L.sh_w3, -1, ws_.xn, d, 0, 0, ws_.sb, I, T, false, s, xnb));
         DSV4_CU(cuda::swiglu(ws_.sa, ws_.sb, ws_.sh, int64_t(T) * I, lim, s));
         const void* shb = nullptr;
-        DSV4_RETURN_IF_ERROR(bf16_input(ws_.sh, I, T, ws_.xb_sh, s, &shb));
+        DSV4_RETURN_IF_ERROR(bf16_input(ws_.sh, I, T, ws_.xb_sh, ws_.xb_rows, s, &shb));
         DSV4_CU(cuda::linear(L.sh_w2, -1, ws_.sh, I, 0, 0, ws_.ys, d, T, false, s, shb));
         return Status::ok();
     };

@@ -34,15 +34,21 @@ struct RuntimeOptions {
     bool cuda_graphs = true;   // decode steps replayed as CUDA graphs
     // With cuda_graphs: capture every batch bucket's decode graph (and each sparse_decode rule's) when
     // the runner starts, as vLLM and SGLang do, so that no step waits for a capture and the memory the
-    // graphs take is in use before the first request; false: each on its first use. Off until its GPU
-    // test (CudaTuning.GraphsCapturedAtStartGiveTheBitsOfFirstUseCaptures) and a soak have run.
-    bool capture_graphs_at_start = false;
+    // graphs take is in use before the first request; false: each on its first use. Ledger E43: the
+    // 20-layer proxy's 16 buckets in 0.09 s; the same bits as first-use captures (CudaTuning test).
+    bool capture_graphs_at_start = true;
+    // Decode graph buckets: 1, 2, 4, 8, 16, then multiples of 16 to 128, of 32 to 256, of 64 above (a
+    // batch pads by at most 1/4 above 16 sequences: 130 runs as 144, not 256); false: powers of two.
+    bool fine_graph_buckets = true;
     bool side_streams = true;  // independent projections / the shared expert on forked streams
     // At <= 8 tokens the mHC expand also computes the next site's mixing dot products (mhc_post_mix).
     bool fuse_mhc = true;
     // From this many tokens up to max_seqs the large dense projections read one bf16 copy of their
     // input; 0: off (each kernel rounds its f32 input itself; same values).
     int x_bf16_min_tokens = 32;
+    // Steps of more than max_seqs tokens (prefill) too: xn and q_lat rounded once into buffers of
+    // max_tokens rows instead of once per projection of each (xn feeds seven); false: up to max_seqs.
+    bool prefill_x_bf16 = true;
     // Routed experts' MXFP4 code layout on the GPU: "pair-rotated" (bit-repacked at load when the
     // fast kernels are on; docs/perf/ledger.md E17) or "checkpoint" (as in the file).
     std::string moe_layout = "pair-rotated";
@@ -60,9 +66,9 @@ struct RuntimeOptions {
     bool batched_prefill = true;
     // On the bf16 q route of prefill steps whose q projection runs as the cuBLAS GEMM: the GEMM writes q
     // as bf16 and the norm and RoPE run in place on it (q rounded before the norm instead of after);
-    // false: f32 q, normed, then rounded (twice the bytes of q written and read). Off until its GPU
-    // tests and a prefill A/B (scripts/device-all.sh prefill_ab with PREFILL_B_OPTS) have run.
-    bool prefill_q_bf16 = false;
+    // false: f32 q, normed, then rounded (twice the bytes of q written and read). Ledger E42: 4K
+    // prefill -1.1%, 1K -0.6%, 128 tokens unchanged (no GEMM there).
+    bool prefill_q_bf16 = true;
     int prefill_query_block = 1024;  // ledger E33: 1024 vs 256 -2% at 1K-4K
     // From this many tokens in a step the FP8/BF16 dense linears run as cuBLAS bf16 GEMMs
     // (kernels/cuda/ops/prefill_gemm.h; those steps run without side streams); 0: never.

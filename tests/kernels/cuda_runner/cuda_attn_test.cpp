@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 
 #include "kernels/cuda/ops/attn_variants.h"
@@ -341,6 +342,48 @@ TEST(CudaOps, MhcPostMixFused) {
     check_mhc_post_mix(4096, 8);
     const cuda::MhcArgs wide{nullptr, nullptr, nullptr, nullptr, 4, 1000, 20, 1e-6f, 1e-6f, nullptr, 0};
     EXPECT_FALSE(cuda::mhc_post_mix_fusable(5, wide));  // no workspace
+}
+
+// The collapse's three forms give the same bits for a token: prefetched into registers (T > 512,
+// d = 4096), staged in shared memory (T <= 512) and read from global memory (X not 16-byte aligned).
+// Why it matters: a prompt's tokens must not change with the chunking of its prefill.
+TEST(CudaOps, MhcCollapseFormsBitIdentical) {
+    SKIP_WITHOUT_GPU();
+    const int n = 4, d = 4096, mix = (2 + n) * n, T = 600, Ts = 8;
+    std::mt19937 g(23);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    auto rv = [&](size_t k, float s) {
+        std::vector<float> v(k);
+        for (float& x : v) x = nd(g) * s;
+        return v;
+    };
+    const auto X = rv(size_t(T) * n * d, 1.f), fn = rv(size_t(mix) * n * d, 0.05f), base = rv(mix, 0.5f);
+    const auto norm = rv(d, 1.f);
+    const std::vector<float> scale = {0.7f, 1.1f, 0.9f};
+    std::vector<float> Xpad(X.size() + 1);
+    std::copy(X.begin(), X.end(), Xpad.begin() + 1);
+    float *dX = dev(X), *dXpad = dev(Xpad), *dfn = dev(fn), *dbase = dev(base), *dscale = dev(scale), *dnorm = dev(norm);
+    float *coeffs = nullptr, *xn = nullptr;
+    ASSERT_EQ(cudaMalloc(&coeffs, sizeof(float) * T * 24), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&xn, sizeof(float) * T * d), cudaSuccess);
+    // No mix workspace: the dot products are computed in the same kernel, identically for every T.
+    const cuda::MhcArgs a{dfn, dbase, dscale, dnorm, n, d, 20, 1e-6f, 1e-6f, nullptr, 0};
+    auto run = [&](const float* x, int t) {
+        EXPECT_EQ(cuda::mhc_pre_apply(x, t, a, coeffs, xn, nullptr), cudaSuccess);
+        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        return std::make_pair(host(coeffs, size_t(t) * 24), host(xn, size_t(t) * d));
+    };
+    const auto [c_pre, x_pre] = run(dX, T);        // prefetched
+    const auto [c_stg, x_stg] = run(dX, Ts);       // staged
+    const auto [c_glb, x_glb] = run(dXpad + 1, T);  // global loads
+    auto same = [](const std::vector<float>& p, const std::vector<float>& q, size_t cnt) {
+        return std::memcmp(p.data(), q.data(), cnt * sizeof(float)) == 0;
+    };
+    EXPECT_TRUE(same(c_pre, c_stg, size_t(Ts) * 24));
+    EXPECT_TRUE(same(x_pre, x_stg, size_t(Ts) * d));
+    EXPECT_TRUE(same(c_pre, c_glb, size_t(T) * 24));
+    EXPECT_TRUE(same(x_pre, x_glb, size_t(T) * d));
+    for (float* p : {dX, dXpad, dfn, dbase, dscale, dnorm, coeffs, xn}) cudaFree(p);
 }
 
 TEST(CudaOps, MhcPrePostHead) {

@@ -196,7 +196,10 @@ TEST(CudaBatchedPrefill, BitIdenticalToTheTokenLoopSmall) {
 
 TEST(CudaBatchedPrefill, BitIdenticalToTheTokenLoopFlashGeometry) {
     SKIP_WITHOUT_GPU();
-    const ModelConfig cfg = flash_geometry_config();
+    ModelConfig cfg = flash_geometry_config();
+    // q_lat 512 wide: the q projection (wq_b, K = q_lora_rank) then takes the prefill GEMM, which
+    // declines K % 512 != 0, so that runner 4's bf16 q path runs (with 64 it never did).
+    cfg.q_lora_rank = 512;
     // seq 0 reaches 2,400 positions (600 compressed CSA rows: the top-512 selects; 18 HCA rows) in
     // chunks of 1, 700, 1,699; seq 1 decodes beside it; seq 2 runs 130 + 129 (past the window).
     const auto script =

@@ -222,9 +222,11 @@ TEST(CudaFastOps, PrefillGemmMatchesFp64) {
                         why.empty() ? " (cuBLAS)" : " (GEMV kernels)");
             EXPECT_LT(err, 2e-5);
             // linear_bf16_out: the same GEMM with bf16 output, where the plain layout takes it; each value
-            // within one bf16 step of the f32 output's (its sums may run in another order).
+            // within one bf16 step of the f32 output's (its sums may run in another order). It has no
+            // grouped form (a WeightDesc does not say how its rows are grouped), so grouped cases skip it.
+            if (c.groups > 1) continue;
             Dev<uint16_t> dyb(size_t(c.T) * rows);
-            const bool takes = c.groups == 1 && given_bf16 && why.empty();
+            const bool takes = given_bf16 && why.empty();
             const cudaError_t e = cuda::linear_bf16_out(w, given_bf16 ? dxb.p : nullptr, ldx, dyb.p, c.T, nullptr);
             if (!takes) {
                 EXPECT_EQ(e, cudaErrorInvalidValue);

@@ -175,7 +175,7 @@ bool moe_grouped_variant_legal(int i, const MoeExpertArgs& a) {
     // wgmma rows read the k-permuted x and stage the scales of all K (16-byte units of K / 32 bytes).
     if (s.wgmma != a.x_kperm || (s.wgmma && a.K % 512 != 0)) return false;
     // Mixed rows keep both work lists in the one tile_list of moe_grouped_max_tiles entries.
-    if (s.mixed && sm90::moe_grouped_max_tiles(a.n_rows, a.n_experts, 128) + std::min(a.n_experts, a.n_rows) >
+    if (s.mixed && sm90::moe_grouped_mixed_cap128(a.n_rows, a.n_experts) + std::min(a.n_experts, a.n_rows) >
                        moe_grouped_max_tiles(a.n_rows, a.n_experts))
         return false;
     return s.layout == a.layout && !a.x_f32 && a.K > 0 && a.K % 128 == 0 && a.N > 0 && a.N % cols == 0 &&
@@ -186,8 +186,11 @@ int moe_grouped_select_variant(const MoeExpertArgs& a) {
     // Token tile by the mean rows per expert (docs/perf/ledger.md E29, Flash shapes, one layer's
     // gate-up + down): 12 rows (512 tokens) 16-row tiles 2.12 ms vs 32-row 2.33 ms; 24 rows (1K)
     // 32-row 2.48 ms vs 16-row 3.76 ms; 96 rows (4K) 64-row, 2 CTAs per SM, 6.95 ms vs 32-row 7.92 ms.
+    // wgmma (x_kperm): the mixed warp-specialised rows (mt 128, tails on 64-row tiles) from 5 rows per
+    // expert on, the plain 64-row rows below (E42, 20-layer proxy prefill, one user: 256 tokens, 6 rows
+    // per expert, 38.9 vs 41.4 ms; 512: 54.3 vs 64.2; 1K: 75.9 vs 90.2; 128 tokens, 3 rows: 34.6 vs 31.1).
     const double per_expert = double(a.n_rows) / std::max(1, a.n_experts);
-    const int want_mt = a.x_kperm ? (per_expert <= 64 ? 64 : 128) : per_expert <= 16 ? 16 : per_expert <= 48 ? 32 : 64;
+    const int want_mt = a.x_kperm ? (per_expert < 5 ? 64 : 128) : per_expert <= 16 ? 16 : per_expert <= 48 ? 32 : 64;
     for (int pass = 0; pass < 2; ++pass)
         for (int i = 0; i < moe_grouped_variant_count(); ++i)
             if ((pass == 1 || sm90::moe_grouped_shape(i).mt == want_mt) && moe_grouped_variant_legal(i, a)) return i;

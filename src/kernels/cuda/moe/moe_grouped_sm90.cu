@@ -240,6 +240,10 @@ int moe_grouped_max_tiles(int n_rows, int n_experts, int mt) {
     if (n_rows <= 0 || mt <= 0) return 0;
     return (n_rows + mt - 1) / mt + std::min(n_experts, n_rows);
 }
+int moe_grouped_mixed_cap128(int n_rows, int n_experts) {
+    // c = 128 q + r rows give q + (r > 64) tiles <= c / 65; summed over the experts, <= n_rows / 65.
+    return std::min(moe_grouped_max_tiles(n_rows, n_experts, 128), n_rows / 65);
+}
 constexpr int kMmaCount = int(sizeof(kTable) / sizeof(kTable[0]));
 int moe_grouped_count() { return kMmaCount + moe_wgmma_count(); }
 MoeGroupedShape moe_grouped_shape(int i) { return i < kMmaCount ? kTable[i].shape : moe_wgmma_shape(i - kMmaCount); }

@@ -97,15 +97,17 @@ inline cudaError_t launch_grouped_mixed(void (*k128)(MoeExpertArgs), int smem128
     cudaError_t err = cudaFuncSetAttribute(k128, cudaFuncAttributeMaxDynamicSharedMemorySize, smem128);
     if (err == cudaSuccess) err = cudaFuncSetAttribute(k64, cudaFuncAttributeMaxDynamicSharedMemorySize, smem64);
     if (err != cudaSuccess) return err;
-    const int cap128 = moe_grouped_max_tiles(a.n_rows, a.n_experts, 128);
-    if (cap128 <= 0) return cudaSuccess;
+    if (a.n_rows <= 0) return cudaSuccess;
+    const int cap128 = moe_grouped_mixed_cap128(a.n_rows, a.n_experts);
     MoeExpertArgs b = a;  // the 64-row tails
     b.tile_list = a.tile_list + cap128;
     b.n_tiles = a.n_tiles + 1;
     tile_list_mixed_kernel<<<1, 1024, 0, s>>>(a.expert_count, a.n_experts, a.tile_list, b.tile_list, a.n_tiles);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
-    k128<<<dim3(col_blocks, cap128), threads, smem128, s>>>(a);
-    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    if (cap128 > 0) {
+        k128<<<dim3(col_blocks, cap128), threads, smem128, s>>>(a);
+        if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    }
     k64<<<dim3(col_blocks, a.n_experts < a.n_rows ? a.n_experts : a.n_rows), threads, smem64, s>>>(b);
     return cudaGetLastError();
 }

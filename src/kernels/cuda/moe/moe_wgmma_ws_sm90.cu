@@ -203,8 +203,9 @@ constexpr Entry entry_mixed() {
 
 // Measured (ledger E37, 20-layer proxy prefill, one user, with the producer's offsets in registers):
 // 4K 187.3 vs 202.5 ms for the plain mixed row, 16K 866.6 vs 920.2 ms; 6 slots beat 4 (before that
-// fix: 4K 192.0 vs 194.8 ms). No 64-row row yet: 64-row tiles (<= 64 rows per expert) stay on the
-// plain kernel until the two are compared at those shapes.
+// fix: 4K 192.0 vs 194.8 ms). E42: with every expert's rows on the tail kernel (256-1K tokens, 6-24
+// rows per expert) these rows beat the plain 64-row rows by 6-16%, at 3 rows per expert (128 tokens)
+// they lose 11%: moe_grouped_select_variant takes them from 5 rows per expert on.
 const Entry kTable[] = {entry_mixed<true, 6>(), entry_mixed<true, 4>(), entry_mixed<false, 6>()};
 
 }  // namespace

@@ -295,10 +295,20 @@ __global__ void __launch_bounds__(kDmmaWarps * 32, 2) mhc_mix_dmma_kernel(const 
     }
 }
 
+// Prefetched form (kPrefetch): the token's X row is loaded into registers at the very start,
+// kPrefetchF4 float4 per thread (n = 4, d = 4096, 256 threads), so its ~1 us of DRAM latency runs
+// under the serial part (partials, logits, softmax) instead of after it. Why: prefill steps run the
+// unstaged form (kMaxStagedTokens) at ~1.5 TB/s (E35 op profile: 7.4 ms of a 4K step for 40 x 268 MB).
+// Same arithmetic as the other forms (u in the same expression and stream order, the norm's sum of
+// squares over shared memory in their thread order): bit-identical xn and coefficients.
+constexpr int kPrefetchThreads = 256, kPrefetchD = 4096, kPrefetchF4 = 4 * kPrefetchD / 4 / kPrefetchThreads;
+
 // X: [T, n, d]; coeffs: [T, 24] (pre n, post n, comb n*n); xn: [T, d]. head: rows != null.
-template <bool kHead>
-__global__ void mhc_kernel(const float* __restrict__ X, const int32_t* __restrict__ rows, MhcArgs a,
-                           float* __restrict__ coeffs, float* __restrict__ xn, int chunks, bool staged) {
+template <bool kHead, bool kPrefetch = false>
+__global__ void __launch_bounds__(256, kPrefetch ? 2 : 1)
+    mhc_kernel(const float* __restrict__ X, const int32_t* __restrict__ rows, MhcArgs a, float* __restrict__ coeffs,
+               float* __restrict__ xn, int chunks, bool staged) {
+    static_assert(!kPrefetch || !kHead, "the head's rows are few: it keeps the staged form");
     extern __shared__ __align__(16) float u[];  // [d] collapse; staged: then x [n d], norm [d]
     __shared__ double red[32];
     __shared__ float m[kMaxMix];
@@ -307,6 +317,13 @@ __global__ void mhc_kernel(const float* __restrict__ X, const int32_t* __restric
     const int64_t width = int64_t(n) * d;
     const int64_t t = kHead ? rows[blockIdx.x] : blockIdx.x;
     const float* x = X + t * width;
+    // Stream j's float4 f of the feature axis is element 4 j + c of xr for f = threadIdx.x + 256 c.
+    float4 xr[kPrefetch ? kPrefetchF4 : 1];
+    if constexpr (kPrefetch) {
+#pragma unroll
+        for (int b = 0; b < kPrefetchF4; ++b)
+            xr[b] = __ldg(reinterpret_cast<const float4*>(x) + threadIdx.x + kPrefetchThreads * b);
+    }
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     const int n_mix = kHead ? n : (2 + n) * n, nm1 = n_mix + 1;
     // staged: the token's X row and the norm weight are copied to shared memory first, in batches
@@ -416,6 +433,22 @@ __global__ void mhc_kernel(const float* __restrict__ X, const int32_t* __restric
         for (int j = 0; j < n; ++j) c[n + j] = post[j];
         for (int j = 0; j < n * n; ++j) c[2 * n + j] = C[j];
     };
+    if constexpr (kPrefetch) {  // every thread collapses its features into u before the roles split
+#pragma unroll
+        for (int c = 0; c < kPrefetchF4 / 4; ++c) {
+            float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const float4 v = xr[4 * j + c];
+                acc.x += pre[j] * v.x;
+                acc.y += pre[j] * v.y;
+                acc.z += pre[j] * v.z;
+                acc.w += pre[j] * v.w;
+            }
+            reinterpret_cast<float4*>(u)[threadIdx.x + kPrefetchThreads * c] = acc;
+        }
+        __syncthreads();
+    }
     if (sk_warp && warp == nw - 1) {
         sinkhorn_warp4(C, a.sinkhorn_iters, a.hc_eps);
         if (lane == 0) write_coeffs();
@@ -440,17 +473,21 @@ __global__ void mhc_kernel(const float* __restrict__ X, const int32_t* __restric
         }
     }
     double su = 0.0;
+    if constexpr (kPrefetch) {
+        for (int i = threadIdx.x; i < d; i += ct) su += double(u[i]) * u[i];
+    } else {
 #pragma unroll 4
-    for (int i = threadIdx.x; i < d; i += ct) {
-        float acc = 0.0f;
-        if (n == 4) {  // unrolled (same order): the four stream loads issue together
+        for (int i = threadIdx.x; i < d; i += ct) {
+            float acc = 0.0f;
+            if (n == 4) {  // unrolled (same order): the four stream loads issue together
 #pragma unroll
-            for (int j = 0; j < 4; ++j) acc += pre[j] * xc[int64_t(j) * d + i];
-        } else {
-            for (int j = 0; j < n; ++j) acc += pre[j] * xc[int64_t(j) * d + i];
+                for (int j = 0; j < 4; ++j) acc += pre[j] * xc[int64_t(j) * d + i];
+            } else {
+                for (int j = 0; j < n; ++j) acc += pre[j] * xc[int64_t(j) * d + i];
+            }
+            u[i] = acc;
+            su += double(acc) * acc;
         }
-        u[i] = acc;
-        su += double(acc) * acc;
     }
     // Sum over the ct collapse threads (warps 0 .. ct / 32 - 1), in warp order.
     su = warp_sum_d(su);
@@ -651,6 +688,10 @@ cudaError_t mhc_pre_apply(const float* X, int T, const MhcArgs& a, float* coeffs
     cudaError_t e = cudaSuccess;
     if (staged && (e = cudaFuncSetAttribute(mhc_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem))) != cudaSuccess)
         return e;
+    if (!staged && a.n == 4 && a.d == kPrefetchD && reinterpret_cast<uintptr_t>(X) % 16 == 0) {
+        mhc_kernel<false, true><<<T, kPrefetchThreads, smem, st>>>(X, nullptr, a, coeffs, xn, chunks, false);
+        return cudaGetLastError();
+    }
     mhc_kernel<false><<<T, 256, smem, st>>>(X, nullptr, a, coeffs, xn, chunks, staged);
     return cudaGetLastError();
 }
