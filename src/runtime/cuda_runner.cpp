@@ -153,7 +153,6 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
     if (opt_.rt.x_bf16_min_tokens > 0 &&
         int64_t(std::max(Bm, opt_.rt.prefill_x_bf16 ? Tm : size_t(0))) >= opt_.rt.x_bf16_min_tokens) {
         const size_t G = size_t(cfg_.o_groups), orank = size_t(cfg_.o_lora_rank), I = size_t(cfg_.moe_intermediate_size);
-        ws_.xb_rows = int64_t(Bm);
         ws_.xb_rows_wide = int64_t(opt_.rt.prefill_x_bf16 ? std::max(Bm, Tm) : Bm);
         const size_t Bw = size_t(ws_.xb_rows_wide);
         DSV4_ASSIGN_OR_RETURN(ws_.xb_o, arena_.alloc(Bm * H * D * 2));

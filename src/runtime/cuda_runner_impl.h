@@ -66,7 +66,7 @@ struct Workspace {
     // projections of xn and the router), [max(max_seqs, max_tokens), width], so that a prefill step
     // rounds them once instead of once per projection. Null when off.
     void *xb_o = nullptr, *xb_z = nullptr, *xb_qlat = nullptr, *xb_xn = nullptr, *xb_sh = nullptr;
-    int64_t xb_rows = 0, xb_rows_wide = 0;  // rows of the first three and of the last two
+    int64_t xb_rows_wide = 0;  // rows of the last two (the first three have max_seqs)
     int64_t* row_offs = nullptr;
     int32_t* row_start = nullptr;
     float* sd_ws = nullptr;

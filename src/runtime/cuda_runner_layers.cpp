@@ -192,11 +192,11 @@ Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, 
     const int G = cfg_.o_groups, orank = cfg_.o_lora_rank, hpg = H / G;
     mark("wo_a+wo_b");
     const void* ob = route ? ws_.pf_ob : nullptr;  // the bf16 route: wo_a reads pf_ob only
-    if (!route) DSV4_RETURN_IF_ERROR(bf16_input(ws_.o, int64_t(H) * D, T, ws_.xb_o, ws_.xb_rows, st, &ob));
+    if (!route) DSV4_RETURN_IF_ERROR(bf16_input(ws_.o, int64_t(H) * D, T, ws_.xb_o, opt_.max_seqs, st, &ob));
     DSV4_CU(cuda::linear(L.wo_a, -1, ws_.o, int64_t(H) * D, orank, int64_t(hpg) * D, ws_.z, int64_t(G) * orank, T,
                          false, st, ob));
     const void* zb = nullptr;
-    DSV4_RETURN_IF_ERROR(bf16_input(ws_.z, int64_t(G) * orank, T, ws_.xb_z, ws_.xb_rows, st, &zb));
+    DSV4_RETURN_IF_ERROR(bf16_input(ws_.z, int64_t(G) * orank, T, ws_.xb_z, opt_.max_seqs, st, &zb));
     DSV4_CU(cuda::linear(L.wo_b, -1, ws_.z, int64_t(G) * orank, 0, 0, ws_.y, d, T, false, st, zb));
     return Status::ok();
 }
@@ -258,7 +258,7 @@ Status CudaRunner::moe(int l, int T) {
         DSV4_CU(cuda::linear(L.sh_w3, -1, ws_.xn, d, 0, 0, ws_.sb, I, T, false, s, xnb));
         DSV4_CU(cuda::swiglu(ws_.sa, ws_.sb, ws_.sh, int64_t(T) * I, lim, s));
         const void* shb = nullptr;
-        DSV4_RETURN_IF_ERROR(bf16_input(ws_.sh, I, T, ws_.xb_sh, ws_.xb_rows, s, &shb));
+        DSV4_RETURN_IF_ERROR(bf16_input(ws_.sh, I, T, ws_.xb_sh, opt_.max_seqs, s, &shb));
         DSV4_CU(cuda::linear(L.sh_w2, -1, ws_.sh, I, 0, 0, ws_.ys, d, T, false, s, shb));
         return Status::ok();
     };

@@ -205,6 +205,14 @@ TEST(CudaOpsPaged, IndexerTopkExactWithTies) {
     cudaFree(dq), cudaFree(dw), cudaFree(scores), cudaFree(sel), cudaFree(n_sel);
 }
 
+// k draws of nd(g) scaled by s (one generator and distribution per test, so the draws continue
+// from call to call).
+std::vector<float> randn(std::mt19937& g, std::normal_distribution<float>& nd, size_t k, float s) {
+    std::vector<float> v(k);
+    for (float& x : v) x = nd(g) * s;
+    return v;
+}
+
 // d = 96: 2 chunks; d = 1000: n d = 4000 splits into 16 chunks of 256 (the last partial); d = 98:
 // not a multiple of 4, so mhc_kernel reads x and the norm weight from global memory. T > 8: chunks
 // of 512 run as token groups (mhc_mix_tokens_kernel: 16 tokens per CTA, the last group partial and
@@ -213,11 +221,7 @@ void check_mhc(int d, int T = 5) {
     const int n = 4, mix = (2 + n) * n;
     std::mt19937 g(9);
     std::normal_distribution<float> nd(0.f, 1.f);
-    auto rv = [&](size_t k, float s) {
-        std::vector<float> v(k);
-        for (float& x : v) x = nd(g) * s;
-        return v;
-    };
+    auto rv = [&](size_t k, float s) { return randn(g, nd, k, s); };
     const auto X = rv(size_t(T) * n * d, 1.f), fn = rv(size_t(mix) * n * d, 0.05f), base = rv(mix, 0.5f);
     const auto y = rv(size_t(T) * d, 1.f), norm = rv(d, 1.f), hfn = rv(size_t(n) * n * d, 0.05f), hbase = rv(n, 0.5f);
     const std::vector<float> scale = {0.7f, 1.1f, 0.9f}, hscale = {0.8f};
@@ -292,11 +296,7 @@ void check_mhc_post_mix(int d, int T) {
     const int n = 4, mix = (2 + n) * n;
     std::mt19937 g(17 + d + T);
     std::normal_distribution<float> nd(0.f, 1.f);
-    auto rv = [&](size_t k, float s) {
-        std::vector<float> v(k);
-        for (float& x : v) x = nd(g) * s;
-        return v;
-    };
+    auto rv = [&](size_t k, float s) { return randn(g, nd, k, s); };
     const auto X = rv(size_t(T) * n * d, 1.f), fn = rv(size_t(mix) * n * d, 0.05f), base = rv(mix, 0.5f);
     const auto y = rv(size_t(T) * d, 1.f), norm = rv(d, 1.f), fn2 = rv(size_t(mix) * n * d, 0.05f);
     const std::vector<float> scale = {0.7f, 1.1f, 0.9f};
@@ -352,11 +352,7 @@ TEST(CudaOps, MhcCollapseFormsBitIdentical) {
     const int n = 4, d = 4096, mix = (2 + n) * n, T = 600, Ts = 8;
     std::mt19937 g(23);
     std::normal_distribution<float> nd(0.f, 1.f);
-    auto rv = [&](size_t k, float s) {
-        std::vector<float> v(k);
-        for (float& x : v) x = nd(g) * s;
-        return v;
-    };
+    auto rv = [&](size_t k, float s) { return randn(g, nd, k, s); };
     const auto X = rv(size_t(T) * n * d, 1.f), fn = rv(size_t(mix) * n * d, 0.05f), base = rv(mix, 0.5f);
     const auto norm = rv(d, 1.f);
     const std::vector<float> scale = {0.7f, 1.1f, 0.9f};
