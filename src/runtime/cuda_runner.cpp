@@ -321,12 +321,8 @@ Status CudaRunner::setup_prefill_gemm() {
     }
     constexpr size_t kCublasWorkspace = size_t(32) << 20;
     DSV4_ASSIGN_OR_RETURN(void* cw, arena_.alloc(kCublasWorkspace));
-    if (cublasCreate(&gemm_.handle) != CUBLAS_STATUS_SUCCESS) {
-        gemm_.handle = nullptr;
-        return error(StatusCode::kInternal, "cuBLAS: cublasCreate failed (prefill GEMMs)");
-    }
-    if (cublasSetWorkspace(gemm_.handle, cw, kCublasWorkspace) != CUBLAS_STATUS_SUCCESS)
-        return error(StatusCode::kInternal, "cuBLAS: cublasSetWorkspace failed");
+    gemm_.handle = cuda::lt_gemm_create(cw, kCublasWorkspace);
+    if (!gemm_.handle) return error(StatusCode::kInternal, "cuBLASLt: cublasLtCreate failed (prefill GEMMs)");
     return Status::ok();
 }
 

@@ -152,7 +152,7 @@ public:
         if (stream_) cudaStreamSynchronize(stream_);  // launched steps still read slots_ and the pool
         for (auto& sl : slots_)
             if (sl.done) cudaEventDestroy(sl.done);
-        if (gemm_.handle) cublasDestroy(gemm_.handle);
+        cuda::lt_gemm_destroy(gemm_.handle);
         if (stream_) cudaStreamDestroy(stream_);
     }
 

@@ -157,6 +157,80 @@ float bf16_f32(uint16_t b) {
     return f;
 }
 
+// Batched prefill on the shapes that take the fast prefill kernels (FP8 dense weights with K % 512
+// == 0, q 512 per head, MXFP4 experts with d and I multiples of 512), against the token loop:
+// 0 the token loop (batched_prefill off), 1 the defaults (cuBLASLt projections, bf16 x and q,
+// the wgmma prefill attention and grouped expert GEMM), 2 the defaults without prefill_q_bf16,
+// 3 the defaults with the balanced expert rows forced. Two chunks (300 then 200 tokens: one step
+// from position 0, one with 300 tokens of context). Within 3% of the logit scale of the token loop
+// (bf16 roundings the token loop does not make); runner 1 and 2 must differ in bits (the bf16 q
+// path ran). (Runner 3 may equal runner 1 bit for bit: a tile's width does not change the order in
+// which an output's products are summed.)
+TEST(CudaProxy, FastPrefillPathsMatchTheTokenLoop) {
+    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+    FlashProxySpec sp{3, {AttnType::kSliding, AttnType::kCSA, AttnType::kHCA}, 1};
+    ModelConfig cfg = *flash_proxy_config(sp);
+    cfg.vocab_size = 1000;
+    cfg.hidden_size = 1024;
+    cfg.n_heads = 16;
+    cfg.q_lora_rank = 512;
+    cfg.o_groups = 2;
+    cfg.o_lora_rank = 512;
+    cfg.n_routed_experts = 32;
+    cfg.moe_intermediate_size = 512;
+    ASSERT_TRUE(cfg.validate().is_ok());
+    const int n1 = 300, n2 = 200;
+    std::vector<int32_t> prompt(n1 + n2);
+    for (int i = 0; i < n1 + n2; ++i) prompt[size_t(i)] = int32_t((37 * i + 11) % cfg.vocab_size);
+    std::vector<std::vector<float>> out[4];
+    for (int v = 0; v < 4; ++v) {
+        CudaRunnerOptions o;
+        o.n_pages = 512;
+        o.max_seqs = 4;
+        o.max_tokens = 512;
+        o.max_context = 1024;
+        o.rt.batched_prefill = v != 0;
+        o.rt.prefill_q_bf16 = v != 2;
+        if (v == 3) o.rt.moe_gemm_variant = "moe_wgmma_pk_t128_s6_ws_bal";
+        o.verbose = false;
+        SyntheticWeightsOptions w;
+        w.seed = 5;
+        auto r = make_cuda_runner_synthetic(cfg, w, o);
+        ASSERT_TRUE(r.is_ok()) << r.status().message();
+        const std::vector<int32_t> table = synthetic_page_table((*r)->kv_layout(), 0, n1 + n2);
+        for (int c = 0; c < 2; ++c) {
+            ForwardBatch b;
+            const int64_t start = c == 0 ? 0 : n1;
+            b.seqs.push_back(SeqChunk{0, std::span<const int32_t>(prompt).subspan(size_t(start), c == 0 ? n1 : n2),
+                                      start, true, table});
+            std::vector<std::vector<float>> logits;
+            const Status st = (*r)->forward(b, logits);
+            ASSERT_TRUE(st.is_ok()) << st.message();
+            ASSERT_EQ(logits.size(), 1u);
+            out[v].push_back(logits[0]);
+        }
+    }
+    double scale = 0;
+    for (const auto& row : out[0])
+        for (float x : row) scale = std::max(scale, double(std::fabs(x)));
+    ASSERT_GT(scale, 0.0);
+    for (int v = 1; v < 4; ++v)
+        for (int c = 0; c < 2; ++c) {
+            ASSERT_EQ(out[v][size_t(c)].size(), out[0][size_t(c)].size());
+            double worst = 0;
+            int64_t nonfinite = 0;
+            for (size_t i = 0; i < out[0][size_t(c)].size(); ++i) {
+                nonfinite += !std::isfinite(out[v][size_t(c)][i]);
+                worst = std::max(worst, double(std::fabs(out[v][size_t(c)][i] - out[0][size_t(c)][i])));
+            }
+            std::printf("[proxy prefill] runner %d chunk %d: max |diff| to the token loop %.3g (%.3g of the logit scale %.3g)\n",
+                        v, c, worst, worst / scale, scale);
+            EXPECT_EQ(nonfinite, 0);
+            EXPECT_LT(worst, 0.03 * scale) << "runner " << v << " chunk " << c;
+        }
+    EXPECT_NE(out[1], out[2]) << "prefill_q_bf16 changed nothing: the bf16 q path did not run";
+}
+
 TEST(CudaProxy, SyntheticGeneratorsGiveValidCodes) {
     if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
     namespace sy = cuda::synth;

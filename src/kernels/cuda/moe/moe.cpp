@@ -160,7 +160,7 @@ std::string moe_grouped_variant_name(int i) {
     if (s.wgmma)  // moe_wgmma_sm90.cu: 2 warpgroups x 2 m64 tiles, t = token rows per CTA
         return std::string(s.layout == MoeWeightLayout::kPairRotated ? "moe_wgmma_pk" : "moe_wgmma") + "_t" +
                std::to_string(s.mt) + "_s" + std::to_string(s.stages) + (s.warps == 4 ? "_wg1" : "") +
-               (s.ws ? "_ws" : "") + (s.mixed ? "_mix" : "");
+               (s.ws ? "_ws" : "") + (s.mixed ? "_mix" : "") + (s.balanced ? "_bal" : "");
     std::string n = s.layout == MoeWeightLayout::kPairRotated ? "moe_gemm_pk" : "moe_gemm";
     n += "_w" + std::to_string(s.warps) + "_mt" + std::to_string(s.tiles) + "_t" + std::to_string(s.mt) + "_s" +
          std::to_string(s.stages);
@@ -186,9 +186,13 @@ int moe_grouped_select_variant(const MoeExpertArgs& a) {
     // Token tile by the mean rows per expert (docs/perf/ledger.md E29, Flash shapes, one layer's
     // gate-up + down): 12 rows (512 tokens) 16-row tiles 2.12 ms vs 32-row 2.33 ms; 24 rows (1K)
     // 32-row 2.48 ms vs 16-row 3.76 ms; 96 rows (4K) 64-row, 2 CTAs per SM, 6.95 ms vs 32-row 7.92 ms.
-    // wgmma (x_kperm): the mixed warp-specialised rows (mt 128, tails on 64-row tiles) from 5 rows per
-    // expert on, the plain 64-row rows below (E42, 20-layer proxy prefill, one user: 256 tokens, 6 rows
-    // per expert, 38.9 vs 41.4 ms; 512: 54.3 vs 64.2; 1K: 75.9 vs 90.2; 128 tokens, 3 rows: 34.6 vs 31.1).
+    // wgmma (x_kperm): the balanced warp-specialised rows (each expert's rows on tiles of one width,
+    // a multiple of 8) at every size measured (E44, 20-layer proxy prefill, one user, against the
+    // mixed rows from 5 rows per expert and the plain 64-row rows below: 128 tokens 27.1 vs 30.9 ms,
+    // 512 50.0 vs 64.7, 1K 68.6 vs 88.7, 4K 178.6 vs 178.5, 16K 823 vs 831).
+    if (a.x_kperm)
+        for (int i = 0; i < moe_grouped_variant_count(); ++i)
+            if (sm90::moe_grouped_shape(i).balanced && moe_grouped_variant_legal(i, a)) return i;
     const double per_expert = double(a.n_rows) / std::max(1, a.n_experts);
     const int want_mt = a.x_kperm ? (per_expert < 5 ? 64 : 128) : per_expert <= 16 ? 16 : per_expert <= 48 ? 32 : 64;
     for (int pass = 0; pass < 2; ++pass)

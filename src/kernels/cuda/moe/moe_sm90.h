@@ -37,6 +37,9 @@ struct MoeGroupedShape {
     bool mixed = false;
     // moe_wgmma_ws_sm90.cu: a producer warpgroup loads, two consumer warpgroups (warps = 8) compute.
     bool ws = false;
+    // ws rows with the balanced work list: each expert's rows in ceil(rows / 128) tiles of one width, a
+    // multiple of 8 (moe_tile_list.cuh); one launch.
+    bool balanced = false;
 };
 int moe_grouped_count();
 MoeGroupedShape moe_grouped_shape(int i);

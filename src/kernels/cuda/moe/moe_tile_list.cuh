@@ -27,6 +27,26 @@ __device__ __forceinline__ TileEntry tile_entry(const MoeExpertArgs& a, int tile
     return {e, t0, min(mt, a.expert_count[e] - t0)};
 }
 
+// The balanced work list (MoeGroupedShape::balanced): expert e's c rows in n = ceil(c / 128) tiles of
+// one width w, ceil(c / n) rounded up to 8 (<= 128), so the padded rows per tile are under 8 plus the
+// rounding instead of up to 127. Entry = tile index << 15 | (w / 8 - 1) << 11 | expert; every tile
+// has live rows ((n - 1) w <= (n - 1) 128 < c).
+constexpr int kBalancedWidthShift = kExpertBits, kBalancedTileShift = kExpertBits + 4;
+__host__ __device__ constexpr int balanced_width(int c) {
+    const int n = (c + 127) / 128;
+    return n == 0 ? 0 : ((c + n - 1) / n + 7) / 8 * 8;
+}
+struct BalancedEntry {
+    int e, t0, live, w;
+};
+__device__ __forceinline__ BalancedEntry balanced_entry(const MoeExpertArgs& a, int tile) {
+    const int32_t entry = a.tile_list[tile];
+    const int e = entry & ((1 << kExpertBits) - 1);
+    const int w = (((entry >> kBalancedWidthShift) & 15) + 1) * 8;
+    const int t0 = (entry >> kBalancedTileShift) * w;
+    return {e, t0, min(w, a.expert_count[e] - t0), w};
+}
+
 // Inclusive scan of s[0 .. 1024) by the 1,024 threads of the block (thread e adds into s[e]).
 __device__ __forceinline__ void scan_1024(int* s) {
     const int e = threadIdx.x;
@@ -74,6 +94,19 @@ __global__ void __launch_bounds__(1024) tile_list_mixed_kernel(const int32_t* co
     }
 }
 
+__global__ void __launch_bounds__(1024) tile_list_balanced_kernel(const int32_t* count, int n_experts, int32_t* list,
+                                                                  int32_t* n_tiles) {
+    __shared__ int s[1024];
+    const int e = threadIdx.x;
+    const int c = e < n_experts ? count[e] : 0;
+    const int nt = (c + 127) / 128, wcode = c > 0 ? balanced_width(c) / 8 - 1 : 0;
+    s[e] = nt;
+    scan_1024(s);
+    const int start = s[e] - nt;
+    for (int i = 0; i < nt; ++i) list[start + i] = (i << kBalancedTileShift) | (wcode << kBalancedWidthShift) | e;
+    if (e == 1023) *n_tiles = s[1023];
+}
+
 // Gives kernel k smem bytes of dynamic shared memory, writes a's work list for tiles of mt rows,
 // then runs k on (col_blocks, the work list's bound) CTAs of `threads`; CTAs past *n_tiles exit.
 inline cudaError_t launch_grouped(void (*k)(MoeExpertArgs), const MoeExpertArgs& a, int mt, int col_blocks,
@@ -109,6 +142,20 @@ inline cudaError_t launch_grouped_mixed(void (*k128)(MoeExpertArgs), int smem128
         if ((err = cudaGetLastError()) != cudaSuccess) return err;
     }
     k64<<<dim3(col_blocks, a.n_experts < a.n_rows ? a.n_experts : a.n_rows), threads, smem64, s>>>(b);
+    return cudaGetLastError();
+}
+
+// The balanced launch (MoeGroupedShape::balanced): writes the balanced work list, then runs k on
+// (col_blocks, its bound: the 128-row tiles' moe_grouped_max_tiles) CTAs; CTAs past *n_tiles exit.
+inline cudaError_t launch_grouped_balanced(void (*k)(MoeExpertArgs), const MoeExpertArgs& a, int col_blocks,
+                                           int threads, int smem, cudaStream_t s) {
+    cudaError_t err = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (err != cudaSuccess) return err;
+    tile_list_balanced_kernel<<<1, 1024, 0, s>>>(a.expert_count, a.n_experts, a.tile_list, a.n_tiles);
+    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    const int max_tiles = moe_grouped_max_tiles(a.n_rows, a.n_experts, 128);
+    if (max_tiles <= 0) return cudaSuccess;
+    k<<<dim3(col_blocks, max_tiles), threads, smem, s>>>(a);
     return cudaGetLastError();
 }
 

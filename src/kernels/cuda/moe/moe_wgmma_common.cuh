@@ -17,6 +17,7 @@
 #include "core/mxfp4_pair_rotated.h"
 #include "kernels/cuda/gemm/device_util.cuh"
 #include "kernels/cuda/gemm/wgmma.cuh"
+#include "kernels/cuda/gemm/wgmma_rs_n.cuh"
 #include "kernels/cuda/moe/moe_args.h"
 #include "kernels/cuda/moe/moe_expert_mma.cuh"
 #include "kernels/cuda/moe/moe_kperm.h"
@@ -109,6 +110,37 @@ __device__ __forceinline__ void mma_block(float (&acc)[2][NT / 2], const uint32_
     dev::wgmma_commit();
 }
 
+// mma_block for a token tile of w columns (8 <= w <= NT, w % 8 == 0, uniform over the warpgroup):
+// the wgmmas of width w, so a tile of w live rows costs w / NT of the full tile's tensor work.
+template <int W, int NT>
+__device__ __forceinline__ void mma_block_w(float (&acc)[2][NT / 2], const uint32_t (&A)[2][4][4], uint64_t desc) {
+#pragma unroll
+    for (int s = 0; s < 4; ++s)
+#pragma unroll
+        for (int m = 0; m < 2; ++m) dev::WgmmaRs<W>::run(acc[m], A[m][s], desc + 2 * s);
+}
+template <int NT>
+__device__ __forceinline__ void mma_block_width(float (&acc)[2][NT / 2], const uint32_t (&A)[2][4][4], uint32_t x_addr,
+                                                int w) {
+    static_assert(NT == 128, "widths 8 .. 128");
+    const uint64_t desc = dev::wgmma_desc_k128(x_addr);
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int i = 0; i < NT / 2; ++i) dev::wgmma_pin(acc[m][i]);
+    dev::wgmma_fence();
+    switch (w >> 3) {
+#define DSV4_WIDTH_CASE(W) \
+    case W / 8: mma_block_w<W, NT>(acc, A, desc); break;
+        DSV4_WIDTH_CASE(8) DSV4_WIDTH_CASE(16) DSV4_WIDTH_CASE(24) DSV4_WIDTH_CASE(32) DSV4_WIDTH_CASE(40)
+        DSV4_WIDTH_CASE(48) DSV4_WIDTH_CASE(56) DSV4_WIDTH_CASE(64) DSV4_WIDTH_CASE(72) DSV4_WIDTH_CASE(80)
+        DSV4_WIDTH_CASE(88) DSV4_WIDTH_CASE(96) DSV4_WIDTH_CASE(104) DSV4_WIDTH_CASE(112) DSV4_WIDTH_CASE(120)
+        default: mma_block_w<128, NT>(acc, A, desc); break;
+#undef DSV4_WIDTH_CASE
+    }
+    dev::wgmma_commit();
+}
+
 // Waits for every wgmma group of this warpgroup; the accumulators are final after it.
 template <int NT>
 __device__ __forceinline__ void mma_retire_all(float (&acc)[2][NT / 2]) {
@@ -125,11 +157,13 @@ __device__ __forceinline__ void mma_retire_all(float (&acc)[2][NT / 2]) {
 // each (ncu: 8 of 32 bytes used), so h goes through shared memory. acc[m][4j + q] = (row wq*16 + g
 // + 8 (q >> 1), token 8j + 2t + (q & 1)) of tile m.
 constexpr int hs_stride(int wg) { return wg * 64 + 8; }  // +8: rows 16 B apart in the banks
+// w: the tile's computed width (columns past it hold nothing).
 template <int NT, int WG>
 __device__ __forceinline__ void gateup_to_smem(const float (&acc)[2][NT / 2], const MoeExpertArgs& a, int p0, int live,
-                                               int c, int wq, int g, int t, __nv_bfloat16* hs) {
+                                               int c, int wq, int g, int t, __nv_bfloat16* hs, int w = NT) {
 #pragma unroll
-    for (int j = 0; j < NT / 8; ++j)
+    for (int j = 0; j < NT / 8; ++j) {
+        if (8 * j >= w) break;
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
             const int tok = 8 * j + 2 * t + (q & 1);
@@ -143,6 +177,7 @@ __device__ __forceinline__ void gateup_to_smem(const float (&acc)[2][NT / 2], co
             const float hv = gt / (1.0f + expf(-gt)) * up * a.perm_w[p];
             hs[tok * hs_stride(WG) + c * 64 + moe_kperm::pos_of(rr)] = __float2bfloat16_rn(hv);
         }
+    }
 }
 // Part 2 (after a barrier over the writers): the live rows of hs to h (permuted row p0 + tok,
 // columns c0 ..), 16 bytes per thread and step; thread i0 of n.

@@ -33,7 +33,9 @@ constexpr int ws_smem_bytes(int nt, int stages, int K) {
     return 1024 + stages * stage_bytes(nt, 2) + kRows * scale_stride(K) + nt * 4 + (2 * stages + 1) * 8;
 }
 
-template <bool GATEUP, bool PK, int NT, int STAGES>
+// BAL: the balanced work list (moe_tile_list.cuh): each tile has its own width w (a multiple of 8 up
+// to NT = 128) and the wgmmas and x copies cover w token rows, not NT.
+template <bool GATEUP, bool PK, int NT, int STAGES, bool BAL = false>
 __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_ws_kernel(MoeExpertArgs a) {
     static_assert(STAGES >= 2, "the producer fills one slot while the consumers read another");
     constexpr int kStage = stage_bytes(NT, 2), kX = NT * 128;
@@ -41,7 +43,14 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_ws_kernel(MoeExpertArgs
     unsigned char* smem = dev::align_smem_1024(smem_raw);
     const int tile = blockIdx.y;
     if (tile >= *a.n_tiles) return;
-    const auto [e, t0, live] = tile_entry(a, tile, NT);
+    int e, t0, live, w = NT;
+    if constexpr (BAL) {
+        const BalancedEntry be = balanced_entry(a, tile);
+        e = be.e, t0 = be.t0, live = be.live, w = be.w;
+    } else {
+        const TileEntry te = tile_entry(a, tile, NT);
+        e = te.e, t0 = te.t0, live = te.live;
+    }
     const int p0 = a.expert_offset[e] + t0;
     const int tid = threadIdx.x, wg = tid >> 7;
     const int K = a.K, nkb = K / 64, sstride = scale_stride(K);
@@ -102,7 +111,8 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_ws_kernel(MoeExpertArgs
             unsigned char* st = smem + s * kStage;
             const __nv_bfloat16* xk = x + kb * 64;
 #pragma unroll
-            for (int j = 0; j < XJ; ++j) dev::cp_async16(st + xdst + 2048 * j, xk + xoff[j], 16);
+            for (int j = 0; j < XJ; ++j)
+                if (!BAL || xm0 + 16 * j < w) dev::cp_async16(st + xdst + 2048 * j, xk + xoff[j], 16);
 #pragma unroll
             for (int j = 0; j < CJ; ++j) dev::cp_async16(st + cdst + 2048 * j, csrc[j] + kb * 32, 16);
             dev::mbar_arrive_cp_async(&full[s]);
@@ -129,7 +139,10 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_ws_kernel(MoeExpertArgs
     // Block kb from Acur while block kb + 1 is dequantised into Anext (whose block, kb - 1, has
     // retired by then: wait_group 1 after kb's group is queued).
     auto step = [&](int kb, uint32_t (&Acur)[2][4][4], uint32_t (&Anext)[2][4][4]) {
-        mma_block<NT>(acc, Acur, x_base + (kb % STAGES) * kStage);
+        if constexpr (BAL)
+            mma_block_width<NT>(acc, Acur, x_base + (kb % STAGES) * kStage, w);
+        else
+            mma_block<NT>(acc, Acur, x_base + (kb % STAGES) * kStage);
         dev::wgmma_wait<1>();
         if (kb >= 1) {
             __syncwarp();
@@ -152,7 +165,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_ws_kernel(MoeExpertArgs
         // Every consumer is done with the slots, and the producer's copies all landed before the
         // last full[] phase completed, so the slots are free.
         dev::named_barrier_sync(1, 256);
-        gateup_to_smem<NT, 2>(acc, a, p0, live, c, wq, g, t, hs);
+        gateup_to_smem<NT, 2>(acc, a, p0, live, c, wq, g, t, hs, live);
         dev::named_barrier_sync(1, 256);
         gateup_smem_to_global<2>(hs, a, p0, live, c0, tid - 128, 256);
     } else {
@@ -172,6 +185,18 @@ cudaError_t launch_mixed_mode(const MoeExpertArgs& a, cudaStream_t s) {
     return launch_grouped_mixed(moe_wgmma_ws_kernel<GATEUP, PK, 128, STAGES>, ws_smem_bytes(128, STAGES, a.K),
                                 moe_wgmma_ws_kernel<GATEUP, PK, 64, STAGES>, ws_smem_bytes(64, STAGES, a.K), a,
                                 a.N / (GATEUP ? kRows / 2 : kRows), kThreads, s);
+}
+
+// Balanced widths (launch_grouped_balanced): one launch, tiles of up to 128 rows.
+template <bool GATEUP, bool PK, int STAGES>
+cudaError_t launch_balanced_mode(const MoeExpertArgs& a, cudaStream_t s) {
+    return launch_grouped_balanced(moe_wgmma_ws_kernel<GATEUP, PK, 128, STAGES, true>, a,
+                                   a.N / (GATEUP ? kRows / 2 : kRows), kThreads, ws_smem_bytes(128, STAGES, a.K), s);
+}
+template <bool PK, int STAGES>
+cudaError_t launch_balanced(const MoeExpertArgs& a, cudaStream_t s) {
+    return a.mode == MoeExpertMode::kGateUp ? launch_balanced_mode<true, PK, STAGES>(a, s)
+                                            : launch_balanced_mode<false, PK, STAGES>(a, s);
 }
 
 template <bool PK, int STAGES>
@@ -201,12 +226,20 @@ constexpr Entry entry_mixed() {
     return e;
 }
 
+template <bool PK, int STAGES>
+constexpr Entry entry_balanced() {
+    Entry e = entry<PK, 128, STAGES>();
+    e.shape.balanced = true;
+    e.fn = &launch_balanced<PK, STAGES>;
+    return e;
+}
+
 // Measured (ledger E37, 20-layer proxy prefill, one user, with the producer's offsets in registers):
 // 4K 187.3 vs 202.5 ms for the plain mixed row, 16K 866.6 vs 920.2 ms; 6 slots beat 4 (before that
 // fix: 4K 192.0 vs 194.8 ms). E42: with every expert's rows on the tail kernel (256-1K tokens, 6-24
 // rows per expert) these rows beat the plain 64-row rows by 6-16%, at 3 rows per expert (128 tokens)
 // they lose 11%: moe_grouped_select_variant takes them from 5 rows per expert on.
-const Entry kTable[] = {entry_mixed<true, 6>(), entry_mixed<true, 4>(), entry_mixed<false, 6>()};
+const Entry kTable[] = {entry_mixed<true, 6>(), entry_balanced<true, 6>(), entry_mixed<true, 4>(), entry_mixed<false, 6>()};
 
 }  // namespace
 

@@ -114,8 +114,11 @@ MoeGroupedWs moe_grouped_ws(const MoeArgs& a, const MoeFastWs& f) {
 // else grouped_wgmma from kWgmmaMinRowsPerExpert rows per expert where a wgmma row is legal for both
 // gate-up and down. Measured (ledger E34, decode-bench, Flash shapes, one layer's gate-up + down):
 // 24 rows per expert (1K tokens) mma.sync 32-row tiles 2.46 ms vs wgmma 64-row 2.54-2.64 ms; 48
-// rows (2K) wgmma 2.48-2.74 ms vs mma.sync 3.58 ms; 96 rows (4K) 3.49-3.62 vs 6.95 ms.
-constexpr int kWgmmaMinRowsPerExpert = 48;
+// rows (2K) wgmma 2.48-2.74 ms vs mma.sync 3.58 ms; 96 rows (4K) 3.49-3.62 vs 6.95 ms. Since the
+// balanced warp-specialised rows (E44, 20-layer proxy prefill, one user, forced against these
+// defaults): 3 rows per expert (128 tokens) 27.1 vs 30.9 ms, 12 (512) 50.0 vs 64.7, 24 (1K) 68.6
+// vs 88.7: the wgmma rows from the first row on.
+constexpr int kWgmmaMinRowsPerExpert = 1;
 // Mean rows per expert of the step: the routed experts' shape class in a tuning file.
 int64_t mean_rows_per_expert(const MoeArgs& a) {
     const int64_t n_local = a.ep_count > 0 ? a.ep_count : a.E;

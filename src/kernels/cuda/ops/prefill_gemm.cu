@@ -65,8 +65,6 @@ cudaError_t prefill_gemm_linear(const PrefillGemm& g, const WeightDesc& w, const
         DSV4_LAUNCH_RET();
         A = g.w_scratch;
     }
-    if (cublasSetStream(g.handle, st) != CUBLAS_STATUS_SUCCESS) return cudaErrorUnknown;
-    const float alpha = 1.0f, beta = 0.0f;
     // Row-major y[T, ldy] = x[T, ldx] W^T is, column-major, Y (N x T, ld ldy) = W^T (W: K x N,
     // ld K) X (K x T, ld ldx); group g: W rows g*npg.., x columns g*K.., y columns g*npg.
     for (int64_t t0 = 0; t0 < T; t0 += g.x_rows) {
@@ -78,11 +76,8 @@ cudaError_t prefill_gemm_linear(const PrefillGemm& g, const WeightDesc& w, const
         }
         void* C = y_bf16 ? static_cast<void*>(static_cast<__nv_bfloat16*>(y_bf16) + t0 * ldy)
                          : static_cast<void*>(y + t0 * ldy);
-        const cublasStatus_t s = cublasGemmStridedBatchedEx(
-            g.handle, CUBLAS_OP_T, CUBLAS_OP_N, int(l.npg), int(rows), w.K, &alpha, A, CUDA_R_16BF, w.K,
-            l.npg * w.K, B, CUDA_R_16BF, int(ldx), w.K, &beta, C, y_bf16 ? CUDA_R_16BF : CUDA_R_32F, int(ldy), l.npg,
-            int(l.groups), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-        if (s != CUBLAS_STATUS_SUCCESS) return cudaErrorUnknown;
+        DSV4_CUDA_RET(lt_gemm_run(g.handle, int(l.npg), int(rows), w.K, A, w.K, l.npg * w.K, B, ldx, w.K, C, ldy, l.npg,
+                                  y_bf16 != nullptr, int(l.groups), st));
     }
     return cudaSuccess;
 }

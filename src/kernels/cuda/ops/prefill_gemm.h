@@ -3,14 +3,15 @@
 // a 4K-token chunk; a tensor-core GEMM tiles both operands. FP8 block-scaled weights (UE8M0 scales)
 // are dequantised to bf16 into a scratch once per call (exact: e4m3 x 2^k is a bf16 value), BF16
 // weights are used in place, x is rounded to bf16 (RNE, the fast kernels' rounding) and the product
-// accumulates in f32 (cublasGemmStridedBatchedEx, CUBLAS_COMPUTE_32F). Same values as the fast
+// accumulates in f32 (cuBLASLt, one algorithm per shape and token bucket: prefill_gemm_lt.h). Same values as the fast
 // kernels up to the summation order. Host-only header.
 #pragma once
 
-#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+#include "kernels/cuda/ops/prefill_gemm_lt.h"
 
 namespace dsv4::cuda {
 
@@ -19,7 +20,7 @@ struct WeightDesc;
 // Owned by the runner; WeightDesc::gemm points at it. One user at a time (the scratch buffers are
 // shared), so every call must run on one stream or on streams ordered with each other.
 struct PrefillGemm {
-    cublasHandle_t handle = nullptr;
+    LtGemm* handle = nullptr;      // owned by whoever made it (lt_gemm_create / lt_gemm_destroy); null: off
     void* w_scratch = nullptr;     // bf16 [w_scratch_elems]: the largest dequantised weight
     int64_t w_scratch_elems = 0;
     void* x_scratch = nullptr;     // bf16 [x_rows, x_cols]: a slice of x rounded to bf16
