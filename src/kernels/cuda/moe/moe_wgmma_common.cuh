@@ -31,14 +31,6 @@ constexpr int stage_bytes(int nt, int wg) { return (nt * 128 + 128 * wg * 32 + 1
 // Scale bytes per staged row: K / 32 plus 16 so that rows 1..7 apart fall in different banks.
 __host__ __device__ constexpr int scale_stride(int K) { return K / 32 + 16; }
 
-template <int NT>
-__device__ __forceinline__ void wgmma_rs(float (&d)[NT / 2], const uint32_t (&a)[4], uint64_t desc) {
-    if constexpr (NT == 128)
-        dev::wgmma_rs_m64n128k16(d, a, desc);
-    else
-        dev::wgmma_rs_m64n64k16(d, a, desc);
-}
-
 // Global row (in [n_experts * N)) of local weight row r of a CTA whose first column is c0, and the
 // matrix it belongs to. kGateUp: 64-row tile m = r / 64 is w3 when odd; tiles 2j, 2j + 1 hold the
 // same 64 h columns (c0 + 64 j ..); kDown: output row c0 + r.
@@ -93,50 +85,42 @@ __device__ __forceinline__ void dequant_block(const unsigned char* codes, const 
         }
 }
 
-// Block kb's 8 wgmmas (4 k16 steps x 2 m64 tiles) on the x tile at shared address x_addr, committed
-// as one group behind whatever this warpgroup has in flight.
-template <int NT>
-__device__ __forceinline__ void mma_block(float (&acc)[2][NT / 2], const uint32_t (&A)[2][4][4], uint32_t x_addr) {
-    const uint64_t desc = dev::wgmma_desc_k128(x_addr);
-#pragma unroll
-    for (int m = 0; m < 2; ++m)
-#pragma unroll
-        for (int i = 0; i < NT / 2; ++i) dev::wgmma_pin(acc[m][i]);
-    dev::wgmma_fence();
-#pragma unroll
-    for (int s = 0; s < 4; ++s)
-#pragma unroll
-        for (int m = 0; m < 2; ++m) wgmma_rs<NT>(acc[m], A[m][s], desc + 2 * s);  // +32 B per k16
-    dev::wgmma_commit();
-}
-
-// mma_block for a token tile of w columns (8 <= w <= NT, w % 8 == 0, uniform over the warpgroup):
-// the wgmmas of width w, so a tile of w live rows costs w / NT of the full tile's tensor work.
+// Block kb's 4 k16 steps x 2 m64 tiles of wgmmas W tokens wide (none when W > NT: the switch below
+// instantiates every width).
 template <int W, int NT>
 __device__ __forceinline__ void mma_block_w(float (&acc)[2][NT / 2], const uint32_t (&A)[2][4][4], uint64_t desc) {
+    if constexpr (W <= NT) {
 #pragma unroll
-    for (int s = 0; s < 4; ++s)
+        for (int s = 0; s < 4; ++s)
 #pragma unroll
-        for (int m = 0; m < 2; ++m) dev::WgmmaRs<W>::run(acc[m], A[m][s], desc + 2 * s);
+            for (int m = 0; m < 2; ++m) dev::WgmmaRs<W>::run(acc[m], A[m][s], desc + 2 * s);  // +32 B per k16
+    }
 }
+// Block kb's 8 wgmmas on the x tile at shared address x_addr, committed as one group behind whatever
+// this warpgroup has in flight. w: the token columns to compute (8 <= w <= NT, w % 8 == 0, uniform
+// over the warpgroup; the balanced tiles' width), so a tile of w live rows costs w / NT of the full
+// tile's tensor work; w == NT (every fixed-width caller) folds the switch away.
 template <int NT>
-__device__ __forceinline__ void mma_block_width(float (&acc)[2][NT / 2], const uint32_t (&A)[2][4][4], uint32_t x_addr,
-                                                int w) {
-    static_assert(NT == 128, "widths 8 .. 128");
+__device__ __forceinline__ void mma_block(float (&acc)[2][NT / 2], const uint32_t (&A)[2][4][4], uint32_t x_addr,
+                                          int w = NT) {
     const uint64_t desc = dev::wgmma_desc_k128(x_addr);
 #pragma unroll
     for (int m = 0; m < 2; ++m)
 #pragma unroll
         for (int i = 0; i < NT / 2; ++i) dev::wgmma_pin(acc[m][i]);
     dev::wgmma_fence();
-    switch (w >> 3) {
+    if (w == NT) {
+        mma_block_w<NT, NT>(acc, A, desc);
+    } else {
+        switch (w >> 3) {
 #define DSV4_WIDTH_CASE(W) \
     case W / 8: mma_block_w<W, NT>(acc, A, desc); break;
-        DSV4_WIDTH_CASE(8) DSV4_WIDTH_CASE(16) DSV4_WIDTH_CASE(24) DSV4_WIDTH_CASE(32) DSV4_WIDTH_CASE(40)
-        DSV4_WIDTH_CASE(48) DSV4_WIDTH_CASE(56) DSV4_WIDTH_CASE(64) DSV4_WIDTH_CASE(72) DSV4_WIDTH_CASE(80)
-        DSV4_WIDTH_CASE(88) DSV4_WIDTH_CASE(96) DSV4_WIDTH_CASE(104) DSV4_WIDTH_CASE(112) DSV4_WIDTH_CASE(120)
-        default: mma_block_w<128, NT>(acc, A, desc); break;
+            DSV4_WIDTH_CASE(8) DSV4_WIDTH_CASE(16) DSV4_WIDTH_CASE(24) DSV4_WIDTH_CASE(32) DSV4_WIDTH_CASE(40)
+            DSV4_WIDTH_CASE(48) DSV4_WIDTH_CASE(56) DSV4_WIDTH_CASE(64) DSV4_WIDTH_CASE(72) DSV4_WIDTH_CASE(80)
+            DSV4_WIDTH_CASE(88) DSV4_WIDTH_CASE(96) DSV4_WIDTH_CASE(104) DSV4_WIDTH_CASE(112) DSV4_WIDTH_CASE(120)
 #undef DSV4_WIDTH_CASE
+            default: break;
+        }
     }
     dev::wgmma_commit();
 }

@@ -139,10 +139,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_ws_kernel(MoeExpertArgs
     // Block kb from Acur while block kb + 1 is dequantised into Anext (whose block, kb - 1, has
     // retired by then: wait_group 1 after kb's group is queued).
     auto step = [&](int kb, uint32_t (&Acur)[2][4][4], uint32_t (&Anext)[2][4][4]) {
-        if constexpr (BAL)
-            mma_block_width<NT>(acc, Acur, x_base + (kb % STAGES) * kStage, w);
-        else
-            mma_block<NT>(acc, Acur, x_base + (kb % STAGES) * kStage);
+        mma_block<NT>(acc, Acur, x_base + (kb % STAGES) * kStage, w);  // w == NT unless BAL
         dev::wgmma_wait<1>();
         if (kb >= 1) {
             __syncwarp();
