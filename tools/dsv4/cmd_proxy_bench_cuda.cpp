@@ -3,8 +3,9 @@
 // CudaRunner::forward (captures the bucket's graph; logits checked finite), then `reps` replays of
 // that graph timed one by one with CUDA events (no host plan or logits work inside), median and
 // p10/p90; bytes moved per step from the model of perf-method.md (model/flash_proxy.h); GB/s and %
-// of the kernel copy bandwidth measured at the start of the same run; TFLOP/s against the cuBLAS
-// bf16 GEMM peak of the same run. Per-layer time = (step - non-layer part) / layers, where the
+// of the kernel copy and pure-read bandwidths measured at the start of the same run (the bytes
+// floor uses the higher one, docs/perf-method.md); TFLOP/s against the cuBLAS bf16 GEMM peak of
+// the same run, and the floor max(bytes floor, FLOP floor) where that peak was measured. Per-layer time = (step - non-layer part) / layers, where the
 // non-layer part (embedding, mHC head, LM head) is its own graph timed the same way; the 43-layer
 // Flash extrapolation is non-layer + 43 x per-layer.
 #include <cublas_v2.h>
@@ -86,16 +87,33 @@ Spread time_graph(cudaStream_t s, int reps, F&& enqueue) {
     return spread(t);
 }
 
-// Copy bandwidth (bytes read + written) of the stream_copy kernel over 2 x 2 GiB (random bytes).
+// Copy bandwidth (bytes read + written) of the stream_copy kernel over 2 x 2 GiB.
 double measure_copy_gbs(cudaStream_t s) {
     const size_t n = size_t(2) << 30;
     void *a = nullptr, *b = nullptr;
     if (!ok(cudaMalloc(&a, n), "cudaMalloc") || !ok(cudaMalloc(&b, n), "cudaMalloc")) return 0;
     cudaMemset(a, 0x5a, n);
+    cudaDeviceSynchronize();  // the memset runs on the legacy stream, s does not wait for it
     const Spread t = time_graph(s, 20, [&] { cuda::stream_copy(b, a, n, s); });
     cudaFree(a);
     cudaFree(b);
     return t.med > 0 ? 2.0 * double(n) / (t.med * 1e-6) / 1e9 : 0;
+}
+
+// Pure-read bandwidth of the stream_read_xor reduction over 2 GiB (the L2 is 60 MB), 8 CTAs per SM.
+double measure_read_gbs(cudaStream_t s) {
+    const size_t n = size_t(2) << 30;
+    int dev = 0, sms = 132;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    void *a = nullptr, *part = nullptr;
+    if (!ok(cudaMalloc(&a, n), "cudaMalloc") || !ok(cudaMalloc(&part, size_t(sms) * 8 * 16), "cudaMalloc")) return 0;
+    cudaMemset(a, 0x5a, n);
+    cudaDeviceSynchronize();  // the memset runs on the legacy stream, s does not wait for it
+    const Spread t = time_graph(s, 20, [&] { cuda::stream_read_xor(a, n, part, sms * 8, s); });
+    cudaFree(a);
+    cudaFree(part);
+    return t.med > 0 ? double(n) / (t.med * 1e-6) / 1e9 : 0;
 }
 
 // cuBLAS bf16 GEMM 8192^3 (TFLOP/s), inputs non-zero.
@@ -243,13 +261,18 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
     cudaStream_t s = nullptr;
     cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
     const double copy_gbs = measure_copy_gbs(s);
+    const double read_gbs = measure_read_gbs(s);
+    // The bytes floor's bandwidth: the higher of the two rates (perf-method.md).
+    const double bw_gbs = std::max(copy_gbs, read_gbs);
     const double gemm_tf = o.gemm_peak ? measure_gemm_tflops(s) : 0.0;
+    std::printf("ceilings (this run): copy kernel %.0f GB/s (read + write), read kernel %.0f GB/s; bytes floor at "
+                "%.0f GB/s; ",
+                copy_gbs, read_gbs, bw_gbs);
     if (o.gemm_peak)
-        std::printf("ceilings (this run): copy kernel %.0f GB/s (read + write); cuBLAS bf16 GEMM %.0f TFLOP/s\n",
-                    copy_gbs, gemm_tf);
+        std::printf("cuBLAS bf16 GEMM %.0f TFLOP/s\n", gemm_tf);
     else
-        std::printf("ceilings (this run): copy kernel %.0f GB/s (read + write); GEMM peak not measured\n", copy_gbs);
-    if (copy_gbs <= 0) return 3;
+        std::printf("GEMM peak not measured\n");
+    if (copy_gbs <= 0 || read_gbs <= 0) return 3;
 
     // Memory plan (per GPU): weights (exact, from the model; routed experts split over the GPUs)
     // + workspace estimate + reserve; the rest is pool (attention and its KV replicated per GPU).
@@ -353,6 +376,8 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
     J["reps"] = o.reps;
     J["warmup"] = o.warmup;
     J["copy_gbs"] = copy_gbs;
+    J["read_gbs"] = read_gbs;
+    J["bound_gbs"] = bw_gbs;
     J["gemm_bf16_tflops"] = gemm_tf;
     J["timing"] = "CUDA-graph replays of CudaRunner's decode step, CUDA events per replay";
     J["weights"] = {{"streamed", got.streamed}, {"experts", got.experts}, {"embed", got.embed}, {"tables", got.tables}};
@@ -368,9 +393,9 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
     J["points"] = json::array();
     std::printf("active kernels:\n%s", runner.variant_table().c_str());
 
-    std::printf("\n%6s %6s %10s %10s %10s %10s %9s %9s %8s %6s %8s %9s %10s %10s %7s\n", "batch", "ctx", "step_ms",
-                "p10_ms", "p90_ms", "tok/s", "MB/step", "GB/s", "%copy", "f(B)", "TFLOP/s", "head_ms", "layer_ms",
-                "43L_ms", "%roof43");
+    std::printf("\n%6s %6s %10s %10s %10s %10s %9s %9s %8s %8s %8s %6s %8s %9s %10s %10s %7s\n", "batch", "ctx",
+                "step_ms", "p10_ms", "p90_ms", "tok/s", "MB/step", "GB/s", "%copy", "%read", "%floor", "f(B)", "TFLOP/s",
+                "head_ms", "layer_ms", "43L_ms", "%roof43");
     std::mt19937 rng(uint32_t(o.seed));
     int exit_code = 0;
     // Batch-major order (every context of a batch, then the next batch), so that a time budget cuts
@@ -460,12 +485,18 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
             const double gbs = m.total() / sec / 1e9;
             const double layer_us = (st.med - hd.med) / cfg.n_layers;
             const double us43 = hd.med + 43.0 * layer_us;
-            const double roof43_us = m43.total() / (copy_gbs * 1e9) * 1e6;
+            const double roof43_us = m43.total() / (bw_gbs * 1e9) * 1e6;
             const double tflops = m.flops / sec / 1e12;
-            std::printf("%6d %6d %10.3f %10.3f %10.3f %10.0f %9.1f %9.0f %7.1f%% %6.3f %8.2f %9.3f %10.3f %10.2f %6.1f%%%s\n",
+            // Floor: bytes at the higher bandwidth, or the FLOPs at the GEMM peak when measured and larger.
+            const double bytes_floor_us = m.total() / (bw_gbs * 1e9) * 1e6;
+            const double flop_floor_us = gemm_tf > 0 ? m.flops / (gemm_tf * 1e12) * 1e6 : 0.0;
+            const double floor_us = std::max(bytes_floor_us, flop_floor_us);
+            std::printf("%6d %6d %10.3f %10.3f %10.3f %10.0f %9.1f %9.0f %7.1f%% %7.1f%% %7.1f%% %6.3f %8.2f %9.3f "
+                        "%10.3f %10.2f %6.1f%%%s\n",
                         B, L, st.med / 1e3, st.p10 / 1e3, st.p90 / 1e3, B / sec, m.total() / 1e6, gbs,
-                        100.0 * gbs / copy_gbs, m.expert_frac, tflops, hd.med / 1e3, layer_us / 1e3, us43 / 1e3,
-                        100.0 * roof43_us / us43, nonfinite ? "  NON-FINITE LOGITS" : "");
+                        100.0 * gbs / copy_gbs, 100.0 * gbs / read_gbs, 100.0 * floor_us / st.med, m.expert_frac,
+                        tflops, hd.med / 1e3, layer_us / 1e3, us43 / 1e3, 100.0 * roof43_us / us43,
+                        nonfinite ? "  NON-FINITE LOGITS" : "");
             std::fflush(stdout);
             if (nonfinite) exit_code = 4;
             pt.update({{"bucket", tr->bucket},
@@ -476,7 +507,11 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
                                   {"kv_per_seq", m.kv_per_seq}, {"expert_fraction", m.expert_frac}}},
                        {"gb_s", gbs},
                        {"pct_copy", 100.0 * gbs / copy_gbs},
-                       {"roofline_us", m.total() / (copy_gbs * 1e9) * 1e6},
+                       {"pct_read", 100.0 * gbs / read_gbs},
+                       {"roofline_us", bytes_floor_us},
+                       {"flop_floor_us", flop_floor_us},
+                       {"floor_us", floor_us},
+                       {"pct_floor", 100.0 * floor_us / st.med},
                        {"flops", m.flops},
                        {"tflops", tflops},
                        {"pct_gemm_peak", gemm_tf > 0 ? 100.0 * tflops / gemm_tf : 0.0},
@@ -495,9 +530,10 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
     J["wall_s"] = elapsed();
     std::ofstream f(o.json);
     f << J.dump(1) << "\n";
-    std::printf("\nstep = median of %d CUDA-graph replays (p10/p90 shown); bytes per the model above; %%copy = achieved "
-                "GB/s / copy kernel GB/s; layer_ms = (step - head) / %d; 43L_ms = head + 43 x layer_ms; %%roof43 = "
-                "43-layer bytes / copy bandwidth / 43L_ms. JSON: %s (%.0f s)\n",
+    std::printf("\nstep = median of %d CUDA-graph replays (p10/p90 shown); bytes per the model above; %%copy, %%read = "
+                "achieved GB/s / copy, read kernel GB/s; %%floor = max(bytes / max(copy, read), FLOPs / GEMM peak "
+                "when measured) / step; layer_ms = (step - head) / %d; 43L_ms = head + 43 x layer_ms; %%roof43 = "
+                "43-layer bytes / max(copy, read) / 43L_ms. JSON: %s (%.0f s)\n",
                 o.reps, cfg.n_layers, o.json.c_str(), elapsed());
     cudaStreamDestroy(s);
     return exit_code;

@@ -484,6 +484,10 @@ void grouped_matches_gemv(cuda::MoeArgs a, const float* shared, float* out_dev, 
 struct MoeCase {
     int E, K, T;
     bool hash;
+    // Down-projection scale bytes raised by 7 (x 128) in every expert: most land above 128, where
+    // the factor 2^(s-1) is not a finite bf16 and the dequant takes its two-multiply path (rows of
+    // one block mixing both paths).
+    bool big_down_scales = false;
 };
 
 TEST(CudaFastOps, MoeDispatchMatchesFp64AndCorrectFirst) {
@@ -493,7 +497,8 @@ TEST(CudaFastOps, MoeDispatchMatchesFp64AndCorrectFirst) {
     // The last two are prefill-sized (tens to 130 rows per expert: several token tiles of the
     // grouped GEMM, partial last tiles).
     const MoeCase cases[] = {{16, 4, 1, false}, {16, 4, 13, true}, {40, 6, 5, false}, {8, 2, 37, true}, {12, 8, 3, false},
-                              {40, 6, 8, false},  {40, 6, 300, false}, {12, 8, 200, true}};
+                              {40, 6, 8, false},  {40, 6, 300, false}, {12, 8, 200, true},
+                              {40, 6, 300, false, true}};
     uint32_t seed = 100;
     // Experts stacked [E, N, K/2] as the runner uploads them (each case takes the first E); std 0.2
     // so the clamp is exercised.
@@ -515,6 +520,15 @@ TEST(CudaFastOps, MoeDispatchMatchesFp64AndCorrectFirst) {
     }
     for (const MoeCase& c : cases) {
         const int E = c.E, K = c.K, T = c.T;
+        std::vector<uint8_t> s2c = s2;
+        std::vector<float> w2c = w2;
+        if (c.big_down_scales) {
+            int above = 0;
+            for (auto& b : s2c) above += (b = uint8_t(std::min(254, b + 7))) > 128;
+            for (auto& v : w2c) v *= 128.0f;
+            ASSERT_GT(above, int(s2c.size() / 2)) << "most down scale bytes above 128";
+            ASSERT_LT(above, int(s2c.size())) << "some at or below 128";
+        }
         const auto x = randn(size_t(T) * d, seed++);
         const auto logits = randn(size_t(T) * E, seed++);
         const auto bias = randn(E, seed++, 0.1f);
@@ -530,7 +544,7 @@ TEST(CudaFastOps, MoeDispatchMatchesFp64AndCorrectFirst) {
                 tid2eid.insert(tid2eid.end(), perm.begin(), perm.begin() + K);
             }
         }
-        Dev<uint8_t> dp1(p1), ds1(s1), dp3(p3), ds3(s3), dp2(p2), ds2(s2);
+        Dev<uint8_t> dp1(p1), ds1(s1), dp3(p3), ds3(s3), dp2(p2), ds2(s2c);
         Dev<float> dx(x), dlog(logits), dbias(bias), dsh(shared), dwts(size_t(T) * K), dh(size_t(T) * K * I),
             dyp(size_t(T) * K * d), dout(size_t(T) * d);
         Dev<int32_t> dtok(tokens), dt2e(tid2eid), dids(size_t(T) * K), dcnt(3 * size_t(E) + 1), dperm(size_t(T) * K),
@@ -582,7 +596,7 @@ TEST(CudaFastOps, MoeDispatchMatchesFp64AndCorrectFirst) {
             (on ? ids_fast : ids_simt) = dids.get();
         }
         std::vector<int32_t> ids_ref;
-        const auto ref = moe_ref(x, logits, bias, tid2eid, tokens, shared, w1, w3, w2, T, E, K, d, I, lim, rscale, ids_ref);
+        const auto ref = moe_ref(x, logits, bias, tid2eid, tokens, shared, w1, w3, w2c, T, E, K, d, I, lim, rscale, ids_ref);
         EXPECT_EQ(ids_fast, ids_ref);
         EXPECT_EQ(ids_simt, ids_ref);
         double scale = 0, err_ref = 0, err_simt = 0;
@@ -591,8 +605,9 @@ TEST(CudaFastOps, MoeDispatchMatchesFp64AndCorrectFirst) {
             err_ref = std::max(err_ref, std::fabs(fast[i] - ref[i]));
             err_simt = std::max(err_simt, double(std::fabs(fast[i] - simt[i])));
         }
-        std::printf("[op fast moe] E=%2d K=%d T=%2d %s: max|out| %.3g, |fast - fp64(bf16 x,h)| %.2e, |fast - correct-first| %.2e\n",
-                    E, K, T, c.hash ? "hash " : "score", scale, err_ref, err_simt);
+        std::printf("[op fast moe] E=%2d K=%d T=%2d %s%s: max|out| %.3g, |fast - fp64(bf16 x,h)| %.2e, |fast - correct-first| %.2e\n",
+                    E, K, T, c.hash ? "hash " : "score", c.big_down_scales ? " (down scales > 128)" : "", scale, err_ref,
+                    err_simt);
         EXPECT_LT(err_ref, 2e-3 * scale);   // a bf16 rounding of h may flip (1 ulp = 2^-8)
         EXPECT_LT(err_simt, 2e-2 * scale);  // bf16 x and h vs f32
         grouped_matches_gemv(a, dsh.p, dout.p, fast.size(), "checkpoint layout", ref, scale);

@@ -52,37 +52,64 @@ __device__ __forceinline__ int64_t weight_row(const MoeExpertArgs& a, int e, int
 // Block kb's register-A fragments of consumer warpgroup c (rows (2c + m) * 64 + 16 wq + g + 8 hh):
 // A[m][s] is the operand of k16 step s for m64 tile m. codes: the slot's code rows (32 B each);
 // scales: the CTA's scale rows over all K (sstride bytes apart). Thread (wq, g, t) as in wgmma.cuh.
+// Every shared-memory load is issued first, and the rare scale bytes above 128 (a factor that is
+// not a finite bf16, scale_words) are handled behind one branch per block instead of one per row
+// pair (ncu, session 17: four branch regions per block in the consumers' hot loop).
 template <bool PK>
 __device__ __forceinline__ void dequant_block(const unsigned char* codes, const unsigned char* scales, int sstride,
                                               int kb, int c, int wq, int g, int t, uint32_t (&A)[2][4][4]) {
+    uint2 v[2][2];
+    uint32_t sc[2][2];
 #pragma unroll
     for (int m = 0; m < 2; ++m)
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
             const int r = (2 * c + m) * 64 + wq * 16 + g + 8 * hh;
-            const uint2 v = *reinterpret_cast<const uint2*>(codes + r * 32 + 8 * t);
-            const uint32_t sc = scales[r * sstride + kb * 2 + (t >> 1)];
+            v[m][hh] = *reinterpret_cast<const uint2*>(codes + r * 32 + 8 * t);
+            sc[m][hh] = scales[r * sstride + kb * 2 + (t >> 1)];
+        }
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
             uint32_t w[8];
             uint32_t q0[4], q1[4];
             if constexpr (PK) {
-                mxfp4_pk::pair_words(v.x, q0);
-                mxfp4_pk::pair_words(v.y, q1);
+                mxfp4_pk::pair_words(v[m][hh].x, q0);
+                mxfp4_pk::pair_words(v[m][hh].y, q1);
             } else {
-                mxfp4_pk::checkpoint_pair_words(v.x, q0);
-                mxfp4_pk::checkpoint_pair_words(v.y, q1);
+                mxfp4_pk::checkpoint_pair_words(v[m][hh].x, q0);
+                mxfp4_pk::checkpoint_pair_words(v[m][hh].y, q1);
             }
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
                 w[q] = q0[q];
                 w[4 + q] = q1[q];
             }
-            moe_mma::scale_words<8>(sc, w);
+            moe_mma::scale_words_low<8>(sc[m][hh], w);
 #pragma unroll
             for (int s = 0; s < 4; ++s) {
                 A[m][s][hh] = w[4 * (s >> 1) + 2 * (s & 1)];
                 A[m][s][2 + hh] = w[4 * (s >> 1) + 2 * (s & 1) + 1];
             }
         }
+    if (max(max(sc[0][0], sc[0][1]), max(sc[1][0], sc[1][1])) > 128u) {
+#pragma unroll
+        for (int m = 0; m < 2; ++m)
+#pragma unroll
+            for (int hh = 0; hh < 2; ++hh) {
+                if (sc[m][hh] <= 128u) continue;
+                const __nv_bfloat162 f = moe_mma::scale_rest_factor(sc[m][hh]);
+#pragma unroll
+                for (int s = 0; s < 4; ++s)
+#pragma unroll
+                    for (int j = 0; j < 2; ++j) {
+                        uint32_t& word = A[m][s][2 * j + hh];
+                        __nv_bfloat162 r = __hmul2(*reinterpret_cast<__nv_bfloat162*>(&word), f);
+                        word = *reinterpret_cast<uint32_t*>(&r);
+                    }
+            }
+    }
 }
 
 // Block kb's 4 k16 steps x 2 m64 tiles of wgmmas W tokens wide (none when W > NT: the switch below
@@ -141,10 +168,14 @@ __device__ __forceinline__ void mma_retire_all(float (&acc)[2][NT / 2]) {
 // each (ncu: 8 of 32 bytes used), so h goes through shared memory. acc[m][4j + q] = (row wq*16 + g
 // + 8 (q >> 1), token 8j + 2t + (q & 1)) of tile m.
 constexpr int hs_stride(int wg) { return wg * 64 + 8; }  // +8: rows 16 B apart in the banks
-// w: the tile's computed width (columns past it hold nothing).
+// w: the tile's computed width (columns past it hold nothing). tile_w: when given, the routing
+// weights of the tile's token rows in shared memory (tile_w[tok] = perm_w[p0 + min(tok, live - 1)]),
+// read instead of perm_w (ncu, session 17: the dependent global loads of perm_w stalled each group
+// of eight tokens).
 template <int NT, int WG>
 __device__ __forceinline__ void gateup_to_smem(const float (&acc)[2][NT / 2], const MoeExpertArgs& a, int p0, int live,
-                                               int c, int wq, int g, int t, __nv_bfloat16* hs, int w = NT) {
+                                               int c, int wq, int g, int t, __nv_bfloat16* hs, int w = NT,
+                                               const float* tile_w = nullptr) {
 #pragma unroll
     for (int j = 0; j < NT / 8; ++j) {
         if (8 * j >= w) break;
@@ -158,7 +189,7 @@ __device__ __forceinline__ void gateup_to_smem(const float (&acc)[2][NT / 2], co
                 gt = fminf(gt, a.swiglu_limit);
                 up = fminf(fmaxf(up, -a.swiglu_limit), a.swiglu_limit);
             }
-            const float hv = gt / (1.0f + expf(-gt)) * up * a.perm_w[p];
+            const float hv = gt / (1.0f + expf(-gt)) * up * (tile_w ? tile_w[tok] : a.perm_w[p]);
             hs[tok * hs_stride(WG) + c * 64 + moe_kperm::pos_of(rr)] = __float2bfloat16_rn(hv);
         }
     }

@@ -27,10 +27,72 @@ namespace {
 
 constexpr int kThreads = 384, kRows = 256;
 constexpr int kProducerRegs = 56, kConsumerRegs = 224;  // 128 x 56 + 256 x 224 <= 65,536 (40 / 232 spills in the producer)
-// Dynamic shared memory: alignment slack, the slots, the scales of all K, the tile's x rows, the
-// barriers (full[STAGES], empty[STAGES], sbar).
+// Dynamic shared memory: alignment slack, the slots, the scales of all K, the tile's x rows and
+// their routing weights, the barriers (full[STAGES], empty[STAGES], sbar).
 constexpr int ws_smem_bytes(int nt, int stages, int K) {
-    return 1024 + stages * stage_bytes(nt, 2) + kRows * scale_stride(K) + nt * 4 + (2 * stages + 1) * 8;
+    return 1024 + stages * stage_bytes(nt, 2) + kRows * scale_stride(K) + nt * 8 + (2 * stages + 1) * 8;
+}
+
+// The consumer warpgroups' part of moe_wgmma_ws_kernel for a tile computed W token columns wide
+// (W <= NT, a multiple of 8; W == NT for the fixed-width rows): the k loop over the slots the
+// producer fills, then the epilogue. smem: the aligned dynamic shared memory of the kernel.
+template <bool GATEUP, bool PK, int NT, int STAGES, int W>
+__device__ __forceinline__ void consume(const MoeExpertArgs& a, unsigned char* smem, int p0, int live, int c0,
+                                        int tid) {
+    static_assert(W % 8 == 0 && W >= 8 && W <= NT, "the width is a multiple of 8 up to the tile");
+    constexpr int kStage = stage_bytes(NT, 2), kX = NT * 128;
+    const int K = a.K, nkb = K / 64, sstride = scale_stride(K);
+    unsigned char* const scales = smem + STAGES * kStage;
+    int32_t* const xrows = reinterpret_cast<int32_t*>(scales + kRows * sstride);
+    const float* const tile_w = reinterpret_cast<const float*>(xrows + NT);
+    uint64_t* const full = reinterpret_cast<uint64_t*>(xrows + 2 * NT);
+    uint64_t* const empty = full + STAGES;
+    uint64_t* const sbar = empty + STAGES;
+    const int wg = tid >> 7, c = wg - 1, lane = tid & 31, wq = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
+    float acc[2][W / 2];
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int i = 0; i < W / 2; ++i) acc[m][i] = 0.0f;
+    const uint32_t x_base = dev::smem_addr(smem);
+    auto acquire = [&](int kb, uint32_t (&A)[2][4][4]) {
+        const int s = kb % STAGES;
+        dev::mbar_wait(&full[s], (kb / STAGES) & 1);
+        dev::fence_proxy_async_smem();
+        dequant_block<PK>(smem + s * kStage + kX, scales, sstride, kb, c, wq, g, t, A);
+    };
+    // Block kb from Acur while block kb + 1 is dequantised into Anext (whose block, kb - 1, has
+    // retired by then: wait_group 1 after kb's group is queued).
+    auto step = [&](int kb, uint32_t (&Acur)[2][4][4], uint32_t (&Anext)[2][4][4]) {
+        mma_block<W>(acc, Acur, x_base + (kb % STAGES) * kStage);
+        dev::wgmma_wait<1>();
+        if (kb >= 1) {
+            __syncwarp();
+            if (lane == 0) dev::mbar_arrive(&empty[(kb - 1) % STAGES]);
+        }
+        if (kb + 1 < nkb) acquire(kb + 1, Anext);
+    };
+    uint32_t A0[2][4][4], A1[2][4][4];
+    dev::mbar_wait(sbar, 0);
+    acquire(0, A0);
+    for (int kb = 0; kb < nkb; kb += 2) {
+        step(kb, A0, A1);
+        if (kb + 1 < nkb) step(kb + 1, A1, A0);
+    }
+    mma_retire_all<W>(acc);
+
+    if constexpr (GATEUP) {
+        static_assert(NT * hs_stride(2) * 2 <= STAGES * kStage, "h tile fits the pipeline's shared memory");
+        __nv_bfloat16* hs = reinterpret_cast<__nv_bfloat16*>(smem);
+        // Every consumer is done with the slots, and the producer's copies all landed before the
+        // last full[] phase completed, so the slots are free.
+        dev::named_barrier_sync(1, 256);
+        gateup_to_smem<W, 2>(acc, a, p0, live, c, wq, g, t, hs, live, tile_w);
+        dev::named_barrier_sync(1, 256);
+        gateup_smem_to_global<2>(hs, a, p0, live, c0, tid - 128, 256);
+    } else {
+        down_to_global<W>(acc, a, p0, live, c0, c, wq, g, t);
+    }
 }
 
 // BAL: the balanced work list (moe_tile_list.cuh): each tile has its own width w (a multiple of 8 up
@@ -57,7 +119,8 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_ws_kernel(MoeExpertArgs
     const int c0 = blockIdx.x * (GATEUP ? kRows / 2 : kRows);
     unsigned char* const scales = smem + STAGES * kStage;
     int32_t* const xrows = reinterpret_cast<int32_t*>(scales + kRows * sstride);
-    uint64_t* const full = reinterpret_cast<uint64_t*>(xrows + NT);
+    float* const tile_w = reinterpret_cast<float*>(xrows + NT);
+    uint64_t* const full = reinterpret_cast<uint64_t*>(xrows + 2 * NT);
     uint64_t* const empty = full + STAGES;
     uint64_t* const sbar = empty + STAGES;
     if (tid == 0) {
@@ -70,6 +133,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_ws_kernel(MoeExpertArgs
     if (tid < NT) {
         const int p = p0 + min(tid, live - 1);  // dead rows repeat the last live one
         xrows[tid] = GATEUP ? a.perm_token[p] : p;
+        if constexpr (GATEUP) tile_w[tid] = a.perm_w[p];
     }
     __syncthreads();
 
@@ -123,50 +187,23 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_ws_kernel(MoeExpertArgs
 
     // consumers
     dev::setmaxnreg_inc<kConsumerRegs>();
-    const int c = wg - 1, lane = tid & 31, wq = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
-    float acc[2][NT / 2];
-#pragma unroll
-    for (int m = 0; m < 2; ++m)
-#pragma unroll
-        for (int i = 0; i < NT / 2; ++i) acc[m][i] = 0.0f;
-    const uint32_t x_base = dev::smem_addr(smem);
-    auto acquire = [&](int kb, uint32_t (&A)[2][4][4]) {
-        const int s = kb % STAGES;
-        dev::mbar_wait(&full[s], (kb / STAGES) & 1);
-        dev::fence_proxy_async_smem();
-        dequant_block<PK>(smem + s * kStage + kX, scales, sstride, kb, c, wq, g, t, A);
-    };
-    // Block kb from Acur while block kb + 1 is dequantised into Anext (whose block, kb - 1, has
-    // retired by then: wait_group 1 after kb's group is queued).
-    auto step = [&](int kb, uint32_t (&Acur)[2][4][4], uint32_t (&Anext)[2][4][4]) {
-        mma_block<NT>(acc, Acur, x_base + (kb % STAGES) * kStage, w);  // w == NT unless BAL
-        dev::wgmma_wait<1>();
-        if (kb >= 1) {
-            __syncwarp();
-            if (lane == 0) dev::mbar_arrive(&empty[(kb - 1) % STAGES]);
+    if constexpr (BAL) {
+        // One consumer instantiation per width, chosen once per tile: the width is then a constant of
+        // the main loop (no per-block dispatch) and the accumulators take w / 2 registers, not NT / 2
+        // (ncu, session 17: the per-block width switch and the thread-index arithmetic that register
+        // pressure made the compiler recompute were ~50 of the 242 instructions per block).
+        switch (w >> 3) {
+#define DSV4_WIDTH_CASE(W) \
+    case W / 8: consume<GATEUP, PK, NT, STAGES, W>(a, smem, p0, live, c0, tid); break;
+            DSV4_WIDTH_CASE(8) DSV4_WIDTH_CASE(16) DSV4_WIDTH_CASE(24) DSV4_WIDTH_CASE(32) DSV4_WIDTH_CASE(40)
+            DSV4_WIDTH_CASE(48) DSV4_WIDTH_CASE(56) DSV4_WIDTH_CASE(64) DSV4_WIDTH_CASE(72) DSV4_WIDTH_CASE(80)
+            DSV4_WIDTH_CASE(88) DSV4_WIDTH_CASE(96) DSV4_WIDTH_CASE(104) DSV4_WIDTH_CASE(112) DSV4_WIDTH_CASE(120)
+            DSV4_WIDTH_CASE(128)
+#undef DSV4_WIDTH_CASE
+            default: break;
         }
-        if (kb + 1 < nkb) acquire(kb + 1, Anext);
-    };
-    uint32_t A0[2][4][4], A1[2][4][4];
-    dev::mbar_wait(sbar, 0);
-    acquire(0, A0);
-    for (int kb = 0; kb < nkb; kb += 2) {
-        step(kb, A0, A1);
-        if (kb + 1 < nkb) step(kb + 1, A1, A0);
-    }
-    mma_retire_all<NT>(acc);
-
-    if constexpr (GATEUP) {
-        static_assert(NT * hs_stride(2) * 2 <= STAGES * kStage, "h tile fits the pipeline's shared memory");
-        __nv_bfloat16* hs = reinterpret_cast<__nv_bfloat16*>(smem);
-        // Every consumer is done with the slots, and the producer's copies all landed before the
-        // last full[] phase completed, so the slots are free.
-        dev::named_barrier_sync(1, 256);
-        gateup_to_smem<NT, 2>(acc, a, p0, live, c, wq, g, t, hs, live);
-        dev::named_barrier_sync(1, 256);
-        gateup_smem_to_global<2>(hs, a, p0, live, c0, tid - 128, 256);
     } else {
-        down_to_global<NT>(acc, a, p0, live, c0, c, wq, g, t);
+        consume<GATEUP, PK, NT, STAGES, NT>(a, smem, p0, live, c0, tid);
     }
 }
 
