@@ -84,8 +84,9 @@ struct RuntimeOptions {
     bool prefill_attn_wgmma = true;
     // Both thresholds above for decode-only steps (one token per sequence): there the decode kernels
     // stay ahead longer (E33: 128- and 256-sequence steps 30% and 3% slower on the GEMMs; E44, with the
-    // balanced wgmma expert rows: 256 sequences 57.3 vs 55.2 ms, 384 64.0 vs 76.6 ms); 0: never.
-    int decode_gemm_min_tokens = 384;
+    // balanced wgmma expert rows: 256 sequences 57.3 vs 55.2 ms, 384 64.0 vs 76.6 ms; E49, with the
+    // per-width expert consumers: 256 51.0 vs 55.3 ms, 320 55.8 vs 67.1; below 256 not measured); 0: never.
+    int decode_gemm_min_tokens = 256;
     // proxy-bench: after timing a point, the per-op table of the captured step (runtime/op_profile.h).
     bool op_profile = false;
     // Test hook (issue 21): > 0 makes the N-th step the runner launches (1 = the first; steps with at
