@@ -53,10 +53,10 @@ __device__ __forceinline__ void dequant16(const uint4 v, float sc, uint32_t (&o)
 // Applies the UE8M0 byte s to N bf16x2 words holding e2m1 x 2^-126: x 2^(s-1), exact (e2m1 x
 // 2^(s-127) is a bf16 value, for s = 0 a subnormal; bf16 multiplies keep subnormal inputs, PTX
 // mul/fma .bf16x2 have no .ftz). Shared by the GEMV and both grouped GEMMs.
-// The common part of scale_words: x 2^(min(s,128) - 1), no branch (exact for s <= 128).
+// scale_words_low: its common part, x 2^(min(s,128) - 1), no branch (exact for s <= 128).
 template <int N>
 __device__ __forceinline__ void scale_words_low(uint32_t s, uint32_t* o) {
-    const uint32_t e1 = min(s, 128u) + 126u;
+    const uint32_t e1 = min(s, 128u) + 126u;  // bf16 exponent field of 2^(min(s,128) - 1)
     const uint32_t f1 = (e1 << 7) | (e1 << 23);
     const __nv_bfloat162 m1 = *reinterpret_cast<const __nv_bfloat162*>(&f1);
 #pragma unroll
@@ -74,17 +74,9 @@ __device__ __forceinline__ __nv_bfloat162 scale_rest_factor(uint32_t s) {
 }
 template <int N>
 __device__ __forceinline__ void scale_words(uint32_t s, uint32_t* o) {
-    const uint32_t e1 = min(s, 128u) + 126u;  // bf16 exponent field of 2^(min(s,128) - 1)
-    const uint32_t f1 = (e1 << 7) | (e1 << 23);
-    const __nv_bfloat162 m1 = *reinterpret_cast<const __nv_bfloat162*>(&f1);
-#pragma unroll
-    for (int i = 0; i < N; ++i) {
-        __nv_bfloat162 r = __hmul2(*reinterpret_cast<__nv_bfloat162*>(&o[i]), m1);
-        o[i] = *reinterpret_cast<uint32_t*>(&r);
-    }
+    scale_words_low<N>(s, o);
     if (s > 128u) {  // rare: 2^(s-1) is not a finite bf16; apply the rest 2^(s-128) (NaN for 255)
-        const uint32_t f2 = s == 255u ? 0x7fc07fc0u : (((s - 1u) << 7) | ((s - 1u) << 23));
-        const __nv_bfloat162 m2 = *reinterpret_cast<const __nv_bfloat162*>(&f2);
+        const __nv_bfloat162 m2 = scale_rest_factor(s);
 #pragma unroll
         for (int i = 0; i < N; ++i) {
             __nv_bfloat162 r = __hmul2(*reinterpret_cast<__nv_bfloat162*>(&o[i]), m2);
