@@ -128,6 +128,12 @@ void RefModel::attention(int l, const SeqStateView& st, const float* x, int64_t 
         const int64_t n_c = r > 0 ? (p + 1) / r : 0;
         if (r > 0 && !csa) {
             for (int64_t w = 0; w < n_c; ++w) rows.push_back(st.comp_row(l, w));
+        } else if (csa && n_c > 0 && ref::index_selects_all(n_c, int(cfg_.index_topk))) {
+            for (int64_t w = 0; w < n_c; ++w) rows.push_back(st.comp_row(l, w));
+            if (opt.dump) {
+                for (int64_t w = 0; w < n_c; ++w) dumped_topk.push_back(int32_t(w));
+                for (int64_t i = n_c; i < cfg_.index_topk; ++i) dumped_topk.push_back(-1);
+            }
         } else if (csa && n_c > 0) {
             // Lightning indexer: I(p,w) = sum_h w_h ReLU(q_h . k_w) (spec §2.8), then top-k.
             float* qi = &iq[size_t(t) * IH * ID];

@@ -93,9 +93,10 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
     DSV4_RETURN_IF_ERROR(F(ws_.X, Tm * n * d));
     DSV4_RETURN_IF_ERROR(F(ws_.xn, Tm * d));
     DSV4_RETURN_IF_ERROR(F(ws_.coeffs, Tm * (2 * n + n * n)));
-    // 16 chunk rows per token: a prefill step's n*d reduction then splits into chunks of <= 1024
-    // elements, the width the token-group mixing kernel stages (with fewer rows a 4K-token step fell
-    // back to the per-token form, re-reading the mixing matrix from L2 once per token: E33).
+    // At least 16 chunk rows per token: a prefill step's n*d reduction then splits into chunks of
+    // <= 1024 elements, the width the token-group mixing kernel stages (with fewer rows a 4K-token step
+    // fell back to the per-token form, re-reading the mixing matrix from L2 once per token: E33);
+    // steps of fewer tokens get more rows each (mhc_mix_chunks halves its wish until it fits).
     ws_.mhc_mix_rows = int64_t(std::max(16 * Tm, 32 * Bm));
     DSV4_ASSIGN_OR_RETURN(ws_.mhc_mix, arena_.alloc_n<double>(size_t(ws_.mhc_mix_rows) * ((2 + n) * n + 1)));
     DSV4_RETURN_IF_ERROR(F(ws_.y, Tm * d));
@@ -450,6 +451,7 @@ Status CudaRunner::plan(const ForwardBatch& batch, bool decode_graph, HostPlan& 
     // longest context before the decoded token.
     int64_t longest = 0;
     for (int s = 0; s < B; ++s) longest = std::max<int64_t>(longest, hp.start_pos[s] + hp.n_tok[s] - 1);
+    hp.end_pos = longest + 1;
     hp.sd_rule = hp.max_t == 1 ? sparse_decode_rule_for(B, longest) : -1;
     hp.batched = !decode_graph && batched_step(hp.max_t);
     if (hp.batched) {
@@ -509,7 +511,12 @@ void CudaRunner::set_gemm_thresholds(int max_t) {
     if (gemm_.handle) gemm_.min_tokens = decode_only ? rt.decode_gemm_min_tokens : rt.prefill_gemm_min_tokens;
 }
 
-Status CudaRunner::run_step(int B, int T, int max_t, int R) {
+Status CudaRunner::run_step(int B, int T, int max_t, int R, int64_t end_pos) {
+    step_end_pos_ = end_pos;
+    struct Reset {
+        int64_t& v;
+        ~Reset() { v = kAnyEndPos; }
+    } reset{step_end_pos_};
     const cuda::StepPlan sp = step_plan(B);
     cudaStream_t st = stream_;
     const int n = cfg_.hc_mult, d = cfg_.hidden_size;

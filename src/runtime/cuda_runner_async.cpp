@@ -171,7 +171,7 @@ Status CudaRunner::queue_step(const ForwardBatch& batch, bool honour_sample) {
         DSV4_CU(cudaGraphLaunch(ge, stream_));
     } else {
         sd_rule_ = hp.sd_rule;
-        DSV4_RETURN_IF_ERROR(run_step(hp.B, hp.T, hp.max_t, hp.R));
+        DSV4_RETURN_IF_ERROR(run_step(hp.B, hp.T, hp.max_t, hp.R, hp.end_pos));
     }
     const size_t V = size_t(cfg_.vocab_size);
     const bool any_greedy = std::find(slot.dev_mode.begin(), slot.dev_mode.end(), DeviceSample::kGreedy) !=

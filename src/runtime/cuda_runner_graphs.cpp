@@ -24,7 +24,7 @@ Result<cudaGraphExec_t> CudaRunner::decode_graph(int B, int sd_rule) {
     auto it = graphs_.find(key);
     if (it != graphs_.end()) return it->second;
     sd_rule_ = sd_rule;
-    DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, capture([&] { return run_step(B, B, 1, B); }));
+    DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, capture([&] { return run_step(B, B, 1, B, kAnyEndPos); }));
     graphs_.emplace(key, ge);
     return ge;
 }
@@ -91,7 +91,7 @@ Result<DecodeGraphTiming> CudaRunner::time_decode_graph(const ForwardBatch& batc
         if (s.is_ok()) {
             prof_ = &prof;
             sd_rule_ = hp.sd_rule;
-            auto captured = capture([&] { return run_step(hp.B, hp.B, 1, hp.B); });
+            auto captured = capture([&] { return run_step(hp.B, hp.B, 1, hp.B, kAnyEndPos); });
             prof_ = nullptr;
             if (captured.is_ok()) ge = *captured;
             else s = captured.status();
@@ -119,7 +119,7 @@ Result<std::string> CudaRunner::profile_step(const ForwardBatch& batch) {
     DSV4_CU(prof.reserve(65536));
     prof_ = &prof;
     sd_rule_ = hp.sd_rule;
-    Status s = run_step(hp.B, hp.T, hp.max_t, hp.R);
+    Status s = run_step(hp.B, hp.T, hp.max_t, hp.R, hp.end_pos);
     prof_ = nullptr;
     DSV4_RETURN_IF_ERROR(s);
     DSV4_CU(cudaStreamSynchronize(stream_));

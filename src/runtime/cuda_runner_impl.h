@@ -56,7 +56,7 @@ struct Workspace {
     int64_t* start_pos;
     int64_t *gate_off, *gate_len;
     double* mhc_mix = nullptr;  // [mhc_mix_rows, (2+n)n + 1] mHC mixing dot products (MhcArgs::mix_ws)
-    int64_t mhc_mix_rows = 0;   // max(16 T, 32 B): chunk partial rows (decode: 32 chunks per token, prefill: 16)
+    int64_t mhc_mix_rows = 0;   // max(16 T, 32 B): chunk partial rows (decode: 32 chunks per token, prefill: 16-64)
     int64_t max_rows = 0;
     // Fast decode attention (sparse_decode): row lists, bf16 q / out, split partials.
     void *qb = nullptr, *ob = nullptr;
@@ -94,6 +94,7 @@ struct HostPlan {
     // Batched prefill steps: per token, its sequence, its position and its chunk's first position.
     bool batched = false;
     int sd_rule = -1;  // CudaRunner::sparse_decode_rule_for this step
+    int64_t end_pos = 0;  // the longest sequence's start_pos + n_tok (CudaRunner::run_step's end_pos)
     std::vector<int32_t> pf_seq;
     std::vector<int64_t> pf_pos, pf_stage_from;
 };
@@ -244,7 +245,11 @@ private:
     Status lm_head(int R);  // mHC head + final norm + LM head for R logit rows
     Status plan(const ForwardBatch& batch, bool decode_graph, HostPlan& hp) const;
     Status upload_plan(const HostPlan& hp);
-    Status run_step(int B, int T, int max_t, int R);
+    // end_pos: the step's largest start_pos + n_tok (kAnyEndPos for graphs, replayed at any position);
+    // below index_topk x ratio + ratio no CSA sequence has more rows than the indexer selects, so its
+    // queries and scores are skipped (ref::index_selects_all).
+    static constexpr int64_t kAnyEndPos = INT64_MAX;
+    Status run_step(int B, int T, int max_t, int R, int64_t end_pos);
     // Resolves opt_.rt's variant names against the registries (an unknown name is an error), stamps the
     // kernel choices into every weight descriptor and repacks the experts' codes (moe_layout).
     Status apply_kernel_choices();
@@ -341,6 +346,7 @@ private:
     std::vector<SparseDecodeRule> sd_rules_;
     std::vector<cuda::ShapeVariant> gemv_rules_, moe_rules_, grouped_rules_;
     int sd_rule_ = -1;  // the running step's sparse_decode rule (graphs are captured per rule)
+    int64_t step_end_pos_ = kAnyEndPos;  // run_step's end_pos while it runs
     int64_t test_delay_ns_ = 0;  // set_test_delay_ns: a spin at the start of every step
     bool fast_attn_ = false;
     bool batched_ = false;  // batched prefill available (batched_step)

@@ -23,6 +23,9 @@ Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, 
     cudaStream_t st = stream_;
     const int IH = cfg_.index_n_heads, ID = cfg_.index_head_dim;
     const int kappa = csa ? 2 : 1;
+    // No sequence of the step has more closed rows than the indexer selects: every row is attended
+    // (indexer_select) and the indexer's queries and head weights are not needed.
+    const bool idx_scores = csa && step_end_pos_ / r > cfg_.index_topk;
     // The projections of xn are independent until kv_step: q (then the indexer queries, which need
     // q_lat) on stream_, kv / compressor / indexer compressor + weights on side streams. At batch 1
     // each is a short, CTA-starved GEMV, so overlapping them fills the GPU.
@@ -52,7 +55,7 @@ Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, 
         else
             DSV4_CU(cuda::norm_rope(ws_.q, D, ws_.q, D, T * H, D, true, nullptr, eps, rope, R, ws_.pos, H, false, st));
     }
-    if (csa) {
+    if (idx_scores) {
         DSV4_CU(cuda::linear(L.idx_wq_b, -1, ws_.qlat, qr, 0, 0, ws_.iq, int64_t(IH) * ID, T, false, st, qlb));
         DSV4_CU(cuda::norm_rope(ws_.iq, ID, ws_.iq, ID, T * IH, ID, false, nullptr, eps, w_.rope_compress, R, ws_.pos,
                                 IH, false, st));
@@ -69,9 +72,11 @@ Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, 
         if (!ov) mark("indexer proj");
         DSV4_CU(cuda::linear(L.idx_comp.wkv, -1, ws_.xn, d, 0, 0, ws_.iv, 2 * ID, T, false, s_idx, xnb));
         DSV4_CU(cuda::linear(L.idx_comp.wgate, -1, ws_.xn, d, 0, 0, ws_.ig, 2 * ID, T, false, s_idx, xnb));
-        DSV4_CU(cuda::linear(L.idx_wproj, -1, ws_.xn, d, 0, 0, ws_.iw, IH, T, false, s_idx, xnb));
-        const float wscale = 1.0f / std::sqrt(float(ID)) / std::sqrt(float(IH));
-        DSV4_CU(cuda::scale_inplace(ws_.iw, int64_t(T) * IH, wscale, s_idx));
+        if (idx_scores) {
+            DSV4_CU(cuda::linear(L.idx_wproj, -1, ws_.xn, d, 0, 0, ws_.iw, IH, T, false, s_idx, xnb));
+            const float wscale = 1.0f / std::sqrt(float(ID)) / std::sqrt(float(IH));
+            DSV4_CU(cuda::scale_inplace(ws_.iw, int64_t(T) * IH, wscale, s_idx));
+        }
     }
     if (ov) DSV4_RETURN_IF_ERROR(join(n_side));
     cuda::KvStepArgs ka;

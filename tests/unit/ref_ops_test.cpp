@@ -117,6 +117,20 @@ TEST(TopK, NanInfTiesAlwaysGiveDistinctValidIndices) {
     EXPECT_EQ(topk_indices(std::vector<float>(8, 0.5f), 3), (std::vector<int32_t>{0, 1, 2}));
 }
 
+// The indexer's row choice: with at most k rows every row, in index order (scores unused); with
+// more, the top-k by score, best first.
+TEST(IndexSelect, AllRowsInIndexOrderUpToKThenTopKByScore) {
+    const std::vector<float> five = {0.1f, 3.0f, -2.0f, 7.0f, 3.0f};
+    EXPECT_TRUE(index_selects_all(5, 5));
+    EXPECT_FALSE(index_selects_all(6, 5));
+    EXPECT_TRUE(index_selects_all(0, 1));
+    EXPECT_EQ(index_select(five, 5), (std::vector<int32_t>{0, 1, 2, 3, 4}));
+    EXPECT_EQ(index_select(five, 8), (std::vector<int32_t>{0, 1, 2, 3, 4}));
+    EXPECT_EQ(index_select(five, 4), (std::vector<int32_t>{3, 1, 4, 0}));
+    EXPECT_EQ(index_select(five, 4), topk_indices(five, 4));
+    EXPECT_TRUE(index_select(std::vector<float>{}, 4).empty());
+}
+
 TEST(Rope, InverseUndoesForwardAndPairsAreInterleaved) {
     auto t = make_rope_table(160000.0, 16, true, 16.0, 64.0, 32.0, 1.0);
     auto v = randn(64, 9);

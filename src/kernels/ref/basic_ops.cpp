@@ -105,4 +105,13 @@ std::vector<int32_t> topk_indices(std::span<const float> scores, int k) {
     return idx;
 }
 
+bool index_selects_all(int64_t n_rows, int k) { return n_rows <= int64_t(k); }
+
+std::vector<int32_t> index_select(std::span<const float> scores, int k) {
+    if (!index_selects_all(int64_t(scores.size()), k)) return topk_indices(scores, k);
+    std::vector<int32_t> idx(scores.size());
+    std::iota(idx.begin(), idx.end(), 0);
+    return idx;
+}
+
 }  // namespace dsv4::ref

@@ -39,4 +39,11 @@ float softplus(float x);  // PyTorch default: beta 1, linear above threshold 20
 // NaN scores rank below every number (B12); the result always holds k distinct valid indices.
 std::vector<int32_t> topk_indices(std::span<const float> scores, int k);
 
+// The lightning indexer's choice of compressed rows (spec §2.8): when at most k rows are closed,
+// every row in index order, with no score needed (index_selects_all); otherwise
+// topk_indices(scores, k). The set is the top-k either way; only the attention's summation order
+// differs from a score-ordered list. The CUDA indexer (indexer_select) follows the same rule.
+bool index_selects_all(int64_t n_rows, int k);
+std::vector<int32_t> index_select(std::span<const float> scores, int k);  // one score per closed row
+
 }  // namespace dsv4::ref

@@ -197,7 +197,7 @@ TEST(CudaOpsPaged, IndexerTopkExactWithTies) {
             sc[c] = float(acc);
         }
         for (int64_t i = 1; i < n_c; ++i) ties += std::count(sc.begin(), sc.begin() + i, sc[i]) > 0;
-        const auto want = ref::topk_indices(sc, int(std::min<int64_t>(K, n_c)));
+        const auto want = ref::index_select(sc, K);
         ASSERT_EQ(gn[s], int32_t(want.size())) << "seq " << s;
         EXPECT_EQ(std::vector<int32_t>(gs.begin() + s * K, gs.begin() + s * K + gn[s]), want) << "seq " << s;
     }
@@ -236,22 +236,34 @@ void check_mhc(int d, int T = 5) {
     }
     const int R = int(rows.size());
     ASSERT_EQ(cudaMalloc(&hn, sizeof(float) * R * d), cudaSuccess);
-    // Four forms: one CTA per token; the dot products over (token, mix) CTAs (workspace of T
-    // rows); over (token, chunk) CTAs (workspace of 32 T rows: chunks of 256 at T <= 8); and over 3 wider
-    // chunks per token (workspace of 3 T rows, as a prefill step with a short workspace).
+    // The forms: one CTA per token; the dot products over (token, mix) CTAs (workspace of T
+    // rows); over (token, chunk) CTAs (workspace of 32 T rows: chunks of 256 at T <= 8); over 3 wider
+    // chunks per token (workspace of 3 T rows, as a prefill step with a short workspace); and with
+    // workspaces of 43 T rows (a room that does not divide the row: prefill halves its wish instead)
+    // and 64 T rows (prefill below 2048 tokens: 64 chunks of 256).
     double* dmix = nullptr;
-    ASSERT_EQ(cudaMalloc(&dmix, sizeof(double) * 32 * T * (mix + 1)), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&dmix, sizeof(double) * 64 * T * (mix + 1)), cudaSuccess);
     int32_t* drows = dev(rows);
-    for (int use_ws = 0; use_ws < 4; ++use_ws) {
-        SCOPED_TRACE(use_ws == 0 ? "one CTA per token" : use_ws == 1 ? "mix workspace" : use_ws == 2 ? "chunked mix workspace" : "3 wide chunks");
-        const int64_t ws_rows = use_ws == 2 ? 32 * T : use_ws == 3 ? 3 * T : T;
+    for (int use_ws = 0; use_ws < 6; ++use_ws) {
+        static const char* const kForms[] = {"one CTA per token", "mix workspace", "chunked mix workspace",
+                                             "3 wide chunks", "43 chunk rows per token", "64 chunk rows per token"};
+        SCOPED_TRACE(kForms[use_ws]);
+        const int64_t ws_rows = use_ws == 2 ? 32 * T : use_ws == 3 ? 3 * T : use_ws == 4 ? 43 * T : use_ws == 5 ? 64 * T : T;
         ASSERT_EQ(cudaMemcpy(dX, X.data(), sizeof(float) * X.size(), cudaMemcpyHostToDevice), cudaSuccess);
         const cuda::MhcArgs a{dfn, dbase, dscale, dnorm, n, d, 20, 1e-6f, 1e-6f, use_ws ? dmix : nullptr, ws_rows};
-        // Chunks of 256 elements up to 8 tokens, 512 above, 1024 from 1024 tokens, as many as the
-        // workspace holds (32 or 3 per token).
-        const int chunk = T <= 8 ? 256 : T < 1024 ? 512 : 1024, want = (n * d + chunk - 1) / chunk;
-        if (use_ws == 2) EXPECT_EQ(cuda::mhc_mix_chunks(T, a), want < 2 ? 1 : std::min(want, 32));
-        if (use_ws == 3) EXPECT_EQ(cuda::mhc_mix_chunks(T, a), want < 2 ? 1 : std::min(want, 3));
+        // Chunks of 256 elements up to 8 tokens, 512 above; from 1024 tokens 256, 512 from 2048 and
+        // 1024 from 4096 (about 256 CTAs of the FP64 tensor-core form); as many as the workspace holds
+        // (32 or 3 per token).
+        const int chunk = T <= 8 ? 256 : T < 1024 ? 512 : T < 2048 ? 256 : T < 4096 ? 512 : 1024;
+        const int want = (n * d + chunk - 1) / chunk;
+        auto expect_chunks = [&](int room) {
+            int w = want;
+            if (T >= 1024)
+                while (w > room && w % 2 == 0) w /= 2;
+            const int c = std::min(w, room);
+            return c < 2 ? 1 : c;
+        };
+        if (use_ws >= 2) EXPECT_EQ(cuda::mhc_mix_chunks(T, a), expect_chunks(int(ws_rows / T)));
         ASSERT_EQ(cuda::mhc_pre(dX, T, a, coeffs, xn, nullptr), cudaSuccess);
         const auto gxn = host(xn, size_t(T) * d);
         ASSERT_EQ(cuda::mhc_post(dX, dy, coeffs, T, n, d, nullptr), cudaSuccess);
@@ -389,7 +401,9 @@ TEST(CudaOps, MhcPrePostHead) {
     check_mhc(98);    // d % 4 != 0: read from global memory
     check_mhc(1000, 19);  // 8 chunks of 500 as token groups (16 + 3 tokens); 3 wide chunks: per-token form
     check_mhc(4096, 40);  // the Flash width: 32 chunks of 512, 3 token groups
-    check_mhc(4096, 1100);  // prefill-sized: 16 chunks of 1024 on the FP64 tensor cores (5 CTAs, 12 tokens in the last)
+    // Prefill-sized, FP64 tensor cores (5 token tiles, 76 tokens in the last): 64 chunks of 256 wanted;
+    // rooms of 32 and 43 rows per token give 32 of 512, 64 rows the 64 wanted.
+    check_mhc(4096, 1100);
 }
 
 }  // namespace

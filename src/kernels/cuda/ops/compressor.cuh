@@ -23,12 +23,14 @@ template <class Fetch>
 __device__ __forceinline__ float pool_channel(const CompressorArgs& c, int ch, Fetch fetch) {
     const int n_slots = c.overlap ? 2 * c.ratio : c.ratio;
     float mx = kNegInf;
+#pragma unroll 4
     for (int j = 0; j < n_slots; ++j) {
         float g, v;
         fetch(j, ch, &g, &v);
         mx = fmaxf(mx, g);
     }
     float den = 0.0f, num = 0.0f;
+#pragma unroll 4
     for (int j = 0; j < n_slots; ++j) {
         float g, v;
         fetch(j, ch, &g, &v);

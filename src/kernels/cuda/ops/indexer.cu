@@ -1,7 +1,8 @@
 // Lightning indexer (spec §2.8) top-k: an exact, deterministic top-k (B08) over the scores of
 // indexer_scores.cu: rank(i) = #{j : key_j > key_i or (key_j == key_i and j < i)}, NaN keys ranking
-// as -inf (B12), -0 equal to +0; i is selected at position rank(i) when rank(i) < k. Same selection
-// and order as ref::topk_indices. Also the greedy argmax used for sampling.
+// as -inf (B12), -0 equal to +0; i is selected at position rank(i) when rank(i) < k; with at most k
+// rows, all of them in index order, unscored. Same selection and order as ref::index_select. Also
+// the greedy argmax used for sampling.
 //
 // Top-k: one CTA per row. A 4-pass 8-bit radix select finds the k-th largest key T (keys mapped to
 // order-preserving uint32); rows above T and the lowest-index ties at T are gathered (k of them),
@@ -175,7 +176,12 @@ __global__ void indexer_topk_kernel(StepPlan plan, IndexerArgs a) {
     const int64_t p = plan.start_pos[s] + a.t;
     const int64_t n_c = (p + 1) / a.ratio;
     const int k = int(n_c < int64_t(a.topk) ? n_c : int64_t(a.topk));
-    block_topk(a.scores + int64_t(s) * a.max_rows, int(n_c), k, a.sel + int64_t(s) * a.topk);
+    int32_t* sel = a.sel + int64_t(s) * a.topk;
+    if (n_c <= a.topk) {  // all rows, in index order, unscored (ref::index_select)
+        for (int i = threadIdx.x; i < k; i += blockDim.x) sel[i] = i;
+    } else {
+        block_topk(a.scores + int64_t(s) * a.max_rows, int(n_c), k, sel);
+    }
     if (threadIdx.x == 0) a.n_sel[s] = k;
 }
 

@@ -1,5 +1,6 @@
 // Lightning-indexer scores (spec §2.8 step 3): I(p, w) = sum_h w_h * ReLU(q_h . k_w) for every closed
-// indexer row w < n_c of a sequence's token step, in double precision like ref: each q_h . k_w is a
+// indexer row w < n_c of a sequence's token step when n_c > topk (at most topk closed rows are all
+// selected without scores: ref::index_select, indexer_select), in double precision like ref: each q_h . k_w is a
 // sum of exact f32 x f32 products, so the f32 score matches the CPU reference except for the final
 // rounding of a double sum taken in another order (the top-k that follows is exact over these f32
 // scores, so CPU and GPU select the same rows).
@@ -27,7 +28,7 @@ __global__ void indexer_score_kernel(StepPlan plan, PagePool pool, IndexerArgs a
     const int64_t p = plan.start_pos[s] + a.t;
     const int64_t n_c = (p + 1) / a.ratio;
     const int64_t w0 = int64_t(blockIdx.y) * kKeysPerCta;
-    if (w0 >= n_c) return;
+    if (w0 >= n_c || n_c <= a.topk) return;  // every row selected: no scores needed (indexer_select)
     extern __shared__ float sm[];
     const int ldq = a.ID + 1;
     float* qs = sm;                                   // [IH, ID + 1]
@@ -86,7 +87,7 @@ __global__ void __launch_bounds__(kMmaThreads, 3) indexer_score_dmma16_kernel(St
     const int s = blockIdx.x;
     if (a.t >= plan.n_tok[s]) return;
     const int64_t n_c = (plan.start_pos[s] + a.t + 1) / a.ratio;
-    if (int64_t(blockIdx.y) * kMmaKeys >= n_c) return;
+    if (int64_t(blockIdx.y) * kMmaKeys >= n_c || n_c <= a.topk) return;  // all selected: see indexer_select
     extern __shared__ __align__(16) double qs[];  // [64 heads][ID + 8]
     const int ID = a.ID, IH = a.IH, S8 = ID / 8, QR = ID + 8;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;

@@ -254,11 +254,20 @@ __global__ void __launch_bounds__(kDmmaWarps * 32, 2) mhc_mix_dmma_kernel(const 
 #pragma unroll
         for (int nt = 0; nt < 3; ++nt) acc[mt][nt][0] = acc[mt][nt][1] = 0.0;
     }
+    // X is loaded one step ahead (nx) so its DRAM latency runs under the previous step's mmas. Why:
+    // loading and consuming in the same step left ~1 TB/s (E50: 112 us per call at 2K tokens).
+    float4 nx[4];
+#pragma unroll
+    for (int mt = 0; mt < 4; ++mt) nx[mt] = valid[mt] ? __ldg(reinterpret_cast<const float4*>(xr[mt])) : make_float4(0, 0, 0, 0);
     for (int k0 = 0; k0 < ch; k0 += 16) {
         float4 xv[4], fv[3];
 #pragma unroll
-        for (int mt = 0; mt < 4; ++mt)
-            xv[mt] = valid[mt] ? __ldg(reinterpret_cast<const float4*>(xr[mt] + k0)) : make_float4(0, 0, 0, 0);
+        for (int mt = 0; mt < 4; ++mt) xv[mt] = nx[mt];
+        if (k0 + 16 < ch) {
+#pragma unroll
+            for (int mt = 0; mt < 4; ++mt)
+                nx[mt] = valid[mt] ? __ldg(reinterpret_cast<const float4*>(xr[mt] + k0 + 16)) : make_float4(0, 0, 0, 0);
+        }
 #pragma unroll
         for (int nt = 0; nt < 3; ++nt) fv[nt] = *reinterpret_cast<const float4*>(fr[nt] + k0);
 #pragma unroll
@@ -383,7 +392,8 @@ __global__ void __launch_bounds__(256, kPrefetch ? 2 : 1)
         __syncthreads();
         for (int r = threadIdx.x; r <= n_mix; r += blockDim.x) {
             double v = 0.0;
-            for (int c = 0; c < chunks; ++c) v += part[c * nm1 + r];
+#pragma unroll 8
+            for (int c = 0; c < chunks; ++c) v += part[c * nm1 + r];  // same order; loads issued together
             if (r < n_mix) m[r] = float(v);
             else ss = v;
         }
@@ -608,11 +618,16 @@ int mhc_mix_chunks(int T, const MhcArgs& a) {
     if (!a.mix_ws || a.n != 4 || T <= 0) return 1;
     const int64_t width = int64_t(a.n) * a.d;
     // Chunks of 256 elements up to 8 tokens (one element per thread: at batch 1 the 16384-wide
-    // Flash row then spreads over 64 CTAs), 512 for decode batches, 1024 (kMixMaxChunkTok, the
-    // widest the token-group kernel stages) from 1024 tokens: half the partials per token.
-    const int64_t chunk = T <= 8 ? kMixChunk / 2 : T < 1024 ? kMixChunk : 2 * kMixChunk;
-    const int64_t want = (width + chunk - 1) / chunk;
+    // Flash row then spreads over 64 CTAs), 512 for decode batches. From kDmmaMinTokens (1024,
+    // prefill: the FP64 tensor-core form, 256 tokens per CTA) chunks of 256 below 2048 tokens, 512
+    // below 4096, else 1024 (kMixMaxChunkTok): about 256 CTAs (E50: 1024-element chunks left 128 CTAs
+    // at 2K tokens). There the wish is halved until the workspace holds it, so the chunks still
+    // divide the row evenly (the tensor-core form needs that; a room of, say, 43 chunks would not).
+    const int64_t chunk = T <= 8 ? kMixChunk / 2 : T < 1024 ? kMixChunk : T < 2048 ? kMixChunk / 2 : T < 4096 ? kMixChunk : 2 * kMixChunk;
+    int64_t want = (width + chunk - 1) / chunk;
     const int64_t room = (a.mix_ws_rows > 0 ? a.mix_ws_rows : T) / T;
+    if (T >= kDmmaMinTokens)
+        while (want > room && want % 2 == 0) want /= 2;
     int64_t c = want < room ? want : room;
     if (c > kMaxMixChunks) c = kMaxMixChunks;
     return c < 2 ? 1 : int(c);

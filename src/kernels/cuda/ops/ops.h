@@ -241,9 +241,11 @@ struct IndexerArgs {
     int64_t idx_row_off = 0;
     const float* q = nullptr;   // [T, IH*ID] roped index queries
     const float* w = nullptr;   // [T, IH] head weights (already scaled)
-    float* scores = nullptr;    // [B, max_rows] workspace
+    float* scores = nullptr;    // [B, max_rows] workspace (not written for sequences with n_c <= topk)
     int64_t max_rows = 0;
-    int32_t* sel = nullptr;     // [B, topk] out: selected rows, best first (ties: lowest index)
+    // [B, topk] out: selected rows, best first (ties: lowest index); all n_c rows in index order when
+    // n_c <= topk (ref::index_select)
+    int32_t* sel = nullptr;
     int32_t* n_sel = nullptr;   // [B] out
 };
 cudaError_t indexer_topk(const StepPlan& plan, const PagePool& pool, const IndexerArgs& a, cudaStream_t st);

@@ -93,7 +93,27 @@ __global__ void __launch_bounds__(kPoolThreads) pool_chunk_kernel(StepPlan plan,
     const int64_t w = k.p0 / c.ratio + blockIdx.x;
     if (ch >= c.dim || w >= k.e / c.ratio) return;  // no block-wide syncs below
     const int32_t* table = seq_table(plan, s);
-    pooled[pooled_row(k, w, c.ratio, ci, T) * ld + ch] = pool_channel(c, ch, [&](int j, int chj, float* g, float* v) {
+    float* out = pooled + pooled_row(k, w, c.ratio, ci, T) * ld + ch;
+    const int64_t q0 = slot_pos(c, w, 0);  // a multiple of r: slot j's ape row is j mod r
+    if (q0 >= k.p0) {
+        // The whole window is in the chunk: slot j is step token tok0 + (q0 - p0) + j. The same loads
+        // and adds as slot_value with the addresses stepped per slot. Why: slot_value's 64-bit modulo
+        // and branches were ~65 instructions per fetch, one warp per scheduler with nothing to overlap
+        // (E50's ncu: 102 us for one HCA window of 128 slots).
+        const int r = c.ratio, dim = c.dim;
+        const int64_t width = int64_t(c.overlap ? 2 : 1) * dim;
+        const float* gate = c.gate + (k.tok0 + (q0 - k.p0)) * width + ch;
+        const float* kv = c.kv + (k.tok0 + (q0 - k.p0)) * width + ch;
+        const float* ape = c.ape + ch;
+        *out = pool_channel(c, ch, [&](int j, int, float* g, float* v) {
+            const int hi = j >= r ? 1 : 0;  // slot_half: the overlap's second window reads the upper half
+            const int64_t at = int64_t(j) * width + hi * dim;
+            *g = gate[at] + ape[int64_t(j - hi * r) * width + hi * dim];
+            *v = kv[at];
+        });
+        return;
+    }
+    *out = pool_channel(c, ch, [&](int j, int chj, float* g, float* v) {
         slot_value(c, pool, table, k, slot_pos(c, w, j), int64_t(slot_half(c, j)) * c.dim + chj, g, v);
     });
 }
