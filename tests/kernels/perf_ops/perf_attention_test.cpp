@@ -206,6 +206,13 @@ TEST(PerfSparseDecode, NegInfSinkZeroRows) {
     run_case(0, KvFormat::kFp8, {0, 40}, 1, 12, /*neg_inf_sink=*/true);
 }
 
+// The prefill kernel's fast FP8 dequantisation equals the float form bit for bit (every code but NaN,
+// every scale byte it takes); larger scale bytes take the float form inside the kernel.
+TEST(PerfSparsePrefill, FastDequantEqualsFloatForm) {
+    DSV4_REQUIRE_GPU();
+    EXPECT_EQ(sparse_prefill_dequant_mismatches(), 0);
+}
+
 // The wgmma prefill kernel: batch 1 and many, row counts off the 64-row tile, zero rows, long lists,
 // a -inf sink; bf16 rows and head counts off 64 declined.
 TEST(PerfSparsePrefill, MatchesFp64) {

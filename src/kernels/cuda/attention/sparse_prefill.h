@@ -6,6 +6,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "kernels/cuda/attention/sparse_decode_args.h"
 
 namespace dsv4::cuda {
@@ -19,5 +21,9 @@ const char* sparse_prefill_decline(const SparseDecodeArgs& a);
 // kv_pool), with the per-head sink; the same formula as sparse_decode with one split. Declined
 // arguments: cudaErrorInvalidValue. Asynchronous on `stream`.
 cudaError_t sparse_prefill_run(const SparseDecodeArgs& a, cudaStream_t stream);
+// Self-check of the kernel's fast FP8 dequantisation (4 instructions per two codes) against the
+// float form for every e4m3 code but NaN and every UE8M0 scale byte below 128 (the bytes it takes):
+// the number of differing bf16 pairs (0 expected), -1 on a CUDA error. Synchronous; for tests.
+int64_t sparse_prefill_dequant_mismatches();
 
 }  // namespace dsv4::cuda

@@ -8,23 +8,24 @@
 // with the operands in shared memory.
 //
 // Thread roles: 2 warpgroups (256 threads), one CTA = (64 heads, one query token).
-//   load     all threads, 4 per row: the next tile's raw rows into registers at the top of an
-//            iteration (their latency hides behind S and the softmax), dequantised into the other of
-//            two bf16 tiles [64 rows][512] (8 column blocks of [64][128 B], 128-byte swizzle; e4m3 x
-//            UE8M0 -> bf16 is exact) while this tile's PV runs.
+//   load     all threads, 4 per row: raw rows into registers two tiles ahead (their latency hides
+//            behind a softmax and two products), dequantised into the other of two bf16 tiles [64
+//            rows][512] (8 column blocks of [64][128 B], 128-byte swizzle; e4m3 x UE8M0 -> bf16 is
+//            exact) while this tile's PV runs; the next tile's S is issued behind that PV.
 //   S        warpgroup w: S_w = Q K^T over tile rows 32w .. 32w + 31 (m64n32k16, K = 512).
 //   softmax  row maxima of the two halves exchanged through shared memory, P = exp2(S - m) rounded
 //            to bf16 written (swizzled) into one [64][64] tile, row sums exchanged.
 //   O += PV  warpgroup w: output dims 256w .. 256w + 255 (two m64n128k16 accumulators), P as the
 //            K-major A operand, the bf16 tile read MN-major as B (one tile serves as K and as V).
 // Shared memory (bytes): Q 65,536 | 2 tiles 131,072 | P 8,192 | maxima and sums 1,024; 1,024-byte
-//   aligned for the swizzle. 3 block barriers per tile.
+//   aligned for the swizzle. 2 block barriers and 1 warpgroup barrier per tile.
 // The softmax is the decode kernel's: scores scaled to log2 units, running maxima, P rounded to bf16
 // before both its sum and the product, the sink folded in at the end. Zero rows give zeros.
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/attention/sparse_prefill.h"
 #include "kernels/cuda/gemm/device_util.cuh"
+#include "kernels/cuda/gemm/mbarrier.cuh"
 #include "kernels/cuda/gemm/wgmma.cuh"
 
 namespace dsv4::cuda {
@@ -72,24 +73,60 @@ __device__ __forceinline__ void load_share(RawShare& s, const unsigned char* row
     s.sc = ok ? __ldg(reinterpret_cast<const uint2*>(row + 576)) : z;
 }
 
+// Two e4m3 codes (bytes 2 p and 2 p + 1 of w) x 2^(e - 127) as bf16x2, through floats: exact for
+// every code and UE8M0 byte e (255: NaN), the reference form.
+__device__ __forceinline__ uint32_t dequant_pair_float(uint32_t w, int p, uint32_t e) {
+    const float2 f = dev::fp8x2_to_float2(uint16_t(w >> (16 * p)));
+    const float sc = dev::ue8m0(e);
+    return dev::pack_bf16x2(f.x * sc, f.y * sc);
+}
+
+// The same for e < 128 in 4 instructions instead of ~8: the code's sign, exponent and mantissa
+// bits placed into a bf16's (sign at 15, the 7 other bits at 4..10) make e4m3 x 2^-120 exactly,
+// subnormals and zeros included (both formats' subnormals scale by the same 2^-120); one bf16
+// multiply by 2^(e - 7) (normal for e < 128; e4m3 x 2^(e - 127) has at most 4 significant bits,
+// so the product rounds as the float form does). prmt's sign-replicate selectors build the two
+// sign-extended 16-bit lanes; the shift's spill from the low lane into bits 16..19 is masked off.
+// The NaN codes 0x7f / 0xff decode as finite values here (a row quantised from finite values never
+// holds them). scale2 = dequant_scale2(e).
+__device__ __forceinline__ uint32_t dequant_pair_fast(uint32_t w, int p, uint32_t scale2) {
+    uint32_t v;
+    asm("prmt.b32 %0, %1, 0, %2;" : "=r"(v) : "r"(w), "r"(p ? 0xB3A2u : 0x9180u));
+    const uint32_t x = (v << 4) & 0x87f087f0u;
+    uint32_t y;
+    asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(y) : "r"(x), "r"(scale2));
+    return y;
+}
+// bf16x2 of 2^(e - 7) in both halves (e < 128).
+__device__ __forceinline__ uint32_t dequant_scale2(uint32_t e) { return e * 0x00800080u + 0x3c003c00u; }
+
 // Writes the share as bf16 units of row r into a swizzled tile (e4m3 x UE8M0 -> bf16 is exact).
-__device__ __forceinline__ void store_share(const RawShare& s, unsigned char* tile, int r, int q) {
+// Scale bytes of 128 and more (scales >= 2, outside dequant_pair_fast's range) take the float form.
+// A row past the list (ok false) is stored as zeros without the conversion (its scores are masked,
+// and zeros keep its P x V products finite).
+__device__ __forceinline__ void store_share(const RawShare& s, unsigned char* tile, int r, int q, bool ok) {
+    if (!ok) {
+#pragma unroll
+        for (int u = q; u < 64; u += 4) *reinterpret_cast<uint4*>(tile + swz(r, u, kColBlock)) = make_uint4(0, 0, 0, 0);
+        return;
+    }
+    const bool fast = ((s.sc.x | (s.sc.y & 0x00ffffffu)) & 0x80808080u) == 0u;
 #pragma unroll
     for (int j = 0; j < 14; ++j) {
         const int u = q + 4 * j;
-        const int blk = u >> 3;
+        const int blk = u >> 3;  // == j / 2: the 7 scaled 64-dim blocks
         const uint32_t sw = blk < 4 ? s.sc.x : s.sc.y;
-        const float sc = dev::ue8m0((sw >> (8 * (blk & 3))) & 0xffu);
+        const uint32_t e = (sw >> (8 * (blk & 3))) & 0xffu;
         const uint2 v = s.e4[j];
-        const float2 f0 = dev::fp8x2_to_float2(uint16_t(v.x & 0xffff));
-        const float2 f1 = dev::fp8x2_to_float2(uint16_t(v.x >> 16));
-        const float2 f2 = dev::fp8x2_to_float2(uint16_t(v.y & 0xffff));
-        const float2 f3 = dev::fp8x2_to_float2(uint16_t(v.y >> 16));
         uint4 o;
-        o.x = dev::pack_bf16x2(f0.x * sc, f0.y * sc);
-        o.y = dev::pack_bf16x2(f1.x * sc, f1.y * sc);
-        o.z = dev::pack_bf16x2(f2.x * sc, f2.y * sc);
-        o.w = dev::pack_bf16x2(f3.x * sc, f3.y * sc);
+        if (fast) {
+            const uint32_t s2 = dequant_scale2(e);
+            o = make_uint4(dequant_pair_fast(v.x, 0, s2), dequant_pair_fast(v.x, 1, s2), dequant_pair_fast(v.y, 0, s2),
+                           dequant_pair_fast(v.y, 1, s2));
+        } else {
+            o = make_uint4(dequant_pair_float(v.x, 0, e), dequant_pair_float(v.x, 1, e), dequant_pair_float(v.y, 0, e),
+                           dequant_pair_float(v.y, 1, e));
+        }
         *reinterpret_cast<uint4*>(tile + swz(r, u, kColBlock)) = o;
     }
 #pragma unroll
@@ -126,14 +163,22 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_prefill_kernel(Args p) {
     }
     dev::cp_async_commit();
     RawShare share;
-    auto load_tile = [&](int tt) {
+    // The row offset of tile tt + 1 is read one iteration ahead (off_next): loading it right before
+    // the row made every tile's loads wait out a dependent L2 round trip (ncu, ledger E53).
+    auto row_off = [&](int tt) -> int64_t {
         const int row = tt * kBT + lr;
-        const bool ok = row < n;
-        load_share(share, p.pool + (ok ? offs[row] : 0), ok, lq);
+        return row < n ? offs[row] : int64_t(-1);
     };
+    bool share_ok = false;
+    auto load_tile = [&](int64_t off) {
+        share_ok = off >= 0;
+        load_share(share, p.pool + (share_ok ? off : 0), share_ok, lq);
+    };
+    int64_t off_next = -1;
     if (n_tiles > 0) {
-        load_tile(0);
-        store_share(share, tiles, lr, lq);
+        load_tile(row_off(0));
+        off_next = row_off(1);
+        store_share(share, tiles, lr, lq, share_ok);
     }
     dev::cp_async_wait<0>();
     dev::fence_proxy_async_smem();
@@ -148,27 +193,45 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_prefill_kernel(Args p) {
 #pragma unroll
         for (int i = 0; i < 64; ++i) acc[c][i] = 0.0f;
 
-    const uint32_t q_addr = dev::smem_addr(qs), p_addr = dev::smem_addr(ps);
-    for (int tt = 0; tt < n_tiles; ++tt) {
-        // Tile tt is in tiles[tt % 2] (visible); the next one's raw rows go to registers now and to
-        // the other buffer while PV(tt) runs.
-        const bool more = tt + 1 < n_tiles;
-        if (more) load_tile(tt + 1);
-        const uint32_t tile_addr = dev::smem_addr(tiles + (tt & 1) * kTileBytes);
-
-        // S_w = Q K^T over tile rows 32 wg .. + 31.
-        float s[16];
+    // wgmma descriptors built once: a descriptor's start-address field is the byte address / 16 in
+    // its low 14 bits, so desc(addr + off) = desc(addr) + off / 16 for 16-byte multiples inside shared
+    // memory (< 256 KB, no carry out of the field). Building each one from its address cost ~13
+    // instructions per wgmma, ~30% of the kernel's instructions (ncu, ledger E53).
+    const uint64_t dq = dev::wgmma_desc_k128(dev::smem_addr(qs)), dp = dev::wgmma_desc_k128(dev::smem_addr(ps));
+    const uint64_t dk0 = dev::wgmma_desc_k128(dev::smem_addr(tiles)) + uint64_t(wg * 32 * 128 / 16);
+    const uint64_t dv0 = dev::wgmma_desc_mn128(dev::smem_addr(tiles), kColBlock) + uint64_t(4 * wg * kColBlock / 16);
+    // S_w = Q K^T over rows 32 wg .. + 31 of the tile in buffer tt % 2, issued (not waited).
+    float s[16];
+    auto issue_s = [&](int tt) {
+        const uint64_t dk = dk0 + uint64_t((tt & 1) * (kTileBytes / 16));
 #pragma unroll
         for (int i = 0; i < 16; ++i) s[i] = 0.0f;
         dev::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kD / 16; ++kk) {
             const uint32_t off = (kk >> 2) * kColBlock + (kk & 3) * 32;
-            dev::wgmma_ss_m64n32k16(s, dev::wgmma_desc_k128(q_addr + off),
-                                    dev::wgmma_desc_k128(tile_addr + off + wg * 32 * 128));
+            dev::wgmma_ss_m64n32k16(s, dq + off / 16, dk + off / 16);
         }
         dev::wgmma_commit();
+    };
+    if (n_tiles > 0) {
+        issue_s(0);
+        if (n_tiles > 1) {
+            load_tile(off_next);
+            off_next = row_off(2);
+        }
         dev::wgmma_wait<0>();
+    }
+    // Per tile: softmax of S(tt) (two block barriers: the halves' maxima, then P and the sums), then
+    // PV(tt) issued; tile tt + 1 dequantised into the other buffer while it runs, and S(tt + 1)
+    // issued right behind it (the tensor pipe runs both back to back; the single wait covers both),
+    // then tile tt + 2's raw rows loaded. A warpgroup's S reads only the rows its own threads stored
+    // (rows 32 wg .. + 31, lr = tid / 4), so a warpgroup barrier orders the store before S(tt + 1);
+    // the next tile's barrier B2 comes after both warpgroups waited on PV(tt), so P, the maxima and
+    // the buffer of tile tt are free when they are written again.
+    for (int tt = 0; tt < n_tiles; ++tt) {
+        const bool more = tt + 1 < n_tiles;
+        const uint64_t dv = dv0 + uint64_t((tt & 1) * (kTileBytes / 16));
 
         // Scores in log2 units, masked past the list; this half's row maxima.
         float mx[2] = {-INFINITY, -INFINITY};
@@ -191,13 +254,23 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_prefill_kernel(Args p) {
             m_part[wg * kHB + rb] = mx[1];
         }
         __syncthreads();  // B2: both halves' maxima
+        // The running maximum moves only when a row's tile maximum passes it by more than kLazyMax
+        // (log2 units): P = exp2(S - m) then stays below 2^kLazyMax, far inside f32 and bf16, and
+        // the O and l rescale (128 multiplies per thread) is skipped for the warp when no row of it
+        // moved, which after the first tiles is almost always. The result is the same softmax; P's
+        // bf16 rounding falls on other values (within the bf16 tolerance of the decode kernel).
+        constexpr float kLazyMax = 8.0f;
         float m_new[2], alpha[2], sum[2] = {0.0f, 0.0f};
+        bool moved = false;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int r = h ? rb : ra;
-            m_new[h] = fmaxf(m_run[h], fmaxf(m_part[r], m_part[kHB + r]));
-            alpha[h] = m_new[h] == -INFINITY ? 1.0f : exp2f(m_run[h] - m_new[h]);
+            const float m_tile = fmaxf(m_part[r], m_part[kHB + r]);
+            m_new[h] = m_tile > m_run[h] + kLazyMax ? m_tile : m_run[h];
+            alpha[h] = m_new[h] == m_run[h] ? 1.0f : exp2f(m_run[h] - m_new[h]);
+            moved |= m_new[h] != m_run[h];
         }
+        const bool rescale = __any_sync(0xffffffffu, moved);
 #pragma unroll
         for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -228,31 +301,40 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_prefill_kernel(Args p) {
             l_run[h] = l_run[h] * alpha[h] + (l_part[r] + l_part[kHB + r]);
             m_run[h] = m_new[h];
         }
+        if (rescale) {
 #pragma unroll
-        for (int c = 0; c < 2; ++c)
+            for (int c = 0; c < 2; ++c)
 #pragma unroll
-            for (int i = 0; i < 16; ++i) {
-                acc[c][4 * i] *= alpha[0];
-                acc[c][4 * i + 1] *= alpha[0];
-                acc[c][4 * i + 2] *= alpha[1];
-                acc[c][4 * i + 3] *= alpha[1];
-            }
+                for (int i = 0; i < 16; ++i) {
+                    acc[c][4 * i] *= alpha[0];
+                    acc[c][4 * i + 1] *= alpha[0];
+                    acc[c][4 * i + 2] *= alpha[1];
+                    acc[c][4 * i + 3] *= alpha[1];
+                }
+        }
         // O_w += P V: K = the 64 tile rows, N = dims 256 wg + 128 c ...; issued, then the next tile
         // is dequantised into the other buffer while it runs.
         dev::wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kBT / 16; ++kk) {
-            const uint64_t da = dev::wgmma_desc_k128(p_addr + kk * 32);
+            const uint64_t da = dp + uint64_t(kk * 32 / 16);
 #pragma unroll
             for (int c = 0; c < 2; ++c)
                 dev::wgmma_ss_m64n128k16_tb(
-                    acc[c], da, dev::wgmma_desc_mn128(tile_addr + (4 * wg + 2 * c) * kColBlock + kk * 2048, kColBlock));
+                    acc[c], da, dv + uint64_t((2 * c * kColBlock + kk * 2048) / 16));
         }
         dev::wgmma_commit();
-        if (more) store_share(share, tiles + ((tt + 1) & 1) * kTileBytes, lr, lq);
+        if (more) {
+            store_share(share, tiles + ((tt + 1) & 1) * kTileBytes, lr, lq, share_ok);
+            dev::fence_proxy_async_smem();
+            dev::named_barrier_sync(1 + wg, 128);  // this warpgroup's rows of tile tt + 1 visible
+            issue_s(tt + 1);
+            if (tt + 2 < n_tiles) {
+                load_tile(off_next);
+                off_next = row_off(tt + 3);
+            }
+        }
         dev::wgmma_wait<0>();
-        dev::fence_proxy_async_smem();
-        __syncthreads();  // B1: tile tt + 1 visible; tile tt, P and the maxima free
     }
 
     // o = acc / (l + exp(sink - m)) in the decode kernel's form (n_splits == 1).
@@ -276,7 +358,29 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_prefill_kernel(Args p) {
     }
 }
 
+// One thread per (code c, scale byte e < 128): the pair (c, c ^ 0x80) in both byte positions of a
+// word through both forms; counts differing bits patterns (NaN codes skipped, see dequant_pair_fast).
+__global__ void dequant_check_kernel(unsigned long long* mismatches) {
+    const uint32_t c = threadIdx.x, e = blockIdx.x;
+    if ((c & 0x7fu) == 0x7fu) return;
+    const uint32_t w = c | ((c ^ 0x80u) << 8) | ((c ^ 0x80u) << 16) | (c << 24);
+    const uint32_t s2 = dequant_scale2(e);
+    unsigned long long bad = 0;
+    for (int p = 0; p < 2; ++p) bad += dequant_pair_fast(w, p, s2) != dequant_pair_float(w, p, e);
+    if (bad) atomicAdd(mismatches, bad);
+}
 }  // namespace
+
+int64_t sparse_prefill_dequant_mismatches() {
+    unsigned long long* d = nullptr;
+    if (cudaMalloc(&d, sizeof(*d)) != cudaSuccess) return -1;
+    unsigned long long h = 0;
+    cudaMemset(d, 0, sizeof(*d));
+    dequant_check_kernel<<<128, 256>>>(d);
+    const bool ok = cudaGetLastError() == cudaSuccess && cudaMemcpy(&h, d, sizeof(h), cudaMemcpyDeviceToHost) == cudaSuccess;
+    cudaFree(d);
+    return ok ? int64_t(h) : -1;
+}
 
 const char* sparse_prefill_decline(const SparseDecodeArgs& a) {
     if (a.format != KvFormat::kFp8) return "bf16 rows (the prefill kernel reads 584-byte FP8 rows)";

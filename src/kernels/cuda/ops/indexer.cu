@@ -6,15 +6,19 @@
 //
 // Top-k: one CTA per row. A 4-pass 8-bit radix select finds the k-th largest key T (keys mapped to
 // order-preserving uint32); rows above T and the lowest-index ties at T are gathered (k of them),
-// then ranked among themselves — any row that beats a selected row is itself selected, so that
-// rank is the global rank. O(n) passes + O(k^2 / threads) ranking; k above kRadixMaxK (a shared-
-// memory bound) falls back to the O(n^2) rank pass.
+// then sorted among themselves (bitonic) — any row that beats a selected row is itself selected, so
+// their order is the global rank order. O(n) passes + O(k log^2 k / threads) sorting; k above
+// kRadixMaxK (a shared-memory bound) falls back to the O(n^2) rank pass.
 #include "kernels/cuda/ops/common.cuh"
 
 namespace dsv4::cuda {
 
 namespace {
-constexpr int kTopkThreads = 1024;
+constexpr int kTopkThreads = 1024;  // the most a top-k block may have (sampling's rows: 1024)
+// The indexer's rows (at most a few thousand keys) use 256 threads: a row's top-k is a chain of ~60
+// block barriers (radix passes, tie scan, sort), so several rows per SM overlap one another's
+// barriers; at 1,024 threads one row per SM ran, latency-bound (ncu, ledger E53).
+constexpr int kIndexerTopkThreads = 256;
 constexpr int kRadixMaxK = 2048;
 
 __device__ __forceinline__ float topk_key(float s) { return isnan(s) ? kNegInf : s; }
@@ -137,36 +141,33 @@ __device__ void block_topk_radix(const float* scores, int n, int k, int32_t* idx
             for (int w = 0; w < nw; ++w) s_base += warp_cnt[w];
         __syncthreads();
     }
-    // Rank among the k selected rows (distinct as packed pairs). Two threads per row when k is at
-    // most half the block, each counting half of the others; the loop is unrolled so the shared
-    // loads pipeline.
+    // Order the k selected rows best first: a bitonic sort (descending) of the packed pairs, padded
+    // with zeros (below every packed pair: a key is at least ordered_key(-inf) > 0) to a power of two.
+    // The pairs are distinct, so the order is the rank order. Why: the O(k^2) rank count it replaces
+    // (every row compared with every other, 262,144 compares at k = 512) was about 30% of the indexer's
+    // prefill time (ncu, ledger E53); the sort is 45 steps of k/2 compare-exchanges at k = 512.
     __syncthreads();
-    const int split = 2 * k <= int(blockDim.x) ? 2 : 1;
-    const int c = int(threadIdx.x) / split, half = int(threadIdx.x) % split;
-    int rank = 0;
-    uint64_t me = 0;
-    if (c < k) {
-        me = cand[c];
-        const int d0 = half * ((k + 1) / 2), d1 = split == 1 ? k : (half == 0 ? (k + 1) / 2 : k);
-#pragma unroll 8
-        for (int d = d0; d < d1; ++d) rank += cand[d] > me;
-    }
-    if (split == 2) rank += __shfl_xor_sync(0xffffffffu, rank, 1);
-    if (c < k && half == 0) idx[rank] = int32_t(~uint32_t(me));
-    if (split == 1)
-        for (int cc = c + int(blockDim.x); cc < k; cc += blockDim.x) {
-            const uint64_t m2 = cand[cc];
-            int r2 = 0;
-#pragma unroll 8
-            for (int d = 0; d < k; ++d) r2 += cand[d] > m2;
-            idx[r2] = int32_t(~uint32_t(m2));
+    int P = 1;
+    while (P < k) P <<= 1;
+    for (int i = k + int(threadIdx.x); i < P; i += blockDim.x) cand[i] = 0;
+    __syncthreads();
+    for (int len = 2; len <= P; len <<= 1)
+        for (int j = len >> 1; j > 0; j >>= 1) {
+            for (int pr = threadIdx.x; pr < P / 2; pr += blockDim.x) {
+                const int i = ((pr & ~(j - 1)) << 1) | (pr & (j - 1)), l = i + j;
+                const bool desc = (i & len) == 0;
+                const uint64_t x = cand[i], y = cand[l];
+                if ((x < y) == desc) cand[i] = y, cand[l] = x;
+            }
+            __syncthreads();
         }
+    for (int r = threadIdx.x; r < k; r += blockDim.x) idx[r] = int32_t(~uint32_t(cand[r]));
 }
 
 __device__ void block_topk(const float* scores, int n, int k, int32_t* idx) {
     if (k > n) k = n;
     if (k <= 0) return;
-    if (k <= kRadixMaxK && blockDim.x == kTopkThreads) block_topk_radix(scores, n, k, idx);
+    if (k <= kRadixMaxK && blockDim.x % 32 == 0 && blockDim.x <= kTopkThreads) block_topk_radix(scores, n, k, idx);
     else block_topk_rank(scores, n, k, idx);
 }
 
@@ -218,7 +219,7 @@ __global__ void argmax_kernel(const float* logits, int64_t V, int32_t* out) {
 
 cudaError_t indexer_select(const StepPlan& plan, const IndexerArgs& a, cudaStream_t st) {
     if (plan.n_seqs <= 0 || a.max_rows <= 0) return cudaSuccess;
-    indexer_topk_kernel<<<plan.n_seqs, kTopkThreads, 0, st>>>(plan, a);
+    indexer_topk_kernel<<<plan.n_seqs, kIndexerTopkThreads, 0, st>>>(plan, a);
     return cudaGetLastError();
 }
 

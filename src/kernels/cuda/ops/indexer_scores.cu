@@ -70,10 +70,13 @@ constexpr int kMmaKeys = 64;  // keys per CTA tile: 4 warps x 16
 // N = 8 keys, K = 8 dims per step. Fragments: A a0 (g, t), a1 (g+8, t), a2 (g, t+4),
 // a3 (g+8, t+4); B b0 (t, g), b1 (t+4, g); C (g, 2t+i), (g+8, 2t+i). Dims relabelled as physical
 // S8 kappa + s for slot kappa of step s (S8 = ID / 8), so lane t's B values are two contiguous runs
-// of its key row (dims S8 t + s and S8 (t + 4) + s); q sits in shared memory as [head][8 s + 2
-// (kappa % 4) + kappa / 4] (the two A values of a row in one 16-byte load; rows ID + 8 apart: the 2
-// rows of a quarter-warp land in different bank halves). Epilogue: ReLU and head weights per lane
-// (its 8 heads), then a fixed shuffle tree over the 8 lanes sharing t (deterministic).
+// of its key row (dims S8 t + s and S8 (t + 4) + s). q sits in shared memory in fragment order: lane
+// (g, t)'s four A values of head tile ht and step s (a0..a3) are 32 contiguous bytes at
+// qs_index(16 ht + g, t, s) (two 16-byte loads straight into the DMMA's register quad; the previous
+// [head][dim] layout cost ~12 register moves per pair of DMMAs, ncu in ledger E53); rows of g are
+// 16 bytes further apart than a multiple of 128, so a quarter-warp's loads touch every bank once.
+// Epilogue: ReLU and head weights per lane (its 8 heads), then a fixed shuffle tree over the 8 lanes
+// sharing t (deterministic).
 __device__ __forceinline__ void dmma_16888(double (&d)[4], const double (&a)[4], double b0, double b1) {
     asm volatile("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
                  "{%0, %1, %2, %3};\n"
@@ -81,15 +84,25 @@ __device__ __forceinline__ void dmma_16888(double (&d)[4], const double (&a)[4],
                  : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b0), "d"(b1));
 }
 
-size_t dmma16_smem_bytes(int ID) { return sizeof(double) * size_t(kMmaHeads) * size_t(ID + 8); }
+// Doubles per (head tile, g) group of the fragment-order q: S8 steps x 4 lanes t x 4 values, + 2 pad.
+__host__ __device__ constexpr int dmma16_group(int S8) { return 16 * S8 + 2; }
+// Index of a0 of lane (g, t) for head h = 16 ht + g (+ 8: a1/a3) and step s; the value of head h and
+// slot kappa (dim S8 kappa + s) is at qs_frag(h, kappa, s).
+__device__ __forceinline__ int qs_lane(int ht, int g, int t, int s, int S8) {
+    return (8 * ht + g) * dmma16_group(S8) + 16 * s + 4 * t;
+}
+__device__ __forceinline__ int qs_frag(int h, int kappa, int s, int S8) {
+    return qs_lane(h >> 4, h & 7, kappa & 3, s, S8) + ((h >> 3) & 1) + 2 * (kappa >> 2);
+}
+size_t dmma16_smem_bytes(int ID) { return sizeof(double) * size_t(kMmaHeads / 2) * size_t(dmma16_group(ID / 8)); }
 
 __global__ void __launch_bounds__(kMmaThreads, 3) indexer_score_dmma16_kernel(StepPlan plan, PagePool pool, IndexerArgs a) {
     const int s = blockIdx.x;
     if (a.t >= plan.n_tok[s]) return;
     const int64_t n_c = (plan.start_pos[s] + a.t + 1) / a.ratio;
     if (int64_t(blockIdx.y) * kMmaKeys >= n_c || n_c <= a.topk) return;  // all selected: see indexer_select
-    extern __shared__ __align__(16) double qs[];  // [64 heads][ID + 8]
-    const int ID = a.ID, IH = a.IH, S8 = ID / 8, QR = ID + 8;
+    extern __shared__ __align__(16) double qs[];  // fragment order, see qs_frag
+    const int ID = a.ID, IH = a.IH, S8 = ID / 8;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int64_t tok = plan.tok_begin[s] + a.t;
     const float* q = a.q + tok * int64_t(IH) * ID;
@@ -114,8 +127,8 @@ __global__ void __launch_bounds__(kMmaThreads, 3) indexer_score_dmma16_kernel(St
                 if (e >= n4) break;
                 // dims d..d+3: slot kappa = d / S8, steps s4..s4+3 (S8 % 4 == 0)
                 const int h = e / (ID / 4), d = (e % (ID / 4)) * 4, kappa = d / S8, s4 = d % S8;
-                double* dst = qs + h * QR + 8 * s4 + 2 * (kappa & 3) + (kappa >> 2);
-                dst[0] = v[b].x, dst[8] = v[b].y, dst[16] = v[b].z, dst[24] = v[b].w;
+                double* dst = qs + qs_frag(h, kappa, s4, S8);  // steps s4 .. s4 + 3: 16 doubles apart
+                dst[0] = v[b].x, dst[16] = v[b].y, dst[32] = v[b].z, dst[48] = v[b].w;
             }
         }
     }
@@ -192,13 +205,13 @@ __global__ void __launch_bounds__(kMmaThreads, 3) indexer_score_dmma16_kernel(St
             }
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
-                const int col = 8 * (4 * c + j) + 2 * t;
 #pragma unroll
                 for (int ht = 0; ht < 4; ++ht) {
                     if (16 * ht >= IH) break;  // padded head tiles: q = 0, weight 0
-                    const double2 lo = *reinterpret_cast<const double2*>(qs + (16 * ht + g) * QR + col);
-                    const double2 hi = *reinterpret_cast<const double2*>(qs + (16 * ht + g + 8) * QR + col);
-                    const double av[4] = {lo.x, hi.x, lo.y, hi.y};
+                    const double* fa = qs + qs_lane(ht, g, t, 4 * c + j, S8);
+                    const double2 a01 = *reinterpret_cast<const double2*>(fa);
+                    const double2 a23 = *reinterpret_cast<const double2*>(fa + 2);
+                    const double av[4] = {a01.x, a01.y, a23.x, a23.y};
                     dmma_16888(acc[ht][0], av, b[0][0][j], b[0][1][j]);
                     dmma_16888(acc[ht][1], av, b[1][0][j], b[1][1][j]);
                 }
