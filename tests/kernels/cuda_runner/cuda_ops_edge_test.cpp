@@ -685,7 +685,15 @@ TEST(CudaOpsEdge, NormRopeBf16FormsEqualTheF32Route) {
     size_t changed = 0;  // the rope dims did move (not a no-op that matches by accident)
     for (size_t i = 0; i < oa.size(); ++i) changed += oa[i] != o16[i];
     EXPECT_GT(changed, size_t(T - 1) * H * R / 2);
+    // Rows that end inside a token's heads: those rows rotate as before, the rest stay as they were.
+    ASSERT_EQ(cuda::round_to_bf16(dO, n, a, nullptr), cudaSuccess);
+    const int64_t part = int64_t(T) * H - 5;
+    ASSERT_EQ(cuda::rope_rows_bf16(a, part, D, dfreq, R, dpos, H, true, nullptr), cudaSuccess);
+    const auto op = bits(a, n);
+    EXPECT_TRUE(std::equal(op.begin(), op.begin() + part * D, ob.begin()));
+    EXPECT_TRUE(std::equal(op.begin() + part * D, op.end(), o16.begin() + part * D));
     EXPECT_EQ(cuda::rope_rows_bf16(a, 1, D, dfreq, 63, dpos, 1, true, nullptr), cudaErrorInvalidValue);
+    EXPECT_EQ(cuda::rope_rows_bf16(a, 1, D, dfreq, R, dpos, 0, true, nullptr), cudaErrorInvalidValue);
     std::printf("[op norm_rope bf16] %d rows of %d: q and inverse-rope bf16 forms bit-equal to the f32 route (%zu "
                 "output elements rotated)\n", T * H, D, changed);
 }

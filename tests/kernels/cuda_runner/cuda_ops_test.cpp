@@ -107,8 +107,9 @@ TEST(CudaOps, GroupedLinearMatchesPerGroup) {
 TEST(CudaOps, TopkExactTiesAndNan) {
     SKIP_WITHOUT_GPU();
     std::mt19937 g(7);
-    for (int n : {1, 5, 33, 257, 600}) {
-        for (int k : {1, 4, 16, 512}) {
+    // n up to 2,048 runs on 256-thread blocks, 3,000 on 1,024; k off powers of two pads the sort.
+    for (int n : {1, 5, 33, 257, 600, 2048, 3000}) {
+        for (int k : {1, 3, 4, 16, 100, 512, 1000, 1500}) {
             if (k > n) continue;
             std::vector<float> s(static_cast<size_t>(n));
             for (float& v : s) v = float(int(g() % 7)) * 0.5f;  // many ties

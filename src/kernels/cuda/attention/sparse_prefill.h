@@ -22,8 +22,10 @@ const char* sparse_prefill_decline(const SparseDecodeArgs& a);
 // arguments: cudaErrorInvalidValue. Asynchronous on `stream`.
 cudaError_t sparse_prefill_run(const SparseDecodeArgs& a, cudaStream_t stream);
 // Self-check of the kernel's fast FP8 dequantisation (4 instructions per two codes) against the
-// float form for every e4m3 code but NaN and every UE8M0 scale byte below 128 (the bytes it takes):
-// the number of differing bf16 pairs (0 expected), -1 on a CUDA error. Synchronous; for tests.
+// float form for every e4m3 code but NaN and every UE8M0 scale byte below 128 (the bytes it takes),
+// and of its row store for every scale byte 0..255 in each of the 7 scaled blocks (bytes of 128 and
+// more send the row to the float form; a row past the list stores zeros): the number of differing
+// bf16 pairs or units (0 expected), -1 on a CUDA error. Synchronous; for tests.
 int64_t sparse_prefill_dequant_mismatches();
 
 }  // namespace dsv4::cuda

@@ -214,6 +214,14 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_prefill_kernel(Args p) {
         }
         dev::wgmma_commit();
     };
+    // After each wait: s was written by the asynchronous wgmmas and the softmax reads it at once; the
+    // empty asm statements keep the compiler from moving those reads above the wait. (acc's reads
+    // follow block barriers and shared-memory loads they depend on; pinning acc as well made ptxas
+    // inject a warpgroup arrive and cost ~2% of the kernel, ledger E53.)
+    auto pin_all = [&]() {
+#pragma unroll
+        for (int i = 0; i < 16; ++i) dev::wgmma_pin(s[i]);
+    };
     if (n_tiles > 0) {
         issue_s(0);
         if (n_tiles > 1) {
@@ -221,6 +229,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_prefill_kernel(Args p) {
             off_next = row_off(2);
         }
         dev::wgmma_wait<0>();
+        pin_all();
     }
     // Per tile: softmax of S(tt) (two block barriers: the halves' maxima, then P and the sums), then
     // PV(tt) issued; tile tt + 1 dequantised into the other buffer while it runs, and S(tt + 1)
@@ -255,7 +264,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_prefill_kernel(Args p) {
         }
         __syncthreads();  // B2: both halves' maxima
         // The running maximum moves only when a row's tile maximum passes it by more than kLazyMax
-        // (log2 units): P = exp2(S - m) then stays below 2^kLazyMax, far inside f32 and bf16, and
+        // (log2 units): P = exp2(S - m) then stays at most 2^kLazyMax, far inside f32 and bf16, and
         // the O and l rescale (128 multiplies per thread) is skipped for the warp when no row of it
         // moved, which after the first tiles is almost always. The result is the same softmax; P's
         // bf16 rounding falls on other values (within the bf16 tolerance of the decode kernel).
@@ -335,6 +344,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_prefill_kernel(Args p) {
             }
         }
         dev::wgmma_wait<0>();
+        pin_all();
     }
 
     // o = acc / (l + exp(sink - m)) in the decode kernel's form (n_splits == 1).
@@ -369,15 +379,61 @@ __global__ void dequant_check_kernel(unsigned long long* mismatches) {
     for (int p = 0; p < 2; ++p) bad += dequant_pair_fast(w, p, s2) != dequant_pair_float(w, p, e);
     if (bad) atomicAdd(mismatches, bad);
 }
+
+// store_share as the kernel runs it, one thread per (scale byte e of every value, block b holding it,
+// code offset c0): the other six blocks' bytes are 120, so e >= 128 in any one block must send the
+// whole row down the float form; every stored unit is compared with dequant_pair_float (NaN codes
+// skipped), and a row past the list must store zeros.
+__global__ void store_share_check_kernel(unsigned long long* mismatches) {
+    extern __shared__ __align__(16) unsigned char tile[];  // kTileBytes
+    const uint32_t e = blockIdx.x, b = blockIdx.y, q = threadIdx.x & 3;
+    const int r = int(threadIdx.x >> 2);  // 0..63
+    RawShare sh;
+    uint32_t bytes[8];
+    for (int i = 0; i < 8; ++i) bytes[i] = i == int(b) ? e : 120u;
+    sh.sc = make_uint2(bytes[0] | bytes[1] << 8 | bytes[2] << 16 | bytes[3] << 24,
+                       bytes[4] | bytes[5] << 8 | bytes[6] << 16 | bytes[7] << 24);
+    auto code = [&](int j, int k) -> uint32_t {  // byte k of share word j: a code that is not NaN
+        const uint32_t c = (uint32_t(r) * 37u + uint32_t(j) * 11u + uint32_t(k) * 5u + q * 101u) & 0xffu;
+        return (c & 0x7fu) == 0x7fu ? c ^ 0x01u : c;
+    };
+    for (int j = 0; j < 14; ++j) {
+        uint32_t w[2] = {0, 0};
+        for (int k = 0; k < 8; ++k) w[k >> 2] |= code(j, k) << (8 * (k & 3));
+        sh.e4[j] = make_uint2(w[0], w[1]);
+    }
+    for (int j = 0; j < 4; ++j) sh.b16[j] = make_uint2(0x3f803f80u + r, 0xbf80bf80u + j);
+    const bool ok = r != 63;  // the last row stands for a row past the list
+    store_share(sh, tile, r, int(q), ok);
+    __syncwarp();
+    unsigned long long bad = 0;
+    for (int j = 0; j < 14; ++j) {
+        const int u = int(q) + 4 * j;
+        const uint32_t eu = (u >> 3) < 4 ? (sh.sc.x >> (8 * ((u >> 3) & 3))) & 0xffu : (sh.sc.y >> (8 * ((u >> 3) & 3))) & 0xffu;
+        const uint4 got = *reinterpret_cast<const uint4*>(tile + swz(r, u, kColBlock));
+        const uint2 v = sh.e4[j];
+        const uint4 want = ok ? make_uint4(dequant_pair_float(v.x, 0, eu), dequant_pair_float(v.x, 1, eu),
+                                           dequant_pair_float(v.y, 0, eu), dequant_pair_float(v.y, 1, eu))
+                              : make_uint4(0, 0, 0, 0);
+        bad += got.x != want.x || got.y != want.y || got.z != want.z || got.w != want.w;
+    }
+    if (bad) atomicAdd(mismatches, bad);
+}
 }  // namespace
 
 int64_t sparse_prefill_dequant_mismatches() {
     unsigned long long* d = nullptr;
     if (cudaMalloc(&d, sizeof(*d)) != cudaSuccess) return -1;
     unsigned long long h = 0;
-    cudaMemset(d, 0, sizeof(*d));
-    dequant_check_kernel<<<128, 256>>>(d);
-    const bool ok = cudaGetLastError() == cudaSuccess && cudaMemcpy(&h, d, sizeof(h), cudaMemcpyDeviceToHost) == cudaSuccess;
+    bool ok = cudaMemset(d, 0, sizeof(*d)) == cudaSuccess;
+    if (ok) {
+        dequant_check_kernel<<<128, 256>>>(d);
+        ok = cudaFuncSetAttribute(store_share_check_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kTileBytes) ==
+             cudaSuccess;
+        if (ok) store_share_check_kernel<<<dim3(256, 7), 256, kTileBytes>>>(d);
+        ok = ok && cudaGetLastError() == cudaSuccess &&
+             cudaMemcpy(&h, d, sizeof(h), cudaMemcpyDeviceToHost) == cudaSuccess;
+    }
     cudaFree(d);
     return ok ? int64_t(h) : -1;
 }

@@ -14,11 +14,14 @@
 namespace dsv4::cuda {
 
 namespace {
-constexpr int kTopkThreads = 1024;  // the most a top-k block may have (sampling's rows: 1024)
-// The indexer's rows (at most a few thousand keys) use 256 threads: a row's top-k is a chain of ~60
-// block barriers (radix passes, tie scan, sort), so several rows per SM overlap one another's
-// barriers; at 1,024 threads one row per SM ran, latency-bound (ncu, ledger E53).
-constexpr int kIndexerTopkThreads = 256;
+constexpr int kTopkThreads = 1024;  // the most a top-k block may have (long rows: sampling's vocabulary)
+// Rows of up to kCached x 256 = 2,048 keys (the indexer's up to an 8K context; topk_rows' short rows)
+// use 256 threads: a row's top-k is a chain of ~60 block barriers (radix passes, tie scan, sort), so
+// several rows per SM overlap one another's barriers; at 1,024 threads one row per SM ran,
+// latency-bound (ncu, ledger E53: -71% at 4K tokens). The indexer keeps 256 for longer contexts too
+// (its keys are then re-read from L2 in each pass; not measured there).
+constexpr int kShortRowThreads = 256;
+constexpr int kCached = 8;  // keys per thread held in registers by block_topk_radix
 constexpr int kRadixMaxK = 2048;
 
 __device__ __forceinline__ float topk_key(float s) { return isnan(s) ? kNegInf : s; }
@@ -57,7 +60,6 @@ __device__ void block_topk_radix(const float* scores, int n, int k, int32_t* idx
     // Up to kCached keys per thread stay in registers for all six passes over the row (element
     // threadIdx.x + j blockDim.x in kc[j]), loaded at once: re-reading scores from L2 in every pass
     // was a chain of ~12 dependent round trips per row. Longer rows read them again each pass.
-    constexpr int kCached = 8;
     const bool cached = n <= kCached * int(blockDim.x);
     uint32_t kc[kCached];
 #pragma unroll
@@ -219,7 +221,7 @@ __global__ void argmax_kernel(const float* logits, int64_t V, int32_t* out) {
 
 cudaError_t indexer_select(const StepPlan& plan, const IndexerArgs& a, cudaStream_t st) {
     if (plan.n_seqs <= 0 || a.max_rows <= 0) return cudaSuccess;
-    indexer_topk_kernel<<<plan.n_seqs, kIndexerTopkThreads, 0, st>>>(plan, a);
+    indexer_topk_kernel<<<plan.n_seqs, kShortRowThreads, 0, st>>>(plan, a);
     return cudaGetLastError();
 }
 
@@ -230,7 +232,8 @@ cudaError_t indexer_topk(const StepPlan& plan, const PagePool& pool, const Index
 
 cudaError_t topk_rows(const float* scores, int R, int n, int k, int32_t* idx, cudaStream_t st) {
     if (R <= 0 || k <= 0) return cudaSuccess;
-    topk_rows_kernel<<<R, kTopkThreads, 0, st>>>(scores, n, k, idx);
+    const int threads = n <= kCached * kShortRowThreads ? kShortRowThreads : kTopkThreads;
+    topk_rows_kernel<<<R, threads, 0, st>>>(scores, n, k, idx);
     return cudaGetLastError();
 }
 

@@ -72,7 +72,7 @@ constexpr int kMmaKeys = 64;  // keys per CTA tile: 4 warps x 16
 // S8 kappa + s for slot kappa of step s (S8 = ID / 8), so lane t's B values are two contiguous runs
 // of its key row (dims S8 t + s and S8 (t + 4) + s). q sits in shared memory in fragment order: lane
 // (g, t)'s four A values of head tile ht and step s (a0..a3) are 32 contiguous bytes at
-// qs_index(16 ht + g, t, s) (two 16-byte loads straight into the DMMA's register quad; the previous
+// qs_lane(ht, g, t, s, S8) (two 16-byte loads straight into the DMMA's register quad; the previous
 // [head][dim] layout cost ~12 register moves per pair of DMMAs, ncu in ledger E53); rows of g are
 // 16 bytes further apart than a multiple of 128, so a quarter-warp's loads touch every bank once.
 // Epilogue: ReLU and head weights per lane (its 8 heads), then a fixed shuffle tree over the 8 lanes
@@ -256,7 +256,7 @@ cudaError_t indexer_scores(const StepPlan& plan, const PagePool& pool, const Ind
         int dev = 0, sms = 132;
         if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
         if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
-        // 3 CTAs per SM fit (68 KB of q, 148 registers): one wave of CTAs, each walking its tiles
+        // 3 CTAs per SM fit (66 KB of q, 168 registers): one wave of CTAs, each walking its tiles
         // (a partial second wave would leave most SMs idle at its end), never more CTAs than tiles.
         const int64_t tiles = (a.max_rows + kMmaKeys - 1) / kMmaKeys;
         int64_t gy = 3 * int64_t(sms) / plan.n_seqs;

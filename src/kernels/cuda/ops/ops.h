@@ -124,8 +124,8 @@ cudaError_t norm_rope_bf16(void* y, int64_t ldy, int rows, int n, bool do_norm, 
                            const float* inv_freq, int rope_dim, const int32_t* pos, int rows_per_token, cudaStream_t st);
 // RoPE (or its inverse) in place on the trailing rope_dim dims of bf16 rows y [rows, n] (contiguous)
 // at pos[r / rows_per_token], computed in f32 and rounded back: the same bits as widening the row to
-// f32, norm_rope without the norm, then round_to_bf16. Odd rope_dim or n, or y not 4-byte aligned:
-// cudaErrorInvalidValue.
+// f32, norm_rope without the norm, then round_to_bf16. Odd rope_dim or n, y not 4-byte aligned or
+// rows_per_token <= 0: cudaErrorInvalidValue.
 cudaError_t rope_rows_bf16(void* y, int64_t rows, int n, const float* inv_freq, int rope_dim, const int32_t* pos,
                            int rows_per_token, bool inverse, cudaStream_t st);
 cudaError_t scale_inplace(float* x, int64_t n, float s, cudaStream_t st);
