@@ -19,13 +19,6 @@ struct Pool {
     std::vector<uint8_t> bytes;            // device image of the pool
 };
 
-float bf16_round(float x) {
-    const uint32_t u = uint32_t(f32_to_bf16(x)) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return f;
-}
-
 // Stores v as pool row r (pool rows of KvFormat f): bf16, or FP8 quantised per 64 nope dims with a
 // UE8M0 scale and RoPE dims bf16; p.rows[r] gets the decoded values (what attention sees).
 void write_row(Pool& p, int r, std::vector<float> v, KvFormat f) {
@@ -35,7 +28,7 @@ void write_row(Pool& p, int r, std::vector<float> v, KvFormat f) {
         for (int i = 0; i < kD; ++i) {
             const uint16_t b = f32_to_bf16(v[i]);
             std::memcpy(dst + 2 * i, &b, 2);
-            v[i] = bf16_round(v[i]);
+            v[i] = round_bf16(v[i]);
         }
     } else {
         for (int blk = 0; blk < 7; ++blk) {
@@ -53,7 +46,7 @@ void write_row(Pool& p, int r, std::vector<float> v, KvFormat f) {
         for (int i = 448; i < kD; ++i) {
             const uint16_t b = f32_to_bf16(v[i]);
             std::memcpy(dst + 448 + 2 * (i - 448), &b, 2);
-            v[i] = bf16_round(v[i]);
+            v[i] = round_bf16(v[i]);
         }
     }
     p.rows[size_t(r)] = std::move(v);

@@ -100,6 +100,11 @@ __device__ __forceinline__ uint32_t dequant_pair_fast(uint32_t w, int p, uint32_
 // bf16x2 of 2^(e - 7) in both halves (e < 128).
 __device__ __forceinline__ uint32_t dequant_scale2(uint32_t e) { return e * 0x00800080u + 0x3c003c00u; }
 
+// The UE8M0 byte of the share's 64-dim block blk (0..6).
+__device__ __forceinline__ uint32_t share_scale(const RawShare& s, int blk) {
+    return ((blk < 4 ? s.sc.x : s.sc.y) >> (8 * (blk & 3))) & 0xffu;
+}
+
 // Writes the share as bf16 units of row r into a swizzled tile (e4m3 x UE8M0 -> bf16 is exact).
 // Scale bytes of 128 and more (scales >= 2, outside dequant_pair_fast's range) take the float form.
 // A row past the list (ok false) is stored as zeros without the conversion (its scores are masked,
@@ -114,9 +119,7 @@ __device__ __forceinline__ void store_share(const RawShare& s, unsigned char* ti
 #pragma unroll
     for (int j = 0; j < 14; ++j) {
         const int u = q + 4 * j;
-        const int blk = u >> 3;  // == j / 2: the 7 scaled 64-dim blocks
-        const uint32_t sw = blk < 4 ? s.sc.x : s.sc.y;
-        const uint32_t e = (sw >> (8 * (blk & 3))) & 0xffu;
+        const uint32_t e = share_scale(s, u >> 3);  // block u / 8 == j / 2
         const uint2 v = s.e4[j];
         uint4 o;
         if (fast) {
@@ -218,7 +221,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_prefill_kernel(Args p) {
     // empty asm statements keep the compiler from moving those reads above the wait. (acc's reads
     // follow block barriers and shared-memory loads they depend on; pinning acc as well made ptxas
     // inject a warpgroup arrive and cost ~2% of the kernel, ledger E53.)
-    auto pin_all = [&]() {
+    auto pin_s = [&]() {
 #pragma unroll
         for (int i = 0; i < 16; ++i) dev::wgmma_pin(s[i]);
     };
@@ -229,7 +232,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_prefill_kernel(Args p) {
             off_next = row_off(2);
         }
         dev::wgmma_wait<0>();
-        pin_all();
+        pin_s();
     }
     // Per tile: softmax of S(tt) (two block barriers: the halves' maxima, then P and the sums), then
     // PV(tt) issued; tile tt + 1 dequantised into the other buffer while it runs, and S(tt + 1)
@@ -344,7 +347,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_prefill_kernel(Args p) {
             }
         }
         dev::wgmma_wait<0>();
-        pin_all();
+        pin_s();
     }
 
     // o = acc / (l + exp(sink - m)) in the decode kernel's form (n_splits == 1).
@@ -380,8 +383,8 @@ __global__ void dequant_check_kernel(unsigned long long* mismatches) {
     if (bad) atomicAdd(mismatches, bad);
 }
 
-// store_share as the kernel runs it, one thread per (scale byte e of every value, block b holding it,
-// code offset c0): the other six blocks' bytes are 120, so e >= 128 in any one block must send the
+// store_share as the kernel runs it, one CTA per (scale byte e, block b holding it), one thread per
+// (row, quarter) with its own code pattern: the other six blocks' bytes are 120, so e >= 128 in any one block must send the
 // whole row down the float form; every stored unit is compared with dequant_pair_float (NaN codes
 // skipped), and a row past the list must store zeros.
 __global__ void store_share_check_kernel(unsigned long long* mismatches) {
@@ -409,7 +412,7 @@ __global__ void store_share_check_kernel(unsigned long long* mismatches) {
     unsigned long long bad = 0;
     for (int j = 0; j < 14; ++j) {
         const int u = int(q) + 4 * j;
-        const uint32_t eu = (u >> 3) < 4 ? (sh.sc.x >> (8 * ((u >> 3) & 3))) & 0xffu : (sh.sc.y >> (8 * ((u >> 3) & 3))) & 0xffu;
+        const uint32_t eu = share_scale(sh, u >> 3);
         const uint4 got = *reinterpret_cast<const uint4*>(tile + swz(r, u, kColBlock));
         const uint2 v = sh.e4[j];
         const uint4 want = ok ? make_uint4(dequant_pair_float(v.x, 0, eu), dequant_pair_float(v.x, 1, eu),

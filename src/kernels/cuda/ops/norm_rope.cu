@@ -216,8 +216,8 @@ cudaError_t norm_rope_bf16(void* y, int64_t ldy, int rows, int n, bool do_norm, 
 cudaError_t rope_rows_bf16(void* y, int64_t rows, int n, const float* inv_freq, int rope_dim, const int32_t* pos,
                            int rows_per_token, bool inverse, cudaStream_t st) {
     if (rows <= 0 || rope_dim <= 0) return cudaSuccess;
-    if (rope_dim % 2 || rope_dim > n || n % 2 || reinterpret_cast<uintptr_t>(y) % 4) return cudaErrorInvalidValue;
-    if (rows_per_token <= 0) return cudaErrorInvalidValue;
+    if (rope_dim % 2 || rope_dim > n || n % 2 || reinterpret_cast<uintptr_t>(y) % 4 || rows_per_token <= 0)
+        return cudaErrorInvalidValue;
     const int64_t pairs = (rows + rows_per_token - 1) / rows_per_token * (rope_dim / 2);
     rope_rows_bf16_kernel<<<unsigned((pairs + 255) / 256), 256, 0, st>>>(static_cast<__nv_bfloat16*>(y), rows, n,
                                                                          inv_freq, rope_dim, pos, rows_per_token, inverse);
