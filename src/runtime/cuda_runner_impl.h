@@ -272,6 +272,7 @@ private:
     // decode one (RuntimeOptions::decode_gemm_min_tokens), steps with prefill chunks the others.
     void set_gemm_thresholds(int max_t);
     int moe_gemm_min_tokens_ = 0;  // set_gemm_thresholds: MoeArgs::grouped_min_tokens of this step
+    bool decode_only_step_ = false;  // set_gemm_thresholds: MoeArgs::decode_step of this step
     Status attention(int l, const cuda::StepPlan& sp, int T, int max_t, int splits);
     // The state and attention part of attention() for a batched prefill step (cuda_runner_prefill.cpp):
     // staging, chunk compressors, the indexer and sparse_decode over pseudo-sequences of

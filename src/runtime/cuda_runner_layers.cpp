@@ -242,6 +242,7 @@ cuda::MoeArgs CudaRunner::moe_args(int l, int T) const {
     a.moe_rules = moe_rules_.empty() ? nullptr : &moe_rules_;
     a.grouped_rules = grouped_rules_.empty() ? nullptr : &grouped_rules_;
     a.grouped_wgmma = opt_.rt.moe_gemm_wgmma;
+    a.decode_step = decode_only_step_;
     return a;
 }
 

@@ -87,6 +87,10 @@ struct RuntimeOptions {
     // balanced wgmma expert rows: 256 sequences 57.3 vs 55.2 ms, 384 64.0 vs 76.6 ms; E49, with the
     // per-width expert consumers: 256 51.0 vs 55.3 ms, 320 55.8 vs 67.1; below 256 not measured); 0: never.
     int decode_gemm_min_tokens = 256;
+    // moe_gemm_min_tokens alone for decode-only steps (the routed experts' grouped GEMM; the dense
+    // linears keep decode_gemm_min_tokens): the persistent expert rows stream the weights at decode
+    // shapes (kernels/cuda/moe/moe_wgmma_persist_sm90.cu); 0: decode_gemm_min_tokens.
+    int decode_moe_gemm_min_tokens = 0;
     // proxy-bench: after timing a point, the per-op table of the captured step (runtime/op_profile.h).
     bool op_profile = false;
     // Test hook (issue 21): > 0 makes the N-th step the runner launches (1 = the first; steps with at

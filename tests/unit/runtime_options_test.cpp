@@ -29,6 +29,7 @@ TEST(RuntimeOptions, DefaultsAreTheDocumentedOnes) {
     EXPECT_EQ(o.prefill_gemm_min_tokens, 128);
     EXPECT_EQ(o.moe_gemm_min_tokens, 128);
     EXPECT_EQ(o.decode_gemm_min_tokens, 256);
+    EXPECT_EQ(o.decode_moe_gemm_min_tokens, 0);
     EXPECT_FALSE(o.op_profile);
     EXPECT_EQ(o.fault_inject_step, 0);
 }

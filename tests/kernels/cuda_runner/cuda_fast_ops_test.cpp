@@ -481,6 +481,34 @@ void grouped_matches_gemv(cuda::MoeArgs a, const float* shared, float* out_dev, 
     EXPECT_GT(wgmma_ran, 0) << what;
 }
 
+// Host-only (no GPU needed): which grouped row the heuristic takes at decode and prefill shapes of
+// the same rows per expert. Decode steps of <= 16 rows per expert take a persistent row; prefill
+// steps and larger decode steps keep the balanced warp-specialised row (ledger E56).
+TEST(CudaFastOps, GroupedSelectionPersistentForDecodeOnly) {
+    for (bool gate_up : {true, false}) {
+        cuda::MoeExpertArgs e;
+        e.mode = gate_up ? cuda::MoeExpertMode::kGateUp : cuda::MoeExpertMode::kDown;
+        e.N = gate_up ? 2048 : 4096;
+        e.K = gate_up ? 4096 : 2048;
+        e.n_experts = 256;
+        e.layout = cuda::MoeWeightLayout::kPairRotated;
+        e.x_kperm = true;
+        for (int tokens : {64, 256, 512, 682, 683, 4096}) {
+            e.n_rows = tokens * 6;
+            const bool few = tokens * 6 <= 16 * 256;
+            for (bool decode : {false, true}) {
+                e.decode_step = decode;
+                const int v = cuda::moe_grouped_select_variant(e);
+                ASSERT_GE(v, 0) << tokens;
+                const std::string name = cuda::moe_grouped_variant_name(v);
+                const bool pers = name.find("_pers") != std::string::npos;
+                EXPECT_EQ(pers, decode && few) << name << " at " << tokens << " tokens, decode " << decode;
+                if (!pers) EXPECT_NE(name.find("_bal"), std::string::npos) << name;
+            }
+        }
+    }
+}
+
 struct MoeCase {
     int E, K, T;
     bool hash;

@@ -160,7 +160,7 @@ std::string moe_grouped_variant_name(int i) {
     if (s.wgmma)  // moe_wgmma_sm90.cu: 2 warpgroups x 2 m64 tiles, t = token rows per CTA
         return std::string(s.layout == MoeWeightLayout::kPairRotated ? "moe_wgmma_pk" : "moe_wgmma") + "_t" +
                std::to_string(s.mt) + "_s" + std::to_string(s.stages) + (s.warps == 4 ? "_wg1" : "") +
-               (s.ws ? "_ws" : "") + (s.mixed ? "_mix" : "") + (s.balanced ? "_bal" : "");
+               (s.ws ? "_ws" : "") + (s.mixed ? "_mix" : "") + (s.balanced ? "_bal" : "") + (s.persistent ? "_pers" : "");
     std::string n = s.layout == MoeWeightLayout::kPairRotated ? "moe_gemm_pk" : "moe_gemm";
     n += "_w" + std::to_string(s.warps) + "_mt" + std::to_string(s.tiles) + "_t" + std::to_string(s.mt) + "_s" +
          std::to_string(s.stages);
@@ -181,6 +181,7 @@ bool moe_grouped_variant_legal(int i, const MoeExpertArgs& a) {
     return s.layout == a.layout && !a.x_f32 && a.K > 0 && a.K % 128 == 0 && a.N > 0 && a.N % cols == 0 &&
            a.n_experts >= 1 && a.n_experts <= 1024 && sm90::moe_grouped_smem_bytes(i, a.K) <= 232448;
 }
+constexpr double kPersistentMaxRowsPerExpert = 16.0;
 int moe_grouped_select_variant(const MoeExpertArgs& a) {
     if (moe_grouped_variant_legal(a.variant, a)) return a.variant;
     // Token tile by the mean rows per expert (docs/perf/ledger.md E29, Flash shapes, one layer's
@@ -190,10 +191,16 @@ int moe_grouped_select_variant(const MoeExpertArgs& a) {
     // a multiple of 8) at every size measured (E44, 20-layer proxy prefill, one user, against the
     // mixed rows from 5 rows per expert and the plain 64-row rows below: 128 tokens 27.1 vs 30.9 ms,
     // 512 50.0 vs 64.7, 1K 68.6 vs 88.7, 4K 178.6 vs 178.5, 16K 823 vs 831).
+    const double per_expert = double(a.n_rows) / std::max(1, a.n_experts);
+    // Decode steps of at most kPersistentMaxRowsPerExpert rows per expert on average: the persistent
+    // rows (ledger E56, 20-layer proxy at 8K: batch 256 50.8 -> 48.5 ms, 512 63.7 -> 62.3 ms; a
+    // 512-token prefill step, also 12 rows per expert, 44.5 -> 47.9 ms, so not for prefill).
+    if (a.x_kperm && a.decode_step && per_expert <= kPersistentMaxRowsPerExpert)
+        for (int i = 0; i < moe_grouped_variant_count(); ++i)
+            if (sm90::moe_grouped_shape(i).persistent && moe_grouped_variant_legal(i, a)) return i;
     if (a.x_kperm)
         for (int i = 0; i < moe_grouped_variant_count(); ++i)
             if (sm90::moe_grouped_shape(i).balanced && moe_grouped_variant_legal(i, a)) return i;
-    const double per_expert = double(a.n_rows) / std::max(1, a.n_experts);
     const int want_mt = a.x_kperm ? (per_expert < 5 ? 64 : 128) : per_expert <= 16 ? 16 : per_expert <= 48 ? 32 : 64;
     for (int pass = 0; pass < 2; ++pass)
         for (int i = 0; i < moe_grouped_variant_count(); ++i)

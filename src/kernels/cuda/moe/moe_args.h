@@ -83,6 +83,10 @@ struct MoeExpertArgs {
     // Grouped GEMM only: x (kGateUp: bf16 tokens; kDown: h) is in the k-permuted layout of
     // moe_kperm.h, which only the wgmma variants read; their gate-up writes h in it too.
     bool x_kperm = false;
+    // Grouped GEMM only: a decode-only step (one token per sequence). The heuristic takes the
+    // persistent wgmma rows there (moe_grouped_select_variant); prefill steps of as few rows per
+    // expert measured slower on them (ledger E56).
+    bool decode_step = false;
 };
 
 struct MoeCombineArgs {

@@ -40,6 +40,9 @@ struct MoeGroupedShape {
     // ws rows with the balanced work list: each expert's rows in ceil(rows / 128) tiles of one width, a
     // multiple of 8 (moe_tile_list.cuh); one launch.
     bool balanced = false;
+    // moe_wgmma_persist_sm90.cu: the ws rows on one CTA per SM walking balanced tiles of at most mt rows
+    // (decode-sized steps).
+    bool persistent = false;
 };
 int moe_grouped_count();
 MoeGroupedShape moe_grouped_shape(int i);
@@ -63,6 +66,11 @@ int moe_wgmma_ws_count();
 MoeGroupedShape moe_wgmma_ws_shape(int i);
 int moe_wgmma_ws_smem_bytes(int i, int K);
 cudaError_t moe_wgmma_ws_run(const MoeExpertArgs& a, int i, cudaStream_t stream);
+// The persistent warp-specialised rows (moe_wgmma_persist_sm90.cu), after the ws rows.
+int moe_wgmma_persist_count();
+MoeGroupedShape moe_wgmma_persist_shape(int i);
+int moe_wgmma_persist_smem_bytes(int i, int K);
+cudaError_t moe_wgmma_persist_run(const MoeExpertArgs& a, int i, cudaStream_t stream);
 // out[r, moe_kperm::position(c)] = bf16(x[r, c]) over n f32 elements (n % 64 == 0, rows of 64k).
 cudaError_t moe_x_kperm_run(const float* x, int64_t n, void* out, cudaStream_t stream);
 // In place over n_words 32-bit words of e2m1 codes (4-byte aligned): checkpoint -> pair-rotated.

@@ -27,13 +27,13 @@ __device__ __forceinline__ TileEntry tile_entry(const MoeExpertArgs& a, int tile
     return {e, t0, min(mt, a.expert_count[e] - t0)};
 }
 
-// The balanced work list (MoeGroupedShape::balanced): expert e's c rows in n = ceil(c / 128) tiles of
-// one width w, ceil(c / n) rounded up to 8 (<= 128), so the padded rows per tile are under 8 plus the
-// rounding instead of up to 127. Entry = tile index << 15 | (w / 8 - 1) << 11 | expert; every tile
-// has live rows ((n - 1) w <= (n - 1) 128 < c).
+// The balanced work list (MoeGroupedShape::balanced, ::persistent): expert e's c rows in n = ceil(c /
+// nt) tiles of one width w, ceil(c / n) rounded up to 8 (<= nt <= 128, nt a multiple of 8), so the
+// padded rows per tile are under 8 plus the rounding instead of up to nt - 1. Entry = tile index << 15
+// | (w / 8 - 1) << 11 | expert; every tile has live rows ((n - 1) w <= (n - 1) nt < c).
 constexpr int kBalancedWidthShift = kExpertBits, kBalancedTileShift = kExpertBits + 4;
-__host__ __device__ constexpr int balanced_width(int c) {
-    const int n = (c + 127) / 128;
+__host__ __device__ constexpr int balanced_width(int c, int nt = 128) {
+    const int n = (c + nt - 1) / nt;
     return n == 0 ? 0 : ((c + n - 1) / n + 7) / 8 * 8;
 }
 struct BalancedEntry {
@@ -95,11 +95,11 @@ __global__ void __launch_bounds__(1024) tile_list_mixed_kernel(const int32_t* co
 }
 
 __global__ void __launch_bounds__(1024) tile_list_balanced_kernel(const int32_t* count, int n_experts, int32_t* list,
-                                                                  int32_t* n_tiles) {
+                                                                  int32_t* n_tiles, int max_w = 128) {
     __shared__ int s[1024];
     const int e = threadIdx.x;
     const int c = e < n_experts ? count[e] : 0;
-    const int nt = (c + 127) / 128, wcode = c > 0 ? balanced_width(c) / 8 - 1 : 0;
+    const int nt = (c + max_w - 1) / max_w, wcode = c > 0 ? balanced_width(c, max_w) / 8 - 1 : 0;
     s[e] = nt;
     scan_1024(s);
     const int start = s[e] - nt;

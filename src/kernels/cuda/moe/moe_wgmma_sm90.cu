@@ -228,21 +228,26 @@ __global__ void x_kperm_kernel(const float* x, int64_t n_pairs, __nv_bfloat16* o
 // moe_wgmma_pk_t128_s6_ws_mix (ledger E37: 4K prefill 202.5 -> 187.3 ms), then the plain ones
 // (64-row tiles stay on the plain kernel).
 constexpr int kPlain = int(sizeof(kTable) / sizeof(kTable[0]));
-int moe_wgmma_count() { return moe_wgmma_ws_count() + kPlain; }
+// Rows [0, nws): warp-specialised; [nws, nws + npe): persistent; then the plain ones.
+int moe_wgmma_count() { return moe_wgmma_ws_count() + moe_wgmma_persist_count() + kPlain; }
 MoeGroupedShape moe_wgmma_shape(int i) {
-    const int nws = moe_wgmma_ws_count();
-    return i < nws ? moe_wgmma_ws_shape(i) : kTable[i - nws].shape;
+    const int nws = moe_wgmma_ws_count(), npe = moe_wgmma_persist_count();
+    if (i < nws) return moe_wgmma_ws_shape(i);
+    if (i < nws + npe) return moe_wgmma_persist_shape(i - nws);
+    return kTable[i - nws - npe].shape;
 }
 int moe_wgmma_smem_bytes(int i, int K) {
-    const int nws = moe_wgmma_ws_count();
+    const int nws = moe_wgmma_ws_count(), npe = moe_wgmma_persist_count();
     if (i < nws) return moe_wgmma_ws_smem_bytes(i, K);
-    const MoeGroupedShape s = kTable[i - nws].shape;
+    if (i < nws + npe) return moe_wgmma_persist_smem_bytes(i - nws, K);
+    const MoeGroupedShape s = kTable[i - nws - npe].shape;
     return smem_bytes(s.mt, s.stages, s.warps / 4, K);
 }
 cudaError_t moe_wgmma_run(const MoeExpertArgs& a, int i, cudaStream_t stream) {
-    const int nws = moe_wgmma_ws_count();
+    const int nws = moe_wgmma_ws_count(), npe = moe_wgmma_persist_count();
     if (i >= 0 && i < nws) return moe_wgmma_ws_run(a, i, stream);
-    i -= nws;
+    if (i >= nws && i < nws + npe) return moe_wgmma_persist_run(a, i - nws, stream);
+    i -= nws + npe;
     if (i < 0 || i >= kPlain || kTable[i].shape.layout != a.layout || !a.x_kperm) return cudaErrorInvalidValue;
     return kTable[i].fn(a, stream);
 }

@@ -66,6 +66,7 @@ MoeExpertArgs expert_args(const MoeArgs& a, bool gate_up) {
     e.swiglu_limit = a.limit;
     e.n_rows = a.T * a.K;
     e.layout = layout_of(gate_up ? a.w1 : a.w2);  // w3 is w1's (moe_fast_decline)
+    e.decode_step = a.decode_step;
     return e;
 }
 

@@ -355,6 +355,8 @@ struct MoeArgs {
     // The grouped GEMM on the warpgroup tensor-core kernel (moe_wgmma_sm90.cu: x and h k-permuted,
     // not bitwise the GEMV's) where legal; false: the mma.sync kernel. A forced grouped_variant wins.
     bool grouped_wgmma = true;
+    // A decode-only step (one token per sequence): MoeExpertArgs::decode_step.
+    bool decode_step = false;
 };
 // Routing, permutation, expert GEMMs (SwiGLU with clamp); leaves yp/slot for moe_combine.
 // Stacked MXFP4 experts of legal shapes take the fast decode kernels (fast_path.h: bf16 x and
