@@ -207,7 +207,8 @@ __device__ __forceinline__ void consume_item(const MoeExpertArgs& a, unsigned ch
 
 template <bool GATEUP, bool PK, int NT, int STAGES>
 __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_persist_kernel(MoeExpertArgs a) {
-    static_assert(STAGES >= 2 && NT % 16 == 0 && NT <= 128, "ring of >= 2 slots, tiles of 16-row x copies");
+    static_assert(STAGES >= 2 && NT % 16 == 0 && NT <= 64,
+                  "a ring of >= 2 slots, x copied 16 rows at a time, the widths switched below");
     constexpr int kStage = stage_bytes(NT, 2), kX = NT * 128;
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = dev::align_smem_1024(smem_raw);
@@ -356,11 +357,13 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_persist_kernel(MoeExper
     case W / 8:                                                                                                   \
         if constexpr (W <= NT)                                                                                    \
             consume_item<GATEUP, PK, NT, STAGES, W>(a, smem, L, &info[b], sc, tw, full, empty, it, tid);        \
+        else                                                                                                      \
+            __trap();                                                                                             \
         break;
             DSV4_WIDTH_CASE(8) DSV4_WIDTH_CASE(16) DSV4_WIDTH_CASE(24) DSV4_WIDTH_CASE(32) DSV4_WIDTH_CASE(40)
             DSV4_WIDTH_CASE(48) DSV4_WIDTH_CASE(56) DSV4_WIDTH_CASE(64)
 #undef DSV4_WIDTH_CASE
-            default: break;
+            default: __trap();  // widths past NT never come (the work list caps them); skipping the ring would hang
         }
         // The item's buffer (scales, shape, routing weights) is free once the epilogue has read it.
         __syncwarp();
