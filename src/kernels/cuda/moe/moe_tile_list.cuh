@@ -39,12 +39,17 @@ __host__ __device__ constexpr int balanced_width(int c, int nt = 128) {
 struct BalancedEntry {
     int e, t0, live, w;
 };
-__device__ __forceinline__ BalancedEntry balanced_entry(const MoeExpertArgs& a, int tile) {
-    const int32_t entry = a.tile_list[tile];
-    const int e = entry & ((1 << kExpertBits) - 1);
+// The fields of a balanced entry; count: its expert's rows (expert_count[e]). Split from the loads
+// so that a caller can fetch the entry and the count at different times (moe_wgmma_persist_sm90.cu).
+__device__ __forceinline__ int balanced_expert(int32_t entry) { return entry & ((1 << kExpertBits) - 1); }
+__device__ __forceinline__ BalancedEntry balanced_decode(int32_t entry, int count) {
     const int w = (((entry >> kBalancedWidthShift) & 15) + 1) * 8;
     const int t0 = (entry >> kBalancedTileShift) * w;
-    return {e, t0, min(w, a.expert_count[e] - t0), w};
+    return {balanced_expert(entry), t0, min(w, count - t0), w};
+}
+__device__ __forceinline__ BalancedEntry balanced_entry(const MoeExpertArgs& a, int tile) {
+    const int32_t entry = a.tile_list[tile];
+    return balanced_decode(entry, a.expert_count[balanced_expert(entry)]);
 }
 
 // Inclusive scan of s[0 .. 1024) by the 1,024 threads of the block (thread e adds into s[e]).

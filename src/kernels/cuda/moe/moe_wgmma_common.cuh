@@ -49,27 +49,28 @@ __device__ __forceinline__ int64_t weight_row(const MoeExpertArgs& a, int e, int
     }
 }
 
-// Block kb's register-A fragments of consumer warpgroup c (rows (2c + m) * 64 + 16 wq + g + 8 hh):
-// A[m][s] is the operand of k16 step s for m64 tile m. codes: the slot's code rows (32 B each);
-// scales: the CTA's scale rows over all K (sstride bytes apart). Thread (wq, g, t) as in wgmma.cuh.
+// Block kb's register-A fragments of the M m64 tiles first_tile .. first_tile + M - 1 of the CTA's
+// weight rows (rows (first_tile + m) * 64 + 16 wq + g + 8 hh): A[m][s] is the operand of k16 step s
+// for tile m. codes: the slot's code rows (32 B each); scales: the CTA's scale rows over all K
+// (sstride bytes apart). Thread (wq, g, t) as in wgmma.cuh.
 // Every shared-memory load is issued first, and the rare scale bytes above 128 (a factor that is
 // not a finite bf16, scale_words) are handled behind one branch per block instead of one per row
 // pair (ncu, session 17: four branch regions per block in the consumers' hot loop).
-template <bool PK>
-__device__ __forceinline__ void dequant_block(const unsigned char* codes, const unsigned char* scales, int sstride,
-                                              int kb, int c, int wq, int g, int t, uint32_t (&A)[2][4][4]) {
-    uint2 v[2][2];
-    uint32_t sc[2][2];
+template <bool PK, int M>
+__device__ __forceinline__ void dequant_tiles(const unsigned char* codes, const unsigned char* scales, int sstride,
+                                              int kb, int first_tile, int wq, int g, int t, uint32_t (&A)[M][4][4]) {
+    uint2 v[M][2];
+    uint32_t sc[M][2];
 #pragma unroll
-    for (int m = 0; m < 2; ++m)
+    for (int m = 0; m < M; ++m)
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
-            const int r = (2 * c + m) * 64 + wq * 16 + g + 8 * hh;
+            const int r = (first_tile + m) * 64 + wq * 16 + g + 8 * hh;
             v[m][hh] = *reinterpret_cast<const uint2*>(codes + r * 32 + 8 * t);
             sc[m][hh] = scales[r * sstride + kb * 2 + (t >> 1)];
         }
 #pragma unroll
-    for (int m = 0; m < 2; ++m)
+    for (int m = 0; m < M; ++m)
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
             uint32_t w[8];
@@ -93,9 +94,12 @@ __device__ __forceinline__ void dequant_block(const unsigned char* codes, const 
                 A[m][s][2 + hh] = w[4 * (s >> 1) + 2 * (s & 1) + 1];
             }
         }
-    if (max(max(sc[0][0], sc[0][1]), max(sc[1][0], sc[1][1])) > 128u) {
+    uint32_t top = max(sc[0][0], sc[0][1]);
 #pragma unroll
-        for (int m = 0; m < 2; ++m)
+    for (int m = 1; m < M; ++m) top = max(top, max(sc[m][0], sc[m][1]));
+    if (top > 128u) {
+#pragma unroll
+        for (int m = 0; m < M; ++m)
 #pragma unroll
             for (int hh = 0; hh < 2; ++hh) {
                 if (sc[m][hh] <= 128u) continue;
@@ -110,6 +114,12 @@ __device__ __forceinline__ void dequant_block(const unsigned char* codes, const 
                     }
             }
     }
+}
+// The two m64 tiles of consumer warpgroup c (tiles 2c and 2c + 1).
+template <bool PK>
+__device__ __forceinline__ void dequant_block(const unsigned char* codes, const unsigned char* scales, int sstride,
+                                              int kb, int c, int wq, int g, int t, uint32_t (&A)[2][4][4]) {
+    dequant_tiles<PK, 2>(codes, scales, sstride, kb, 2 * c, wq, g, t, A);
 }
 
 // Block kb's 4 k16 steps x 2 m64 tiles of wgmmas W tokens wide (none when W > NT: the switch below
@@ -210,10 +220,10 @@ __device__ __forceinline__ void gateup_smem_to_global(const __nv_bfloat16* hs, c
             *reinterpret_cast<const uint4*>(hs + tok * hs_stride(WG) + u * 8);
     }
 }
-// kDown epilogue: y[perm_dst[p], c0 + 128 c + row] for the live tokens.
-template <int NT>
-__device__ __forceinline__ void down_to_global(const float (&acc)[2][NT / 2], const MoeExpertArgs& a, int p0, int live,
-                                               int c0, int c, int wq, int g, int t) {
+// kDown epilogue: y[perm_dst[p], c0 + 64 (first_tile + m) + row] of the M m64 tiles, live tokens only.
+template <int NT, int M>
+__device__ __forceinline__ void down_tiles_to_global(const float (&acc)[M][NT / 2], const MoeExpertArgs& a, int p0,
+                                                     int live, int c0, int first_tile, int wq, int g, int t) {
 #pragma unroll
     for (int j = 0; j < NT / 8; ++j)
 #pragma unroll
@@ -221,10 +231,16 @@ __device__ __forceinline__ void down_to_global(const float (&acc)[2][NT / 2], co
             const int tok = 8 * j + 2 * t + (q & 1);
             if (tok >= live) continue;
             const int rr = wq * 16 + g + 8 * (q >> 1);
-            float* y = static_cast<float*>(a.out) + int64_t(a.perm_dst[p0 + tok]) * a.N + c0 + c * 128 + rr;
-            y[0] = acc[0][4 * j + q];
-            y[64] = acc[1][4 * j + q];
+            float* y = static_cast<float*>(a.out) + int64_t(a.perm_dst[p0 + tok]) * a.N + c0 + first_tile * 64 + rr;
+#pragma unroll
+            for (int m = 0; m < M; ++m) y[64 * m] = acc[m][4 * j + q];
         }
+}
+// The two m64 tiles of consumer warpgroup c: output rows c0 + 128 c ..
+template <int NT>
+__device__ __forceinline__ void down_to_global(const float (&acc)[2][NT / 2], const MoeExpertArgs& a, int p0, int live,
+                                               int c0, int c, int wq, int g, int t) {
+    down_tiles_to_global<NT, 2>(acc, a, p0, live, c0, 2 * c, wq, g, t);
 }
 
 }  // namespace

@@ -65,60 +65,7 @@ constexpr PersistSmem persist_smem(int nt, int stages, int K) {
 }
 constexpr int persist_smem_bytes(int nt, int stages, int K) { return 1024 + persist_smem(nt, stages, K).total; }
 
-// Item i of the CTA's walk: balanced tile i / col_blocks, column block i % col_blocks.
-__device__ __forceinline__ int item_tile(int i, int col_blocks) { return i / col_blocks; }
 
-// Block kb's register-A fragments of m64 tile `tile` of the CTA's rows (rows 64 tile + 16 wq + g + 8 hh):
-// dequant_block's work for one tile, A[s] the operand of k16 step s.
-template <bool PK>
-__device__ __forceinline__ void dequant_tile(const unsigned char* codes, const unsigned char* scales, int sstride,
-                                             int kb, int tile, int wq, int g, int t, uint32_t (&A)[4][4]) {
-    uint2 v[2];
-    uint32_t sc[2];
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-        const int r = tile * 64 + wq * 16 + g + 8 * hh;
-        v[hh] = *reinterpret_cast<const uint2*>(codes + r * 32 + 8 * t);
-        sc[hh] = scales[r * sstride + kb * 2 + (t >> 1)];
-    }
-#pragma unroll
-    for (int hh = 0; hh < 2; ++hh) {
-        uint32_t w[8], q0[4], q1[4];
-        if constexpr (PK) {
-            mxfp4_pk::pair_words(v[hh].x, q0);
-            mxfp4_pk::pair_words(v[hh].y, q1);
-        } else {
-            mxfp4_pk::checkpoint_pair_words(v[hh].x, q0);
-            mxfp4_pk::checkpoint_pair_words(v[hh].y, q1);
-        }
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-            w[q] = q0[q];
-            w[4 + q] = q1[q];
-        }
-        moe_mma::scale_words_low<8>(sc[hh], w);
-#pragma unroll
-        for (int s = 0; s < 4; ++s) {
-            A[s][hh] = w[4 * (s >> 1) + 2 * (s & 1)];
-            A[s][2 + hh] = w[4 * (s >> 1) + 2 * (s & 1) + 1];
-        }
-    }
-    if (max(sc[0], sc[1]) > 128u) {  // rare: a factor above 2^127 (dequant_block)
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            if (sc[hh] <= 128u) continue;
-            const __nv_bfloat162 f = moe_mma::scale_rest_factor(sc[hh]);
-#pragma unroll
-            for (int s = 0; s < 4; ++s)
-#pragma unroll
-                for (int j = 0; j < 2; ++j) {
-                    uint32_t& word = A[s][2 * j + hh];
-                    __nv_bfloat162 r = __hmul2(*reinterpret_cast<__nv_bfloat162*>(&word), f);
-                    word = *reinterpret_cast<uint32_t*>(&r);
-                }
-        }
-    }
-}
 // Block kb's 4 k16 wgmmas of one m64 tile, W tokens wide, on the x tile at x_addr; one commit group.
 template <int W>
 __device__ __forceinline__ void mma_tile(float (&acc)[W / 2], const uint32_t (&A)[4][4], uint32_t x_addr) {
@@ -143,30 +90,30 @@ __device__ __forceinline__ void consume_item(const MoeExpertArgs& a, unsigned ch
     // Warpgroup q = wg - 1 computes m64 tile q: for gate-up w1 (q even) or w3 (q odd) of h columns
     // 64 (q >> 1) .., for down output rows 64 q ..
     const int q = (tid >> 7) - 1, lane = tid & 31, wq = (tid >> 5) & 3, g = lane >> 2, t = lane & 3;
-    float acc[W / 2];
+    float acc[1][W / 2];
 #pragma unroll
-    for (int i = 0; i < W / 2; ++i) acc[i] = 0.0f;
+    for (int i = 0; i < W / 2; ++i) acc[0][i] = 0.0f;
     const uint32_t x_base = dev::smem_addr(smem + L.slots);
-    auto acquire = [&](int kb, uint32_t (&A)[4][4]) {
+    auto acquire = [&](int kb, uint32_t (&A)[1][4][4]) {
         const uint32_t r = it0 + uint32_t(kb);
         const int s = int(r % STAGES);
         dev::mbar_wait(&full[s], (r / STAGES) & 1);
         dev::fence_proxy_async_smem();
-        dequant_tile<PK>(smem + L.slots + s * kStage + kX, sc, sstride, kb, q, wq, g, t, A);
+        dequant_tiles<PK, 1>(smem + L.slots + s * kStage + kX, sc, sstride, kb, q, wq, g, t, A);
     };
     // One A buffer: block kb's wgmmas retire before block kb + 1 is dequantised into it. The other
     // three consumer warps of the scheduler cover that wait (with a second buffer ptxas needs more
     // than 128 registers and serialises the wgmmas below that).
-    uint32_t A[4][4];
+    uint32_t A[1][4][4];
     for (int kb = 0; kb < nkb; ++kb) {
         acquire(kb, A);
-        mma_tile<W>(acc, A, x_base + ((it0 + uint32_t(kb)) % STAGES) * kStage);
+        mma_tile<W>(acc[0], A[0], x_base + ((it0 + uint32_t(kb)) % STAGES) * kStage);
         dev::wgmma_wait<0>();
         __syncwarp();
         if (lane == 0) dev::mbar_arrive(&empty[(it0 + uint32_t(kb)) % STAGES]);
     }
 #pragma unroll
-    for (int i = 0; i < W / 2; ++i) dev::wgmma_pin(acc[i]);
+    for (int i = 0; i < W / 2; ++i) dev::wgmma_pin(acc[0][i]);
 
     // The item's shape read back from shared memory here, not held through the k loop (registers).
     const ItemInfo m = *mi;
@@ -177,7 +124,7 @@ __device__ __forceinline__ void consume_item(const MoeExpertArgs& a, unsigned ch
         float* xch = reinterpret_cast<float*>(smem + L.xch) + (q >> 1) * (NT / 2) * 128 + (tid & 127);
         if (q & 1) {
 #pragma unroll
-            for (int i = 0; i < W / 2; ++i) xch[i * 128] = acc[i];
+            for (int i = 0; i < W / 2; ++i) xch[i * 128] = acc[0][i];
         }
         dev::named_barrier_sync(1, 128 * kConsumers);
         __nv_bfloat16* hs = reinterpret_cast<__nv_bfloat16*>(smem + L.hs);
@@ -185,7 +132,7 @@ __device__ __forceinline__ void consume_item(const MoeExpertArgs& a, unsigned ch
             float gu[2][W / 2];
 #pragma unroll
             for (int i = 0; i < W / 2; ++i) {
-                gu[0][i] = acc[i];
+                gu[0][i] = acc[0][i];
                 gu[1][i] = xch[i * 128];
             }
             gateup_to_smem<W, 2>(gu, a, m.p0, m.live, q >> 1, wq, g, t, hs, m.live, tile_w);
@@ -193,15 +140,7 @@ __device__ __forceinline__ void consume_item(const MoeExpertArgs& a, unsigned ch
         dev::named_barrier_sync(1, 128 * kConsumers);
         gateup_smem_to_global<2>(hs, a, m.p0, m.live, m.c0, tid - 128, 128 * kConsumers);
     } else {
-#pragma unroll
-        for (int j = 0; j < W / 8; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int tok = 8 * j + 2 * t + (e & 1);
-                if (tok >= m.live) continue;
-                const int rr = wq * 16 + g + 8 * (e >> 1);
-                static_cast<float*>(a.out)[int64_t(a.perm_dst[m.p0 + tok]) * a.N + m.c0 + q * 64 + rr] = acc[4 * j + e];
-            }
+        down_tiles_to_global<W, 1>(acc, a, m.p0, m.live, m.c0, q, wq, g, t);
     }
 }
 
@@ -249,19 +188,19 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_persist_kernel(MoeExper
         float nx_w = 0.0f;
         ItemInfo nx{};
         int nx_e = 0;
-        // Stage the first item's metadata (a dependent chain, paid once per CTA).
-        auto fetch_entry = [&](int i) { nx_entry = a.tile_list[item_tile(i, col_blocks)]; };
+        // Item i: balanced tile i / col_blocks, column block i % col_blocks.
+        auto fetch_entry = [&](int i) { nx_entry = a.tile_list[i / col_blocks]; };
         auto fetch_expert = [&]() {
-            nx_e = nx_entry & ((1 << kExpertBits) - 1);
+            nx_e = balanced_expert(nx_entry);
             nx_off = a.expert_offset[nx_e];
             nx_cnt = a.expert_count[nx_e];
         };
         // Shape of item i from its entry and expert; issues its token-id and routing-weight loads.
         auto fetch_tokens = [&](int i) {
-            nx.w = (((nx_entry >> kBalancedWidthShift) & 15) + 1) * 8;
-            const int t0 = (nx_entry >> kBalancedTileShift) * nx.w;
-            nx.live = min(nx.w, nx_cnt - t0);
-            nx.p0 = nx_off + t0;
+            const BalancedEntry be = balanced_decode(nx_entry, nx_cnt);
+            nx.w = be.w;
+            nx.live = be.live;
+            nx.p0 = nx_off + be.t0;
             nx.c0 = (i % col_blocks) * cols;
 #pragma unroll
             for (int j = 0; j < XJ; ++j) {
@@ -292,7 +231,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_persist_kernel(MoeExper
         };
 
         int i = blockIdx.x;
-        if (i < n_items) {
+        if (i < n_items) {  // the first item's metadata: a dependent chain, paid once per CTA
             fetch_entry(i);
             fetch_expert();
             fetch_tokens(i);
