@@ -5,8 +5,10 @@
 namespace dsv4 {
 
 Result<KvLayout> KvLayout::make(const ModelConfig& cfg, int64_t page_tokens, int64_t elem_bytes,
-                                KvRowFormat rows) {
+                                KvRowFormat rows, int mtp_blocks) {
     if (page_tokens <= 0) return invalid_argument("page size must be positive, got {}", page_tokens);
+    if (mtp_blocks < 0 || mtp_blocks > cfg.num_nextn_predict_layers)
+        return invalid_argument("{} MTP blocks asked but the model has {}", mtp_blocks, cfg.num_nextn_predict_layers);
     const bool packed = rows != KvRowFormat::kF32;
     if (packed && (elem_bytes != 4 || cfg.head_dim % 4 || cfg.index_head_dim % 4))
         return invalid_argument("{} KV rows need 4-byte elements and head dims that are multiples of 4 (head_dim {}, "
@@ -57,6 +59,14 @@ Result<KvLayout> KvLayout::make(const ModelConfig& cfg, int64_t page_tokens, int
         }
         L.layers.push_back(s);
     }
+    for (int m = 0; m < mtp_blocks; ++m) {  // sliding-window blocks: a ring only
+        LayerStateLayout s;
+        if (packed) state = (state + D - 1) / D * D;
+        s.ring_offset = state;
+        state += W * D;
+        L.layers.push_back(s);
+    }
+    L.mtp_blocks = mtp_blocks;
     // A page must hold one token page; state pages are the same size.
     L.page_elems = std::max<int64_t>(token, 1);
     // Packed rows: a page size that is a multiple of the row size keeps each ring row (at a

@@ -50,13 +50,17 @@ struct KvLayout {
     KvRowSpec main_row, index_row;  // stored geometry of K=V rows (ring + main compressed) and indexer rows
     int64_t row_words_main = 0;     // elements between consecutive K=V rows (= head_dim for kF32)
     int64_t row_words_index = 0;    // elements between consecutive indexer rows (= index_head_dim for kF32)
+    // [n_layers + mtp_blocks]: the decoder blocks, then the MTP blocks (spec §2.11: a window ring
+    // each, ratio 0), whose state follows every decoder block's so their offsets do not move.
     std::vector<LayerStateLayout> layers;
+    int mtp_blocks = 0;
 
     // Builds the layout. page_tokens must be a multiple of every compress ratio <= it, and every
     // larger ratio a multiple of page_tokens; errors say which ratio does not fit. Rows other
     // than kF32 need elem_bytes 4 and head_dim, index_head_dim multiples of 4 (8-byte rows).
+    // mtp_blocks (<= cfg.num_nextn_predict_layers) adds the state of that many MTP blocks.
     static Result<KvLayout> make(const ModelConfig& cfg, int64_t page_tokens, int64_t elem_bytes,
-                                 KvRowFormat rows = KvRowFormat::kF32);
+                                 KvRowFormat rows = KvRowFormat::kF32, int mtp_blocks = 0);
 
     // Token page index (within a sequence's token pages) and slot of compressed row w of a layer.
     int64_t row_page(int layer, int64_t w) const { return (w * layers[layer].ratio) / page_tokens; }

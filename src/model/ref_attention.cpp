@@ -25,15 +25,15 @@ void finish_entry(float* entry, int dim, const std::vector<float>& norm, float e
 
 void RefModel::attention(int l, const SeqStateView& st, const float* x, int64_t T, int64_t start_pos,
                          const RefForwardOptions& opt, float* out) const {
-    const LayerWeights& L = w_.layers[l];
+    const LayerWeights& L = block_weights(l);
     const LayerStateLayout& S = st.layout->layers[l];
     const int d = cfg_.hidden_size, H = cfg_.n_heads, D = cfg_.head_dim, qr = cfg_.q_lora_rank;
     const int W = cfg_.sliding_window, G = cfg_.o_groups, orank = cfg_.o_lora_rank;
     const float eps = float(cfg_.rms_norm_eps);
     const ref::RopeTable& rope = rope_for(l);
-    const int r = cfg_.compress_ratio(l);
-    const bool csa = cfg_.layer_types[l] == AttnType::kCSA;
-    const std::string pfx = "L" + std::to_string(l) + ".";
+    const int r = block_ratio(l);
+    const bool csa = block_type(l) == AttnType::kCSA;
+    const std::string pfx = block_name(l);
 
     // Query path: q_lat = q_norm(wq_a x); q = wq_b q_lat; per-head unweighted norm; RoPE.
     std::vector<float> q_lat_raw(size_t(T) * qr), q_lat(size_t(T) * qr), q(size_t(T) * H * D);

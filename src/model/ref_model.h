@@ -50,7 +50,10 @@ struct RefForwardOptions {
     bool all_logits = false;  // logits for every token of the chunk, not just the last
     bool want_logits = true;
     DumpFn dump;              // optional
-    RoutedMoeFn routed_moe;   // optional: empty = every routed expert computed here
+    RoutedMoeFn routed_moe;   // optional: empty = every routed expert computed here (decoder blocks only)
+    // Optional: the residual streams [T, n, d] after the last block, before the head's collapse
+    // (spec §2.10), for every token of the chunk: the MTP block's hidden input (spec §2.11).
+    std::vector<float>* streams_out = nullptr;
 };
 
 // Quantisation simulation of the DeepSeek reference (spec §2.12). Off = transformers' FP32
@@ -80,7 +83,44 @@ public:
     Status forward(const SeqStateView& st, std::span<const int32_t> tokens, int64_t start_pos,
                    const RefForwardOptions& opt, std::vector<float>& logits) const;
 
+    // MTP block m (spec §2.11) over positions start_pos..start_pos+T-1 of a sequence. For position p
+    // it reads the streams at p (streams [T, n, d]: forward's opt.streams_out for the main model, or
+    // this function's own opt.streams_out for a further, recursive draft) and the token at p+1
+    // (next_tokens [T]); it writes its own window ring (the state view's layout must hold MTP state,
+    // KvLayout::make(..., mtp_blocks)) and returns logits [T or 1, vocab] for the token at p+2 (per
+    // opt.all_logits / want_logits), through the block's own hc_head and norm and the shared head.
+    // Like forward, any split of the positions gives the same result, provided each position's ring
+    // predecessors were written by an earlier call. The main model's forward at start_pos 0 clears the
+    // ring. Errors: no such MTP block, a layout without its state, token ids outside the vocabulary,
+    // an empty chunk, a streams size other than T * n * d.
+    Status mtp_forward(int m, const SeqStateView& st, std::span<const float> streams,
+                       std::span<const int32_t> next_tokens, int64_t start_pos, const RefForwardOptions& opt,
+                       std::vector<float>& logits) const;
+    int mtp_blocks() const { return int(w_.mtp.size()); }
+
 private:
+    // Blocks are numbered 0..n_layers-1 for the decoder, n_layers + m for MTP block m.
+    const LayerWeights& block_weights(int l) const {
+        return l < cfg_.n_layers ? w_.layers[size_t(l)] : w_.mtp[size_t(l - cfg_.n_layers)].block;
+    }
+    int block_ratio(int l) const { return l < cfg_.n_layers ? cfg_.compress_ratio(l) : 0; }
+    AttnType block_type(int l) const { return l < cfg_.n_layers ? cfg_.layer_types[size_t(l)] : AttnType::kSliding; }
+    MoeRouting block_routing(int l) const {
+        return l < cfg_.n_layers ? cfg_.mlp_types[size_t(l)] : MoeRouting::kLearned;
+    }
+    std::string block_name(int l) const {  // dump prefix: "L3." or "mtp0."
+        return l < cfg_.n_layers ? "L" + std::to_string(l) + "." : "mtp" + std::to_string(l - cfg_.n_layers) + ".";
+    }
+    // One block on the streams X [T, n, d] in place: mHC collapse, norm, attention, expand, then the
+    // same for the MoE (spec §2.3). tokens [T]: for hash routing.
+    Status block(int l, const SeqStateView& st, std::vector<float>& X, std::span<const int32_t> tokens,
+                 int64_t start_pos, const RefForwardOptions& opt) const;
+    // Head of the streams X [T, n, d] (spec §2.10) with the given hc_head and norm: logits per opt.
+    void head_logits(const std::vector<float>& X, int64_t T, const F32Vec& hc_fn, const F32Vec& hc_base,
+                     const F32Vec& hc_scale, const F32Vec& norm, const RefForwardOptions& opt, const char* dump_name,
+                     std::vector<float>& logits) const;
+    Status check_tokens(std::span<const int32_t> tokens, int64_t start_pos) const;
+
     // x: attention input [T, d] (attn_norm applied); out: [T, d].
     void attention(int layer, const SeqStateView& st, const float* x, int64_t T, int64_t start_pos,
                    const RefForwardOptions& opt, float* out) const;
@@ -93,7 +133,7 @@ private:
     ModelWeights w_;
     RefNumerics num_;
     const ref::RopeTable& rope_for(int layer) const {
-        return cfg_.compress_ratio(layer) == 0 ? rope_main_ : rope_compress_;
+        return block_ratio(layer) == 0 ? rope_main_ : rope_compress_;
     }
     ref::RopeTable rope_main_;      // sliding-only layers: theta 10000, no YaRN
     ref::RopeTable rope_compress_;  // CSA/HCA layers: compress_rope_theta with YaRN

@@ -30,13 +30,13 @@ void swiglu_expert(const ExpertWeights& e, const float* x, int d, int I, float l
 
 void RefModel::routed_expert(int layer, int expert, const float* x, float weight, float* y) const {
     std::vector<float> a, b;
-    swiglu_expert(w_.layers[layer].experts[expert], x, cfg_.hidden_size, cfg_.moe_intermediate_size,
+    swiglu_expert(block_weights(layer).experts[expert], x, cfg_.hidden_size, cfg_.moe_intermediate_size,
                   float(cfg_.swiglu_limit), weight, y, a, b);
 }
 
 Status RefModel::moe(int l, const float* x, std::span<const int32_t> tokens, const RefForwardOptions& opt,
                      float* out) const {
-    const LayerWeights& L = w_.layers[l];
+    const LayerWeights& L = block_weights(l);
     const int d = cfg_.hidden_size, E = cfg_.n_routed_experts, K = cfg_.n_experts_per_tok;
     const int I = cfg_.moe_intermediate_size;
     const float limit = float(cfg_.swiglu_limit);
@@ -51,7 +51,7 @@ Status RefModel::moe(int l, const float* x, std::span<const int32_t> tokens, con
         std::vector<float> s(static_cast<size_t>(E));
         for (int e = 0; e < E; ++e) s[e] = std::sqrt(ref::softplus(logits[size_t(t) * E + e]));
         std::vector<int32_t> chosen;
-        if (cfg_.mlp_types[l] == MoeRouting::kHash) {
+        if (block_routing(l) == MoeRouting::kHash) {
             chosen.assign(&L.tid2eid[size_t(tokens[t]) * K], &L.tid2eid[size_t(tokens[t]) * K] + K);
         } else {
             for (int e = 0; e < E; ++e) sel_scores[e] = s[e] + L.gate_bias[e];
@@ -71,7 +71,7 @@ Status RefModel::moe(int l, const float* x, std::span<const int32_t> tokens, con
     }
     std::fill(out, out + size_t(T) * d, 0.0f);
     std::vector<float> a, b;
-    if (opt.routed_moe) {
+    if (opt.routed_moe && l < cfg_.n_layers) {  // the expert-parallel hook covers the decoder blocks
         DSV4_RETURN_IF_ERROR(opt.routed_moe(l, x, T, ids, weights, out));
     } else {
         for (int64_t t = 0; t < T; ++t)

@@ -40,12 +40,83 @@ void load_compressor(Loader& ld, const std::string& pfx, CompressorWeights& c, i
 
 }  // namespace
 
-Result<ModelWeights> ModelWeights::load(const ModelConfig& cfg, const Checkpoint& ckpt) {
-    Loader ld{ckpt, Status::ok()};
-    const int64_t d = cfg.hidden_size, V = cfg.vocab_size, n = cfg.hc_mult, mix = cfg.hc_mix_dim();
+namespace {
+// One decoder block with prefix p ("layers.L." or "mtp.M."), of compress ratio r, attention type and
+// routing as given (spec §4.1). Errors: a missing or misshapen tensor (in ld.status), tid2eid entries.
+Status load_block(Loader& ld, const ModelConfig& cfg, const std::string& p, int r, AttnType type, MoeRouting routing,
+                  LayerWeights& L) {
+    const Checkpoint& ckpt = ld.ckpt;
+    const int64_t d = cfg.hidden_size, n = cfg.hc_mult, mix = cfg.hc_mix_dim();
     const int64_t H = cfg.n_heads, D = cfg.head_dim, qr = cfg.q_lora_rank, G = cfg.o_groups;
     const int64_t orank = cfg.o_lora_rank, E = cfg.n_routed_experts, I = cfg.moe_intermediate_size;
     const int64_t K = cfg.n_experts_per_tok;
+    L.hc_attn_fn = ld.f32(p + "hc_attn_fn", {mix, n * d});
+    L.hc_attn_base = ld.f32(p + "hc_attn_base", {mix});
+    L.hc_attn_scale = ld.f32(p + "hc_attn_scale", {3});
+    L.hc_ffn_fn = ld.f32(p + "hc_ffn_fn", {mix, n * d});
+    L.hc_ffn_base = ld.f32(p + "hc_ffn_base", {mix});
+    L.hc_ffn_scale = ld.f32(p + "hc_ffn_scale", {3});
+    L.attn_norm = ld.f32(p + "attn_norm.weight", {d});
+    L.ffn_norm = ld.f32(p + "ffn_norm.weight", {d});
+    L.attn_sink = ld.f32(p + "attn.attn_sink", {H});
+    L.wq_a = ld.f32(p + "attn.wq_a.weight", {qr, d});
+    L.q_norm = ld.f32(p + "attn.q_norm.weight", {qr});
+    L.wq_b = ld.f32(p + "attn.wq_b.weight", {H * D, qr});
+    L.wkv = ld.f32(p + "attn.wkv.weight", {D, d});
+    L.kv_norm = ld.f32(p + "attn.kv_norm.weight", {D});
+    L.wo_a = ld.f32(p + "attn.wo_a.weight", {G * orank, (H / G) * D});
+    L.wo_b = ld.f32(p + "attn.wo_b.weight", {d, G * orank});
+    const bool csa = type == AttnType::kCSA;
+    if (r > 0) {
+        L.has_compressor = true;
+        load_compressor(ld, p + "attn.compressor.", L.compressor, r, int(D), csa, int(d));
+    }
+    if (csa) {
+        L.has_indexer = true;
+        const int64_t IH = cfg.index_n_heads, ID = cfg.index_head_dim;
+        L.indexer.wq_b = ld.f32(p + "attn.indexer.wq_b.weight", {IH * ID, qr});
+        L.indexer.weights_proj = ld.f32(p + "attn.indexer.weights_proj.weight", {IH, d});
+        load_compressor(ld, p + "attn.indexer.compressor.", L.indexer.compressor, r, int(ID), true, int(d));
+    }
+    L.gate = ld.f32(p + "ffn.gate.weight", {E, d});
+    if (routing == MoeRouting::kHash) {
+        if (!ld.status.is_ok()) return ld.status;
+        auto t = load_i32(ckpt, p + "ffn.gate.tid2eid", std::vector<int64_t>{cfg.vocab_size, K});
+        if (!t) return t.status();
+        L.tid2eid = std::move(t).value();
+        // Every entry must index a real expert and rows must not repeat experts (B11).
+        for (int64_t v = 0; v < cfg.vocab_size; ++v) {
+            const int32_t* row = &L.tid2eid[size_t(v) * K];
+            for (int64_t k = 0; k < K; ++k) {
+                if (row[k] < 0 || row[k] >= E)
+                    return error(StatusCode::kDataLoss, "{}: {}ffn.gate.tid2eid[{}][{}] = {} is not an expert id in [0, {})",
+                                 ckpt.path(), p, v, k, row[k], E);
+                for (int64_t k2 = 0; k2 < k; ++k2)
+                    if (row[k2] == row[k])
+                        return error(StatusCode::kDataLoss, "{}: {}ffn.gate.tid2eid[{}] repeats expert {}", ckpt.path(),
+                                     p, v, row[k]);
+            }
+        }
+    } else {
+        L.gate_bias = ld.f32(p + "ffn.gate.bias", {E});
+    }
+    L.shared.w1 = ld.f32(p + "ffn.shared_experts.w1.weight", {I, d});
+    L.shared.w3 = ld.f32(p + "ffn.shared_experts.w3.weight", {I, d});
+    L.shared.w2 = ld.f32(p + "ffn.shared_experts.w2.weight", {d, I});
+    L.experts.resize(E);
+    for (int64_t e = 0; e < E && ld.status.is_ok(); ++e) {
+        const std::string q = p + "ffn.experts." + std::to_string(e) + ".";
+        L.experts[e].w1 = ld.f32(q + "w1.weight", {I, d});
+        L.experts[e].w3 = ld.f32(q + "w3.weight", {I, d});
+        L.experts[e].w2 = ld.f32(q + "w2.weight", {d, I});
+    }
+    return ld.status;
+}
+}  // namespace
+
+Result<ModelWeights> ModelWeights::load(const ModelConfig& cfg, const Checkpoint& ckpt) {
+    Loader ld{ckpt, Status::ok()};
+    const int64_t d = cfg.hidden_size, V = cfg.vocab_size, n = cfg.hc_mult;
     ModelWeights w;
     w.embed = ld.f32("embed.weight", {V, d});
     w.head = ckpt.has("head.weight") || !cfg.tie_word_embeddings ? ld.f32("head.weight", {V, d}) : w.embed;
@@ -54,73 +125,28 @@ Result<ModelWeights> ModelWeights::load(const ModelConfig& cfg, const Checkpoint
     w.hc_head_base = ld.f32("hc_head_base", {n});
     w.hc_head_scale = ld.f32("hc_head_scale", {1});
     w.layers.resize(cfg.n_layers);
-    for (int l = 0; l < cfg.n_layers && ld.status.is_ok(); ++l) {
-        LayerWeights& L = w.layers[l];
-        const std::string p = "layers." + std::to_string(l) + ".";
-        L.hc_attn_fn = ld.f32(p + "hc_attn_fn", {mix, n * d});
-        L.hc_attn_base = ld.f32(p + "hc_attn_base", {mix});
-        L.hc_attn_scale = ld.f32(p + "hc_attn_scale", {3});
-        L.hc_ffn_fn = ld.f32(p + "hc_ffn_fn", {mix, n * d});
-        L.hc_ffn_base = ld.f32(p + "hc_ffn_base", {mix});
-        L.hc_ffn_scale = ld.f32(p + "hc_ffn_scale", {3});
-        L.attn_norm = ld.f32(p + "attn_norm.weight", {d});
-        L.ffn_norm = ld.f32(p + "ffn_norm.weight", {d});
-        L.attn_sink = ld.f32(p + "attn.attn_sink", {H});
-        L.wq_a = ld.f32(p + "attn.wq_a.weight", {qr, d});
-        L.q_norm = ld.f32(p + "attn.q_norm.weight", {qr});
-        L.wq_b = ld.f32(p + "attn.wq_b.weight", {H * D, qr});
-        L.wkv = ld.f32(p + "attn.wkv.weight", {D, d});
-        L.kv_norm = ld.f32(p + "attn.kv_norm.weight", {D});
-        L.wo_a = ld.f32(p + "attn.wo_a.weight", {G * orank, (H / G) * D});
-        L.wo_b = ld.f32(p + "attn.wo_b.weight", {d, G * orank});
-        const int r = cfg.compress_ratio(l);
-        const bool csa = cfg.layer_types[l] == AttnType::kCSA;
-        if (r > 0) {
-            L.has_compressor = true;
-            load_compressor(ld, p + "attn.compressor.", L.compressor, r, int(D), csa, int(d));
-        }
-        if (csa) {
-            L.has_indexer = true;
-            const int64_t IH = cfg.index_n_heads, ID = cfg.index_head_dim;
-            L.indexer.wq_b = ld.f32(p + "attn.indexer.wq_b.weight", {IH * ID, qr});
-            L.indexer.weights_proj = ld.f32(p + "attn.indexer.weights_proj.weight", {IH, d});
-            load_compressor(ld, p + "attn.indexer.compressor.", L.indexer.compressor, r, int(ID), true, int(d));
-        }
-        L.gate = ld.f32(p + "ffn.gate.weight", {E, d});
-        if (cfg.mlp_types[l] == MoeRouting::kHash) {
-            if (!ld.status.is_ok()) break;
-            auto t = load_i32(ckpt, p + "ffn.gate.tid2eid", std::vector<int64_t>{cfg.vocab_size, K});
-            if (!t) return t.status();
-            L.tid2eid = std::move(t).value();
-            // Every entry must index a real expert and rows must not repeat experts (B11).
-            for (int64_t v = 0; v < cfg.vocab_size; ++v) {
-                const int32_t* row = &L.tid2eid[size_t(v) * K];
-                for (int64_t k = 0; k < K; ++k) {
-                    if (row[k] < 0 || row[k] >= E)
-                        return error(StatusCode::kDataLoss,
-                                     "{}: {}ffn.gate.tid2eid[{}][{}] = {} is not an expert id in [0, {})",
-                                     ckpt.path(), p, v, k, row[k], E);
-                    for (int64_t k2 = 0; k2 < k; ++k2)
-                        if (row[k2] == row[k])
-                            return error(StatusCode::kDataLoss,
-                                         "{}: {}ffn.gate.tid2eid[{}] repeats expert {}", ckpt.path(), p, v, row[k]);
-                }
-            }
-        } else {
-            L.gate_bias = ld.f32(p + "ffn.gate.bias", {E});
-        }
-        L.shared.w1 = ld.f32(p + "ffn.shared_experts.w1.weight", {I, d});
-        L.shared.w3 = ld.f32(p + "ffn.shared_experts.w3.weight", {I, d});
-        L.shared.w2 = ld.f32(p + "ffn.shared_experts.w2.weight", {d, I});
-        L.experts.resize(E);
-        for (int64_t e = 0; e < E && ld.status.is_ok(); ++e) {
-            const std::string q = p + "ffn.experts." + std::to_string(e) + ".";
-            L.experts[e].w1 = ld.f32(q + "w1.weight", {I, d});
-            L.experts[e].w3 = ld.f32(q + "w3.weight", {I, d});
-            L.experts[e].w2 = ld.f32(q + "w2.weight", {d, I});
-        }
-    }
+    for (int l = 0; l < cfg.n_layers && ld.status.is_ok(); ++l)
+        DSV4_RETURN_IF_ERROR(load_block(ld, cfg, "layers." + std::to_string(l) + ".", cfg.compress_ratio(l),
+                                        cfg.layer_types[l], cfg.mlp_types[l], w.layers[l]));
     if (!ld.status.is_ok()) return ld.status;
+    // MTP blocks (spec §2.11): optional as a whole, complete when present.
+    if (cfg.num_nextn_predict_layers > 0 && ckpt.has("mtp.0.e_proj.weight")) {
+        w.mtp.resize(size_t(cfg.num_nextn_predict_layers));
+        for (int m = 0; m < cfg.num_nextn_predict_layers && ld.status.is_ok(); ++m) {
+            MtpWeights& M = w.mtp[size_t(m)];
+            const std::string p = "mtp." + std::to_string(m) + ".";
+            DSV4_RETURN_IF_ERROR(load_block(ld, cfg, p, 0, AttnType::kSliding, MoeRouting::kLearned, M.block));
+            M.e_proj = ld.f32(p + "e_proj.weight", {d, d});
+            M.h_proj = ld.f32(p + "h_proj.weight", {d, d});
+            M.enorm = ld.f32(p + "enorm.weight", {d});
+            M.hnorm = ld.f32(p + "hnorm.weight", {d});
+            M.norm = ld.f32(p + "norm.weight", {d});
+            M.hc_head_fn = ld.f32(p + "hc_head_fn", {n, n * d});
+            M.hc_head_base = ld.f32(p + "hc_head_base", {n});
+            M.hc_head_scale = ld.f32(p + "hc_head_scale", {1});
+        }
+        if (!ld.status.is_ok()) return ld.status;
+    }
     return w;
 }
 
@@ -151,12 +177,68 @@ CompressorWeights synth_compressor(Synth& S, int ratio, int dim, bool overlap, i
 }
 }  // namespace
 
-ModelWeights ModelWeights::random(const ModelConfig& cfg, uint64_t seed) {
-    Synth S{seed};
+namespace {
+// One synthetic decoder block (see load_block); hash routing draws a tid2eid table.
+void synth_block(Synth& S, const ModelConfig& cfg, int r, AttnType type, MoeRouting routing, LayerWeights& L) {
     const size_t d = cfg.hidden_size, V = cfg.vocab_size, n = cfg.hc_mult, mix = cfg.hc_mix_dim();
     const size_t H = cfg.n_heads, D = cfg.head_dim, qr = cfg.q_lora_rank, G = cfg.o_groups;
     const size_t orank = cfg.o_lora_rank, E = cfg.n_routed_experts, I = cfg.moe_intermediate_size;
     const size_t K = cfg.n_experts_per_tok;
+    L.hc_attn_fn = S.normal(mix * n * d, 0.02f);
+    L.hc_attn_base = S.normal(mix, 0.5f);
+    L.hc_attn_scale = S.normal(3, 0.1f, 1.0f);
+    L.hc_ffn_fn = S.normal(mix * n * d, 0.02f);
+    L.hc_ffn_base = S.normal(mix, 0.5f);
+    L.hc_ffn_scale = S.normal(3, 0.1f, 1.0f);
+    L.attn_norm = S.normal(d, 0.1f, 1.0f);
+    L.ffn_norm = S.normal(d, 0.1f, 1.0f);
+    L.attn_sink = S.normal(H, 0.5f);
+    L.wq_a = S.normal(qr * d, 0.02f);
+    L.q_norm = S.normal(qr, 0.1f, 1.0f);
+    L.wq_b = S.normal(H * D * qr, 0.02f);
+    L.wkv = S.normal(D * d, 0.02f);
+    L.kv_norm = S.normal(D, 0.1f, 1.0f);
+    L.wo_a = S.normal(G * orank * (H / G) * D, 0.02f);
+    L.wo_b = S.normal(d * G * orank, 0.02f);
+    const bool csa = type == AttnType::kCSA;
+    if (r > 0) {
+        L.has_compressor = true;
+        L.compressor = synth_compressor(S, r, int(D), csa, int(d));
+    }
+    if (csa) {
+        L.has_indexer = true;
+        const size_t IH = cfg.index_n_heads, ID = cfg.index_head_dim;
+        L.indexer.wq_b = S.normal(IH * ID * qr, 0.02f);
+        L.indexer.weights_proj = S.normal(IH * d, 0.02f);
+        L.indexer.compressor = synth_compressor(S, r, int(ID), true, int(d));
+    }
+    L.gate = S.normal(E * d, 0.02f);
+    if (routing == MoeRouting::kHash) {
+        // Each row: K distinct experts from a seeded shuffle.
+        L.tid2eid.resize(V * K);
+        std::vector<int32_t> perm(E);
+        const uint64_t s = S.stream++;
+        for (size_t v = 0; v < V; ++v) {
+            std::iota(perm.begin(), perm.end(), 0);
+            for (size_t k = 0; k < K; ++k) {
+                const size_t j = k + size_t(philox_uniform(S.seed, s, v * K + k) * float(E - k - 1e-3f));
+                std::swap(perm[k], perm[std::min(j, E - 1)]);
+                L.tid2eid[v * K + k] = perm[k];
+            }
+        }
+    } else {
+        L.gate_bias = S.normal(E, 0.05f);
+    }
+    L.shared = {S.normal(I * d, 0.02f), S.normal(I * d, 0.02f), S.normal(d * I, 0.02f)};
+    L.experts.resize(E);
+    for (size_t e = 0; e < E; ++e)
+        L.experts[e] = {S.normal(I * d, 0.02f), S.normal(I * d, 0.02f), S.normal(d * I, 0.02f)};
+}
+}  // namespace
+
+ModelWeights ModelWeights::random(const ModelConfig& cfg, uint64_t seed) {
+    Synth S{seed};
+    const size_t d = cfg.hidden_size, V = cfg.vocab_size, n = cfg.hc_mult;
     ModelWeights w;
     w.embed = S.normal(V * d, 1.0f);
     w.head = S.normal(V * d, 0.02f);
@@ -165,58 +247,19 @@ ModelWeights ModelWeights::random(const ModelConfig& cfg, uint64_t seed) {
     w.hc_head_base = S.normal(n, 0.5f);
     w.hc_head_scale = S.normal(1, 0.1f, 1.0f);
     w.layers.resize(cfg.n_layers);
-    for (int l = 0; l < cfg.n_layers; ++l) {
-        LayerWeights& L = w.layers[l];
-        L.hc_attn_fn = S.normal(mix * n * d, 0.02f);
-        L.hc_attn_base = S.normal(mix, 0.5f);
-        L.hc_attn_scale = S.normal(3, 0.1f, 1.0f);
-        L.hc_ffn_fn = S.normal(mix * n * d, 0.02f);
-        L.hc_ffn_base = S.normal(mix, 0.5f);
-        L.hc_ffn_scale = S.normal(3, 0.1f, 1.0f);
-        L.attn_norm = S.normal(d, 0.1f, 1.0f);
-        L.ffn_norm = S.normal(d, 0.1f, 1.0f);
-        L.attn_sink = S.normal(H, 0.5f);
-        L.wq_a = S.normal(qr * d, 0.02f);
-        L.q_norm = S.normal(qr, 0.1f, 1.0f);
-        L.wq_b = S.normal(H * D * qr, 0.02f);
-        L.wkv = S.normal(D * d, 0.02f);
-        L.kv_norm = S.normal(D, 0.1f, 1.0f);
-        L.wo_a = S.normal(G * orank * (H / G) * D, 0.02f);
-        L.wo_b = S.normal(d * G * orank, 0.02f);
-        const int r = cfg.compress_ratio(l);
-        const bool csa = cfg.layer_types[l] == AttnType::kCSA;
-        if (r > 0) {
-            L.has_compressor = true;
-            L.compressor = synth_compressor(S, r, int(D), csa, int(d));
-        }
-        if (csa) {
-            L.has_indexer = true;
-            const size_t IH = cfg.index_n_heads, ID = cfg.index_head_dim;
-            L.indexer.wq_b = S.normal(IH * ID * qr, 0.02f);
-            L.indexer.weights_proj = S.normal(IH * d, 0.02f);
-            L.indexer.compressor = synth_compressor(S, r, int(ID), true, int(d));
-        }
-        L.gate = S.normal(E * d, 0.02f);
-        if (cfg.mlp_types[l] == MoeRouting::kHash) {
-            // Each row: K distinct experts from a seeded shuffle.
-            L.tid2eid.resize(V * K);
-            std::vector<int32_t> perm(E);
-            const uint64_t s = S.stream++;
-            for (size_t v = 0; v < V; ++v) {
-                std::iota(perm.begin(), perm.end(), 0);
-                for (size_t k = 0; k < K; ++k) {
-                    const size_t j = k + size_t(philox_uniform(seed, s, v * K + k) * float(E - k - 1e-3f));
-                    std::swap(perm[k], perm[std::min(j, E - 1)]);
-                    L.tid2eid[v * K + k] = perm[k];
-                }
-            }
-        } else {
-            L.gate_bias = S.normal(E, 0.05f);
-        }
-        L.shared = {S.normal(I * d, 0.02f), S.normal(I * d, 0.02f), S.normal(d * I, 0.02f)};
-        L.experts.resize(E);
-        for (size_t e = 0; e < E; ++e)
-            L.experts[e] = {S.normal(I * d, 0.02f), S.normal(I * d, 0.02f), S.normal(d * I, 0.02f)};
+    for (int l = 0; l < cfg.n_layers; ++l)
+        synth_block(S, cfg, cfg.compress_ratio(l), cfg.layer_types[l], cfg.mlp_types[l], w.layers[l]);
+    w.mtp.resize(size_t(std::max(cfg.num_nextn_predict_layers, 0)));
+    for (MtpWeights& M : w.mtp) {
+        synth_block(S, cfg, 0, AttnType::kSliding, MoeRouting::kLearned, M.block);
+        M.e_proj = S.normal(d * d, 0.02f);
+        M.h_proj = S.normal(d * d, 0.02f);
+        M.enorm = S.normal(d, 0.1f, 1.0f);
+        M.hnorm = S.normal(d, 0.1f, 1.0f);
+        M.norm = S.normal(d, 0.1f, 1.0f);
+        M.hc_head_fn = S.normal(n * n * d, 0.02f);
+        M.hc_head_base = S.normal(n, 0.5f);
+        M.hc_head_scale = S.normal(1, 0.1f, 1.0f);
     }
     return w;
 }
@@ -250,6 +293,7 @@ ModelConfig tiny_model_config() {
     c.routed_scaling_factor = 1.5;
     c.swiglu_limit = 10.0;
     c.expert_format = ExpertFormat::kBf16;
+    c.num_nextn_predict_layers = 1;  // one MTP block, as the official checkpoints have
     return c;
 }
 

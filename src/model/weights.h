@@ -64,17 +64,36 @@ struct LayerWeights {
     std::vector<ExpertWeights> experts;  // ffn.experts.E.* [E]
 };
 
+// The multi-token-prediction block mtp.M (spec §2.11): one decoder block with compress ratio 0
+// (sliding window only) and learned routing, plus what feeds it and reads it out. It predicts
+// token t+2 at position t from the embedding of token t+1 and the main model's final streams at t;
+// the embedding and LM head are the main model's.
+struct MtpWeights {
+    LayerWeights block;                              // mtp.M.{hc_*, attn_norm, attn.*, ffn_norm, ffn.*}
+    F32Vec e_proj;                                   // mtp.M.e_proj.weight [d, d]
+    F32Vec h_proj;                                   // mtp.M.h_proj.weight [d, d]
+    F32Vec enorm, hnorm, norm;                       // mtp.M.{enorm,hnorm,norm}.weight [d]
+    F32Vec hc_head_fn, hc_head_base, hc_head_scale;  // mtp.M.hc_head_{fn,base,scale} [n, n*d], [n], [1]
+};
+
 struct ModelWeights {
     F32Vec embed;  // embed.weight [vocab, d]
     F32Vec head;   // head.weight  [vocab, d]
     F32Vec norm;   // norm.weight  [d]
     F32Vec hc_head_fn, hc_head_base, hc_head_scale;  // [n, n*d], [n], [1]
     std::vector<LayerWeights> layers;
+    // cfg.num_nextn_predict_layers blocks when the checkpoint holds them (mtp.0.e_proj.weight present),
+    // else empty: the main model runs without them.
+    std::vector<MtpWeights> mtp;
 
     // Loads every tensor of spec §4.1 from a checkpoint, dequantising FP8/MXFP4. Errors name the
-    // tensor. Validates tid2eid entries (in range, distinct per row: B11).
+    // tensor. Validates tid2eid entries (in range, distinct per row: B11). The MTP blocks are loaded
+    // when the checkpoint has them; a checkpoint with some but not all of a block's tensors is an
+    // error naming the missing one.
     static Result<ModelWeights> load(const ModelConfig& cfg, const Checkpoint& ckpt);
-    // Seeded synthetic weights (Philox), for the built-in tiny model and tests.
+    // Seeded synthetic weights (Philox), for the built-in tiny model and tests; with
+    // cfg.num_nextn_predict_layers MTP blocks, drawn after every main-model tensor (so the main
+    // model's values do not depend on them).
     static ModelWeights random(const ModelConfig& cfg, uint64_t seed);
 };
 

@@ -287,6 +287,64 @@ TEST_P(GoldenTest, GreedyContinuationsMatch) {
     }
 }
 
+// The MTP block (spec §2.11: mtp.0, the next token's embedding and the main model's final streams
+// through one sliding-window block, its own hc_head and norm, the shared head) against the block that
+// tools/golden/make_golden.py assembles from transformers' own modules (DeepseekV4DecoderLayer built
+// as one more layer, DeepseekV4HyperHead, RMSNorms, linears). transformers does not instantiate mtp.*,
+// so that golden is a second implementation of the spec, not an independent oracle.
+TEST_P(GoldenTest, MtpLogitsMatchSpecBlockOnTransformersModules) {
+    Golden& gd = g();
+    ASSERT_TRUE(gd.model);
+    ASSERT_EQ(gd.model->mtp_blocks(), 1) << "the golden checkpoint holds mtp.0";
+    const ModelConfig& cfg = gd.model->config();
+    const int64_t S = int64_t(gd.ids.size()), T = S - 1, n = cfg.hc_mult, d = cfg.hidden_size;
+    auto layout = KvLayout::make(cfg, 16, 4, KvRowFormat::kF32, 1);
+    ASSERT_TRUE(layout.is_ok()) << layout.status().to_string();
+    const int64_t pages = (S + 15) / 16;
+    std::vector<float> state(size_t(layout->state_elems)), pool(size_t(pages * layout->page_elems));
+    std::vector<int32_t> token_pages;
+    for (int64_t i = pages - 1; i >= 0; --i) token_pages.push_back(int32_t(i));
+    const SeqStateView view{&*layout, state.data(), pool.data(), token_pages};
+    std::vector<float> streams, logits;
+    RefForwardOptions main_opt;
+    main_opt.want_logits = false;
+    main_opt.streams_out = &streams;
+    ASSERT_TRUE(gd.model->forward(view, gd.ids, 0, main_opt, logits).is_ok());
+    std::vector<float> hidden;
+    RefForwardOptions opt;
+    opt.all_logits = true;
+    opt.dump = [&hidden](const std::string& name, std::span<const float> v, std::vector<int64_t>) {
+        if (name == "mtp0.final_hidden") hidden.assign(v.begin(), v.end());
+    };
+    Status s = gd.model->mtp_forward(0, view, std::span<const float>(streams).first(size_t(T * n * d)),
+                                     std::span<const int32_t>(gd.ids).subspan(1), 0, opt, logits);
+    ASSERT_TRUE(s.is_ok()) << s.to_string();
+    const int64_t V = cfg.vocab_size;
+    ASSERT_EQ(int64_t(logits.size()), T * V);
+    const auto rows = expected_i32(gd, "mtp.logits.positions");
+    const auto want = expected_f32(gd, "mtp.logits");
+    ASSERT_FALSE(rows.empty());
+    ASSERT_EQ(want.size(), rows.size() * size_t(V));
+    double worst = 0;
+    for (size_t j = 0; j < rows.size(); ++j) {
+        const double e = max_abs_diff(std::span<const float>(logits).subspan(size_t(rows[j]) * V, size_t(V)),
+                                      std::span<const float>(want).subspan(j * V, size_t(V)));
+        worst = std::max(worst, e);
+        EXPECT_LT(e, kLogitTol) << "MTP logits at position " << rows[j];
+    }
+    const auto probes = expected_i32(gd, "mtp.positions");
+    const auto want_h = expected_f32(gd, "mtp.final_hidden");
+    ASSERT_EQ(want_h.size(), probes.size() * size_t(d));
+    ASSERT_EQ(int64_t(hidden.size()), T * d);
+    double worst_h = 0;
+    for (size_t j = 0; j < probes.size(); ++j)
+        worst_h = std::max(worst_h, max_abs_diff(std::span<const float>(hidden).subspan(size_t(probes[j]) * d, size_t(d)),
+                                                 std::span<const float>(want_h).subspan(j * d, size_t(d))));
+    EXPECT_LT(worst_h, kLogitTol);
+    std::printf("[golden %s] MTP: %zu positions, max |logit error| %.3g, max |hidden error| %.3g\n",
+                GetParam().c_str(), rows.size(), worst, worst_h);
+}
+
 INSTANTIATE_TEST_SUITE_P(Configs, GoldenTest,
                          ::testing::Values("tiny_f32", "tiny_quant", "tiny_real_window"));
 
