@@ -49,7 +49,12 @@ void register_proxy_bench(CLI::App& app, CommandContext& ctx) {
     cmd->add_option("--prefill-step", o->prefill_step, "prefill: tokens of all sequences per step (default 8192)");
     cmd->add_option("--prefill-reps", o->prefill_reps, "prefill: timed repetitions per point (default 3)");
     cmd->add_flag("--prefill-only", o->prefill_only, "prefill points only (no decode points)");
-    cmd->callback([&ctx, o, batches, contexts, plens, pusers] {
+    auto vtoks = std::make_shared<std::string>();
+    cmd->add_option("--verify-tokens", *vtoks,
+                    "comma-separated n = k + 1: speculative-decoding verify steps of n tokens per sequence at every "
+                    "batch and context, beside the one-token step (none by default)");
+    cmd->callback([&ctx, o, batches, contexts, plens, pusers, vtoks] {
+        o->verify_tokens = int_list(*vtoks);
         o->batches = int_list(*batches);
         o->contexts = int_list(*contexts);
         o->prefill_lens = int_list(*plens);

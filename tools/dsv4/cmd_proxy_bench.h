@@ -39,6 +39,9 @@ struct ProxyBenchOptions {
     int prefill_reps = 3;       // timed repetitions per point (median reported)
     bool prefill_only = false;  // skip the decode points
     bool op_profile_prefill = false;  // from option op_profile: per-op table of each 1-user point's first step
+    // Verify points (cmd_proxy_bench_verify.cpp): steps of n tokens per sequence (n = k + 1 of speculative
+    // decoding) beside the one-token step, at every batch and context; empty: none.
+    std::vector<int> verify_tokens;
 };
 
 // Runs the benchmark; returns a process exit code. Without CUDA it prints why and returns 2.

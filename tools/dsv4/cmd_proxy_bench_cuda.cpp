@@ -32,6 +32,7 @@
 #include "runtime/synthetic_context.h"
 #include "tools/dsv4/cmd_proxy_bench.h"
 #include "tools/dsv4/cmd_proxy_bench_prefill.h"
+#include "tools/dsv4/cmd_proxy_bench_verify.h"
 #include "tools/dsv4/runtime_cli.h"
 
 
@@ -291,7 +292,9 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
     const bool prefill = !o.prefill_lens.empty();
     int max_seqs = 1;
     while (max_seqs < max_b) max_seqs *= 2;
-    const int max_tokens = prefill ? std::max(max_seqs, o.prefill_step) : max_seqs;
+    int max_verify = 1;
+    for (int n : o.verify_tokens) max_verify = std::max(max_verify, n);
+    const int max_tokens = std::max(prefill ? std::max(max_seqs, o.prefill_step) : max_seqs, max_seqs * max_verify);
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
     // Workspace: ~0.7 MB of f32 activations per token, logits, split-KV partials (64 heads x 32
@@ -525,6 +528,9 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
             J["points"].push_back(pt);
         }
     }
+    if (!o.verify_tokens.empty() &&
+        !run_verify_points(runner, cfg, wb_gpu, rows, layout, o, bw_gbs, gemm_tf, hot, n_pages, J))
+        exit_code = 3;
     o.op_profile_prefill = rt.op_profile;
     if (prefill && !run_prefill_points(runner, cfg, wb_gpu, rows, layout, o, gemm_tf, J)) exit_code = 3;
     J["wall_s"] = elapsed();
