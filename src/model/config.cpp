@@ -202,11 +202,8 @@ Result<ModelConfig> ModelConfig::from_json(const json& j) {
                 "config.json: compress_ratios has {} entries but num_hidden_layers is {} "
                 "(and num_nextn_predict_layers {})", c.compress_ratios.size(), n,
                 c.num_nextn_predict_layers);
-        // The MTP blocks' entries: dsv4 implements them as sliding-window blocks (spec §2.11).
-        for (size_t i = n; i < c.compress_ratios.size(); ++i)
-            if (c.compress_ratios[i] != 0)
-                return invalid_argument("config.json: compress_ratios[{}] = {} is an MTP block's ratio; only 0 (a "
-                                        "sliding-window block) is supported", i, c.compress_ratios[i]);
+        c.mtp_compress_ratios.assign(c.compress_ratios.begin() + std::min(n, c.compress_ratios.size()),
+                                     c.compress_ratios.end());
         c.compress_ratios.resize(n);
         c.layer_types.resize(n);
     } else {

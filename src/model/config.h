@@ -53,6 +53,9 @@ struct ModelConfig {
     int sliding_window = 0;           // W, includes the current token
     std::vector<AttnType> layer_types;   // [n_layers]
     std::vector<int> compress_ratios;    // [n_layers]: 0 sliding-only, else the layer's ratio r
+    // The MTP blocks' entries of an official compress_ratios list ([num_nextn_predict_layers] or empty:
+    // 0 when absent). dsv4 implements MTP blocks of ratio 0 (spec §2.11); others are not loaded.
+    std::vector<int> mtp_compress_ratios;
     std::vector<MoeRouting> mlp_types;   // [n_layers]
     double rope_theta = 10000.0;          // main table (sliding-only layers)
     double compress_rope_theta = 160000.0;  // compress table (CSA/HCA layers)

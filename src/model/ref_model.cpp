@@ -130,9 +130,12 @@ Status RefModel::mtp_forward(int m, const SeqStateView& st, std::span<const floa
                              std::vector<float>& logits) const {
     const int64_t T = int64_t(next_tokens.size());
     const int n = cfg_.hc_mult, d = cfg_.hidden_size;
-    if (m < 0 || m >= mtp_blocks())
-        return error(StatusCode::kFailedPrecondition, "MTP block {} asked but the model has {} (checkpoint without mtp.*?)",
-                     m, mtp_blocks());
+    if (mtp_blocks() == 0)
+        return error(StatusCode::kFailedPrecondition,
+                     "MTP block {} asked but the model has none (a checkpoint without mtp.*, or an MTP block with "
+                     "compression, which dsv4 does not implement)", m);
+    if (m < 0 || m >= mtp_blocks()) return invalid_argument("MTP block {} asked but the model has {}", m, mtp_blocks());
+    if (start_pos < 0) return invalid_argument("MTP start position {} is negative", start_pos);
     const int l = cfg_.n_layers + m;
     if (int(st.layout->layers.size()) <= l)
         return error(StatusCode::kFailedPrecondition,

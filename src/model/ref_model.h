@@ -73,7 +73,8 @@ public:
     const ModelConfig& config() const { return cfg_; }
     const ModelWeights& weights() const { return w_; }
 
-    // One routed expert of one layer on one token (spec §2.9): y[d] += W2 (weight *
+    // One routed expert of one block (0..n_layers-1 the decoder, n_layers + m MTP block m) on one
+    // token (spec §2.9): y[d] += W2 (weight *
     // silu(min(W1 x, lim)) * clip(W3 x, -lim, lim)). x: [d]. The building block of the
     // expert-parallel path (src/dist), identical arithmetic to the local path.
     void routed_expert(int layer, int expert, const float* x, float weight, float* y) const;

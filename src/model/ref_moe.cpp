@@ -71,7 +71,9 @@ Status RefModel::moe(int l, const float* x, std::span<const int32_t> tokens, con
     }
     std::fill(out, out + size_t(T) * d, 0.0f);
     std::vector<float> a, b;
-    if (opt.routed_moe && l < cfg_.n_layers) {  // the expert-parallel hook covers the decoder blocks
+    // The expert-parallel hook partitions the decoder blocks' experts (src/dist); an MTP block's experts
+    // are computed here, on every rank alike, until the multi-GPU runner holds them.
+    if (opt.routed_moe && l < cfg_.n_layers) {
         DSV4_RETURN_IF_ERROR(opt.routed_moe(l, x, T, ids, weights, out));
     } else {
         for (int64_t t = 0; t < T; ++t)

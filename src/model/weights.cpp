@@ -129,8 +129,12 @@ Result<ModelWeights> ModelWeights::load(const ModelConfig& cfg, const Checkpoint
         DSV4_RETURN_IF_ERROR(load_block(ld, cfg, "layers." + std::to_string(l) + ".", cfg.compress_ratio(l),
                                         cfg.layer_types[l], cfg.mlp_types[l], w.layers[l]));
     if (!ld.status.is_ok()) return ld.status;
-    // MTP blocks (spec §2.11): optional as a whole, complete when present.
-    if (cfg.num_nextn_predict_layers > 0 && ckpt.has("mtp.0.e_proj.weight")) {
+    // MTP blocks (spec §2.11): optional as a whole, complete when present (any mtp.* tensor makes every
+    // tensor of every block required). Blocks with compression are not implemented: left out.
+    bool any_mtp = false, compressed_mtp = false;
+    for (const std::string& name : ckpt.names()) any_mtp |= name.starts_with("mtp.");
+    for (int r : cfg.mtp_compress_ratios) compressed_mtp |= r != 0;
+    if (cfg.num_nextn_predict_layers > 0 && any_mtp && !compressed_mtp) {
         w.mtp.resize(size_t(cfg.num_nextn_predict_layers));
         for (int m = 0; m < cfg.num_nextn_predict_layers && ld.status.is_ok(); ++m) {
             MtpWeights& M = w.mtp[size_t(m)];

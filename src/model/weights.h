@@ -82,8 +82,9 @@ struct ModelWeights {
     F32Vec norm;   // norm.weight  [d]
     F32Vec hc_head_fn, hc_head_base, hc_head_scale;  // [n, n*d], [n], [1]
     std::vector<LayerWeights> layers;
-    // cfg.num_nextn_predict_layers blocks when the checkpoint holds them (mtp.0.e_proj.weight present),
-    // else empty: the main model runs without them.
+    // cfg.num_nextn_predict_layers blocks when the checkpoint holds mtp.* tensors, else empty (the main
+    // model runs without them); also empty when the config gives an MTP block a compress ratio other
+    // than 0 (not implemented).
     std::vector<MtpWeights> mtp;
 
     // Loads every tensor of spec §4.1 from a checkpoint, dequantising FP8/MXFP4. Errors name the

@@ -20,6 +20,7 @@
 #include "model/config.h"
 #include "model/safetensors_writer.h"
 #include "model/synthetic_checkpoint.h"
+#include "model/weights.h"
 
 namespace dsv4 {
 namespace {
@@ -176,6 +177,22 @@ TEST(LoadPlan, ShardedWithMtpBlockSkipsItWithAReason) {
     std::set<std::string> files;
     for (const auto& p : plan->tensors) files.insert(p.weight.file);
     EXPECT_EQ(files.size(), 3u);
+}
+
+// The CPU reference loads the MTP block all or none: a checkpoint holding some mtp.* tensors but not
+// mtp.0.e_proj is an error naming it, not a model silently without the block.
+TEST(LoadPlan, PartialMtpBlockIsAnErrorNamingTheMissingTensor) {
+    TempDir t;
+    write_variant(kGolden + "/tiny_quant", t.str(), 2,
+                  [](Tensor& x) { x.drop = x.name.starts_with("mtp.0.e_proj."); });
+    auto cfg = ModelConfig::from_file(t.str() + "/config.json");
+    ASSERT_TRUE(cfg.is_ok()) << cfg.status().to_string();
+    ASSERT_EQ(cfg->num_nextn_predict_layers, 1);
+    auto ck = Checkpoint::open(t.str());
+    ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
+    auto w = ModelWeights::load(*cfg, *ck);
+    ASSERT_FALSE(w.is_ok());
+    EXPECT_TRUE(contains(w.status().message(), "mtp.0.e_proj.weight")) << w.status().to_string();
 }
 
 TEST(LoadPlan, UnconsumedTensorIsAnErrorNamingIt) {

@@ -156,8 +156,11 @@ TEST(RefMtp, ErrorsSayWhatIsWrong) {
     std::vector<int32_t> next = {5, 6};
     SeqState with(cfg, 1, 4), without(cfg, 0, 4);
     Status s = m.mtp_forward(1, with.view(), streams, next, 0, {}, logits);
-    EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
     EXPECT_NE(s.message().find("MTP block 1"), std::string::npos) << s.to_string();
+    s = m.mtp_forward(0, with.view(), streams, next, -1, {}, logits);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("negative"), std::string::npos) << s.to_string();
     s = m.mtp_forward(0, without.view(), streams, next, 0, {}, logits);
     EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition);
     EXPECT_NE(s.message().find("no state for MTP block 0"), std::string::npos) << s.to_string();
@@ -185,14 +188,66 @@ TEST(RefMtp, ErrorsSayWhatIsWrong) {
     EXPECT_FALSE(KvLayout::make(c0, 16, 4, KvRowFormat::kF32, 1).is_ok());  // more MTP blocks than the model has
 }
 
+// The MTP blocks are drawn after every main-model tensor: the main model's values do not depend on them.
+TEST(RefMtp, RandomMainWeightsDoNotDependOnTheMtpBlock) {
+    ModelConfig c0 = tiny_model_config();
+    c0.num_nextn_predict_layers = 0;
+    const ModelWeights a = ModelWeights::random(c0, 7), b = ModelWeights::random(tiny_model_config(), 7);
+    EXPECT_TRUE(a.mtp.empty());
+    ASSERT_EQ(b.mtp.size(), 1u);
+    EXPECT_EQ(a.embed, b.embed);
+    EXPECT_EQ(a.head, b.head);
+    EXPECT_EQ(a.hc_head_fn, b.hc_head_fn);
+    ASSERT_EQ(a.layers.size(), b.layers.size());
+    for (size_t l = 0; l < a.layers.size(); ++l) {
+        EXPECT_EQ(a.layers[l].wq_b, b.layers[l].wq_b) << l;
+        EXPECT_EQ(a.layers[l].tid2eid, b.layers[l].tid2eid) << l;
+        EXPECT_EQ(a.layers[l].experts.back().w2, b.layers[l].experts.back().w2) << l;
+    }
+}
+
+// With packed rows too, the MTP state leaves every decoder block's offsets and the page size as they were.
+TEST(RefMtp, LayoutWithMtpStateKeepsTheDecoderOffsets) {
+    for (KvRowFormat f : {KvRowFormat::kF32, KvRowFormat::kFp8}) {
+        auto a = KvLayout::make(tiny_model_config(), 16, 4, f, 0), b = KvLayout::make(tiny_model_config(), 16, 4, f, 1);
+        ASSERT_TRUE(a.is_ok() && b.is_ok()) << kv_row_format_name(f);
+        EXPECT_EQ(a->page_elems, b->page_elems);
+        EXPECT_EQ(b->layers.size(), a->layers.size() + 1);
+        EXPECT_GT(b->state_elems, a->state_elems);
+        for (size_t l = 0; l < a->layers.size(); ++l) {
+            EXPECT_EQ(a->layers[l].ring_offset, b->layers[l].ring_offset);
+            EXPECT_EQ(a->layers[l].comp_kv_offset, b->layers[l].comp_kv_offset);
+            EXPECT_EQ(a->layers[l].idx_row_offset, b->layers[l].idx_row_offset);
+        }
+        EXPECT_GE(b->layers.back().ring_offset, a->state_elems);
+        EXPECT_EQ(b->layers.back().ratio, 0);
+    }
+}
+
+// An official compress_ratios list carries the MTP blocks' entries after the decoder's; they are kept
+// apart, and one other than 0 (not implemented) leaves the main model loadable.
+TEST(RefMtp, ConfigKeepsTheMtpRatiosApart) {
+    nlohmann::json j = nlohmann::json::parse(flash_config_json(4));
+    auto c = ModelConfig::from_json_text(j.dump());
+    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+    EXPECT_EQ(c->compress_ratios.size(), 4u);
+    EXPECT_EQ(c->mtp_compress_ratios, std::vector<int>{0});
+    j["compress_ratios"].back() = 4;
+    c = ModelConfig::from_json_text(j.dump());
+    ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+    EXPECT_EQ(c->mtp_compress_ratios, std::vector<int>{4});
+}
+
 std::string read_text(const std::string& path) {
     std::ifstream f(path);
     return std::string(std::istreambuf_iterator<char>(f), {});
 }
 
 struct TempDir {
-    fs::path p = fs::temp_directory_path() / ("dsv4_mtp_" + std::to_string(::getpid()));
-    TempDir() { fs::create_directories(p); }
+    fs::path p;
+    explicit TempDir(const std::string& tag) : p(fs::temp_directory_path() / ("dsv4_mtp_" + tag + "_" + std::to_string(::getpid()))) {
+        fs::create_directories(p);
+    }
     ~TempDir() { fs::remove_all(p); }
 };
 
@@ -205,7 +260,7 @@ TEST(RefMtp, LoadedFromCheckpoint) {
     const std::string json = j.dump();
     auto cfg = ModelConfig::from_json_text(json);
     ASSERT_TRUE(cfg.is_ok()) << cfg.status().to_string();
-    TempDir t;
+    TempDir t("full");
     SyntheticCheckpointOptions o;
     o.threads = 2;
     o.progress = false;
@@ -235,9 +290,7 @@ TEST(RefMtp, LoadedFromCheckpoint) {
         EXPECT_NE(w.status().message().find("mtp.1."), std::string::npos) << w.status().to_string();
     }
     // A checkpoint without mtp.*: the main model alone.
-    TempDir t2;
-    t2.p += "_plain";
-    fs::create_directories(t2.p);
+    TempDir t2("plain");
     o.mtp = false;
     ASSERT_TRUE(write_synthetic_checkpoint(t2.p.string(), *cfg, json, o).is_ok());
     auto ck = Checkpoint::open(t2.p.string());

@@ -37,8 +37,14 @@ bool run_verify_points(CudaBenchRunner& runner, const ModelConfig& cfg, const Pr
                        double gemm_tflops, int hot, int64_t n_pages, nlohmann::json& J) {
     using Clock = std::chrono::steady_clock;
     std::vector<int> ns{1};
-    for (int n : o.verify_tokens)
-        if (n > 1 && std::find(ns.begin(), ns.end(), n) == ns.end()) ns.push_back(n);
+    for (int n : o.verify_tokens) {
+        if (n < 1 || n > 16) {
+            std::fprintf(stderr, "proxy-bench: --verify-tokens %d: n = k + 1 must be in [1, 16]\n", n);
+            return false;
+        }
+        if (std::find(ns.begin(), ns.end(), n) == ns.end()) ns.push_back(n);
+    }
+    std::sort(ns.begin(), ns.end());  // ns.back() is the longest chunk
     std::printf("\nverify steps: n = k + 1 tokens per sequence (the last sampled token + k drafts) at its decode "
                 "position, through forward_sampled (greedy on the device); wall time per step, median of %d rounds "
                 "(n values alternated in each round, after %d warm-up rounds)\n",
@@ -51,8 +57,9 @@ bool run_verify_points(CudaBenchRunner& runner, const ModelConfig& cfg, const Pr
             const int64_t P = layout.pages_for_tokens(int64_t(L) + ns.back());
             nlohmann::json pt{{"batch", B}, {"context", L}};
             if (P != layout.pages_for_tokens(int64_t(L) + 1) || int64_t(B) * P > n_pages) {
-                std::printf("%6d %6d  skipped: the verify chunk needs %lld pages per sequence (pool %lld pages)\n", B,
-                            L, (long long)P, (long long)n_pages);
+                std::printf("%6d %6d  skipped: %s\n", B, L,
+                            int64_t(B) * P > n_pages ? "the pool is too small"
+                                                     : "the verify chunk crosses a page (the context fill covers one)");
                 pt["skipped"] = "pages";
                 J["verify"].push_back(pt);
                 continue;
@@ -99,13 +106,16 @@ bool run_verify_points(CudaBenchRunner& runner, const ModelConfig& cfg, const Pr
                 }
             const double t1 = median(ms[1]);
             // A draft step of the MTP block: one decoder layer plus the head (hc_head, norm, LM head) of the
-            // decode-graph point at this batch and context when it was measured, else a whole one-token step.
+            // decode-graph point at this batch and context, plus what the served path adds to a graph
+            // replay (this one-token step minus that point's replay), as if each draft were its own
+            // launch; without a decode point, a whole one-token step.
             double draft_ms = t1;
             const char* draft_from = "one-token step (no decode point)";
             for (const auto& d : J["points"])
                 if (d.value("batch", -1) == B && d.value("context", -1) == L && d.contains("per_layer_us")) {
-                    draft_ms = (d["head_us"]["median"].get<double>() + d["per_layer_us"].get<double>()) / 1e3;
-                    draft_from = "head + one layer of the decode point";
+                    const double overhead = std::max(0.0, t1 - d["step_us"]["median"].get<double>() / 1e3);
+                    draft_ms = (d["head_us"]["median"].get<double>() + d["per_layer_us"].get<double>()) / 1e3 + overhead;
+                    draft_from = "head + one layer of the decode point + the served path's overhead";
                 }
             pt["draft_ms"] = draft_ms;
             pt["draft_from"] = draft_from;
@@ -137,11 +147,14 @@ bool run_verify_points(CudaBenchRunner& runner, const ModelConfig& cfg, const Pr
         }
     }
     std::printf("x_n1 = step / one-token step; %%floor = max(bytes / max(copy, read), FLOPs / GEMM peak) / step, "
-                "bytes counting each sequence's KV once and the experts B x n tokens touch; tpot@a = (verify step + "
-                "k draft steps) / min(2.5, n), tpot@n = the same / n, a draft step = head + one layer of the decode "
-                "point at the same batch and context (the MTP block is one layer and the head; a whole one-token "
-                "step when decode points were not run): projections from measured steps, not measured speculative "
-                "decoding.\n");
+                "bytes counting each sequence's KV once (a lower bound: the n tokens' windows and CSA selections "
+                "differ) and the experts B x n tokens touch; the step computes the LM head and the greedy pick for "
+                "the last token of each chunk only (a verify step needs all n: B x (n - 1) more head rows, whose "
+                "weights the step reads anyway); tpot@a = (verify step + k draft steps) / min(2.5, n), tpot@n = the "
+                "same / n (every draft accepted), a draft step = head + one layer of the decode point at the same "
+                "batch and context + the served path's overhead over a graph replay (the MTP block is one layer and "
+                "the head; a whole one-token step when decode points were not run): projections from measured "
+                "steps, not measured speculative decoding.\n");
     return true;
 }
 

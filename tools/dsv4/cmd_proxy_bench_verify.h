@@ -17,7 +17,8 @@ namespace dsv4::cli {
 
 // Bytes bound of a verify step: B sequences of n tokens at context L read the dense weights with B * n
 // embedding rows, the routed experts B * n tokens touch (expert_fraction at B * n), and each sequence's
-// KV once (the rows the last of its n tokens sees). FLOPs: B * n tokens at context L.
+// KV once (the rows the last of its n tokens sees: a lower bound, the n windows and CSA selections
+// differ). FLOPs: B * n tokens at context L (the LM head included for every token).
 StepBytesModel verify_bytes_model(const ModelConfig& cfg, const ProxyWeightBytes& wb, const KvRowBytes& rows, int B,
                                   int n, int64_t L, int hot);
 
@@ -25,7 +26,9 @@ StepBytesModel verify_bytes_model(const ModelConfig& cfg, const ProxyWeightBytes
 // are filled to context L, then steps of n tokens per sequence at positions L.. run through
 // runner.forward_sampled (DeviceSample::kGreedy on the last token of each chunk: ids only come back,
 // as when serving), the n values alternated in each of o.reps rounds after o.warmup rounds; each step
-// rewrites the same positions. Wall time per step (plan, upload, launches or graph replay, sync).
+// rewrites the same positions. Wall time per step (plan, upload, launches or graph replay, sync). The
+// runner computes the head and the greedy pick for each chunk's last token only (a verify step needs
+// all n; see the printout). n outside [1, 16] is an error.
 // Prints step time, its ratio to the one-token step, % of its own bound (bytes at bw_gbs or FLOPs at
 // gemm_tflops) and a time-per-output-token projection from the measured steps (a draft step taken as
 // the head plus one layer of J["points"]' decode point at the same batch and context, the MTP block's
