@@ -13,6 +13,7 @@
 
 #include "model/checkpoint.h"
 #include "model/ref_model.h"
+#include "model/ref_speculative.h"
 #include "runtime/ref_runner.h"
 #include "runtime/runner_factory.h"
 
@@ -343,6 +344,29 @@ TEST_P(GoldenTest, MtpLogitsMatchSpecBlockOnTransformersModules) {
     EXPECT_LT(worst_h, kLogitTol);
     std::printf("[golden %s] MTP: %zu positions, max |logit error| %.3g, max |hidden error| %.3g\n",
                 GetParam().c_str(), rows.size(), worst, worst_h);
+}
+
+// Greedy speculative decoding on the reference (model/ref_speculative.h) gives transformers' greedy
+// tokens: MTP drafts (k = 1..3, nearly all rejected on random weights: the rollback path) and self drafts
+// (all accepted), on the stored greedy prompts of 37 and 300 tokens.
+TEST_P(GoldenTest, SpeculativeGreedyMatchesTransformers) {
+    Golden& gd = g();
+    ASSERT_TRUE(gd.model);
+    for (int P : {37, 300}) {
+        const std::string pfx = "greedy.P" + std::to_string(P) + ".";
+        const auto prompt = expected_i32(gd, pfx + "prompt");
+        const auto want = expected_i32(gd, pfx + "tokens");
+        ASSERT_FALSE(want.empty()) << pfx;
+        for (DraftSource src : {DraftSource::kMtp, DraftSource::kSelf})
+            for (int k = 1; k <= 3; ++k) {
+                if (src == DraftSource::kSelf && k != 2) continue;
+                RefSpecStats st;
+                auto got = ref_speculative_greedy(*gd.model, prompt, int(want.size()), {k, src, {}}, &st);
+                ASSERT_TRUE(got.is_ok()) << got.status().to_string();
+                EXPECT_EQ(*got, want) << pfx << " k = " << k << (src == DraftSource::kMtp ? " mtp" : " self");
+                if (src == DraftSource::kSelf) EXPECT_EQ(st.accepted, st.drafted) << pfx;
+            }
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, GoldenTest,
