@@ -39,6 +39,7 @@ struct ProxyBenchOptions {
     int prefill_reps = 3;       // timed repetitions per point (median reported)
     bool prefill_only = false;  // skip the decode points
     bool op_profile_prefill = false;  // from option op_profile: per-op table of each 1-user point's first step
+                                      // and of each verify point's steps of n > 1 tokens
     // Verify points (cmd_proxy_bench_verify.cpp): steps of n tokens per sequence (n = k + 1 of speculative
     // decoding) beside the one-token step, at every batch and context; empty: none.
     std::vector<int> verify_tokens;

@@ -528,10 +528,10 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
             J["points"].push_back(pt);
         }
     }
+    o.op_profile_prefill = rt.op_profile;
     if (!o.verify_tokens.empty() &&
         !run_verify_points(runner, cfg, wb_gpu, rows, layout, o, bw_gbs, gemm_tf, hot, n_pages, J))
         exit_code = 3;
-    o.op_profile_prefill = rt.op_profile;
     if (prefill && !run_prefill_points(runner, cfg, wb_gpu, rows, layout, o, gemm_tf, J)) exit_code = 3;
     J["wall_s"] = elapsed();
     std::ofstream f(o.json);

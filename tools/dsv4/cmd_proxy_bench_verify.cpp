@@ -142,6 +142,14 @@ bool run_verify_points(CudaBenchRunner& runner, const ModelConfig& cfg, const Pr
                                                {"projected_tpot_ms_at_accept_2_5", n > 1 ? cycle / a : med},
                                                {"projected_tpot_ms_all_accepted", n > 1 ? cycle / n : med}};
             }
+            if (o.op_profile_prefill)  // option op_profile: where a verify step's time goes (eager, marked)
+                for (int n : ns) {
+                    if (n == 1) continue;
+                    auto t = runner.profile_step(batch_of(n));
+                    if (t) std::printf("op profile, verify step of %d tokens x %d sequences at %d:\n%s", n, B, L,
+                                       t->c_str());
+                    else std::printf("op profile: %s\n", t.status().message().c_str());
+                }
             std::fflush(stdout);
             J["verify"].push_back(pt);
         }

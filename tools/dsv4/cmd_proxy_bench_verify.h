@@ -28,7 +28,8 @@ StepBytesModel verify_bytes_model(const ModelConfig& cfg, const ProxyWeightBytes
 // as when serving), the n values alternated in each of o.reps rounds after o.warmup rounds; each step
 // rewrites the same positions. Wall time per step (plan, upload, launches or graph replay, sync). The
 // runner computes the head and the greedy pick for each chunk's last token only (a verify step needs
-// all n; see the printout). n outside [1, 16] is an error.
+// all n; see the printout). n outside [1, 16] is an error. With o.op_profile_prefill (option
+// op_profile) each point also prints the per-op table of one eager step of every n > 1.
 // Prints step time, its ratio to the one-token step, % of its own bound (bytes at bw_gbs or FLOPs at
 // gemm_tflops) and a time-per-output-token projection from the measured steps (a draft step taken as
 // the head plus one layer of J["points"]' decode point at the same batch and context, the MTP block's
