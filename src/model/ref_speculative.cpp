@@ -36,10 +36,9 @@ int32_t argmax(std::span<const float> row) {
     return best;
 }
 
-Status check_args(const RefModel& m, std::span<const int32_t> prompt, int n_new) {
+Status check_args(std::span<const int32_t> prompt, int n_new) {
     if (prompt.empty()) return invalid_argument("empty prompt");
     if (n_new < 1) return invalid_argument("n_new = {} must be at least 1", n_new);
-    (void)m;
     return Status::ok();
 }
 
@@ -47,7 +46,7 @@ Status check_args(const RefModel& m, std::span<const int32_t> prompt, int n_new)
 
 Result<std::vector<int32_t>> ref_greedy(const RefModel& m, std::span<const int32_t> prompt, int n_new,
                                         std::vector<float>* token_logits) {
-    DSV4_RETURN_IF_ERROR(check_args(m, prompt, n_new));
+    DSV4_RETURN_IF_ERROR(check_args(prompt, n_new));
     const int64_t P = int64_t(prompt.size());
     DSV4_ASSIGN_OR_RETURN(SeqMemory s, make_memory(m, 0, P + n_new));
     std::vector<float> logits;
@@ -67,7 +66,7 @@ Result<std::vector<int32_t>> ref_greedy(const RefModel& m, std::span<const int32
 Result<std::vector<int32_t>> ref_speculative_greedy(const RefModel& m, std::span<const int32_t> prompt, int n_new,
                                                     const RefSpecOptions& opt, RefSpecStats* stats,
                                                     std::vector<float>* token_logits) {
-    DSV4_RETURN_IF_ERROR(check_args(m, prompt, n_new));
+    DSV4_RETURN_IF_ERROR(check_args(prompt, n_new));
     const int k = opt.k;
     if (k < 1 || k > 8) return invalid_argument("speculative tokens k = {} must be in [1, 8]", k);
     const bool mtp = opt.draft == DraftSource::kMtp;

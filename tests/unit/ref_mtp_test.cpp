@@ -9,11 +9,11 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "core/philox.h"
 #include "model/checkpoint.h"
 #include "model/kv_layout.h"
 #include "model/ref_model.h"
 #include "model/synthetic_checkpoint.h"
+#include "tests/unit/tiny_ref_model.h"
 
 namespace dsv4 {
 namespace {
@@ -35,23 +35,9 @@ struct SeqState {
     SeqStateView view() { return SeqStateView{&layout, state.data(), pool.data(), token_pages}; }
 };
 
-const RefModel& tiny_model() {
-    static const RefModel m(tiny_model_config(), ModelWeights::random(tiny_model_config(), 7));
-    return m;
-}
-
-std::vector<int32_t> random_ids(int n, int64_t vocab, uint64_t seed) {
-    std::vector<int32_t> ids(static_cast<size_t>(n));
-    for (int i = 0; i < n; ++i) ids[size_t(i)] = int32_t(philox_uniform(seed, 0, uint64_t(i)) * float(vocab - 1));
-    return ids;
-}
-
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-    EXPECT_EQ(a.size(), b.size());
-    double m = 0;
-    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, double(std::fabs(a[i] - b[i])));
-    return m;
-}
+using testing_tiny::max_abs_diff;
+using testing_tiny::random_token_ids;
+const RefModel& tiny_model() { return testing_tiny::tiny_ref_model(); }
 
 // Main model over ids (one shot), returning its final streams [N, n, d].
 std::vector<float> main_streams(const RefModel& m, SeqState& s, const std::vector<int32_t>& ids) {
@@ -74,7 +60,7 @@ TEST(RefMtp, ChunkedEqualsOneShot) {
     const RefModel& m = tiny_model();
     const ModelConfig& cfg = m.config();
     const int N = 301, n = cfg.hc_mult, d = cfg.hidden_size;
-    const auto ids = random_ids(N, cfg.vocab_size, 11);
+    const auto ids = random_token_ids(N, 11);
     SeqState s(cfg, 1, N);
     const std::vector<float> streams = main_streams(m, s, ids);
     ASSERT_EQ(streams.size(), size_t(N) * n * d);
@@ -112,7 +98,7 @@ TEST(RefMtp, DependsOnStreamsNextTokenAndItsWindow) {
     const RefModel& m = tiny_model();
     const ModelConfig& cfg = m.config();
     const int N = 40, n = cfg.hc_mult, d = cfg.hidden_size;
-    const auto ids = random_ids(N + 1, cfg.vocab_size, 12);
+    const auto ids = random_token_ids(N + 1, 12);
     SeqState s(cfg, 1, N + 1);
     const std::vector<float> streams = main_streams(m, s, ids);
     const std::span<const int32_t> next(ids.data() + 1, size_t(N));
@@ -138,7 +124,7 @@ TEST(RefMtp, DependsOnStreamsNextTokenAndItsWindow) {
 // bits with and without it.
 TEST(RefMtp, MainModelUnchangedByMtpState) {
     const RefModel& m = tiny_model();
-    const auto ids = random_ids(150, m.config().vocab_size, 13);
+    const auto ids = random_token_ids(150, 13);
     std::vector<float> a, b;
     SeqState s0(m.config(), 0, 150), s1(m.config(), 1, 150);
     EXPECT_EQ(s1.layout.layers.size(), s0.layout.layers.size() + 1);
@@ -174,12 +160,7 @@ TEST(RefMtp, ErrorsSayWhatIsWrong) {
     EXPECT_NE(s.message().find("streams"), std::string::npos) << s.to_string();
     EXPECT_FALSE(m.mtp_forward(0, with.view(), {}, {}, 0, {}, logits).is_ok());
     // A model without MTP weights.
-    ModelConfig c0 = tiny_model_config();
-    c0.num_nextn_predict_layers = 0;
-    c0.n_layers = 1;
-    c0.compress_ratios.resize(1);
-    c0.layer_types.resize(1);
-    c0.mlp_types.resize(1);
+    const ModelConfig c0 = testing_tiny::tiny_config_without_mtp();
     const RefModel plain(c0, ModelWeights::random(c0, 1));
     EXPECT_EQ(plain.mtp_blocks(), 0);
     SeqState sp(c0, 0, 4);

@@ -6,26 +6,15 @@
 // tokens: tests/golden (GoldenTest.SpeculativeGreedyMatchesTransformers).
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cmath>
-
-#include "core/philox.h"
 #include "model/ref_speculative.h"
+#include "tests/unit/tiny_ref_model.h"
 
 namespace dsv4 {
 namespace {
 
-const RefModel& tiny_model() {
-    static const RefModel m(tiny_model_config(), ModelWeights::random(tiny_model_config(), 7));
-    return m;
-}
-
-std::vector<int32_t> prompt_of(int n, uint64_t seed) {
-    std::vector<int32_t> ids;
-    for (int i = 0; i < n; ++i)
-        ids.push_back(int32_t(philox_uniform(seed, 0, uint64_t(i)) * float(tiny_model_config().vocab_size - 1)));
-    return ids;
-}
+using testing_tiny::max_abs_diff;
+const RefModel& tiny_model() { return testing_tiny::tiny_ref_model(); }
+std::vector<int32_t> prompt_of(int n, uint64_t seed) { return testing_tiny::random_token_ids(n, seed); }
 
 // 120 prompt tokens + 24 new ones cross position 127 (the window wraps, an HCA row closes) and six
 // CSA rows close on the way.
@@ -33,13 +22,6 @@ constexpr int kPrompt = 120, kNew = 24;
 // Same logits as plain greedy up to the chunk size's last bits (RefModel: ~1e-6); a ring row or a
 // compressor slot left from a rejected draft moves them by far more, even where the argmax holds.
 constexpr double kLogitTol = 2e-5;
-
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-    EXPECT_EQ(a.size(), b.size());
-    double m = 0;
-    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, double(std::fabs(a[i] - b[i])));
-    return m;
-}
 
 TEST(RefSpeculative, MtpDraftsGiveThePlainGreedyTokens) {
     const auto prompt = prompt_of(kPrompt, 21);
@@ -103,12 +85,7 @@ TEST(RefSpeculative, ErrorsSayWhatIsWrong) {
     EXPECT_FALSE(ref_speculative_greedy(tiny_model(), {}, 4, {1, DraftSource::kMtp, {}}).is_ok());
     EXPECT_FALSE(ref_speculative_greedy(tiny_model(), prompt, 0, {1, DraftSource::kMtp, {}}).is_ok());
     EXPECT_FALSE(ref_greedy(tiny_model(), std::vector<int32_t>{-1}, 2).is_ok());
-    ModelConfig c0 = tiny_model_config();
-    c0.num_nextn_predict_layers = 0;
-    c0.n_layers = 1;
-    c0.compress_ratios.resize(1);
-    c0.layer_types.resize(1);
-    c0.mlp_types.resize(1);
+    const ModelConfig c0 = testing_tiny::tiny_config_without_mtp();
     const RefModel plain(c0, ModelWeights::random(c0, 1));
     auto r = ref_speculative_greedy(plain, prompt, 4, {1, DraftSource::kMtp, {}});
     ASSERT_FALSE(r.is_ok());

@@ -31,6 +31,7 @@
 #include "runtime/multi_gpu_runner.h"
 #include "runtime/synthetic_context.h"
 #include "tools/dsv4/cmd_proxy_bench.h"
+#include "tools/dsv4/bench_spread.h"
 #include "tools/dsv4/cmd_proxy_bench_prefill.h"
 #include "tools/dsv4/cmd_proxy_bench_verify.h"
 #include "tools/dsv4/runtime_cli.h"
@@ -46,16 +47,6 @@ bool ok(cudaError_t e, const char* what) {
     if (e == cudaSuccess) return true;
     std::fprintf(stderr, "proxy-bench: %s: %s\n", what, cudaGetErrorString(e));
     return false;
-}
-
-struct Spread {
-    double med = 0, p10 = 0, p90 = 0;
-};
-Spread spread(std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    if (v.empty()) return {};
-    const size_t n = v.size();
-    return {v[n / 2], v[n / 10], v[std::min(n - 1, n * 9 / 10)]};
 }
 
 // Event-timed replays of a one-launch graph; microseconds per launch.

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "runtime/synthetic_context.h"
+#include "tools/dsv4/bench_spread.h"
 
 namespace dsv4::cli {
 
@@ -18,19 +19,6 @@ StepBytesModel verify_bytes_model(const ModelConfig& cfg, const ProxyWeightBytes
     m.kv = double(B) * m.kv_per_seq;
     return m;
 }
-
-namespace {
-double median(std::vector<double> v) {
-    if (v.empty()) return 0;
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-}
-double quantile(std::vector<double> v, double q) {
-    if (v.empty()) return 0;
-    std::sort(v.begin(), v.end());
-    return v[std::min(v.size() - 1, size_t(q * double(v.size())))];
-}
-}  // namespace
 
 bool run_verify_points(CudaBenchRunner& runner, const ModelConfig& cfg, const ProxyWeightBytes& wb,
                        const KvRowBytes& rows, const KvLayout& layout, const ProxyBenchOptions& o, double bw_gbs,
@@ -104,7 +92,7 @@ bool run_verify_points(CudaBenchRunner& runner, const ModelConfig& cfg, const Pr
                     const double t = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
                     if (r >= o.warmup) ms[n].push_back(t);
                 }
-            const double t1 = median(ms[1]);
+            const double t1 = spread(ms[1]).med;
             // A draft step of the MTP block: one decoder layer plus the head (hc_head, norm, LM head) of the
             // decode-graph point at this batch and context, plus what the served path adds to a graph
             // replay (this one-token step minus that point's replay), as if each draft were its own
@@ -121,7 +109,8 @@ bool run_verify_points(CudaBenchRunner& runner, const ModelConfig& cfg, const Pr
             pt["draft_from"] = draft_from;
             for (int n : ns) {
                 const StepBytesModel m = verify_bytes_model(cfg, wb, rows, B, n, L, hot);
-                const double med = median(ms[n]);
+                const Spread sp = spread(ms[n]);
+                const double med = sp.med;
                 const double floor_ms = std::max(m.total() / (bw_gbs * 1e9),
                                                  gemm_tflops > 0 ? m.flops / (gemm_tflops * 1e12) : 0.0) * 1e3;
                 // Time per output token, a projection from measured steps: a verify step of n tokens plus
@@ -130,7 +119,7 @@ bool run_verify_points(CudaBenchRunner& runner, const ModelConfig& cfg, const Pr
                 const double a = std::min(2.5, double(n));
                 const double cycle = med + double(n - 1) * draft_ms;
                 std::printf("%6d %6d %3d %10.3f %10.3f %10.3f %8.2f %9.1f %7.1f%% %9.3f %10.3f %10.3f\n", B, L, n, med,
-                            quantile(ms[n], 0.1), quantile(ms[n], 0.9), med / t1, m.total() / 1e6,
+                            sp.p10, sp.p90, med / t1, m.total() / 1e6,
                             100.0 * floor_ms / med, draft_ms, n > 1 ? cycle / a : med, n > 1 ? cycle / n : med);
                 pt["n" + std::to_string(n)] = {{"step_ms", ms[n]},
                                                {"median_ms", med},
