@@ -505,12 +505,10 @@ cuda::StepPlan CudaRunner::step_plan(int B) const {
 }
 
 void CudaRunner::set_gemm_thresholds(int max_t) {
-    const RuntimeOptions& rt = opt_.rt;
-    const bool decode_only = max_t <= 1;
-    const int decode_moe = rt.decode_moe_gemm_min_tokens > 0 ? rt.decode_moe_gemm_min_tokens : rt.decode_gemm_min_tokens;
-    moe_gemm_min_tokens_ = decode_only ? decode_moe : rt.moe_gemm_min_tokens;
-    decode_only_step_ = decode_only;
-    if (gemm_.handle) gemm_.min_tokens = decode_only ? rt.decode_gemm_min_tokens : rt.prefill_gemm_min_tokens;
+    const StepGemmThresholds t = step_gemm_thresholds(opt_.rt, max_t);
+    moe_gemm_min_tokens_ = t.moe_min_tokens;
+    decode_only_step_ = t.decode_step;
+    if (gemm_.handle) gemm_.min_tokens = t.dense_min_tokens;
 }
 
 Status CudaRunner::run_step(int B, int T, int max_t, int R, int64_t end_pos) {

@@ -268,8 +268,7 @@ private:
     Status size_pool_from_memory(size_t stage_bytes);
     // Steps whose dense linears go through cuBLAS share its scratch: they run without side streams.
     bool gemm_step(int T) const { return gemm_.handle && gemm_.min_tokens > 0 && T >= gemm_.min_tokens; }
-    // The GEMM thresholds of the step run_step is running: decode-only steps (max_t <= 1) use the
-    // decode one (RuntimeOptions::decode_gemm_min_tokens), steps with prefill chunks the others.
+    // The GEMM thresholds of the step run_step is running (step_gemm_thresholds).
     void set_gemm_thresholds(int max_t);
     int moe_gemm_min_tokens_ = 0;  // set_gemm_thresholds: MoeArgs::grouped_min_tokens of this step
     bool decode_only_step_ = false;  // set_gemm_thresholds: MoeArgs::decode_step of this step

@@ -134,7 +134,7 @@ const std::vector<OptionDef>& option_defs() {
           "prefill_gemm_min_tokens and moe_gemm_min_tokens for decode-only steps (one token per sequence; 0: never)"},
          DSV4_COUNT_OPTION(decode_gemm_min_tokens)},
         {{"decode_moe_gemm_min_tokens", "DSV4_DECODE_MOE_GEMM",
-          "moe_gemm_min_tokens alone for decode-only steps (0: decode_gemm_min_tokens)"},
+          "moe_gemm_min_tokens alone for decode-only steps and steps of <= 4 tokens per sequence (0: decode_gemm_min_tokens)"},
          DSV4_COUNT_OPTION(decode_moe_gemm_min_tokens)},
         {{"op_profile", "DSV4_OP_PROFILE", "proxy-bench: per-op table of the captured step after each point"},
          DSV4_BOOL_OPTION(op_profile)},
@@ -307,6 +307,16 @@ std::string runtime_options_table(const RuntimeOptions& o, const OptionOrigins& 
         for (const TuningRule& r : o.tuning_rules) out += "  " + r.describe() + "\n";
     }
     return out;
+}
+
+StepGemmThresholds step_gemm_thresholds(const RuntimeOptions& rt, int max_t) {
+    StepGemmThresholds t;
+    const bool decode_only = max_t <= 1;
+    const int decode_moe = rt.decode_moe_gemm_min_tokens > 0 ? rt.decode_moe_gemm_min_tokens : rt.decode_gemm_min_tokens;
+    t.dense_min_tokens = decode_only ? rt.decode_gemm_min_tokens : rt.prefill_gemm_min_tokens;
+    t.moe_min_tokens = max_t <= StepGemmThresholds::kVerifyShapedMaxTokens ? decode_moe : rt.moe_gemm_min_tokens;
+    t.decode_step = decode_only;
+    return t;
 }
 
 }  // namespace dsv4

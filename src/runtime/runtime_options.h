@@ -87,7 +87,8 @@ struct RuntimeOptions {
     // balanced wgmma expert rows: 256 sequences 57.3 vs 55.2 ms, 384 64.0 vs 76.6 ms; E49, with the
     // per-width expert consumers: 256 51.0 vs 55.3 ms, 320 55.8 vs 67.1; below 256 not measured); 0: never.
     int decode_gemm_min_tokens = 256;
-    // moe_gemm_min_tokens alone for decode-only steps (the routed experts' grouped GEMM; the dense
+    // moe_gemm_min_tokens alone for decode-only steps and steps of at most 4 tokens per sequence
+    // (step_gemm_thresholds; the routed experts' grouped GEMM; the dense
     // linears keep decode_gemm_min_tokens): the persistent expert rows stream the weights at decode
     // shapes (kernels/cuda/moe/moe_wgmma_persist_sm90.cu); 0: decode_gemm_min_tokens.
     int decode_moe_gemm_min_tokens = 0;
@@ -104,6 +105,24 @@ struct RuntimeOptions {
     std::vector<TuningRule> tuning_rules;
     std::string tuning_file;  // where the rules and options came from ("" = none)
 };
+
+// The GEMM thresholds one step runs with, from the options and the step's largest number of tokens
+// of one sequence (max_t >= 1):
+// - decode-only steps (max_t = 1): decode_gemm_min_tokens for the dense linears, the decode experts'
+//   threshold (decode_moe_gemm_min_tokens, or decode_gemm_min_tokens when 0) and decode_step;
+// - steps of at most kVerifyShapedMaxTokens tokens per sequence (speculative verify steps of k + 1
+//   tokens, prompt tails): the dense linears as prefill, the experts on the decode experts' threshold,
+//   because their tokens come from many sequences and route like decode tokens (E58: verify steps of
+//   128-192 tokens -12% to -17%);
+// - other steps (prompt chunks): prefill_gemm_min_tokens and moe_gemm_min_tokens (E58: one prompt's
+//   128-255 tokens lose 26-42% on the decode experts' kernels).
+struct StepGemmThresholds {
+    static constexpr int kVerifyShapedMaxTokens = 4;  // k + 1 for up to 3 drafts (issue 24)
+    int dense_min_tokens = 0;  // cuBLAS GEMMs for the dense linears from this many tokens (0: never)
+    int moe_min_tokens = 0;    // MoeArgs::grouped_min_tokens
+    bool decode_step = false;  // MoeArgs::decode_step: the persistent expert rows are allowed
+};
+StepGemmThresholds step_gemm_thresholds(const RuntimeOptions& rt, int max_t);
 
 enum class OptionSource { kDefault, kTuningFile, kEnvironment, kCommandLine };
 const char* option_source_name(OptionSource s);

@@ -124,5 +124,34 @@ TEST(RuntimeOptions, EveryKeyRoundTrips) {
     }
 }
 
+// E58: verify-shaped steps (<= 4 tokens per sequence) take the decode experts' threshold, prompt
+// chunks keep moe_gemm_min_tokens; the dense linears follow decode-only vs the rest.
+TEST(RuntimeOptions, StepGemmThresholdsByTokensPerSequence) {
+    RuntimeOptions o;
+    o.prefill_gemm_min_tokens = 100;
+    o.moe_gemm_min_tokens = 128;
+    o.decode_gemm_min_tokens = 256;
+    o.decode_moe_gemm_min_tokens = 0;
+    const StepGemmThresholds d = step_gemm_thresholds(o, 1);
+    EXPECT_EQ(d.dense_min_tokens, 256);
+    EXPECT_EQ(d.moe_min_tokens, 256);
+    EXPECT_TRUE(d.decode_step);
+    for (int max_t = 2; max_t <= StepGemmThresholds::kVerifyShapedMaxTokens; ++max_t) {
+        const StepGemmThresholds v = step_gemm_thresholds(o, max_t);
+        EXPECT_EQ(v.dense_min_tokens, 100) << max_t;
+        EXPECT_EQ(v.moe_min_tokens, 256) << max_t;
+        EXPECT_FALSE(v.decode_step) << max_t;
+    }
+    const StepGemmThresholds p = step_gemm_thresholds(o, StepGemmThresholds::kVerifyShapedMaxTokens + 1);
+    EXPECT_EQ(p.dense_min_tokens, 100);
+    EXPECT_EQ(p.moe_min_tokens, 128);
+    EXPECT_FALSE(p.decode_step);
+    o.decode_moe_gemm_min_tokens = 64;  // the experts' own decode threshold wins over the shared one
+    EXPECT_EQ(step_gemm_thresholds(o, 1).moe_min_tokens, 64);
+    EXPECT_EQ(step_gemm_thresholds(o, 3).moe_min_tokens, 64);
+    EXPECT_EQ(step_gemm_thresholds(o, 1).dense_min_tokens, 256);
+    EXPECT_EQ(step_gemm_thresholds(o, 512).moe_min_tokens, 128);
+}
+
 }  // namespace
 }  // namespace dsv4
