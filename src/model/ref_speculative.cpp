@@ -28,21 +28,22 @@ Result<SeqMemory> make_memory(const RefModel& m, int mtp_blocks, int64_t max_pos
     return s;
 }
 
-// Argmax of one row, lowest id on ties, NaN never chosen over a number.
-int32_t argmax(std::span<const float> row) {
-    int32_t best = 0;
-    for (size_t i = 1; i < row.size(); ++i)
-        if (std::isnan(row[size_t(best)]) ? !std::isnan(row[i]) : row[i] > row[size_t(best)]) best = int32_t(i);
-    return best;
-}
-
 Status check_args(std::span<const int32_t> prompt, int n_new) {
     if (prompt.empty()) return invalid_argument("empty prompt");
     if (n_new < 1) return invalid_argument("n_new = {} must be at least 1", n_new);
     return Status::ok();
 }
 
+constexpr auto argmax = greedy_token;
+
 }  // namespace
+
+int32_t greedy_token(std::span<const float> row) {
+    int32_t best = 0;
+    for (size_t i = 1; i < row.size(); ++i)
+        if (std::isnan(row[size_t(best)]) ? !std::isnan(row[i]) : row[i] > row[size_t(best)]) best = int32_t(i);
+    return best;
+}
 
 Result<std::vector<int32_t>> ref_greedy(const RefModel& m, std::span<const int32_t> prompt, int n_new,
                                         std::vector<float>* token_logits) {

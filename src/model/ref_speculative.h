@@ -50,6 +50,9 @@ struct RefSpecStats {
     double accept_length() const { return verify_steps ? double(accepted + verify_steps) / double(verify_steps) : 0.0; }
 };
 
+// Argmax of one logits row: lowest id on ties, NaN never chosen over a number (the drafts' rule).
+int32_t greedy_token(std::span<const float> row);
+
 // Plain greedy decoding: prompt [P] prefilled in one chunk, then n_new tokens one position at a time,
 // each the argmax (lowest id on ties) of its logits. Returns the n_new tokens; token_logits (optional)
 // receives the logits each was chosen from, [n_new, vocab] f32.

@@ -25,6 +25,9 @@ struct StepOutput {
     // chosen token's logprob and the params.logprobs most likely (token, logprob), best first.
     std::vector<float> logprobs;
     std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;
+    // Per verify chunk (SeqChunk::draft_tokens > 0), in batch order: its k draft tokens. Its k + 1
+    // logits rows are in `logits`, in position order, where its one row would be.
+    std::vector<std::vector<int32_t>> drafts;
 };
 
 class ModelRunner {
@@ -43,6 +46,10 @@ public:
     // SeqChunk::sample is ignored here: every want_logits sequence gets logits.
     virtual Status forward(const ForwardBatch& batch, std::vector<std::vector<float>>& logits) = 0;
 
+    // The most draft tokens a verify chunk may carry (SeqChunk::draft_tokens; 0: no speculative
+    // decoding), fixed when the runner is built (its state layout holds that many).
+    virtual int max_draft_tokens() const { return 0; }
+
     // Device-side sampling modes this runner honours in forward_sampled (kNone always).
     virtual bool supports_device_sample(DeviceSample mode) const { return mode == DeviceSample::kNone; }
 
@@ -55,9 +62,13 @@ public:
         out.tokens.clear();
         out.logprobs.clear();
         out.top_logprobs.clear();
-        for (const auto& c : batch.seqs)
+        out.drafts.clear();
+        for (const auto& c : batch.seqs) {
             if (c.want_logits && c.sample != DeviceSample::kNone)
                 return invalid_argument("sequence {}: this runner does not sample on the device", c.seq_id);
+            if (c.draft_tokens > 0 || c.mtp)
+                return invalid_argument("sequence {}: this runner has no speculative decoding", c.seq_id);
+        }
         return forward(batch, out.logits);
     }
 

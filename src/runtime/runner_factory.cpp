@@ -54,6 +54,10 @@ Result<std::shared_ptr<const RefModel>> load_ref_model(const std::string& model,
 Result<std::unique_ptr<ModelRunner>> make_model_runner(const RunnerOptions& opt) {
     if (opt.backend != "cpu") {
         if (opt.backend != "cuda") return invalid_argument("unknown backend '{}' (expected cpu or cuda)", opt.backend);
+        if (opt.speculative_tokens > 0)
+            return error(StatusCode::kUnimplemented,
+                         "speculative decoding (--speculative-tokens) runs on the cpu backend only so far: the CUDA "
+                         "runner does not hold the MTP block or undo rejected drafts yet");
 #ifdef DSV4_HAVE_CUDA
         CudaRunnerOptions co;
         co.page_tokens = opt.page_tokens;
@@ -97,6 +101,8 @@ Result<std::unique_ptr<ModelRunner>> make_model_runner(const RunnerOptions& opt)
     }
     if (opt.gpus != 1 || opt.synthetic_flash_layers > 0)
         return invalid_argument("--gpus and --synthetic-flash need --backend cuda");
+    if (opt.speculative_draft != "mtp" && opt.speculative_draft != "self")
+        return invalid_argument("speculative draft '{}' is neither 'mtp' nor 'self'", opt.speculative_draft);
     DSV4_ASSIGN_OR_RETURN(auto model, load_ref_model(opt.model, opt.seed, opt.numerics));
     int64_t n_pages = opt.n_pages;
     if (n_pages <= 0) {
@@ -104,7 +110,9 @@ Result<std::unique_ptr<ModelRunner>> make_model_runner(const RunnerOptions& opt)
         // Default: room for 64 sequences of 4096 tokens.
         n_pages = 64 * layout.pages_for_tokens(4096);
     }
-    DSV4_ASSIGN_OR_RETURN(auto runner, RefRunner::create(model, opt.page_tokens, n_pages));
+    const RefSpeculation spec{opt.speculative_tokens,
+                              opt.speculative_draft == "self" ? DraftSource::kSelf : DraftSource::kMtp};
+    DSV4_ASSIGN_OR_RETURN(auto runner, RefRunner::create(model, opt.page_tokens, n_pages, spec));
     return std::unique_ptr<ModelRunner>(std::move(runner));
 }
 

@@ -14,6 +14,9 @@ namespace dsv4 {
 namespace {
 
 constexpr float kMinLogprob = -1.0e30f;  // finite stand-in for log(0)
+// The acceptance draws of speculative decoding: a Philox stream of their own, apart from the
+// sampling draws of the same (seed, choice, position).
+constexpr uint64_t kDraftStream = uint64_t(1) << 63;
 
 float finite_logprob(double lp) {
     if (!std::isfinite(lp)) return kMinLogprob;
@@ -70,6 +73,104 @@ int32_t argmax(std::span<const float> x) {
     return best;
 }
 
+// The tokens a non-greedy draw may pick after temperature -> min_p -> top_k -> top_p, with their
+// weights relative to the best logit (so the best has weight exactly 1), in the fixed walk order:
+// id order when no filter is active (no sort of the whole vocabulary), else probability desc, id asc.
+struct Kept {
+    std::vector<float> w;       // [vocab]
+    std::vector<int32_t> cand;  // with a filter: the kept ids in walk order
+    bool filtered = false;
+};
+
+Kept kept_tokens(std::span<const float> logits, const SamplingParams& params) {
+    Kept k;
+    const int32_t vocab = int32_t(logits.size());
+    const float inv_t = 1.0f / params.temperature;
+    float m = -std::numeric_limits<float>::infinity();
+    for (float v : logits)
+        if (v > m) m = v;
+    k.w.assign(size_t(vocab), 0.0f);
+    if (std::isfinite(m)) {
+        for (int32_t i = 0; i < vocab; ++i) {
+            const float v = logits[size_t(i)];
+            k.w[size_t(i)] = (v > -std::numeric_limits<float>::infinity() && !std::isnan(v)) ? std::exp((v - m) * inv_t)
+                                                                                              : 0.0f;
+        }
+    }
+    k.filtered = params.top_k > 0 || params.top_p < 1.0f || params.min_p > 0.0f;
+    if (!k.filtered) return k;
+    const std::vector<float>& w = k.w;
+    std::vector<int32_t>& cand = k.cand;
+    for (int32_t i = 0; i < vocab; ++i)
+        if (w[size_t(i)] > 0.0f && w[size_t(i)] >= params.min_p) cand.push_back(i);
+    auto order = [&](int32_t a, int32_t b) { return better(w[size_t(a)], a, w[size_t(b)], b); };
+    if (params.top_k > 0 && int64_t(cand.size()) > params.top_k) {
+        std::partial_sort(cand.begin(), cand.begin() + params.top_k, cand.end(), order);
+        cand.resize(size_t(params.top_k));
+    }
+    if (params.top_p < 1.0f) {
+        double total = 0.0;
+        for (int32_t i : cand) total += w[size_t(i)];
+        const double goal = double(params.top_p) * total;
+        // The nucleus is usually tiny: sort a growing head instead of the whole vocab.
+        size_t sorted = 0, keep = 0;
+        double cum = 0.0;
+        for (size_t head = 256;; head *= 8) {
+            const size_t h = std::min(head, cand.size());
+            std::partial_sort(cand.begin() + long(sorted), cand.begin() + long(h), cand.end(), order);
+            sorted = h;
+            while (keep < sorted && cum < goal) cum += w[size_t(cand[keep++])];
+            if (cum >= goal || sorted == cand.size()) break;
+        }
+        cand.resize(std::max<size_t>(keep, 1));
+    } else {
+        std::sort(cand.begin(), cand.end(), order);
+    }
+    return k;
+}
+
+// Calls fn(id, weight) over the kept tokens in walk order until it returns false.
+template <typename Fn>
+void for_each_kept(const Kept& k, Fn&& fn) {
+    if (!k.filtered) {
+        for (int32_t i = 0; i < int32_t(k.w.size()); ++i)
+            if (k.w[size_t(i)] > 0.0f && !fn(i, k.w[size_t(i)])) return;
+    } else {
+        for (int32_t i : k.cand)
+            if (!fn(i, k.w[size_t(i)])) return;
+    }
+}
+
+// The kept token a draw u in (0, 1] lands on (cumulative weights), leaving out `skip`; -1: none kept.
+int32_t walk(const Kept& k, double u, int32_t skip = -1) {
+    double total = 0.0;
+    for_each_kept(k, [&](int32_t i, float w) {
+        if (i != skip) total += w;
+        return true;
+    });
+    const double target = u * total;
+    double cum = 0.0;
+    int32_t chosen = -1;
+    for_each_kept(k, [&](int32_t i, float w) {
+        if (i == skip) return true;
+        cum += w;
+        chosen = i;
+        return cum < target;
+    });
+    return chosen;
+}
+
+// Probability of token t under the kept distribution (0 when not kept).
+double kept_probability(const Kept& k, int32_t t) {
+    double total = 0.0, wt = 0.0;
+    for_each_kept(k, [&](int32_t i, float w) {
+        total += w;
+        if (i == t) wt = w;
+        return true;
+    });
+    return total > 0.0 ? wt / total : 0.0;
+}
+
 }  // namespace
 
 void PenaltyState::reset(std::span<const int32_t> prompt, std::span<const int32_t> output) {
@@ -87,8 +188,11 @@ bool sample_is_plain_argmax(const SamplingParams& params, const SampleContext& c
     return !masks;
 }
 
-SampleResult sample_token(std::span<float> logits, const SamplingParams& params,
-                          const PenaltyState& penalties, const SampleContext& ctx) {
+namespace {
+
+// sample_token, and with draft >= 0 the draft's acceptance (sample_token_with_draft).
+SampleResult sample_impl(std::span<float> logits, const SamplingParams& params, const PenaltyState& penalties,
+                         const SampleContext& ctx, int32_t draft, bool* accepted) {
     SampleResult res;
     const int32_t vocab = int32_t(logits.size());
     double lse = 0.0;
@@ -130,74 +234,17 @@ SampleResult sample_token(std::span<float> logits, const SamplingParams& params,
 
     if (params.greedy()) {
         res.token = argmax(logits);
+        if (accepted) *accepted = res.token == draft;
     } else {
-        const float inv_t = 1.0f / params.temperature;
-        float m = -std::numeric_limits<float>::infinity();
-        for (float v : logits)
-            if (v > m) m = v;
-        // Weights relative to the max so the best token has weight exactly 1.
-        std::vector<float> w(size_t(vocab), 0.0f);
-        if (std::isfinite(m)) {
-            for (int32_t i = 0; i < vocab; ++i) {
-                const float v = logits[size_t(i)];
-                w[size_t(i)] = (v > -std::numeric_limits<float>::infinity() && !std::isnan(v))
-                                   ? std::exp((v - m) * inv_t)
-                                   : 0.0f;
-            }
-        }
+        const Kept kept = kept_tokens(logits, params);
         const double u = philox_uniform(ctx.seed, ctx.stream, uint64_t(ctx.position));
-        const bool filtered = params.top_k > 0 || params.top_p < 1.0f || params.min_p > 0.0f;
         int32_t chosen = -1;
-        if (!filtered) {
-            double total = 0.0;
-            for (float x : w) total += x;
-            const double target = u * total;
-            double cum = 0.0;
-            for (int32_t i = 0; i < vocab; ++i) {
-                if (w[size_t(i)] <= 0.0f) continue;
-                cum += w[size_t(i)];
-                chosen = i;
-                if (cum >= target) break;
-            }
+        if (draft >= 0 && philox_uniform(ctx.seed, ctx.stream | kDraftStream, uint64_t(ctx.position)) <=
+                              kept_probability(kept, draft)) {
+            chosen = draft;
+            *accepted = true;
         } else {
-            std::vector<int32_t> cand;
-            for (int32_t i = 0; i < vocab; ++i)
-                if (w[size_t(i)] > 0.0f && w[size_t(i)] >= params.min_p) cand.push_back(i);
-            auto order = [&](int32_t a, int32_t b) {
-                return better(w[size_t(a)], a, w[size_t(b)], b);
-            };
-            if (params.top_k > 0 && int64_t(cand.size()) > params.top_k) {
-                std::partial_sort(cand.begin(), cand.begin() + params.top_k, cand.end(), order);
-                cand.resize(size_t(params.top_k));
-            }
-            if (params.top_p < 1.0f) {
-                double total = 0.0;
-                for (int32_t i : cand) total += w[size_t(i)];
-                const double goal = double(params.top_p) * total;
-                // The nucleus is usually tiny: sort a growing head instead of the whole vocab.
-                size_t sorted = 0, keep = 0;
-                double cum = 0.0;
-                for (size_t head = 256;; head *= 8) {
-                    const size_t h = std::min(head, cand.size());
-                    std::partial_sort(cand.begin() + long(sorted), cand.begin() + long(h),
-                                      cand.end(), order);
-                    sorted = h;
-                    while (keep < sorted && cum < goal) cum += w[size_t(cand[keep++])];
-                    if (cum >= goal || sorted == cand.size()) break;
-                }
-                cand.resize(std::max<size_t>(keep, 1));
-            } else {
-                std::sort(cand.begin(), cand.end(), order);
-            }
-            double total = 0.0;
-            for (int32_t i : cand) total += w[size_t(i)];
-            const double target = u * total;
-            double cum = 0.0;
-            for (int32_t i : cand) {
-                cum += w[size_t(i)];
-                chosen = i;
-                if (cum >= target) break;
-            }
+            chosen = walk(kept, u, draft);
         }
         res.token = chosen >= 0 ? chosen : argmax(logits);
     }
@@ -207,6 +254,20 @@ SampleResult sample_token(std::span<float> logits, const SamplingParams& params,
         res.logprob = finite_logprob(double(logits[size_t(res.token)]) - lse);
     }
     return res;
+}
+
+}  // namespace
+
+SampleResult sample_token(std::span<float> logits, const SamplingParams& params, const PenaltyState& penalties,
+                          const SampleContext& ctx) {
+    return sample_impl(logits, params, penalties, ctx, -1, nullptr);
+}
+
+DraftVerdict sample_token_with_draft(std::span<float> logits, const SamplingParams& params,
+                                     const PenaltyState& penalties, const SampleContext& ctx, int32_t draft) {
+    DraftVerdict v;
+    v.sample = sample_impl(logits, params, penalties, ctx, draft, &v.accepted);
+    return v;
 }
 
 }  // namespace dsv4

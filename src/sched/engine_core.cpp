@@ -21,6 +21,12 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double>(b - a).count();
 }
 
+// The runner verifies at most its own number of drafts.
+SchedulerConfig within_runner(SchedulerConfig s, const ModelRunner& r) {
+    s.speculative_tokens = std::clamp(s.speculative_tokens, 0, r.max_draft_tokens());
+    return s;
+}
+
 }  // namespace
 
 const char* finish_reason_name(FinishReason r) {
@@ -44,12 +50,13 @@ EngineCore::EngineCore(ModelRunner& runner, EngineConfig cfg, EngineStats& stats
                              (runner.n_pages() - runner.kv_layout().n_state_pages) * runner.kv_layout().page_tokens,
                              runner.max_positions()})),
       pages_(runner.n_pages(), cfg.page_shuffle_seed),
-      sched_(cfg.sched, runner.kv_layout(), pages_),
+      sched_(within_runner(cfg.sched, runner), runner.kv_layout(), pages_),
       seed_base_(cfg.default_seed ? cfg.default_seed
                                   : (uint64_t(std::random_device{}()) << 32) ^
                                         std::random_device{}()),
       overlap_(cfg.overlap == EngineConfig::Overlap::kAlways ||
                (cfg.overlap == EngineConfig::Overlap::kAuto && runner.launch_is_async())) {
+    cfg_.sched = within_runner(cfg_.sched, runner);
     publish_stats();
 }
 
@@ -108,6 +115,9 @@ Status EngineCore::add(GenRequest req) {
         seq->sink = req.sink;
         seq->arrival = req.arrival;
         seq->cache_salt = req.cache_salt;
+        // Speculation keeps the target's distribution but not per-token logprobs of the verify rows
+        // through the host path yet, and a constraint masks each row after the previous token.
+        seq->speculate = cfg_.sched.speculative_tokens > 0 && req.params.logprobs < 0 && !req.constraint;
         if (req.constraint) {
             seq->constraint = req.constraint->clone();
             seq->constraint_after = req.constraint_after;
@@ -215,16 +225,18 @@ void EngineCore::launch_plan(StepPlan plan, StepStats& st) {
         DeviceSampleParams dp;
         if (c.want_logits) {
             const SampleContext ctx = sample_context(c.seq, c.seq->n_output());
-            mode = row_mode(c.seq, ctx);
+            // A verify chunk's rows are judged against its drafts on the host.
+            mode = c.draft_tokens > 0 ? DeviceSample::kNone : row_mode(c.seq, ctx);
             if (mode == DeviceSample::kFull) {
                 pen[i] = penalty_tokens(c.seq->params, c.seq->penalties, ctx);
                 dp = device_sample_params(c.seq->params, ctx, pen[i]);
             }
             f.n_dev_rows += mode != DeviceSample::kNone;
-            f.n_host_rows += mode == DeviceSample::kNone;
+            f.n_host_rows += mode == DeviceSample::kNone ? 1 + c.draft_tokens : 0;
         }
         f.seq_id.push_back(c.seq->seq_id);
         f.mode.push_back(mode);
+        f.drafts.push_back(c.draft_tokens);
         batch.seqs.push_back(SeqChunk{
             .seq_id = c.seq->seq_id,
             .tokens = std::span<const int32_t>(c.seq->tokens).subspan(size_t(c.start), size_t(c.n_tokens)),
@@ -233,6 +245,8 @@ void EngineCore::launch_plan(StepPlan plan, StepStats& st) {
             .page_table = c.seq->pages,
             .sample = mode,
             .params = dp,
+            .mtp = c.seq->speculate,
+            .draft_tokens = c.draft_tokens,
         });
     }
     batch.page_copies = sched_.take_page_copies();
@@ -276,6 +290,59 @@ void EngineCore::launch_plan(StepPlan plan, StepStats& st) {
     inflight_.push_back(std::move(f));
 }
 
+bool EngineCore::emit(Sequence* seq, int64_t at, SampleResult res) {
+    const int32_t eos = int32_t(runner_.config().eos_token_id);
+    const int64_t pos = at - seq->n_prompt;  // index of this token in the output
+    bool constraint_done = false;
+    if (seq->constraint && seq->constraint_active) {
+        if (!seq->constraint->advance(res.token)) {
+            fail(seq, fmt::format("constrained decoding: token {} is outside the allowed set", res.token));
+            return false;
+        }
+        constraint_done = seq->constraint->finished() || (res.token == eos && seq->constraint->complete());
+    } else if (seq->constraint && res.token == seq->constraint_after) {
+        seq->constraint_active = true;
+    }
+    const auto now = Clock::now();
+    if (pos == 0) {
+        seq->first_token = now;
+        if (seq->choice == 0) stats_.ttft_s.observe(seconds_between(seq->arrival, now));
+    }
+    if (at == int64_t(seq->tokens.size()))
+        seq->tokens.push_back(res.token);
+    else
+        seq->tokens[size_t(at)] = res.token;
+    seq->await_output = false;
+    seq->penalties.add_output(res.token);
+    ++stats_.generated_tokens_total;
+
+    SeqEvent ev;
+    ev.choice = seq->choice;
+    ev.prompt_tokens = seq->n_prompt;
+    ev.completion_tokens = pos + 1;
+    ev.cached_tokens = seq->cached_tokens;
+    const auto& stops = seq->params.stop_token_ids;
+    const bool is_eos = res.token == eos && (!seq->params.ignore_eos || constraint_done);
+    const bool is_stop_id = std::find(stops.begin(), stops.end(), res.token) != stops.end();
+    if (is_eos || is_stop_id) {
+        ev.stop_token = res.token;
+        finish(seq, FinishReason::kStop, std::move(ev));
+        return false;
+    }
+    ev.tokens.push_back(res.token);
+    if (seq->params.logprobs >= 0) ev.logprobs.push_back(std::move(res));
+    if (constraint_done) {  // the document is whole and nothing may follow: done, as on EOS
+        finish(seq, FinishReason::kStop, std::move(ev));
+        return false;
+    }
+    if (pos + 1 >= seq->params.max_tokens || at + 1 >= max_context_) {
+        finish(seq, FinishReason::kLength, std::move(ev));
+        return false;
+    }
+    if (seq->sink) seq->sink->on_event(std::move(ev));
+    return true;
+}
+
 void EngineCore::collect_oldest(StepStats& st) {
     InFlight f = std::move(inflight_.front());
     inflight_.pop_front();
@@ -291,6 +358,21 @@ void EngineCore::collect_oldest(StepStats& st) {
     for (int32_t t : out.tokens)
         if (fs.is_ok() && (t < 0 || t >= runner_.config().vocab_size))
             fs = error(StatusCode::kInternal, "runner sampled token id {} outside the vocabulary", t);
+    {
+        size_t v = 0;
+        for (size_t i = 0; i < f.drafts.size() && fs.is_ok(); ++i) {
+            if (f.drafts[i] == 0 || f.out_at[i] < 0) continue;
+            if (v >= out.drafts.size() || int64_t(out.drafts[v].size()) != f.drafts[i])
+                fs = error(StatusCode::kInternal, "runner returned no {} drafts for verify chunk {}", f.drafts[i], i);
+            else
+                for (int32_t t : out.drafts[v])
+                    if (t < 0 || t >= runner_.config().vocab_size)
+                        fs = error(StatusCode::kInternal, "runner drafted token id {} outside the vocabulary", t);
+            ++v;
+        }
+        if (fs.is_ok() && v != out.drafts.size())
+            fs = error(StatusCode::kInternal, "runner returned {} draft lists for {} verify chunks", out.drafts.size(), v);
+    }
     auto alive = [&](size_t i) { return sched_.alive(f.plan.chunks[i].seq, f.seq_id[i]); };
     if (!fs.is_ok()) {
         // The step's state is unknown now: fail exactly the sequences that were in it (and are left).
@@ -303,15 +385,36 @@ void EngineCore::collect_oldest(StepStats& st) {
 
     const auto t2 = Clock::now();
     const int32_t eos = int32_t(runner_.config().eos_token_id);
-    size_t row = 0, dev_row = 0;
+    size_t row = 0, dev_row = 0, verify = 0;
     for (size_t i = 0; i < f.plan.chunks.size(); ++i) {
         if (f.out_at[i] < 0) continue;
         const bool on_device = f.mode[i] != DeviceSample::kNone;
-        const size_t r = on_device ? dev_row++ : row++;  // rows of finished sequences are skipped too
+        const int k = f.drafts[i];
+        const size_t r = on_device ? dev_row++ : row;  // rows of finished sequences are skipped too
+        if (!on_device) row += size_t(1 + k);
+        const std::vector<int32_t>* drafts = k > 0 ? &out.drafts[verify++] : nullptr;
         if (!alive(i)) continue;
         Sequence* seq = f.plan.chunks[i].seq;
         const int64_t at = f.out_at[i];
-        const int64_t pos = at - seq->n_prompt;  // index of this token in the output
+        if (k > 0) {
+            // Verify chunk: row j judges draft j (the token at at + j); the first rejected one is
+            // replaced by the row's own token, and all drafts accepted earn row k's token too.
+            ++stats_.spec_verify_chunks_total;
+            stats_.spec_draft_tokens_total += k;
+            for (int j = 0; j <= k; ++j) {
+                const SampleContext ctx = sample_context(seq, at + j - seq->n_prompt);
+                DraftVerdict v;
+                if (j < k)
+                    v = sample_token_with_draft(out.logits[r + size_t(j)], seq->params, seq->penalties, ctx, (*drafts)[size_t(j)]);
+                else
+                    v.sample = sample_token(out.logits[r + size_t(j)], seq->params, seq->penalties, ctx);
+                const bool accepted = v.accepted;
+                stats_.spec_accepted_tokens_total += accepted;
+                if (!emit(seq, at + j, std::move(v.sample)) || !accepted) break;  // finished (seq is gone) or rejected
+                ++seq->n_computed;  // the verify chunk ran the accepted draft at this position
+            }
+            continue;
+        }
         SampleResult res;
         if (on_device) {
             // kGreedy rows asked for no logprobs; kFull rows carry them when asked.
@@ -322,52 +425,9 @@ void EngineCore::collect_oldest(StepStats& st) {
             ++st.n_device_sampled;
         } else {
             if (seq->constraint && seq->constraint_active) seq->constraint->mask(out.logits[r], eos);
-            res = sample_token(out.logits[r], seq->params, seq->penalties, sample_context(seq, pos));
+            res = sample_token(out.logits[r], seq->params, seq->penalties, sample_context(seq, at - seq->n_prompt));
         }
-        bool constraint_done = false;
-        if (seq->constraint && seq->constraint_active) {
-            if (!seq->constraint->advance(res.token)) {
-                fail(seq, fmt::format("constrained decoding: token {} is outside the allowed set", res.token));
-                continue;
-            }
-            constraint_done = seq->constraint->finished() || (res.token == eos && seq->constraint->complete());
-        } else if (seq->constraint && res.token == seq->constraint_after) {
-            seq->constraint_active = true;
-        }
-        const auto now = Clock::now();
-        if (pos == 0) {
-            seq->first_token = now;
-            if (seq->choice == 0) stats_.ttft_s.observe(seconds_between(seq->arrival, now));
-        }
-        seq->tokens[size_t(at)] = res.token;
-        seq->await_output = false;
-        seq->penalties.add_output(res.token);
-        ++stats_.generated_tokens_total;
-
-        SeqEvent ev;
-        ev.choice = seq->choice;
-        ev.prompt_tokens = seq->n_prompt;
-        ev.completion_tokens = pos + 1;
-        ev.cached_tokens = seq->cached_tokens;
-        const auto& stops = seq->params.stop_token_ids;
-        const bool is_eos = res.token == eos && (!seq->params.ignore_eos || constraint_done);
-        const bool is_stop_id = std::find(stops.begin(), stops.end(), res.token) != stops.end();
-        if (is_eos || is_stop_id) {
-            ev.stop_token = res.token;
-            finish(seq, FinishReason::kStop, std::move(ev));
-            continue;
-        }
-        ev.tokens.push_back(res.token);
-        if (seq->params.logprobs >= 0) ev.logprobs.push_back(std::move(res));
-        if (constraint_done) {  // the document is whole and nothing may follow: done, as on EOS
-            finish(seq, FinishReason::kStop, std::move(ev));
-            continue;
-        }
-        if (pos + 1 >= seq->params.max_tokens || at + 1 >= max_context_) {
-            finish(seq, FinishReason::kLength, std::move(ev));
-            continue;
-        }
-        if (seq->sink) seq->sink->on_event(std::move(ev));
+        emit(seq, at, std::move(res));
     }
     st.sample_us += us_since(t2);
 }

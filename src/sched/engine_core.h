@@ -106,6 +106,7 @@ private:
         std::vector<int64_t> seq_id;      // per chunk
         std::vector<DeviceSample> mode;   // per chunk (want_logits rows)
         std::vector<int64_t> out_at;      // per chunk: index in seq->tokens of its pending output, or -1
+        std::vector<int> drafts;          // per chunk: ScheduledChunk::draft_tokens
         int64_t n_host_rows = 0, n_dev_rows = 0;
     };
     DeviceSample row_mode(const Sequence* seq, const SampleContext& ctx) const;
@@ -113,6 +114,9 @@ private:
     void launch_plan(StepPlan plan, StepStats& st);
     void collect_oldest(StepStats& st);
     void drain_inflight();
+    // Commits one sampled token at seq->tokens[at] (appended when at is the end) and sends it;
+    // false when the sequence finished with it (seq is gone then).
+    bool emit(Sequence* seq, int64_t at, SampleResult res);
     void finish(Sequence* seq, FinishReason why, SeqEvent ev);
     void fail(Sequence* seq, const std::string& why);
     // A step's error: kDeviceLost makes the engine fail for good (fatal(); true, once), anything

@@ -54,6 +54,11 @@ struct EngineStats {
     std::atomic<int64_t> steps_total{0};
     std::atomic<int64_t> step_prefill_tokens_total{0};
     std::atomic<int64_t> step_decode_tokens_total{0};
+    // Speculative decoding: verify chunks, their draft tokens, and of those the accepted ones (the
+    // mean accept length, tokens out per verify chunk, is 1 + accepted / verify chunks).
+    std::atomic<int64_t> spec_verify_chunks_total{0};
+    std::atomic<int64_t> spec_draft_tokens_total{0};
+    std::atomic<int64_t> spec_accepted_tokens_total{0};
     // Last step, for the benchmark and logs.
     std::atomic<int64_t> last_step_seqs{0};
     std::atomic<int64_t> last_step_prefill_tokens{0};

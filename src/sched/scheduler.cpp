@@ -167,13 +167,24 @@ StepPlan Scheduler::schedule() {
         (n == 1 && seq->n_computed > 0 && last ? plan.n_decode_tokens : plan.n_prefill_tokens) += n;
     };
 
-    // 1. Decodes of running sequences, oldest first.
+    // 1. Decodes of running sequences, oldest first; verify chunks for speculating ones.
+    const bool speculate = cfg_.speculative_tokens > 0 &&
+                           (cfg_.speculative_max_batch <= 0 || int64_t(running_.size()) <= cfg_.speculative_max_batch);
     std::vector<Sequence*> snapshot = running_;
     for (Sequence* seq : snapshot) {
         if (budget <= 0) break;
         if (std::find(running_.begin(), running_.end(), seq) == running_.end()) continue;
         if (seq->await_output || seq->n_pending() != 1 || seq->n_computed == 0) continue;
-        if (make_room(seq, int64_t(seq->tokens.size()))) add_chunk(seq, 1);
+        // Drafts the step can still use: every accepted one and the target's own token are output.
+        const int64_t drafts = speculate && seq->speculate
+                                   ? std::clamp<int64_t>(std::min<int64_t>(cfg_.speculative_tokens, budget - 1), 0,
+                                                         seq->params.max_tokens - seq->n_output() - 1)
+                                   : 0;
+        if (!make_room(seq, int64_t(seq->tokens.size()) + drafts)) continue;
+        add_chunk(seq, 1);
+        plan.chunks.back().draft_tokens = int(drafts);
+        budget -= drafts;
+        plan.n_decode_tokens += drafts;
     }
     // Prefill room: the rest of the budget, capped when the step decodes (max_prefill_tokens_with_decode).
     if (plan.n_decode_tokens > 0 && cfg_.max_prefill_tokens_with_decode > 0)

@@ -40,6 +40,13 @@ struct SchedulerConfig {
     // Prefill chunks end at block boundaries without the cache too (its chunking, for comparisons:
     // the CPU reference is bitwise the same only for the same chunks).
     bool align_prefill_chunks = false;
+    // Speculative decoding (issue 24): a decoding sequence that speculates (Sequence::speculate)
+    // gets a verify chunk of up to this many drafts (fewer near max_tokens or the step budget),
+    // budgeted and paged as 1 + drafts tokens; 0: off. Steps whose running set is larger than
+    // speculative_max_batch (0: no limit) decode those sequences one token at a time instead,
+    // where a verify step's extra tokens cost more than its accepted drafts save.
+    int speculative_tokens = 0;
+    int speculative_max_batch = 0;
 };
 
 struct ScheduledChunk {
@@ -47,6 +54,7 @@ struct ScheduledChunk {
     int64_t start = 0;       // == seq->n_computed when scheduled
     int64_t n_tokens = 0;
     bool want_logits = false;
+    int draft_tokens = 0;    // a verify chunk: n_tokens 1 plus this many drafts the runner adds
 };
 
 struct StepPlan {

@@ -75,6 +75,10 @@ struct Sequence {
     std::unique_ptr<TokenConstraint> constraint;
     int32_t constraint_after = -1;
     bool constraint_active = false;
+    // Speculative decoding (SchedulerConfig::speculative_tokens): its decode steps are verify chunks
+    // and every chunk keeps the runner's MTP state current. Fixed at admission: off for requests
+    // with logprobs or a constraint.
+    bool speculate = false;
 
     int64_t n_output() const { return int64_t(tokens.size()) - n_prompt; }
     // Output tokens known on the host (without trailing kPendingToken entries).

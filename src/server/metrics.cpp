@@ -40,6 +40,12 @@ std::string App::metrics_text() const {
     gauge(o, "dsv4_engine_steps_total", "Engine steps run", e.steps_total, "counter");
     gauge(o, "dsv4_step_prefill_tokens_total", "Prefill tokens computed", e.step_prefill_tokens_total, "counter");
     gauge(o, "dsv4_step_decode_tokens_total", "Decode tokens computed", e.step_decode_tokens_total, "counter");
+    gauge(o, "dsv4_spec_verify_chunks_total", "Speculative decoding: verify chunks run", e.spec_verify_chunks_total,
+          "counter");
+    gauge(o, "dsv4_spec_draft_tokens_total", "Speculative decoding: draft tokens verified", e.spec_draft_tokens_total,
+          "counter");
+    gauge(o, "dsv4_spec_accepted_tokens_total", "Speculative decoding: draft tokens accepted",
+          e.spec_accepted_tokens_total, "counter");
     gauge(o, "dsv4_last_step_sequences", "Sequences in the last step", e.last_step_seqs);
     gauge(o, "dsv4_last_step_forward_microseconds", "Forward time of the last step", e.last_step_forward_us);
     gauge(o, "dsv4_engine_wait_microseconds_total", "Engine thread time blocked on running steps",

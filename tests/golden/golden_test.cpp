@@ -16,6 +16,7 @@
 #include "model/ref_speculative.h"
 #include "runtime/ref_runner.h"
 #include "runtime/runner_factory.h"
+#include "sched/engine_core.h"
 
 #ifndef DSV4_GOLDEN_DIR
 #error "DSV4_GOLDEN_DIR must point at tests/data/golden"
@@ -366,6 +367,47 @@ TEST_P(GoldenTest, SpeculativeGreedyMatchesTransformers) {
                 EXPECT_EQ(*got, want) << pfx << " k = " << k << (src == DraftSource::kMtp ? " mtp" : " self");
                 if (src == DraftSource::kSelf) EXPECT_EQ(st.accepted, st.drafted) << pfx;
             }
+    }
+}
+
+// The engine's speculative decoding (EngineCore verify chunks on the reference runner, the
+// rollback and MTP state in pages) gives transformers' greedy tokens too: both prompts at once,
+// prefilled in 64-token chunks beside the other's verify chunks, for every k.
+TEST_P(GoldenTest, EngineSpeculativeGreedyMatchesTransformers) {
+    Golden& gd = g();
+    ASSERT_TRUE(gd.model);
+    class Sink : public RequestSink {
+    public:
+        void on_event(SeqEvent&& ev) override { tokens.insert(tokens.end(), ev.tokens.begin(), ev.tokens.end()); }
+        std::vector<int32_t> tokens;
+    };
+    std::vector<std::vector<int32_t>> prompts, want;
+    for (int P : {37, 300}) {
+        const std::string pfx = "greedy.P" + std::to_string(P) + ".";
+        prompts.push_back(expected_i32(gd, pfx + "prompt"));
+        want.push_back(expected_i32(gd, pfx + "tokens"));
+        ASSERT_FALSE(want.back().empty()) << pfx;
+    }
+    for (int k = 1; k <= 3; ++k) {
+        auto runner = RefRunner::create(gd.model, 16, 600, {k, DraftSource::kMtp});
+        ASSERT_TRUE(runner.is_ok()) << runner.status().to_string();
+        EngineConfig cfg;
+        cfg.sched = {.max_running = 4, .max_tokens_per_step = 96, .max_prefill_chunk = 64};
+        cfg.sched.speculative_tokens = k;
+        EngineStats stats;
+        EngineCore core(**runner, cfg, stats);
+        std::vector<std::shared_ptr<Sink>> sinks;
+        for (size_t i = 0; i < prompts.size(); ++i) {
+            SamplingParams p;
+            p.temperature = 0;
+            p.ignore_eos = true;
+            p.max_tokens = int(want[i].size());
+            sinks.push_back(std::make_shared<Sink>());
+            ASSERT_TRUE(core.add({.id = i + 1, .prompt = prompts[i], .params = p, .sink = sinks.back()}).is_ok());
+        }
+        for (int guard = 0; core.has_work() && guard < 5000; ++guard) core.step();
+        for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(sinks[i]->tokens, want[i]) << "prompt " << i << " k " << k;
+        EXPECT_GT(stats.spec_verify_chunks_total, 0);
     }
 }
 

@@ -1,0 +1,275 @@
+// Speculative decoding in the engine (issue 24) on the CPU reference runner with the built-in tiny
+// model and its MTP block: greedy output is identical with speculation on and off for k = 1..3,
+// across the ratio-4 windows and the 128-token sliding window, with chunked prefill, n = 2,
+// preemption and the prefix cache; self drafts (the target's own tokens) are all accepted; seeded
+// sampled requests are reproducible; logprobs requests and steps above the batch limit do not
+// speculate; /metrics' counters add up. The tiny model's MTP block has random weights, so most MTP
+// drafts are rejected: every verify chunk exercises the rollback of the rejected positions.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+
+#include "core/philox.h"
+#include "model/ref_speculative.h"
+#include "runtime/ref_runner.h"
+#include "runtime/runner_factory.h"
+#include "sched/engine_core.h"
+
+namespace dsv4 {
+namespace {
+
+std::shared_ptr<const RefModel> tiny() {
+    static const std::shared_ptr<const RefModel> m = *load_ref_model("tiny", 0);
+    return m;
+}
+
+class Sink : public RequestSink {
+public:
+    void on_event(SeqEvent&& ev) override {
+        auto& v = tokens[ev.choice];
+        v.insert(v.end(), ev.tokens.begin(), ev.tokens.end());
+        if (ev.finish != FinishReason::kNone) finish[ev.choice] = ev.finish;
+    }
+    std::map<int, std::vector<int32_t>> tokens;
+    std::map<int, FinishReason> finish;
+};
+
+struct Job {
+    std::vector<int32_t> prompt;
+    SamplingParams params;
+    int n = 1;
+};
+
+struct SpecSetup {
+    int k = 0;                              // speculative tokens (0: off)
+    DraftSource draft = DraftSource::kMtp;
+    int64_t budget = 512, chunk = 512;
+    int max_running = 16, max_batch = 0;
+    int64_t tight_pool = 0;                 // > 0: a pool of two sequences of this many tokens and one page
+    bool prefix_cache = false;
+};
+
+struct Outcome {
+    std::vector<std::map<int, std::vector<int32_t>>> tokens;
+    int64_t verify = 0, drafted = 0, accepted = 0, preempted = 0, generated = 0;
+};
+
+std::vector<int32_t> prompt(uint64_t seed, int n) {
+    std::vector<int32_t> p;
+    for (int i = 0; i < n; ++i) p.push_back(int32_t(2 + philox_uniform(seed, 1, uint64_t(i)) * 120000));
+    return p;
+}
+
+SamplingParams greedy(int max_tokens) {
+    SamplingParams p;
+    p.temperature = 0;
+    p.max_tokens = max_tokens;
+    p.ignore_eos = true;
+    return p;
+}
+
+Outcome run(const std::vector<Job>& jobs, const SpecSetup& s) {
+    const int64_t page_tokens = 64;
+    int64_t n_pages = 1024;
+    if (s.tight_pool > 0) {
+        const bool mtp = s.k > 0 && s.draft == DraftSource::kMtp;
+        auto layout = KvLayout::make(tiny()->config(), page_tokens, 4, KvRowFormat::kF32, mtp ? 1 : 0, s.k);
+        EXPECT_TRUE(layout.is_ok());
+        n_pages = 2 * layout->pages_for_tokens(s.tight_pool) + 1;
+    }
+    auto runner = RefRunner::create(tiny(), page_tokens, n_pages, {s.k, s.draft});
+    EXPECT_TRUE(runner.is_ok()) << runner.status().message();
+    EngineConfig cfg;
+    cfg.sched = {.max_running = s.max_running, .max_tokens_per_step = s.budget, .max_prefill_chunk = s.chunk};
+    cfg.sched.prefix_cache = s.prefix_cache;
+    cfg.sched.speculative_tokens = s.k;
+    cfg.sched.speculative_max_batch = s.max_batch;
+    cfg.page_shuffle_seed = 5;
+    cfg.default_seed = 11;
+    EngineStats stats;
+    EngineCore core(**runner, cfg, stats);
+    std::vector<std::shared_ptr<Sink>> sinks;
+    uint64_t id = 1;
+    for (const Job& j : jobs) {
+        sinks.push_back(std::make_shared<Sink>());
+        EXPECT_TRUE(core.add({.id = id++, .prompt = j.prompt, .params = j.params, .n = j.n, .sink = sinks.back()}).is_ok());
+    }
+    for (int guard = 0; core.has_work() && guard < 20000; ++guard) core.step();
+    EXPECT_FALSE(core.has_work());
+    Outcome o;
+    for (size_t i = 0; i < sinks.size(); ++i) {
+        for (int c = 0; c < jobs[i].n; ++c) EXPECT_EQ(sinks[i]->finish[c], FinishReason::kLength) << "job " << i;
+        o.tokens.push_back(sinks[i]->tokens);
+    }
+    o.verify = stats.spec_verify_chunks_total;
+    o.drafted = stats.spec_draft_tokens_total;
+    o.accepted = stats.spec_accepted_tokens_total;
+    o.preempted = stats.preemptions_total;
+    o.generated = stats.generated_tokens_total;
+    if (!s.prefix_cache) EXPECT_EQ(core.pages().n_used(), 0);
+    return o;
+}
+
+// Prompts across the ratio-4 windows and the 128-token window; one request with two choices.
+std::vector<Job> greedy_jobs(int max_tokens) {
+    return {{prompt(1, 3), greedy(max_tokens)},
+            {prompt(2, 126), greedy(max_tokens)},
+            {prompt(3, 41), greedy(max_tokens), 2}};
+}
+
+TEST(EngineSpeculative, GreedyIdenticalWithMtpDraftsForEveryK) {
+    const std::vector<Job> jobs = greedy_jobs(14);
+    const Outcome base = run(jobs, {});
+    EXPECT_EQ(base.verify, 0);
+    for (int k = 1; k <= 3; ++k) {
+        for (const SpecSetup s : {SpecSetup{.k = k}, SpecSetup{.k = k, .budget = 24, .chunk = 5}}) {
+            const Outcome on = run(jobs, s);
+            EXPECT_EQ(on.tokens, base.tokens) << "k " << k << " chunk " << s.chunk;
+            EXPECT_GT(on.verify, 0);
+            EXPECT_LE(on.drafted, int64_t(k) * on.verify);
+            EXPECT_LE(on.accepted, on.drafted);
+            // Every verify chunk emits its accepted drafts plus one token of its own.
+            EXPECT_LE(on.verify + on.accepted, on.generated);
+        }
+    }
+}
+
+TEST(EngineSpeculative, SelfDraftsAreAllAcceptedAndCutTheSteps) {
+    const std::vector<Job> jobs = greedy_jobs(13);
+    const Outcome base = run(jobs, {});
+    const Outcome on = run(jobs, {.k = 3, .draft = DraftSource::kSelf});
+    EXPECT_EQ(on.tokens, base.tokens);
+    EXPECT_GT(on.verify, 0);
+    EXPECT_EQ(on.accepted, on.drafted);  // the drafts are the target's own greedy tokens
+    // 12 tokens after the first of each of 4 sequences, 4 per verify chunk of k = 3: 3 chunks each.
+    EXPECT_EQ(on.verify, 4 * 3);
+}
+
+TEST(EngineSpeculative, GreedyIdenticalUnderPreemption) {
+    // Three 60-token prompts, room for two of them plus one page: crossing position 64 needs a page
+    // that only a preemption frees.
+    const std::vector<Job> jobs = {{prompt(11, 60), greedy(12)}, {prompt(12, 60), greedy(12)}, {prompt(13, 60), greedy(12)}};
+    const Outcome base = run(jobs, {.tight_pool = 61}), on = run(jobs, {.k = 2, .tight_pool = 61});
+    EXPECT_GT(base.preempted, 0);
+    EXPECT_GT(on.preempted, 0);
+    EXPECT_EQ(on.tokens, base.tokens);
+    EXPECT_GT(on.verify, 0);
+}
+
+TEST(EngineSpeculative, GreedyIdenticalWithThePrefixCache) {
+    std::vector<Job> jobs = greedy_jobs(12);  // choice 1 of job 2 resumes from choice 0's cached prompt
+    jobs.push_back({prompt(2, 126), greedy(12)});  // the same prompt again: another hit
+    const Outcome base = run(jobs, {});
+    const Outcome cached = run(jobs, {.k = 2, .budget = 64, .chunk = 32, .prefix_cache = true});
+    EXPECT_EQ(cached.tokens, base.tokens);
+    EXPECT_GT(cached.verify, 0);
+}
+
+TEST(EngineSpeculative, SeededSampledRequestsAreReproducible) {
+    SamplingParams p;
+    p.temperature = 0.8f;
+    p.top_p = 0.95f;
+    p.repetition_penalty = 1.1f;
+    p.seed = 77;
+    p.max_tokens = 12;
+    p.ignore_eos = true;
+    const std::vector<Job> jobs = {{prompt(4, 20), p, 2}, {prompt(5, 9), p}};
+    const Outcome a = run(jobs, {.k = 2}), b = run(jobs, {.k = 2});
+    EXPECT_EQ(a.tokens, b.tokens);
+    EXPECT_GT(a.verify, 0);
+    for (const auto& choices : a.tokens)
+        for (const auto& [c, t] : choices) {
+            EXPECT_EQ(t.size(), 12u);
+            for (int32_t x : t) EXPECT_TRUE(x >= 0 && x < tiny()->config().vocab_size);
+        }
+}
+
+TEST(EngineSpeculative, LogprobsRequestsAndLargeBatchesDecodeOneTokenAtATime) {
+    SamplingParams lp = greedy(10);
+    lp.logprobs = 2;
+    const std::vector<Job> one = {{prompt(6, 30), lp}};
+    const Outcome off = run(one, {}), on = run(one, {.k = 2});
+    EXPECT_EQ(on.verify, 0);
+    EXPECT_EQ(on.tokens, off.tokens);
+    // Three sequences against a limit of one: speculation only once two have finished.
+    std::vector<Job> three = {{prompt(7, 5), greedy(4)}, {prompt(8, 6), greedy(5)}, {prompt(9, 7), greedy(16)}};
+    const Outcome base = run(three, {}), limited = run(three, {.k = 2, .max_batch = 1});
+    EXPECT_EQ(limited.tokens, base.tokens);
+    EXPECT_GT(limited.verify, 0);
+    // At most the third sequence's tokens after the others ended: 16 less its prefill token and the
+    // 4 it decoded beside the second sequence.
+    EXPECT_LE(limited.verify + limited.accepted, 16 - 5);
+}
+
+// The runner's verify protocol (rollback, the MTP block's pending inputs, recursive drafts) against
+// the reference algorithm (model/ref_speculative.h), which keeps none of that in pages: the same
+// drafts, cycle by cycle, and the same tokens.
+TEST(EngineSpeculative, RunnerDraftsAreTheReferenceAlgorithms) {
+    const std::vector<int32_t> p = prompt(14, 37);
+    const int n_new = 20;
+    for (int k = 1; k <= 3; ++k) {
+        std::vector<std::vector<int32_t>> want_drafts;
+        RefSpecOptions o;
+        o.k = k;
+        o.edit_drafts = [&](std::vector<int32_t>& d) { want_drafts.push_back(d); };
+        auto want = ref_speculative_greedy(*tiny(), p, n_new, o);
+        ASSERT_TRUE(want.is_ok()) << want.status().message();
+
+        auto runner = RefRunner::create(tiny(), 16, 256, {k, DraftSource::kMtp});
+        ASSERT_TRUE(runner.is_ok());
+        const KvLayout& L = (*runner)->kv_layout();
+        std::vector<int32_t> pages;
+        for (int i = 0; i < L.pages_for_tokens(int64_t(p.size()) + n_new + k + 1); ++i) pages.push_back(i);
+        const int64_t V = tiny()->config().vocab_size;
+        auto argmax = [&](const std::vector<float>& row) { return greedy_token(std::span<const float>(row).first(size_t(V))); };
+        ForwardBatch prefill;
+        prefill.seqs.push_back(SeqChunk{.seq_id = 1, .tokens = p, .start_pos = 0, .page_table = pages, .mtp = true});
+        StepOutput out;
+        ASSERT_TRUE((*runner)->forward_sampled(prefill, out).is_ok());
+        std::vector<int32_t> got{argmax(out.logits[0])}, got_drafts_flat, want_drafts_flat;
+        int64_t S = int64_t(p.size());
+        while (int(got.size()) < n_new) {
+            const int32_t g = got.back();
+            ForwardBatch verify;
+            verify.seqs.push_back(SeqChunk{.seq_id = 1, .tokens = std::span(&g, 1), .start_pos = S, .page_table = pages,
+                                           .mtp = true, .draft_tokens = k});
+            ASSERT_TRUE((*runner)->forward_sampled(verify, out).is_ok());
+            ASSERT_EQ(out.drafts.size(), 1u);
+            ASSERT_EQ(out.logits.size(), size_t(k + 1));
+            const std::vector<int32_t>& d = out.drafts[0];
+            got_drafts_flat.insert(got_drafts_flat.end(), d.begin(), d.end());
+            int j = 0;
+            while (j < k && d[size_t(j)] == argmax(out.logits[size_t(j)])) got.push_back(d[size_t(j++)]);
+            got.push_back(argmax(out.logits[size_t(j)]));
+            S += j + 1;
+        }
+        got.resize(size_t(n_new));
+        for (const auto& d : want_drafts) want_drafts_flat.insert(want_drafts_flat.end(), d.begin(), d.end());
+        EXPECT_EQ(got, *want) << "k " << k;
+        EXPECT_EQ(got_drafts_flat, want_drafts_flat) << "k " << k;
+    }
+}
+
+TEST(EngineSpeculative, RunnerRefusesWhatItCannotHold) {
+    // A verify chunk may not span a ratio-4 window: at most 3 drafts.
+    auto r = RefRunner::create(tiny(), 16, 4096, {4, DraftSource::kMtp});
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_NE(r.status().message().find("at most 3 speculative tokens"), std::string::npos) << r.status().message();
+    // The engine verifies no more drafts than its runner holds.
+    auto plain = RefRunner::create(tiny(), 16, 4096);
+    ASSERT_TRUE(plain.is_ok());
+    EXPECT_EQ((*plain)->max_draft_tokens(), 0);
+    EngineConfig cfg;
+    cfg.sched.speculative_tokens = 2;
+    EngineStats stats;
+    EngineCore core(**plain, cfg, stats);
+    auto sink = std::make_shared<Sink>();
+    ASSERT_TRUE(core.add({.id = 1, .prompt = prompt(10, 8), .params = greedy(6), .sink = sink}).is_ok());
+    while (core.has_work()) core.step();
+    EXPECT_EQ(sink->tokens[0].size(), 6u);
+    EXPECT_EQ(stats.spec_verify_chunks_total, 0);
+}
+
+}  // namespace
+}  // namespace dsv4
