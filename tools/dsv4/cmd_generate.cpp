@@ -1,4 +1,5 @@
-// `dsv4 generate`: run a prompt through a model and print tokens as they are produced.
+// `dsv4 generate`: run a prompt through a model and print tokens as they are produced, through the
+// serving engine (EngineCore) as one request.
 // Model: `--model tiny` (built-in, seeded, real vocabulary) or an HF checkpoint directory.
 // Prompt: `--prompt TEXT` (rendered with the DeepSeek-V4 chat format unless --raw, then
 // tokenized) or `--prompt-ids 1,2,3`.
@@ -9,10 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/ref_runner.h"
 #include "runtime/runner_factory.h"
-#include "sample/sampler.h"
-#include "sched/device_sample.h"
+#include "sched/engine_core.h"
 #include "tokenizer/chat_encoding.h"
 #include "tokenizer/incremental_detokenizer.h"
 #include "tokenizer/tokenizer.h"
@@ -42,6 +41,8 @@ struct GenerateArgs {
     std::string kv_rows;
     std::vector<std::string> options;  // --option KEY=VALUE
     std::string tuning;                // --tuning FILE | none
+    int speculative_tokens = 0;
+    std::string speculative_draft = "mtp";
 };
 
 Result<std::vector<int32_t>> parse_ids(const std::string& s) {
@@ -66,6 +67,36 @@ std::string default_tokenizer_path(const std::string& model) {
         return (fs::path(model) / "tokenizer.json").string();
     return ".cache/tokenizer/tokenizer.json";
 }
+
+// Prints each token as the engine reports it (text through the incremental detokenizer, else ids).
+class PrintSink : public RequestSink {
+public:
+    explicit PrintSink(const Tokenizer* tok) {
+        if (tok) detok_.emplace(*tok, /*skip_special_tokens=*/false);
+    }
+    void on_event(SeqEvent&& ev) override {
+        if (ttft_s == 0 && (!ev.tokens.empty() || ev.finish != FinishReason::kNone))
+            ttft_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        for (int32_t t : ev.tokens) {
+            if (detok_) std::fputs(detok_->push(t).c_str(), stdout);
+            else std::printf("%d ", t);
+        }
+        std::fflush(stdout);
+        completion_tokens = ev.completion_tokens;
+        if (ev.finish == FinishReason::kError) error = ev.error;
+    }
+    void finish_text() {
+        if (detok_) std::fputs(detok_->finish().c_str(), stdout);
+        std::printf("\n");
+    }
+    std::chrono::steady_clock::time_point start;
+    double ttft_s = 0;
+    int64_t completion_tokens = 0;  // including a final EOS
+    std::string error;
+
+private:
+    std::optional<IncrementalDetokenizer> detok_;
+};
 
 Status run_generate(const GenerateArgs& a) {
     if (a.prompt.empty() == a.prompt_ids.empty())
@@ -108,71 +139,54 @@ Status run_generate(const GenerateArgs& a) {
         if (!a.kv_rows.empty()) settings.insert(settings.begin(), "kv_rows=" + a.kv_rows);  // --option still wins
         DSV4_ASSIGN_OR_RETURN(ro.rt, resolve_runtime_options(settings, a.backend == "cuda", &ro, a.tuning));
     }
+    ro.speculative_tokens = a.speculative_tokens;
+    ro.speculative_draft = a.speculative_draft;
     const auto t_load = std::chrono::steady_clock::now();
     DSV4_ASSIGN_OR_RETURN(auto runner, make_model_runner(ro));
     const ModelConfig& cfg = runner->config();
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_load).count();
     std::fprintf(stderr, "model: %s (loaded in %.2f s)\n", cfg.summary().c_str(), load_s);
 
-    SimplePagePool pages(runner->n_pages());
-    std::vector<int32_t> table;
-    if (!pages.grow(table, runner->kv_layout().pages_for_tokens(int64_t(prompt.size()) + a.max_tokens)))
-        return error(StatusCode::kResourceExhausted, "prompt of {} tokens + {} new tokens does not fit the cache",
-                     prompt.size(), a.max_tokens);
+    // One request through the serving engine (EngineCore): the same chunked prefill, sampling
+    // (on the device where the runner can), stop handling and speculation as `dsv4 serve`.
+    const bool cuda = a.backend == "cuda";
+    EngineConfig ec;
+    ec.sched.max_running = 1;
+    ec.sched.max_tokens_per_step = cuda ? 8192 : 512;
+    ec.sched.max_prefill_chunk = cuda ? 4096 : 512;
+    ec.sched.speculative_tokens = a.speculative_tokens;
+    EngineStats stats;
+    EngineCore core(*runner, ec, stats);
 
-    SamplingParams sp;
-    sp.temperature = a.temperature;
-    sp.top_p = a.top_p;
-    sp.top_k = a.top_k;
-    sp.seed = a.seed;
-    sp.max_tokens = a.max_tokens;
-    PenaltyState penalties;
-    penalties.reset(prompt, {});
-    std::optional<IncrementalDetokenizer> detok;
-    if (tok) detok.emplace(*tok, /*skip_special_tokens=*/false);
-
-    std::vector<int32_t> chunk = prompt, output;
-    int64_t pos = 0;
+    GenRequest req;
+    req.id = 1;
+    req.prompt = prompt;
+    req.params.temperature = a.temperature;
+    req.params.top_p = a.top_p;
+    req.params.top_k = a.top_k;
+    req.params.seed = a.seed;
+    req.params.max_tokens = a.max_tokens;
+    req.params.ignore_eos = a.ignore_eos;
+    auto sink = std::make_shared<PrintSink>(tok ? &*tok : nullptr);
+    req.sink = sink;
     const auto t0 = std::chrono::steady_clock::now();
-    double ttft_s = 0;
-    // Sampled where the logits are when the runner can (no logits copy): plain greedy as an
-    // argmax, anything else by the runner's full sampler (the same tokens as the host's).
-    const bool dev_greedy = runner->supports_device_sample(DeviceSample::kGreedy);
-    const bool dev_full = runner->supports_device_sample(DeviceSample::kFull);
-    for (int64_t i = 0; i < a.max_tokens; ++i) {
-        SampleContext ctx{a.seed, 0, i, false, int32_t(cfg.eos_token_id)};
-        DeviceSample mode = DeviceSample::kNone;
-        if (dev_greedy && sample_is_plain_argmax(sp, ctx)) mode = DeviceSample::kGreedy;
-        else if (dev_full) mode = DeviceSample::kFull;
-        const std::vector<PenaltyToken> pen =
-            mode == DeviceSample::kFull ? penalty_tokens(sp, penalties, ctx) : std::vector<PenaltyToken>{};
-        ForwardBatch batch;
-        batch.seqs.push_back(SeqChunk{.seq_id = 1, .tokens = chunk, .start_pos = pos, .want_logits = true,
-                                      .page_table = table, .sample = mode,
-                                      .params = device_sample_params(sp, ctx, pen)});
-        StepOutput out;
-        DSV4_RETURN_IF_ERROR(runner->forward_sampled(batch, out));
-        pos += int64_t(chunk.size());
-        SampleResult s;
-        if (mode != DeviceSample::kNone) s.token = out.tokens.at(0);
-        else s = sample_token(out.logits.at(0), sp, penalties, ctx);
-        if (i == 0) ttft_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        output.push_back(s.token);
-        penalties.add_output(s.token);
-        if (detok) std::fputs(detok->push(s.token).c_str(), stdout);
-        else std::printf("%d ", s.token);
-        std::fflush(stdout);
-        if (s.token == cfg.eos_token_id && !a.ignore_eos) break;
-        chunk = {s.token};
-    }
-    if (detok) std::fputs(detok->finish().c_str(), stdout);
-    std::printf("\n");
+    sink->start = t0;
+    DSV4_RETURN_IF_ERROR(core.add(std::move(req)));
+    while (core.has_work()) core.step();
+    sink->finish_text();
+    if (!sink->error.empty()) return error(StatusCode::kInternal, "{}", sink->error);
     const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    const double decode_s = total_s - ttft_s;
+    const double decode_s = total_s - sink->ttft_s;
+    const int64_t n = sink->completion_tokens;
     std::fprintf(stderr,
-                 "prompt tokens: %zu, generated tokens: %zu, prefill %.3f s (%.1f tok/s), decode %.1f tok/s\n",
-                 prompt.size(), output.size(), ttft_s, double(prompt.size()) / std::max(ttft_s, 1e-9),
-                 output.size() > 1 ? double(output.size() - 1) / std::max(decode_s, 1e-9) : 0.0);
+                 "prompt tokens: %zu, generated tokens: %lld, prefill %.3f s (%.1f tok/s), decode %.1f tok/s\n",
+                 prompt.size(), (long long)n, sink->ttft_s, double(prompt.size()) / std::max(sink->ttft_s, 1e-9),
+                 n > 1 ? double(n - 1) / std::max(decode_s, 1e-9) : 0.0);
+    if (stats.spec_verify_chunks_total > 0)
+        std::fprintf(stderr, "speculative decoding: %lld verify steps, %lld of %lld drafts accepted, accept length %.2f\n",
+                     (long long)stats.spec_verify_chunks_total.load(), (long long)stats.spec_accepted_tokens_total.load(),
+                     (long long)stats.spec_draft_tokens_total.load(),
+                     1.0 + double(stats.spec_accepted_tokens_total) / double(stats.spec_verify_chunks_total));
     return Status::ok();
 }
 
@@ -196,6 +210,11 @@ void register_generate(CLI::App& app, CommandContext& ctx) {
     cmd->add_flag("--ignore-eos", args->ignore_eos);
     cmd->add_option("--gpus", args->gpus, "cuda: expert parallel over this many GPUs (NCCL; default 1)");
     cmd->add_option("--kv-rows", args->kv_rows, "cuda: KV row storage fp8 (default), bf16 or f32 (= --option kv_rows=...)");
+    cmd->add_option("--speculative-tokens", args->speculative_tokens,
+                    "speculative decoding: draft tokens per verify step, 1-3, from the MTP block (0 = off; cpu only)")
+        ->check(CLI::Range(0, 3));
+    cmd->add_option("--speculative-draft", args->speculative_draft, "mtp | self (the model's own tokens: a test mode)")
+        ->check(CLI::IsMember({"mtp", "self"}));
     add_runtime_option_flag(cmd, &args->options, &args->tuning);
     cmd->add_flag("--reference-numerics", args->reference_numerics,
                   "simulate the DeepSeek reference's FP8 KV and FP4 indexer (CPU backend)");
