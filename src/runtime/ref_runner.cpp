@@ -83,7 +83,7 @@ Status RefRunner::speculative_chunk(const SeqChunk& c, const SeqStateView& view,
     float* st = view.state;
     const int64_t P = c.start_pos, nd = int64_t(cfg.hc_mult) * cfg.hidden_size;
     const int k = c.draft_tokens;
-    const bool mtp = spec_.draft == DraftSource::kMtp;
+    const bool mtp = c.mtp && spec_.draft == DraftSource::kMtp;
     if (k < 0 || k > spec_.max_tokens)
         return invalid_argument("{} draft tokens asked; this runner verifies at most {}", k, spec_.max_tokens);
     if (k > 0 && (P == 0 || c.tokens.size() != 1 || !c.want_logits))
@@ -95,7 +95,12 @@ Status RefRunner::speculative_chunk(const SeqChunk& c, const SeqStateView& view,
         // Undo the rejected positions of the last verify chunk, then feed the MTP block what waited
         // for this chunk's first token.
         DSV4_RETURN_IF_ERROR(spec_rollback(layout_, st, P));
-        const SpecHeader h = spec_header(layout_, st);
+        SpecHeader h = spec_header(layout_, st);
+        if (!c.mtp && h.pending_len > 0) {
+            // A sequence that does not speculate keeps no MTP state: nothing waits for its tokens.
+            h.pending_len = 0;
+            set_spec_header(layout_, st, h);
+        }
         if (h.pending_len > 0 && h.pending_start + h.pending_len != P)
             return error(StatusCode::kFailedPrecondition, "the MTP block's pending positions [{}, {}) do not end at {}",
                          h.pending_start, h.pending_start + h.pending_len, P);
@@ -191,7 +196,9 @@ Status RefRunner::run(const ForwardBatch& batch, StepOutput& out) {
     const int64_t V = config().vocab_size;
     for (const SeqChunk& c : batch.seqs) {
         const auto ctx = fmt::format("sequence {}", c.seq_id);
-        if (c.mtp || c.draft_tokens > 0) {
+        // With speculation every chunk goes this way, speculating or not: its state may hold an
+        // unresolved verify chunk (its own, or one a prefix-cache snapshot carried in) to undo.
+        if (spec_.max_tokens > 0) {
             DSV4_RETURN_IF_ERROR(gather(c).with_context(ctx));
             std::vector<int32_t> drafts;
             DSV4_RETURN_IF_ERROR(speculative_chunk(c, view_of(c), rows, drafts).with_context(ctx));

@@ -41,8 +41,9 @@ public:
 
 private:
     RefRunner(std::shared_ptr<const RefModel> model, KvLayout layout, int64_t n_pages, RefSpeculation spec);
-    // One chunk of a speculating sequence (SeqChunk::mtp) on the gathered state area: rollback,
-    // the MTP block's pending positions, drafts and verify (see spec_state.h).
+    // One chunk on the gathered state area of a runner built with speculation: rollback of the
+    // state's unresolved verify chunk, and for a speculating sequence (SeqChunk::mtp) the MTP
+    // block's pending positions, drafts and verify (see spec_state.h).
     Status speculative_chunk(const SeqChunk& c, const SeqStateView& view, std::vector<float>& logits,
                              std::vector<int32_t>& drafts);
     // The MTP block over the pending positions, whose next token is now `next`: its logits at the

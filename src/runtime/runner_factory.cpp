@@ -106,7 +106,10 @@ Result<std::unique_ptr<ModelRunner>> make_model_runner(const RunnerOptions& opt)
     DSV4_ASSIGN_OR_RETURN(auto model, load_ref_model(opt.model, opt.seed, opt.numerics));
     int64_t n_pages = opt.n_pages;
     if (n_pages <= 0) {
-        DSV4_ASSIGN_OR_RETURN(KvLayout layout, KvLayout::make(model->config(), opt.page_tokens, 4));
+        const bool mtp = opt.speculative_tokens > 0 && opt.speculative_draft == "mtp";
+        DSV4_ASSIGN_OR_RETURN(KvLayout layout, KvLayout::make(model->config(), opt.page_tokens, 4, KvRowFormat::kF32,
+                                                              mtp && model->mtp_blocks() > 0 ? 1 : 0,
+                                                              opt.speculative_tokens));
         // Default: room for 64 sequences of 4096 tokens.
         n_pages = 64 * layout.pages_for_tokens(4096);
     }

@@ -21,9 +21,10 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
     return std::chrono::duration<double>(b - a).count();
 }
 
-// The runner verifies at most its own number of drafts.
-SchedulerConfig within_runner(SchedulerConfig s, const ModelRunner& r) {
+// The runner verifies at most its own number of drafts, inside the engine's context.
+SchedulerConfig within_runner(SchedulerConfig s, const ModelRunner& r, int64_t max_context) {
     s.speculative_tokens = std::clamp(s.speculative_tokens, 0, r.max_draft_tokens());
+    s.max_positions = max_context;
     return s;
 }
 
@@ -50,13 +51,13 @@ EngineCore::EngineCore(ModelRunner& runner, EngineConfig cfg, EngineStats& stats
                              (runner.n_pages() - runner.kv_layout().n_state_pages) * runner.kv_layout().page_tokens,
                              runner.max_positions()})),
       pages_(runner.n_pages(), cfg.page_shuffle_seed),
-      sched_(within_runner(cfg.sched, runner), runner.kv_layout(), pages_),
+      sched_(within_runner(cfg.sched, runner, max_context_), runner.kv_layout(), pages_),
       seed_base_(cfg.default_seed ? cfg.default_seed
                                   : (uint64_t(std::random_device{}()) << 32) ^
                                         std::random_device{}()),
       overlap_(cfg.overlap == EngineConfig::Overlap::kAlways ||
                (cfg.overlap == EngineConfig::Overlap::kAuto && runner.launch_is_async())) {
-    cfg_.sched = within_runner(cfg_.sched, runner);
+    cfg_.sched = within_runner(cfg_.sched, runner, max_context_);
     publish_stats();
 }
 
@@ -411,7 +412,7 @@ void EngineCore::collect_oldest(StepStats& st) {
                 const bool accepted = v.accepted;
                 stats_.spec_accepted_tokens_total += accepted;
                 if (!emit(seq, at + j, std::move(v.sample)) || !accepted) break;  // finished (seq is gone) or rejected
-                ++seq->n_computed;  // the verify chunk ran the accepted draft at this position
+                sched_.accept_computed(seq, at + j);  // the verify chunk ran the accepted draft there
             }
             continue;
         }

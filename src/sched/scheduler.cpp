@@ -175,12 +175,18 @@ StepPlan Scheduler::schedule() {
         if (budget <= 0) break;
         if (std::find(running_.begin(), running_.end(), seq) == running_.end()) continue;
         if (seq->await_output || seq->n_pending() != 1 || seq->n_computed == 0) continue;
-        // Drafts the step can still use: every accepted one and the target's own token are output.
-        const int64_t drafts = speculate && seq->speculate
-                                   ? std::clamp<int64_t>(std::min<int64_t>(cfg_.speculative_tokens, budget - 1), 0,
-                                                         seq->params.max_tokens - seq->n_output() - 1)
-                                   : 0;
-        if (!make_room(seq, int64_t(seq->tokens.size()) + drafts)) continue;
+        // Drafts the step can still use (every accepted one and the target's own token are output,
+        // and the chunk's last position stays inside the context), on pages that are free: a
+        // verify chunk never preempts anyone for its drafts.
+        const int64_t size = int64_t(seq->tokens.size());
+        int64_t drafts = 0;
+        if (speculate && seq->speculate) {
+            drafts = std::min<int64_t>({cfg_.speculative_tokens, budget - 1, seq->params.max_tokens - seq->n_output() - 1});
+            if (cfg_.max_positions > 0) drafts = std::min(drafts, cfg_.max_positions - size);
+            drafts = std::max<int64_t>(drafts, 0);
+            if (drafts > 0 && !ensure_pages(seq, size + drafts)) drafts = 0;
+        }
+        if (!make_room(seq, size + drafts)) continue;
         add_chunk(seq, 1);
         plan.chunks.back().draft_tokens = int(drafts);
         budget -= drafts;
@@ -232,16 +238,23 @@ void Scheduler::commit(const StepPlan& plan) {
                    c.seq->seq_id, c.seq->n_computed, c.start);
         c.seq->n_computed += c.n_tokens;
     }
+    for (const auto& c : plan.chunks) after_computed(c.seq);
+}
+
+void Scheduler::after_computed(Sequence* seq) {
     if (!cache_) return;
-    const int64_t B = cache_->block_tokens();
-    for (const auto& c : plan.chunks) {
-        Sequence* seq = c.seq;
-        if (seq->n_computed % B == 0 && seq->n_computed > seq->snapshot_tokens) take_snapshot(seq);
-        if (!seq->prompt_cached && seq->n_computed >= seq->n_prompt) {
-            offer_to_cache(seq);
-            seq->prompt_cached = true;
-        }
+    if (seq->n_computed % cache_->block_tokens() == 0 && seq->n_computed > seq->snapshot_tokens) take_snapshot(seq);
+    if (!seq->prompt_cached && seq->n_computed >= seq->n_prompt) {
+        offer_to_cache(seq);
+        seq->prompt_cached = true;
     }
+}
+
+bool Scheduler::accept_computed(Sequence* seq, int64_t position) {
+    if (seq->n_computed != position || seq->pages.empty()) return false;
+    ++seq->n_computed;
+    after_computed(seq);
+    return true;
 }
 
 std::unique_ptr<Sequence> Scheduler::take(Sequence* seq) {

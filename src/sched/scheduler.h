@@ -47,6 +47,9 @@ struct SchedulerConfig {
     // where a verify step's extra tokens cost more than its accepted drafts save.
     int speculative_tokens = 0;
     int speculative_max_batch = 0;
+    // Positions a sequence may reach (the engine's context; 0: no limit): a verify chunk's drafts
+    // stay below it.
+    int64_t max_positions = 0;
 };
 
 struct ScheduledChunk {
@@ -78,6 +81,10 @@ public:
     // also snapshots the state of sequences that reached a block boundary and offers completed
     // prompts to the cache; the snapshots' page copies go to the next step (take_page_copies).
     void commit(const StepPlan& plan);
+    // A verify chunk's accepted draft at `position` was computed by the collected step: n_computed
+    // moves past it (with prefix caching, a snapshot at a block boundary as commit takes). False and
+    // nothing done when that is not the sequence's next position (it was preempted meanwhile).
+    bool accept_computed(Sequence* seq, int64_t position);
     // Page copies the next launched step must do before it computes (ForwardBatch::page_copies).
     std::vector<PageCopy> take_page_copies() { return std::exchange(copies_, {}); }
     // After a step that was not launched took its copies: no snapshot can be trusted any more.
@@ -111,6 +118,8 @@ private:
     void undo_resume(Sequence* seq);
     int64_t align_chunk(const Sequence* seq, int64_t n) const;
     void take_snapshot(Sequence* seq);
+    // After n_computed moved: the snapshot at a block boundary and the prompt's offer to the cache.
+    void after_computed(Sequence* seq);
     void offer_to_cache(Sequence* seq);
     bool held(const Sequence* seq) const;
     void preempt(Sequence* seq);

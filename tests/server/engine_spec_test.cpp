@@ -7,6 +7,7 @@
 // drafts are rejected: every verify chunk exercises the rollback of the rejected positions.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <memory>
 
@@ -29,9 +30,11 @@ public:
     void on_event(SeqEvent&& ev) override {
         auto& v = tokens[ev.choice];
         v.insert(v.end(), ev.tokens.begin(), ev.tokens.end());
+        for (const SampleResult& r : ev.logprobs) logprobs[ev.choice].push_back(r.logprob);
         if (ev.finish != FinishReason::kNone) finish[ev.choice] = ev.finish;
     }
     std::map<int, std::vector<int32_t>> tokens;
+    std::map<int, std::vector<float>> logprobs;
     std::map<int, FinishReason> finish;
 };
 
@@ -48,6 +51,7 @@ struct SpecSetup {
     int max_running = 16, max_batch = 0;
     int64_t tight_pool = 0;                 // > 0: a pool of two sequences of this many tokens and one page
     bool prefix_cache = false;
+    bool overlap = false;                   // EngineConfig::Overlap::kAlways (the bookkeeping of a step in flight)
 };
 
 struct Outcome {
@@ -69,7 +73,7 @@ SamplingParams greedy(int max_tokens) {
     return p;
 }
 
-Outcome run(const std::vector<Job>& jobs, const SpecSetup& s) {
+Outcome run(const std::vector<Job>& jobs, const SpecSetup& s, FinishReason want = FinishReason::kLength) {
     const int64_t page_tokens = 64;
     int64_t n_pages = 1024;
     if (s.tight_pool > 0) {
@@ -86,6 +90,7 @@ Outcome run(const std::vector<Job>& jobs, const SpecSetup& s) {
     cfg.sched.speculative_tokens = s.k;
     cfg.sched.speculative_max_batch = s.max_batch;
     cfg.page_shuffle_seed = 5;
+    if (s.overlap) cfg.overlap = EngineConfig::Overlap::kAlways;
     cfg.default_seed = 11;
     EngineStats stats;
     EngineCore core(**runner, cfg, stats);
@@ -99,7 +104,7 @@ Outcome run(const std::vector<Job>& jobs, const SpecSetup& s) {
     EXPECT_FALSE(core.has_work());
     Outcome o;
     for (size_t i = 0; i < sinks.size(); ++i) {
-        for (int c = 0; c < jobs[i].n; ++c) EXPECT_EQ(sinks[i]->finish[c], FinishReason::kLength) << "job " << i;
+        for (int c = 0; c < jobs[i].n; ++c) EXPECT_EQ(sinks[i]->finish[c], want) << "job " << i;
         o.tokens.push_back(sinks[i]->tokens);
     }
     o.verify = stats.spec_verify_chunks_total;
@@ -135,6 +140,22 @@ TEST(EngineSpeculative, GreedyIdenticalWithMtpDraftsForEveryK) {
     }
 }
 
+// Regression case B15 (greedy output that depends on concurrency, reported with speculative
+// decoding on): one prompt alone and as six concurrent copies beside unrelated traffic, k = 2.
+TEST(EngineSpeculative, GreedyDoesNotDependOnConcurrency) {
+    const Job echo{prompt(15, 23), greedy(10)};
+    const Outcome alone = run({echo}, {.k = 2});
+    std::vector<Job> crowd(6, echo);
+    crowd.push_back({prompt(16, 70), greedy(7)});
+    SamplingParams hot;
+    hot.temperature = 1.0f;
+    hot.max_tokens = 9;
+    hot.ignore_eos = true;
+    crowd.push_back({prompt(17, 12), hot, 2});
+    const Outcome together = run(crowd, {.k = 2, .budget = 40, .chunk = 16});
+    for (size_t i = 0; i < 6; ++i) EXPECT_EQ(together.tokens[i], alone.tokens[0]) << "copy " << i;
+}
+
 TEST(EngineSpeculative, SelfDraftsAreAllAcceptedAndCutTheSteps) {
     const std::vector<Job> jobs = greedy_jobs(13);
     const Outcome base = run(jobs, {});
@@ -150,20 +171,105 @@ TEST(EngineSpeculative, GreedyIdenticalUnderPreemption) {
     // Three 60-token prompts, room for two of them plus one page: crossing position 64 needs a page
     // that only a preemption frees.
     const std::vector<Job> jobs = {{prompt(11, 60), greedy(12)}, {prompt(12, 60), greedy(12)}, {prompt(13, 60), greedy(12)}};
-    const Outcome base = run(jobs, {.tight_pool = 61}), on = run(jobs, {.k = 2, .tight_pool = 61});
+    const Outcome base = run(jobs, {.tight_pool = 61});
     EXPECT_GT(base.preempted, 0);
-    EXPECT_GT(on.preempted, 0);
-    EXPECT_EQ(on.tokens, base.tokens);
-    EXPECT_GT(on.verify, 0);
+    // With overlap a sequence can be preempted while its verify chunk is in flight; self drafts are
+    // all accepted, so that chunk's collection has drafts to account for.
+    for (const DraftSource draft : {DraftSource::kMtp, DraftSource::kSelf})
+        for (const bool overlap : {false, true}) {
+            const Outcome on = run(jobs, {.k = 2, .draft = draft, .tight_pool = 61, .overlap = overlap});
+            EXPECT_GT(on.preempted, 0) << overlap;
+            EXPECT_EQ(on.tokens, base.tokens) << overlap;
+            EXPECT_GT(on.verify, 0) << overlap;
+        }
 }
 
-TEST(EngineSpeculative, GreedyIdenticalWithThePrefixCache) {
-    std::vector<Job> jobs = greedy_jobs(12);  // choice 1 of job 2 resumes from choice 0's cached prompt
-    jobs.push_back({prompt(2, 126), greedy(12)});  // the same prompt again: another hit
-    const Outcome base = run(jobs, {});
-    const Outcome cached = run(jobs, {.k = 2, .budget = 64, .chunk = 32, .prefix_cache = true});
-    EXPECT_EQ(cached.tokens, base.tokens);
-    EXPECT_GT(cached.verify, 0);
+// A prompt prefilled in chunks needs pages that only a preemption frees, while the speculating
+// sequences' verify chunks are in flight (overlap): a victim's in-flight drafts must not count.
+TEST(EngineSpeculative, PreemptedWithAVerifyChunkInFlight) {
+    // (This mix preempts the first sequence twice with its verify chunk in flight, found by trying.)
+    const std::vector<Job> jobs = {{prompt(21, 60), greedy(14)}, {prompt(23, 200), greedy(6)}};
+    const SpecSetup s{.budget = 48, .chunk = 32, .tight_pool = 61};
+    const Outcome base = run(jobs, s);
+    for (const DraftSource draft : {DraftSource::kSelf, DraftSource::kMtp}) {
+        SpecSetup on_setup = s;
+        on_setup.k = 2;
+        on_setup.draft = draft;
+        on_setup.overlap = true;
+        const Outcome on = run(jobs, on_setup);
+        EXPECT_GT(on.preempted, 0);
+        EXPECT_EQ(on.tokens, base.tokens);
+    }
+}
+
+// A stop id met among accepted drafts ends the output there, as without speculation.
+TEST(EngineSpeculative, StopInsideAcceptedDrafts) {
+    const Job probe{prompt(18, 9), greedy(12)};
+    const std::vector<int32_t> free_run = run({probe}, {}).tokens[0].at(0);
+    ASSERT_EQ(free_run.size(), 12u);
+    for (const int at : {2, 3, 6}) {  // the first stop falls on a draft of the first or second verify chunk
+        Job j = probe;
+        j.params.stop_token_ids = {free_run[size_t(at)]};
+        const Outcome base = run({j}, {}, FinishReason::kStop), on = run({j}, {.k = 3, .draft = DraftSource::kSelf}, FinishReason::kStop);
+        EXPECT_EQ(on.tokens, base.tokens) << at;
+        EXPECT_LE(on.tokens[0].at(0).size(), size_t(at));
+    }
+}
+
+// The prefix cache holds snapshots a speculating sequence took at a block boundary while a verify
+// chunk's rejected drafts were still in its state: a later request resuming there must see them
+// undone, whether it speculates or not (logprobs: it does not). Block = 128 tokens on the tiny model.
+TEST(EngineSpeculative, PrefixCacheSnapshotsTakenDuringVerifyResumeCleanly) {
+    const std::vector<int32_t> p = prompt(19, 140);
+    // First, A alone with speculation: its decode passes 384, where its last snapshot is taken, and
+    // rejected drafts beyond the snapshot's position are in the state copied.
+    auto runner = RefRunner::create(tiny(), 64, 1024, {2, DraftSource::kMtp});
+    ASSERT_TRUE(runner.is_ok());
+    EngineConfig cfg;
+    cfg.sched.prefix_cache = true;
+    cfg.sched.speculative_tokens = 2;
+    EngineStats stats;
+    EngineCore core(**runner, cfg, stats);
+    auto a = std::make_shared<Sink>();
+    ASSERT_TRUE(core.add({.id = 1, .prompt = p, .params = greedy(260), .sink = a}).is_ok());
+    while (core.has_work()) core.step();
+    ASSERT_EQ(a->tokens[0].size(), 260u);
+    // Then B and C continue A's text from 385 tokens on (the cached 384 and one more, whose query
+    // reads the window rows a rejected draft overwrote): B with logprobs (no speculation), C
+    // speculating.
+    std::vector<int32_t> cont = p;
+    cont.insert(cont.end(), a->tokens[0].begin(), a->tokens[0].begin() + 245);
+    SamplingParams with_logprobs = greedy(8);
+    with_logprobs.logprobs = 1;
+    const int64_t hits_before = stats.prefix_cache_hit_tokens_total;
+    auto b = std::make_shared<Sink>(), c = std::make_shared<Sink>();
+    ASSERT_TRUE(core.add({.id = 2, .prompt = cont, .params = with_logprobs, .sink = b}).is_ok());
+    while (core.has_work()) core.step();
+    const int64_t hits_b = stats.prefix_cache_hit_tokens_total - hits_before;
+    ASSERT_TRUE(core.add({.id = 3, .prompt = cont, .params = greedy(8), .sink = c}).is_ok());
+    while (core.has_work()) core.step();
+    const int64_t hits_c = stats.prefix_cache_hit_tokens_total - hits_before - hits_b;
+    EXPECT_EQ(hits_b, 384);
+    EXPECT_EQ(hits_c, 384);
+    // The same requests computed from scratch, without speculation or cache; B's logprobs too (a
+    // few stale window rows move them by far more than the chunking does, without changing tokens).
+    auto plain = RefRunner::create(tiny(), 64, 1024);
+    ASSERT_TRUE(plain.is_ok());
+    EngineStats fresh_stats;
+    EngineCore fresh(**plain, EngineConfig{}, fresh_stats);
+    auto fb = std::make_shared<Sink>(), fc = std::make_shared<Sink>();
+    ASSERT_TRUE(fresh.add({.id = 2, .prompt = cont, .params = with_logprobs, .sink = fb}).is_ok());
+    ASSERT_TRUE(fresh.add({.id = 3, .prompt = cont, .params = greedy(8), .sink = fc}).is_ok());
+    while (fresh.has_work()) fresh.step();
+    EXPECT_EQ(b->tokens[0], fb->tokens[0]);
+    EXPECT_EQ(c->tokens[0], fc->tokens[0]);
+    ASSERT_EQ(b->logprobs[0].size(), fb->logprobs[0].size());
+    double worst = 0;
+    for (size_t i = 0; i < fb->logprobs[0].size(); ++i)
+        worst = std::max(worst, double(std::fabs(b->logprobs[0][i] - fb->logprobs[0][i])));
+    EXPECT_LT(worst, 1e-4) << "B's logprobs against the fresh run's";
+    // A's own tokens from position 385 on are what B and C continue.
+    EXPECT_EQ(std::vector<int32_t>(a->tokens[0].begin() + 245, a->tokens[0].begin() + 253), b->tokens[0]);
 }
 
 TEST(EngineSpeculative, SeededSampledRequestsAreReproducible) {
