@@ -66,7 +66,7 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
 
     // Workspace. Bm: sequences of a step; Bq: entries of the attention workspaces (batched prefill
     // runs up to pf_block_ pseudo-sequences per launch).
-    const size_t Tm = size_t(opt_.max_tokens), Bm = size_t(opt_.max_seqs);
+    const size_t Tm = size_t(opt_.max_step_tokens), Bm = size_t(opt_.max_seqs);
     const size_t Bq = batched_ ? std::max(Bm, size_t(pf_block_)) : Bm;
     const size_t n = cfg_.hc_mult, d = cfg_.hidden_size, H = cfg_.n_heads, D = cfg_.head_dim, qr = cfg_.q_lora_rank;
     const size_t ID = std::max(cfg_.index_head_dim, 1), IH = std::max(cfg_.index_n_heads, 1);
@@ -228,7 +228,7 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
     ws_.gate_len = static_cast<int64_t*>(pl);
 
     // The page pool last, so that a pool sized from memory sees everything else allocated.
-    const size_t stage_words = batched_ ? size_t(opt_.max_tokens) * size_t(layout_.row_words_main) : 0;
+    const size_t stage_words = batched_ ? size_t(opt_.max_step_tokens) * size_t(layout_.row_words_main) : 0;
     if (opt_.n_pages <= 0) DSV4_RETURN_IF_ERROR(size_pool_from_memory(stage_words * sizeof(float)));
     const size_t page_words = size_t(opt_.n_pages) * size_t(layout_.page_elems);
     {
@@ -299,7 +299,7 @@ Status CudaRunner::size_pool_from_memory(size_t stage_bytes) {
 
 Status CudaRunner::setup_prefill_gemm() {
     const RuntimeOptions& rt = opt_.rt;
-    auto usable = [&](int min_tokens) { return min_tokens > 0 && opt_.max_tokens >= min_tokens; };
+    auto usable = [&](int min_tokens) { return min_tokens > 0 && opt_.max_step_tokens >= min_tokens; };
     if (!rt.fast_kernels || (!usable(rt.prefill_gemm_min_tokens) && !usable(rt.decode_gemm_min_tokens)))
         return Status::ok();
     // Scratch: the largest FP8 dense weight as bf16, and a slice of the widest x rows.
@@ -312,7 +312,7 @@ Status CudaRunner::setup_prefill_gemm() {
             x_cols = std::max<int64_t>(x_cols, w->K);
         }
     x_cols = std::max<int64_t>(x_cols, int64_t(cfg_.n_heads) * cfg_.head_dim);  // wo_a reads all heads' rows
-    gemm_.x_rows = std::min<int64_t>(opt_.max_tokens, 2048);
+    gemm_.x_rows = std::min<int64_t>(opt_.max_step_tokens, 2048);
     gemm_.x_cols = x_cols;
     gemm_.w_scratch_elems = w_elems;
     gemm_.min_tokens = rt.prefill_gemm_min_tokens;
@@ -443,8 +443,8 @@ Status CudaRunner::plan(const ForwardBatch& batch, bool decode_graph, HostPlan& 
         hp.pos.push_back(0);
     }
     hp.T = int(hp.tokens.size());
-    if (hp.T > opt_.max_tokens)
-        return invalid_argument("{} tokens in one step, the CUDA runner takes {}", hp.T, opt_.max_tokens);
+    if (hp.T > opt_.max_step_tokens)
+        return invalid_argument("{} tokens in one step, the CUDA runner takes {}", hp.T, opt_.max_step_tokens);
     hp.R = int(hp.logit_rows.size());
     // The tuning file's sparse_decode rule: decode-only steps (one token per sequence), by the real
     // batch (graphs are captured per rule, so sizes sharing a padded bucket may differ) and the

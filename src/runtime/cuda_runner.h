@@ -35,7 +35,7 @@ struct CudaRunnerOptions {
     // 64 sequences of 4096 tokens.
     double gpu_memory_utilization = 0.0;
     int max_seqs = 64;            // sequences per step
-    int max_tokens = 8192;        // tokens per step
+    int max_step_tokens = 8192;   // tokens per step (all sequences together)
     int64_t max_context = 65536;  // positions per sequence
     // Every switch and kernel choice (runtime/runtime_options.h), filled once at start-up by the tool
     // (defaults < environment < --option) or set directly by tests; the runner reads no environment.

@@ -63,7 +63,7 @@ struct Workspace {
     // bf16 copies of the inputs of the large dense projections (round_to_bf16), from 32 tokens on:
     // o (wo_a), z (wo_b) and sh (shared w2), [max_seqs, width] each (each is read by one projection,
     // which rounds a longer step's input itself); q_lat (wq_b, indexer wq_b) and xn (the seven
-    // projections of xn and the router), [max(max_seqs, max_tokens), width], so that a prefill step
+    // projections of xn and the router), [max(max_seqs, max_step_tokens), width], so that a prefill step
     // rounds them once instead of once per projection. Null when off.
     void *xb_o = nullptr, *xb_z = nullptr, *xb_qlat = nullptr, *xb_xn = nullptr, *xb_sh = nullptr;
     int64_t xb_rows_wide = 0;  // rows of the last two (the first three have max_seqs)
@@ -72,15 +72,15 @@ struct Workspace {
     float* sd_ws = nullptr;
     int64_t row_cap = 0;        // entries of row_offs
     int64_t sd_seq_splits = 0;  // batch x splits the split workspace holds
-    // Batched prefill (attention_batched): one pseudo-sequence per token of the step, [max_tokens]
+    // Batched prefill (attention_batched): one pseudo-sequence per token of the step, [max_step_tokens]
     // each (n_tok all 1), and the staging rows after the pool's pages (stage_word, in words).
     int32_t *pf_tok_begin = nullptr, *pf_n_tok = nullptr, *pf_seq = nullptr;
     int64_t *pf_start_pos = nullptr, *pf_stage_from = nullptr;
     int64_t stage_word = 0;
-    // bf16 q and attention output of a whole batched step, [max_tokens, H, D] each: the two halves of
+    // bf16 q and attention output of a whole batched step, [max_step_tokens, H, D] each: the two halves of
     // o's f32 storage, which a step on this route never writes (attention_batched, bf16_route).
     void *pf_qb = nullptr, *pf_ob = nullptr;
-    float* comp_pooled = nullptr;  // [2][max_tokens][comp_pooled_ld]: compress_chunk's pooling scratch
+    float* comp_pooled = nullptr;  // [2][max_step_tokens][comp_pooled_ld]: compress_chunk's pooling scratch
     int comp_pooled_ld = 0;
 };
 
@@ -194,7 +194,7 @@ public:
         // connections outside graph capture); every rank calls it together.
         if (ep_count_ == 0) return Status::ok();
         DSV4_RETURN_IF_ERROR(
-            opt_.ep_all_reduce->sum_f32(ws_.y, int64_t(opt_.max_tokens) * cfg_.hidden_size, stream_));
+            opt_.ep_all_reduce->sum_f32(ws_.y, int64_t(opt_.max_step_tokens) * cfg_.hidden_size, stream_));
         return cuda_ok(cudaStreamSynchronize(stream_), "expert-parallel warm-up all-reduce");
     }
 
@@ -359,7 +359,7 @@ private:
     // [max_seqs] ids of the last step's device-sampled rows, by logits row: argmax_rows writes them,
     // kFull tokens are scattered in; the next step's pending tokens are read from here.
     int32_t* sampled_ = nullptr;
-    int32_t *pend_dst_ = nullptr, *pend_src_ = nullptr;  // [max_tokens] pending-token lists on the device
+    int32_t *pend_dst_ = nullptr, *pend_src_ = nullptr;  // [max_step_tokens] pending-token lists on the device
     // kFull rows (cuda::sample_rows): weights [max_seqs, V] f32 (allocated on first use), per-row
     // results [max_seqs]; args and penalty tokens grow with the step's needs.
     float* sample_w_ = nullptr;

@@ -11,12 +11,12 @@ namespace dsv4::cuda_runner_detail {
 
 namespace {
 
-// Token counts to check a rule at: its bounds within [1, max_tokens] and the powers of two between
+// Token counts to check a rule at: its bounds within [1, max_step_tokens] and the powers of two between
 // (the registries' legality depends on N, K, layout and shared memory, not on the token count; the
 // samples guard against a future predicate that does).
-std::vector<int> token_samples(const ShapeRange& r, int max_tokens) {
+std::vector<int> token_samples(const ShapeRange& r, int max_step_tokens) {
     std::vector<int> out;
-    const int64_t lo = std::max<int64_t>(r.lo, 1), hi = std::min<int64_t>(r.hi, max_tokens);
+    const int64_t lo = std::max<int64_t>(r.lo, 1), hi = std::min<int64_t>(r.hi, max_step_tokens);
     if (lo > hi) return out;
     out.push_back(int(lo));
     for (int64_t t = 1; t < hi; t *= 2)
@@ -99,7 +99,7 @@ Status CudaRunner::apply_tuning_rules() {
                                                             [](int i) { return cuda::dense_gemv_variant_name(i); }));
             // Every dense weight of every layer as the layer blocks call it (cuda_runner_layers.cpp).
             for (const DevLayer& L : w_.layers)
-                for (int T : token_samples(r.tokens, opt_.max_tokens)) {
+                for (int T : token_samples(r.tokens, opt_.max_step_tokens)) {
                     const struct {
                         const cuda::WeightDesc* w;
                         int n_per_group;
@@ -117,7 +117,7 @@ Status CudaRunner::apply_tuning_rules() {
                     }
                 }
             // The LM head (CudaRunner::lm_head), over the step's logit rows.
-            for (int T : token_samples(r.tokens, opt_.max_tokens))
+            for (int T : token_samples(r.tokens, opt_.max_step_tokens))
                 if (w_.head.data)
                     if (const std::string why = cuda::linear_variant_refusal(w_.head, 0, 0, d, T, v); !why.empty())
                         return refused(r, "LM head: " + why, T);
@@ -134,7 +134,7 @@ Status CudaRunner::apply_tuning_rules() {
                         : resolve_name(r, file, cuda::moe_expert_variant_count(),
                                        [](int i) { return cuda::moe_expert_variant_name(i); }));
             if (!w_.layers.empty() && w_.layers[0].ex_w1.data)
-                for (int T : token_samples(r.tokens, opt_.max_tokens)) {
+                for (int T : token_samples(r.tokens, opt_.max_step_tokens)) {
                     // Every layer's experts have one shape and layout. Hash routing is left out: its
                     // token ids are not allocated yet, and the routing does not decide the variant.
                     cuda::MoeArgs a = moe_args(0, T);

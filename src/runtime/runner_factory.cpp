@@ -65,7 +65,7 @@ Result<std::unique_ptr<ModelRunner>> make_model_runner(const RunnerOptions& opt)
         co.gpu_memory_utilization = opt.gpu_memory_utilization;
         co.max_seqs = opt.max_seqs;
         if (opt.max_context > 0) co.max_context = opt.max_context;
-        if (opt.max_tokens > 0) co.max_tokens = opt.max_tokens;
+        if (opt.max_step_tokens > 0) co.max_step_tokens = opt.max_step_tokens;
         co.rt = opt.rt;
         if (opt.synthetic_flash_layers > 0) {
             DSV4_ASSIGN_OR_RETURN(ModelConfig fcfg, runner_model_config(opt));

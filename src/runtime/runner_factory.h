@@ -28,7 +28,7 @@ struct RunnerOptions {
     int synthetic_flash_layers = 0;
     int max_seqs = 64;            // cuda: sequences per step (the engine's max_running must not exceed it)
     int64_t max_context = 0;      // cuda: positions per sequence (0: the runner's default, 65,536)
-    int max_tokens = 0;           // cuda: tokens per step (0: the runner's default, 8,192)
+    int max_step_tokens = 0;      // cuda: tokens per step (0: the runner's default, 8,192)
     // Speculative decoding (issue 24): verify chunks of up to this many draft tokens (0: off).
     // The cpu backend only so far (drafts from the checkpoint's MTP block; "self": the target's own
     // greedy tokens, a test mode); the cuda backend answers kUnimplemented.

@@ -310,7 +310,7 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
     ro.page_tokens = 64;
     ro.n_pages = n_pages;
     ro.max_seqs = max_seqs;
-    ro.max_tokens = max_tokens;
+    ro.max_step_tokens = max_tokens;
     ro.max_context = std::max<int64_t>(int64_t(contexts.back()) + 64, max_prompt + 64);
     ro.rt = rt;
     ro.verbose = true;

@@ -120,7 +120,7 @@ Result<std::unique_ptr<ModelRunner>> make_runner(const ServeOptions& o) {
     // The runner's per-sequence and per-step limits follow the engine's (workspaces are sized by
     // them); with --max-context 0 the runner keeps its default and the engine takes the smaller.
     ro.max_context = o.max_context > 0 ? o.max_context : (o.model == "tiny" || o.synthetic_flash) ? 4096 : 0;
-    ro.max_tokens = int(std::max<int64_t>(o.max_tokens_per_step, std::max(o.max_running, 1)));
+    ro.max_step_tokens = int(std::max<int64_t>(o.max_tokens_per_step, std::max(o.max_running, 1)));
     if (o.synthetic_flash) ro.synthetic_flash_layers = o.layers;
     ro.speculative_tokens = o.speculative_tokens;
     ro.speculative_draft = o.speculative_draft;

@@ -345,7 +345,7 @@ int run_tune_cmd(const TuneCliOptions& o) {
     ro.page_tokens = 64;
     ro.n_pages = need;
     ro.max_seqs = max_seqs;
-    ro.max_tokens = max_seqs;
+    ro.max_step_tokens = max_seqs;
     ro.max_context = max_ctx + 64;
     ro.rt = rt;
     ro.verbose = false;

@@ -124,7 +124,7 @@ void expect_batched_equals_loop(const ModelConfig& cfg, const char* rows, const 
         o.rt.prefill_q_bf16 = v == 4;
         o.rt.split_kv_target_ctas = 1;
         o.max_seqs = 4;
-        o.max_tokens = max_tokens;
+        o.max_step_tokens = max_tokens;
         o.max_context = int(max_len);
         o.n_pages = 4000;
         o.verbose = false;

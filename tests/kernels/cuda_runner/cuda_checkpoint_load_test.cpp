@@ -57,7 +57,7 @@ private:
 CudaRunnerOptions runner_options() {
     CudaRunnerOptions o;
     o.max_seqs = 4;
-    o.max_tokens = 512;
+    o.max_step_tokens = 512;
     o.max_context = 4096;
     o.n_pages = 512;
     o.verbose = false;

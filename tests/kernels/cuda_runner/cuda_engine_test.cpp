@@ -296,7 +296,7 @@ TEST(CudaEngine, PrefixCacheFastAttentionLogitsClose) {
         CudaRunnerOptions o;
         o.rt.kv_rows = "fp8";
         o.max_seqs = 8;
-        o.max_tokens = 512;
+        o.max_step_tokens = 512;
         o.max_context = 1024;
         o.n_pages = 3000;
         o.verbose = false;

@@ -251,7 +251,7 @@ TEST_P(CudaFastRunner, MidModelFastKernelsMatchCpuReference) {
         const bool fast = pass < 2;
         CudaRunnerOptions o;
         o.max_seqs = 4;
-        o.max_tokens = 128;
+        o.max_step_tokens = 128;
         o.max_context = 1024;
         o.n_pages = 64;
         o.verbose = false;

@@ -580,7 +580,7 @@ TEST(CudaKvFp8Perf, DecodeStepOldVsFastAttention) {
             CudaRunnerOptions o;
             o.rt.kv_rows = "fp8";
             o.max_context = 4096;
-            o.max_tokens = 4096;
+            o.max_step_tokens = 4096;
             o.verbose = false;
             o.rt.fast_attention = fast == 1;
             const int64_t per_seq = KvLayout::make(cfg, 64, 4, KvRowFormat::kFp8)->pages_for_tokens(ctx + 200);

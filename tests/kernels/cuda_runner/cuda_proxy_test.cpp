@@ -48,7 +48,7 @@ Proxy make_proxy(const ModelConfig& cfg, bool graphs, const std::string& rows) {
     CudaRunnerOptions o;
     o.n_pages = 1024;
     o.max_seqs = 8;
-    o.max_tokens = 64;
+    o.max_step_tokens = 64;
     o.max_context = 4096;
     o.rt.cuda_graphs = graphs;
     o.rt.kv_rows = rows;
@@ -187,7 +187,7 @@ TEST(CudaProxy, FastPrefillPathsMatchTheTokenLoop) {
         CudaRunnerOptions o;
         o.n_pages = 512;
         o.max_seqs = 4;
-        o.max_tokens = 512;
+        o.max_step_tokens = 512;
         o.max_context = 1024;
         o.rt.batched_prefill = v != 0;
         o.rt.prefill_q_bf16 = v != 2;

@@ -26,7 +26,7 @@ std::vector<std::vector<float>> run(const std::shared_ptr<const RefModel>& model
     CudaRunnerOptions o;
     o.rt = rt;
     o.max_seqs = 4;
-    o.max_tokens = 1024;
+    o.max_step_tokens = 1024;
     o.max_context = 512;
     o.n_pages = 2000;
     o.verbose = false;
@@ -150,7 +150,7 @@ TEST(CudaTuning, UnknownOrIllegalVariantsStopTheStartUp) {
     auto model = std::make_shared<const RefModel>(cfg, ModelWeights::random(cfg, 23), RefNumerics{});
     CudaRunnerOptions o;
     o.max_seqs = 4;
-    o.max_tokens = 64;
+    o.max_step_tokens = 64;
     o.max_context = 512;
     o.n_pages = 200;
     o.verbose = false;

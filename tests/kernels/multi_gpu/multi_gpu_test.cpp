@@ -152,7 +152,7 @@ CudaRunnerOptions small_options() {
     CudaRunnerOptions o;
     o.n_pages = 256;
     o.max_seqs = 4;
-    o.max_tokens = 64;
+    o.max_step_tokens = 64;
     o.max_context = 1024;
     o.rt.kv_rows = "f32";
     o.verbose = false;
