@@ -34,8 +34,6 @@ Status check_args(std::span<const int32_t> prompt, int n_new) {
     return Status::ok();
 }
 
-constexpr auto argmax = greedy_token;
-
 }  // namespace
 
 int32_t greedy_token(std::span<const float> row) {
@@ -53,12 +51,12 @@ Result<std::vector<int32_t>> ref_greedy(const RefModel& m, std::span<const int32
     std::vector<float> logits;
     if (token_logits) token_logits->clear();
     DSV4_RETURN_IF_ERROR(m.forward(s.view(), prompt, 0, {}, logits));
-    std::vector<int32_t> out{argmax(logits)};
+    std::vector<int32_t> out{greedy_token(logits)};
     if (token_logits) token_logits->insert(token_logits->end(), logits.begin(), logits.end());
     while (int(out.size()) < n_new) {
         const int32_t t = out.back();
         DSV4_RETURN_IF_ERROR(m.forward(s.view(), std::span<const int32_t>(&t, 1), P + int64_t(out.size()) - 1, {}, logits));
-        out.push_back(argmax(logits));
+        out.push_back(greedy_token(logits));
         if (token_logits) token_logits->insert(token_logits->end(), logits.begin(), logits.end());
     }
     return out;
@@ -85,7 +83,7 @@ Result<std::vector<int32_t>> ref_speculative_greedy(const RefModel& m, std::span
     RefForwardOptions pre;
     pre.streams_out = &streams;
     DSV4_RETURN_IF_ERROR(m.forward(s.view(), prompt, 0, pre, logits));
-    std::vector<int32_t> out{argmax(logits)};
+    std::vector<int32_t> out{greedy_token(logits)};
     if (token_logits) token_logits->assign(logits.begin(), logits.end());
     int64_t S = P;               // positions 0..S-1 are in the state
     int32_t next = out.back();   // the token at position S
@@ -96,7 +94,7 @@ Result<std::vector<int32_t>> ref_speculative_greedy(const RefModel& m, std::span
         RefForwardOptions o;
         o.streams_out = &mtp_streams;
         Status r = m.mtp_forward(0, s.view(), rows, next_tokens, first, o, logits);
-        if (r.is_ok()) drafts[0] = argmax(logits);
+        if (r.is_ok()) drafts[0] = greedy_token(logits);
         return r;
     };
     if (mtp) {
@@ -115,13 +113,13 @@ Result<std::vector<int32_t>> ref_speculative_greedy(const RefModel& m, std::span
                 o.streams_out = &mtp_streams;
                 DSV4_RETURN_IF_ERROR(m.mtp_forward(0, s.view(), h, std::span<const int32_t>(&drafts[size_t(i - 1)], 1),
                                                    S + i - 1, o, logits));
-                drafts[size_t(i)] = argmax(logits);
+                drafts[size_t(i)] = greedy_token(logits);
             }
         } else {
             int32_t t = next;
             for (int i = 0; i < k; ++i) {
                 DSV4_RETURN_IF_ERROR(m.forward(s.view(), std::span<const int32_t>(&t, 1), S + i, {}, logits));
-                t = drafts[size_t(i)] = argmax(logits);
+                t = drafts[size_t(i)] = greedy_token(logits);
             }
         }
         if (opt.edit_drafts) opt.edit_drafts(drafts);
@@ -134,10 +132,10 @@ Result<std::vector<int32_t>> ref_speculative_greedy(const RefModel& m, std::span
         vo.streams_out = &streams;
         DSV4_RETURN_IF_ERROR(m.forward(s.view(), chunk, S, vo, logits));
         int j = 0;
-        int32_t g = argmax(std::span<const float>(logits).first(size_t(V)));
+        int32_t g = greedy_token(std::span<const float>(logits).first(size_t(V)));
         while (j < k && drafts[size_t(j)] == g) {
             ++j;
-            g = argmax(std::span<const float>(logits).subspan(size_t(j) * V, size_t(V)));
+            g = greedy_token(std::span<const float>(logits).subspan(size_t(j) * V, size_t(V)));
         }
         ++st.verify_steps;
         st.drafted += k;

@@ -251,7 +251,7 @@ void Scheduler::after_computed(Sequence* seq) {
 }
 
 bool Scheduler::accept_computed(Sequence* seq, int64_t position) {
-    if (seq->n_computed != position || seq->pages.empty()) return false;
+    if (seq->n_computed != position) return false;  // preempted meanwhile: n_computed went back to 0
     ++seq->n_computed;
     after_computed(seq);
     return true;
