@@ -67,6 +67,11 @@ public:
         (void)ns;
         return error(StatusCode::kUnimplemented, "set_test_delay_ns: not supported by this runner");
     }
+    // Steps launched as graph replays so far, by kind (tests: which path a step took).
+    struct GraphReplays {
+        int64_t decode = 0, verify = 0;
+    };
+    virtual GraphReplays graph_replays() const { return {}; }
     virtual std::string variant_table() const = 0;  // the active attention variant (printable)
     virtual size_t device_bytes() const = 0;        // everything the runner allocated
     // Runs f on the page pool of every GPU the runner spans (the synthetic context fill must

@@ -383,10 +383,10 @@ Status CudaRunner::apply_kernel_choices() {
     return cuda_ok(cudaStreamSynchronize(stream_), "expert weight repack");
 }
 
-Status CudaRunner::plan(const ForwardBatch& batch, bool decode_graph, HostPlan& hp) const {
+Status CudaRunner::plan(const ForwardBatch& batch, int graph_tokens, HostPlan& hp) const {
     const int B = int(batch.seqs.size());
     if (B > opt_.max_seqs) return invalid_argument("{} sequences in one step, the CUDA runner takes {}", B, opt_.max_seqs);
-    const int Bp = decode_graph ? decode_bucket(B) : B;
+    const int Bp = graph_tokens > 0 ? decode_bucket(B) : B;
     hp = HostPlan{};
     hp.B = Bp;
     hp.tok_begin.assign(Bp, 0);
@@ -437,10 +437,12 @@ Status CudaRunner::plan(const ForwardBatch& batch, bool decode_graph, HostPlan& 
         }
         if (c.want_logits) hp.logit_rows.push_back(int32_t(hp.tokens.size() - 1));
     }
-    for (int s = B; s < Bp; ++s) {  // graph padding: one dummy token each, n_tok 0 (skipped by stateful ops)
+    for (int s = B; s < Bp; ++s) {  // graph padding: graph_tokens dummy tokens each, n_tok 0 (skipped by stateful ops)
         hp.tok_begin[s] = int32_t(hp.tokens.size());
-        hp.tokens.push_back(0);
-        hp.pos.push_back(0);
+        for (int i = 0; i < graph_tokens; ++i) {
+            hp.tokens.push_back(0);
+            hp.pos.push_back(0);
+        }
     }
     hp.T = int(hp.tokens.size());
     if (hp.T > opt_.max_step_tokens)
@@ -453,11 +455,15 @@ Status CudaRunner::plan(const ForwardBatch& batch, bool decode_graph, HostPlan& 
     for (int s = 0; s < B; ++s) longest = std::max<int64_t>(longest, hp.start_pos[s] + hp.n_tok[s] - 1);
     hp.end_pos = longest + 1;
     hp.sd_rule = hp.max_t == 1 ? sparse_decode_rule_for(B, longest) : -1;
-    hp.batched = !decode_graph && batched_step(hp.max_t);
+    hp.batched = batched_step(hp.max_t);
     if (hp.batched) {
+        // A padded sequence's dummy tokens (a verify graph's) are pseudo-sequences at position 0 of its
+        // own all-zero page table: they only read, and their scores and outputs are not used.
         hp.pf_seq.resize(size_t(hp.T));
-        hp.pf_pos.resize(size_t(hp.T));
-        hp.pf_stage_from.resize(size_t(hp.T));
+        hp.pf_pos.assign(size_t(hp.T), 0);
+        hp.pf_stage_from.assign(size_t(hp.T), 0);
+        for (int s = B; s < Bp; ++s)
+            for (int i = 0; i < graph_tokens; ++i) hp.pf_seq[size_t(hp.tok_begin[s] + i)] = s;
         for (int s = 0; s < B; ++s)
             for (int i = 0; i < hp.n_tok[s]; ++i) {
                 const size_t tok = size_t(hp.tok_begin[s] + i);

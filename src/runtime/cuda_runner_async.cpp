@@ -138,10 +138,9 @@ Status CudaRunner::queue_step(const ForwardBatch& batch, bool honour_sample) {
         if (pc.src < 0 || pc.src >= opt_.n_pages || pc.dst < 0 || pc.dst >= opt_.n_pages)
             return error(StatusCode::kOutOfRange, "page copy {} -> {} outside the pool [0, {})", pc.src, pc.dst,
                          opt_.n_pages);
-    bool decode = opt_.rt.cuda_graphs && !batch.seqs.empty();
-    for (const auto& c : batch.seqs) decode = decode && c.tokens.size() == 1;
+    const int graph_n = batch.seqs.size() <= size_t(opt_.max_seqs) ? graph_tokens_for(batch) : 0;
     HostPlan hp;
-    if (!batch.seqs.empty()) DSV4_RETURN_IF_ERROR(plan(batch, decode, hp));
+    if (!batch.seqs.empty()) DSV4_RETURN_IF_ERROR(plan(batch, graph_n, hp));
     StepSlot& slot = slots_[next_slot_];
     std::vector<cuda::SampleRowArgs> full;
     std::vector<cuda::SamplePenaltyToken> toks;
@@ -166,9 +165,14 @@ Status CudaRunner::queue_step(const ForwardBatch& batch, bool honour_sample) {
     ++steps_launched_;
     if (opt_.rt.fault_inject_step > 0 && steps_launched_ == opt_.rt.fault_inject_step)
         DSV4_CU(cuda::inject_device_fault(stream_));
-    if (decode) {
+    if (graph_n == 1) {
         DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, decode_graph(hp.B, hp.sd_rule));
         DSV4_CU(cudaGraphLaunch(ge, stream_));
+        ++replays_.decode;
+    } else if (graph_n > 1) {
+        DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, verify_graph(hp.B, graph_n));
+        DSV4_CU(cudaGraphLaunch(ge, stream_));
+        ++replays_.verify;
     } else {
         sd_rule_ = hp.sd_rule;
         DSV4_RETURN_IF_ERROR(run_step(hp.B, hp.T, hp.max_t, hp.R, hp.end_pos));

@@ -29,6 +29,27 @@ Result<cudaGraphExec_t> CudaRunner::decode_graph(int B, int sd_rule) {
     return ge;
 }
 
+Result<cudaGraphExec_t> CudaRunner::verify_graph(int B, int n) {
+    const int key = B * 8 + n;  // n <= StepGemmThresholds::kVerifyShapedMaxTokens < 8
+    auto it = verify_graphs_.find(key);
+    if (it != verify_graphs_.end()) return it->second;
+    sd_rule_ = -1;  // tuning rules cover decode-only steps
+    DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, capture([&] { return run_step(B, B * n, n, B, kAnyEndPos); }));
+    verify_graphs_.emplace(key, ge);
+    return ge;
+}
+
+int CudaRunner::graph_tokens_for(const ForwardBatch& batch) const {
+    if (!opt_.rt.cuda_graphs || batch.seqs.empty()) return 0;
+    const size_t n = batch.seqs[0].tokens.size();
+    for (const auto& c : batch.seqs)
+        if (c.tokens.size() != n) return 0;
+    if (n == 1) return 1;
+    if (!opt_.rt.verify_graphs || n > size_t(StepGemmThresholds::kVerifyShapedMaxTokens)) return 0;
+    if (int64_t(decode_bucket(int(batch.seqs.size()))) * int64_t(n) > opt_.max_step_tokens) return 0;
+    return int(n);
+}
+
 Result<int> CudaRunner::capture_decode_graphs() {
     int n = 0, prev = 0;
     for (int b = 1;; b = prev + 1) {
@@ -54,7 +75,7 @@ Result<DecodeGraphTiming> CudaRunner::time_decode_graph(const ForwardBatch& batc
         if (c.tokens.size() != 1) return invalid_argument("time_decode_graph: sequence {} has {} tokens, not 1", c.seq_id, c.tokens.size());
     if (batch.seqs.empty() || reps <= 0) return invalid_argument("time_decode_graph: empty batch or no replays");
     HostPlan hp;
-    DSV4_RETURN_IF_ERROR(plan(batch, true, hp));
+    DSV4_RETURN_IF_ERROR(plan(batch, 1, hp));
     DSV4_RETURN_IF_ERROR(upload_plan(hp));
     DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t step, decode_graph(hp.B, hp.sd_rule));
     auto hit = head_graphs_.find(hp.B);
@@ -113,7 +134,7 @@ Result<DecodeGraphTiming> CudaRunner::time_decode_graph(const ForwardBatch& batc
 
 Result<std::string> CudaRunner::profile_step(const ForwardBatch& batch) {
     HostPlan hp;
-    DSV4_RETURN_IF_ERROR(plan(batch, false, hp));
+    DSV4_RETURN_IF_ERROR(plan(batch, 0, hp));
     DSV4_RETURN_IF_ERROR(upload_plan(hp));
     OpProfile prof;
     DSV4_CU(prof.reserve(65536));

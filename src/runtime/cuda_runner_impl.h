@@ -189,6 +189,7 @@ public:
                (fast_attn_ ? std::string() : cuda::attn_variant_table(*variant_)) + cuda_fast_kernel_table(w_, cfg_, opt_.rt.fast_kernels);
     }
     size_t device_bytes() const override { return arena_.bytes(); }
+    GraphReplays graph_replays() const override { return replays_; }
     Status collective_warm_up() override {
         // [ep2] One eager all-reduce of the largest MoE output before any capture (NCCL sets up its
         // connections outside graph capture); every rank calls it together.
@@ -222,6 +223,13 @@ private:
     // The decode graph of bucket B under sparse_decode rule sd_rule (captured on first use; the plan
     // must be uploaded).
     Result<cudaGraphExec_t> decode_graph(int B, int sd_rule);
+    // The graph of a verify-shaped step (graph_tokens_for: every sequence n tokens, 2 <= n) of bucket B,
+    // captured on first use (the plan must be uploaded): run_step with B x n tokens and B logits rows.
+    Result<cudaGraphExec_t> verify_graph(int B, int n);
+    // Tokens per sequence of the graph a step replays: 1 (a decode step), n (every sequence runs the same
+    // n tokens, 2 <= n <= StepGemmThresholds::kVerifyShapedMaxTokens, with verify_graphs, and the padded
+    // bucket's tokens fit max_step_tokens) or 0 (launched eagerly).
+    int graph_tokens_for(const ForwardBatch& batch) const;
     // The graph bucket of a decode-only step of B sequences, capped at max_seqs: the next power of two
     // up to 16 (or everywhere without fine_graph_buckets), else B rounded up to a multiple of 16 (to
     // 128), 32 (to 256) or 64. Why: padded rows cost nearly a real sequence's work from ~64 on, and
@@ -243,7 +251,9 @@ private:
     Result<cudaGraphExec_t> capture(const std::function<Status()>& body);
     Status run_head(int T, int R);
     Status lm_head(int R);  // mHC head + final norm + LM head for R logit rows
-    Status plan(const ForwardBatch& batch, bool decode_graph, HostPlan& hp) const;
+    // graph_tokens: 0 for an eager step, else the graph's tokens per sequence (graph_tokens_for): the
+    // batch is padded to its decode bucket with sequences of that many dummy tokens (n_tok 0).
+    Status plan(const ForwardBatch& batch, int graph_tokens, HostPlan& hp) const;
     Status upload_plan(const HostPlan& hp);
     // end_pos: the step's largest start_pos + n_tok (kAnyEndPos for graphs, replayed at any position);
     // below index_topk x ratio + ratio no CSA sequence has more rows than the indexer selects, so its
@@ -292,6 +302,8 @@ private:
     void drop_graphs(bool head) {
         for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g);
         graphs_.clear();
+        for (auto& [key, g] : verify_graphs_) cudaGraphExecDestroy(g);
+        verify_graphs_.clear();
         if (!head) return;
         for (auto& [key, g] : head_graphs_) cudaGraphExecDestroy(g);
         head_graphs_.clear();
@@ -356,6 +368,8 @@ private:
     int pt_stride_ = 0;
     int n_gate_ranges_ = 0;
     std::map<int, cudaGraphExec_t> graphs_;
+    std::map<int, cudaGraphExec_t> verify_graphs_;  // verify_graph: key B * 8 + n
+    GraphReplays replays_;                           // queue_step's graph launches
     // [max_seqs] ids of the last step's device-sampled rows, by logits row: argmax_rows writes them,
     // kFull tokens are scattered in; the next step's pending tokens are read from here.
     int32_t* sampled_ = nullptr;

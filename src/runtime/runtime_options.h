@@ -40,6 +40,12 @@ struct RuntimeOptions {
     // Decode graph buckets: 1, 2, 4, 8, 16, then multiples of 16 to 128, of 32 to 256, of 64 above (a
     // batch pads by at most 1/4 above 16 sequences: 130 runs as 144, not 256); false: powers of two.
     bool fine_graph_buckets = true;
+    // With cuda_graphs: steps in which every sequence runs the same number n of tokens, 2 <= n <=
+    // StepGemmThresholds::kVerifyShapedMaxTokens (speculative decoding's verify steps: the last token
+    // and n - 1 drafts), replay a graph per (decode batch bucket, n), captured on first use; false:
+    // such steps launch eagerly. Ledger E59: at batch 1 the eager launches cost more than the step's
+    // extra bytes.
+    bool verify_graphs = true;
     bool side_streams = true;  // independent projections / the shared expert on forked streams
     // At <= 8 tokens the mHC expand also computes the next site's mixing dot products (mhc_post_mix).
     bool fuse_mhc = true;
