@@ -245,10 +245,30 @@ struct Planner {
     }
 
     Status layer(int l) {
+        return block("layers." + std::to_string(l) + ".", cfg.compress_ratio(l),
+                     cfg.layer_types[l] == AttnType::kCSA, cfg.mlp_types[l] == MoeRouting::kHash);
+    }
+
+    // MTP block m (spec §2.11): a decoder block of ratio 0 with learned routing, its input
+    // projections and norms, and its own head mixing.
+    Status mtp(int m) {
+        const int64_t d = cfg.hidden_size, n = cfg.hc_mult;
+        const std::string p = "mtp." + std::to_string(m) + ".";
+        DSV4_RETURN_IF_ERROR(block(p, 0, false, false));
+        DSV4_RETURN_IF_ERROR(mat(p + "e_proj.weight", d, d));
+        DSV4_RETURN_IF_ERROR(mat(p + "h_proj.weight", d, d));
+        DSV4_RETURN_IF_ERROR(vec(p + "enorm.weight", {d}));
+        DSV4_RETURN_IF_ERROR(vec(p + "hnorm.weight", {d}));
+        DSV4_RETURN_IF_ERROR(vec(p + "norm.weight", {d}));
+        return mhc(p + "hc_head", n, 1);
+    }
+
+    // One decoder block under prefix p ("layers.3." or "mtp.0."): compress ratio r (0: window only),
+    // CSA (the indexer), hash routing (tid2eid) or learned (gate bias).
+    Status block(const std::string& p, int r, bool csa, bool hash) {
         const int64_t d = cfg.hidden_size, H = cfg.n_heads, D = cfg.head_dim, qr = cfg.q_lora_rank;
         const int64_t G = cfg.o_groups, orank = cfg.o_lora_rank, E = cfg.n_routed_experts,
                       I = cfg.moe_intermediate_size;
-        const std::string p = "layers." + std::to_string(l) + ".";
         DSV4_RETURN_IF_ERROR(mhc(p + "hc_attn", cfg.hc_mix_dim(), 3));
         DSV4_RETURN_IF_ERROR(mhc(p + "hc_ffn", cfg.hc_mix_dim(), 3));
         DSV4_RETURN_IF_ERROR(vec(p + "attn_norm.weight", {d}));
@@ -261,8 +281,6 @@ struct Planner {
         DSV4_RETURN_IF_ERROR(mat(p + "attn.wkv.weight", D, d));
         DSV4_RETURN_IF_ERROR(mat(p + "attn.wo_a.weight", G * orank, (H / G) * D));
         DSV4_RETURN_IF_ERROR(mat(p + "attn.wo_b.weight", d, G * orank));
-        const int r = cfg.compress_ratio(l);
-        const bool csa = cfg.layer_types[l] == AttnType::kCSA;
         if (r > 0) DSV4_RETURN_IF_ERROR(compressor(p + "attn.compressor.", r, D, csa));
         if (csa) {
             const int64_t IH = cfg.index_n_heads, ID = cfg.index_head_dim;
@@ -271,7 +289,7 @@ struct Planner {
             DSV4_RETURN_IF_ERROR(mat(p + "attn.indexer.weights_proj.weight", IH, d));
         }
         DSV4_RETURN_IF_ERROR(mat(p + "ffn.gate.weight", E, d));
-        if (cfg.mlp_types[l] == MoeRouting::kHash) {
+        if (hash) {
             DSV4_RETURN_IF_ERROR(tid2eid(p + "ffn.gate.tid2eid"));
         } else {
             DSV4_RETURN_IF_ERROR(vec(p + "ffn.gate.bias", {E}));
@@ -289,12 +307,15 @@ struct Planner {
         int l = -1, e = -1;
         char proj[3] = {}, suffix[16] = {};
         const std::string s(name);
-        if (std::sscanf(s.c_str(), "layers.%d.ffn.experts.%d.%2[w123].%15s", &l, &e, proj,
-                        suffix) != 4)
-            return false;
-        const std::string canon = fmt::format("layers.{}.ffn.experts.{}.{}.{}", l, e, proj, suffix);
+        // Decoder layers and the planned MTP blocks ("mtp.M.ffn.experts...").
+        const bool is_mtp = s.starts_with("mtp.");
+        const char* pattern = is_mtp ? "mtp.%d.ffn.experts.%d.%2[w123].%15s" : "layers.%d.ffn.experts.%d.%2[w123].%15s";
+        if (std::sscanf(s.c_str(), pattern, &l, &e, proj, suffix) != 4) return false;
+        const std::string canon =
+            fmt::format("{}.{}.ffn.experts.{}.{}.{}", is_mtp ? "mtp" : "layers", l, e, proj, suffix);
         const std::string_view sf(suffix);
-        return canon == s && l >= 0 && l < cfg.n_layers && e >= 0 && e < cfg.n_routed_experts &&
+        return canon == s && l >= 0 && l < (is_mtp ? plan.mtp_blocks : cfg.n_layers) && e >= 0 &&
+               e < cfg.n_routed_experts &&
                (e < plan.expert_first || e >= plan.expert_first + plan.expert_count) &&
                (std::string_view(proj) == "w1" || std::string_view(proj) == "w2" ||
                 std::string_view(proj) == "w3") &&
@@ -308,7 +329,7 @@ struct Planner {
             DSV4_ASSIGN_OR_RETURN(TensorView t, ckpt.get(name));
             if (name.starts_with("mtp.")) {
                 plan.skipped.push_back(
-                    {name, t.file, "MTP block: unused until speculative decoding"});
+                    {name, t.file, "MTP block: loaded only for speculative decoding with MTP drafts"});
                 continue;
             }
             int l = -1;
@@ -329,8 +350,11 @@ struct Planner {
 }  // namespace
 
 Result<LoadPlan> make_load_plan(const ModelConfig& cfg, const Checkpoint& ckpt, int expert_first,
-                                int expert_count) {
+                                int expert_count, int mtp_blocks) {
     DSV4_RETURN_IF_ERROR(cfg.validate());
+    if (mtp_blocks < 0 || mtp_blocks > cfg.num_nextn_predict_layers)
+        return invalid_argument("{} MTP blocks asked; config.json has num_nextn_predict_layers = {}", mtp_blocks,
+                                cfg.num_nextn_predict_layers);
     const int E = cfg.n_routed_experts;
     if (expert_count == 0) expert_first = 0, expert_count = E;
     if (expert_first < 0 || expert_count < 0 || expert_first + expert_count > E)
@@ -346,6 +370,8 @@ Result<LoadPlan> make_load_plan(const ModelConfig& cfg, const Checkpoint& ckpt, 
     DSV4_RETURN_IF_ERROR(P.vec("norm.weight", {d}));
     DSV4_RETURN_IF_ERROR(P.mhc("hc_head", n, 1));
     for (int l = 0; l < cfg.n_layers; ++l) DSV4_RETURN_IF_ERROR(P.layer(l));
+    P.plan.mtp_blocks = mtp_blocks;
+    for (int m = 0; m < mtp_blocks; ++m) DSV4_RETURN_IF_ERROR(P.mtp(m));
     DSV4_RETURN_IF_ERROR(P.completeness());
     return std::move(P.plan);
 }

@@ -5,7 +5,8 @@
 //
 // Completeness: each tensor of the checkpoint is either consumed by the plan (a weight, its block
 // scale, or a routed expert held by another expert-parallel rank) or skipped with a stated reason
-// (`mtp.*`: the MTP block, unused until speculative decoding); any other tensor is an error naming
+// (`mtp.*` unless the MTP blocks are asked for: the draft model of speculative decoding); any other
+// tensor is an error naming
 // it and its file, since an unused tensor usually means a mis-mapped name (and a mis-mapped name
 // silently leaves a weight unloaded).
 #pragma once
@@ -52,6 +53,7 @@ struct LoadPlan {
     std::vector<PlanSkip> skipped;    // present in the checkpoint, deliberately not loaded
     bool head_tied = false;  // no head.weight: the LM head is embed.weight (tie_word_embeddings)
     int expert_first = 0, expert_count = 0;  // routed experts this plan holds
+    int mtp_blocks = 0;                      // MTP blocks planned ("mtp.M." tensors, M < mtp_blocks)
     uint64_t checkpoint_bytes =
         0;                      // bytes of every tensor read from the checkpoint (weights + scales)
     uint64_t device_bytes = 0;  // bytes the device copies take (vectors as f32, tid2eid as int32)
@@ -64,8 +66,10 @@ struct LoadPlan {
 // Errors (each names the tensor and its file): NotFound (a missing weight or scale),
 // InvalidArgument (wrong dtype or shape, a config disagreeing with the tensors, an unconsumed
 // tensor, experts of one projection in different formats), DataLoss (UE8M0 scale 255, tid2eid
-// entries out of range or repeated in a row).
+// entries out of range or repeated in a row). mtp_blocks: also plan MTP blocks 0..mtp_blocks-1
+// (spec §2.11; at most num_nextn_predict_layers), each a decoder block of ratio 0 with learned routing
+// plus e_proj, h_proj, enorm, hnorm, norm and hc_head (missing ones: NotFound as above).
 Result<LoadPlan> make_load_plan(const ModelConfig& cfg, const Checkpoint& ckpt,
-                                int expert_first = 0, int expert_count = 0);
+                                int expert_first = 0, int expert_count = 0, int mtp_blocks = 0);
 
 }  // namespace dsv4

@@ -359,8 +359,8 @@ Result<DevWeights> load_checkpoint_weights(const ModelConfig& cfg, const LoadPla
     DSV4_ASSIGN_OR_RETURN(dw.norm, vec("norm.weight"));
     DSV4_ASSIGN_OR_RETURN(dw.hc_head, mhc("hc_head"));
     DSV4_RETURN_IF_ERROR(upload_rope_tables(cfg, arena, dw).status());
-    for (int l = 0; l < cfg.n_layers; ++l) {
-        const std::string p = "layers." + std::to_string(l) + ".";
+    // One decoder block under prefix p: compress ratio r, CSA, hash routing (as the plan's Planner::block).
+    auto block = [&](const std::string& p, int r, bool csa, bool hash) -> Result<DevLayer> {
         DevLayer o;
         DSV4_ASSIGN_OR_RETURN(o.hc_attn, mhc(p + "hc_attn"));
         DSV4_ASSIGN_OR_RETURN(o.hc_ffn, mhc(p + "hc_ffn"));
@@ -374,19 +374,19 @@ Result<DevWeights> load_checkpoint_weights(const ModelConfig& cfg, const LoadPla
         DSV4_ASSIGN_OR_RETURN(o.wkv, mat(p + "attn.wkv.weight"));
         DSV4_ASSIGN_OR_RETURN(o.wo_a, mat(p + "attn.wo_a.weight"));
         DSV4_ASSIGN_OR_RETURN(o.wo_b, mat(p + "attn.wo_b.weight"));
-        if (cfg.compress_ratio(l) > 0) {
+        if (r > 0) {
             DSV4_ASSIGN_OR_RETURN(o.comp, comp(p + "attn.compressor."));
         }
-        if (cfg.layer_types[l] == AttnType::kCSA) {
+        if (csa) {
             DSV4_ASSIGN_OR_RETURN(o.idx_comp, comp(p + "attn.indexer.compressor."));
             DSV4_ASSIGN_OR_RETURN(o.idx_wq_b, mat(p + "attn.indexer.wq_b.weight"));
             DSV4_ASSIGN_OR_RETURN(o.idx_wproj, mat(p + "attn.indexer.weights_proj.weight"));
         }
         DSV4_ASSIGN_OR_RETURN(o.gate, mat(p + "ffn.gate.weight"));
-        if (cfg.mlp_types[l] == MoeRouting::kHash) {
+        if (hash) {
             auto it = vecs.find(p + "ffn.gate.tid2eid");
             if (it == vecs.end())
-                return error(StatusCode::kInternal, "load plan has no tid2eid for layer {}", l);
+                return error(StatusCode::kInternal, "load plan has no tid2eid for {}", p);
             o.tid2eid = static_cast<const int32_t*>(it->second);
         } else {
             DSV4_ASSIGN_OR_RETURN(o.gate_bias, vec(p + "ffn.gate.bias"));
@@ -398,12 +398,29 @@ Result<DevWeights> load_checkpoint_weights(const ModelConfig& cfg, const LoadPla
              {std::pair{&o.ex_w1, "w1"}, std::pair{&o.ex_w3, "w3"}, std::pair{&o.ex_w2, "w2"}}) {
             auto it = groups.find(p + "ffn.experts." + proj);
             if (it == groups.end())
-                return error(StatusCode::kInternal, "load plan has no experts {} in layer {}", proj,
-                             l);
+                return error(StatusCode::kInternal, "load plan has no experts {} in {}", proj, p);
             *dst = it->second;
         }
         // The fast expert GEMV layout is applied by the runner (CudaRunner::apply_kernel_choices).
+        return o;
+    };
+    for (int l = 0; l < cfg.n_layers; ++l) {
+        DSV4_ASSIGN_OR_RETURN(DevLayer o, block("layers." + std::to_string(l) + ".", cfg.compress_ratio(l),
+                                                cfg.layer_types[l] == AttnType::kCSA,
+                                                cfg.mlp_types[l] == MoeRouting::kHash));
         dw.layers.push_back(o);
+    }
+    for (int m = 0; m < plan.mtp_blocks; ++m) {
+        const std::string p = "mtp." + std::to_string(m) + ".";
+        DevMtp o;
+        DSV4_ASSIGN_OR_RETURN(o.block, block(p, 0, false, false));
+        DSV4_ASSIGN_OR_RETURN(o.e_proj, mat(p + "e_proj.weight"));
+        DSV4_ASSIGN_OR_RETURN(o.h_proj, mat(p + "h_proj.weight"));
+        DSV4_ASSIGN_OR_RETURN(o.enorm, vec(p + "enorm.weight"));
+        DSV4_ASSIGN_OR_RETURN(o.hnorm, vec(p + "hnorm.weight"));
+        DSV4_ASSIGN_OR_RETURN(o.norm, vec(p + "norm.weight"));
+        DSV4_ASSIGN_OR_RETURN(o.hc_head, mhc(p + "hc_head"));
+        dw.mtp.push_back(o);
     }
     DSV4_RETURN_IF_ERROR(cu(cudaDeviceSynchronize(), "weight load"));
     st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

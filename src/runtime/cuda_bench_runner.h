@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,26 @@ public:
     virtual Status set_test_delay_ns(int64_t ns) {
         (void)ns;
         return error(StatusCode::kUnimplemented, "set_test_delay_ns: not supported by this runner");
+    }
+    // Test hook (speculative decoding, issue 24): runs `batch` eagerly as forward() does (no pending
+    // tokens), then MTP block 0 over the same positions, next[i] being the token after the batch's
+    // token i (batch order, batch.n_tokens() ids); logits / mtp_logits: the main model's and the MTP
+    // block's rows of every want_logits chunk's last token, [rows][vocab]. Errors: no MTP block
+    // (CudaRunnerOptions::mtp_blocks 0: kFailedPrecondition), a next size or id out of range, plan errors.
+    virtual Status forward_with_mtp(const ForwardBatch& batch, std::span<const int32_t> next,
+                                    std::vector<std::vector<float>>& logits,
+                                    std::vector<std::vector<float>>& mtp_logits) {
+        (void)batch, (void)next, (void)logits, (void)mtp_logits;
+        return error(StatusCode::kUnimplemented, "forward_with_mtp: not supported by this runner");
+    }
+    // Bench hook (issue 24 item 5): speculative decoding's draft step, MTP block 0 over one token per
+    // sequence of `batch` (its positions and tokens as the next tokens; input streams zero) plus the
+    // greedy pick of its rows, captured as a graph; `warmup` replays, then `reps` timed ones (us each).
+    // The block's window ring slots of those positions are written. Errors: no MTP block
+    // (kFailedPrecondition), a chunk of more than one token, plan errors.
+    virtual Result<std::vector<double>> time_mtp_draft(const ForwardBatch& batch, int warmup, int reps) {
+        (void)batch, (void)warmup, (void)reps;
+        return error(StatusCode::kUnimplemented, "time_mtp_draft: not supported by this runner");
     }
     // Steps launched as graph replays so far, by kind (tests: which path a step took).
     struct GraphReplays {

@@ -33,9 +33,12 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
     DSV4_CU(cudaGetDevice(&dev));
     DSV4_CU(cudaDeviceGetAttribute(&n_sms_, cudaDevAttrMultiProcessorCount, dev));
     {
-        auto w = source ? source(arena_) : upload_weights(*model_, ckpt, arena_, ep_first_, ep_count_);
+        auto w = source ? source(arena_) : upload_weights(*model_, ckpt, arena_, ep_first_, ep_count_, opt_.mtp_blocks);
         if (!w.is_ok()) return w.status().with_context("the weights");
         w_ = std::move(w).value();
+        if (int(w_.mtp.size()) != opt_.mtp_blocks)  // the synthetic proxy weights hold none so far
+            return error(StatusCode::kUnimplemented, "{} MTP block(s) asked; this weight source provides {}",
+                         opt_.mtp_blocks, w_.mtp.size());
     }
 
     DSV4_RETURN_IF_ERROR(apply_kernel_choices());
@@ -177,6 +180,10 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
     DSV4_RETURN_IF_ERROR(Ii(ws_.tokens, Tm));
     DSV4_RETURN_IF_ERROR(Ii(ws_.pos, Tm));
     DSV4_ASSIGN_OR_RETURN(ws_.start_pos, arena_.alloc_n<int64_t>(Bm));
+    if (!w_.mtp.empty()) {  // the MTP block's input streams and next tokens (mtp_block)
+        DSV4_RETURN_IF_ERROR(F(mtp_in_, Tm * n * d));
+        DSV4_RETURN_IF_ERROR(Ii(mtp_next_, Tm));
+    }
     // Launched steps (launch / collect): sampled ids, pending-token lists, kFull results, and the
     // two slots' pinned staging, sized for the largest plan (penalty tokens grow when needed).
     DSV4_RETURN_IF_ERROR(Ii(sampled_, Bm));
@@ -304,8 +311,8 @@ Status CudaRunner::setup_prefill_gemm() {
         return Status::ok();
     // Scratch: the largest FP8 dense weight as bf16, and a slice of the widest x rows.
     int64_t w_elems = 0, x_cols = 0;
-    for (const DevLayer& L : w_.layers)
-        for (const cuda::WeightDesc* w : {&L.wq_a, &L.wq_b, &L.wkv, &L.wo_a, &L.wo_b, &L.comp.wkv, &L.comp.wgate,
+    for (const DevLayer* Lp : all_blocks())
+        for (const DevLayer& L = *Lp; const cuda::WeightDesc* w : {&L.wq_a, &L.wq_b, &L.wkv, &L.wo_a, &L.wo_b, &L.comp.wkv, &L.comp.wgate,
                                           &L.idx_comp.wkv, &L.idx_comp.wgate, &L.idx_wq_b, &L.idx_wproj, &L.gate,
                                           &L.sh_w1, &L.sh_w3, &L.sh_w2}) {
             if (w->fmt == cuda::WFmt::kFp8E8M0) w_elems = std::max(w_elems, int64_t(w->N) * w->K);
@@ -372,7 +379,12 @@ Status CudaRunner::apply_kernel_choices() {
     stamp(w_.head);
     const bool repack = rt.fast_kernels && rt.moe_layout == "pair-rotated";
     const int n_local = ep_count_ > 0 ? ep_count_ : cfg_.n_routed_experts;
-    for (DevLayer& L : w_.layers) {
+    for (DevMtp& M : w_.mtp) {
+        stamp(M.e_proj);
+        stamp(M.h_proj);
+    }
+    for (DevLayer* Lp : all_blocks()) {
+        DevLayer& L = *Lp;
         for (cuda::WeightDesc* w : {&L.wq_a, &L.wq_b, &L.wkv, &L.wo_a, &L.wo_b, &L.comp.wkv, &L.comp.wgate, &L.idx_comp.wkv,
                                     &L.idx_comp.wgate, &L.idx_wq_b, &L.idx_wproj, &L.gate, &L.sh_w1, &L.sh_w3, &L.sh_w2,
                                     &L.ex_w1, &L.ex_w3, &L.ex_w2})
@@ -611,7 +623,10 @@ using cuda_runner_detail::CudaRunner;
 // 4096 tokens, unless gpu_memory_utilization sizes the pool in init()). Errors: a bad row format, a pool that cannot hold one sequence, page ids beyond int32.
 static Result<KvLayout> runner_layout(const ModelConfig& cfg, CudaRunnerOptions& opt) {
     DSV4_ASSIGN_OR_RETURN(KvRowFormat rows, parse_kv_row_format(opt.rt.kv_rows));
-    DSV4_ASSIGN_OR_RETURN(KvLayout layout, KvLayout::make(cfg, opt.page_tokens, 4, rows));
+    if (opt.mtp_blocks < 0 || opt.mtp_blocks > cfg.num_nextn_predict_layers)
+        return invalid_argument("{} MTP blocks asked; the model config has {}", opt.mtp_blocks,
+                                cfg.num_nextn_predict_layers);
+    DSV4_ASSIGN_OR_RETURN(KvLayout layout, KvLayout::make(cfg, opt.page_tokens, 4, rows, opt.mtp_blocks));
     if (opt.n_pages <= 0 && opt.gpu_memory_utilization > 0) return layout;  // sized in init()
     if (opt.n_pages <= 0) opt.n_pages = 64 * layout.pages_for_tokens(4096);
     if (opt.n_pages < layout.n_state_pages + 1)
@@ -657,6 +672,7 @@ Result<std::unique_ptr<CudaBenchRunner>> make_cuda_runner_synthetic(const ModelC
     auto model = std::make_shared<const RefModel>(cfg, ModelWeights{});
     auto runner = std::make_unique<CudaRunner>(std::move(model), std::move(layout), opt);
     SyntheticWeightsOptions w = wopt;
+    w.mtp_blocks = opt.mtp_blocks;
     if (opt.ep_size > 1 && cfg.n_routed_experts % opt.ep_size == 0) {  // [ep2] this rank's experts only
         w.expert_count = cfg.n_routed_experts / opt.ep_size;
         w.expert_first = opt.ep_rank * w.expert_count;
@@ -685,7 +701,7 @@ Result<std::unique_ptr<ModelRunner>> make_cuda_runner(const ModelConfig& cfg, co
     }
     DSV4_ASSIGN_OR_RETURN(Checkpoint ckpt, Checkpoint::open(checkpoint_dir));
     // Everything is validated before the first device allocation.
-    DSV4_ASSIGN_OR_RETURN(LoadPlan plan, make_load_plan(cfg, ckpt, ex_first, ex_count));
+    DSV4_ASSIGN_OR_RETURN(LoadPlan plan, make_load_plan(cfg, ckpt, ex_first, ex_count, opt.mtp_blocks));
     // The RefModel only carries the config here: no host weights.
     auto model = std::make_shared<const RefModel>(cfg, ModelWeights{});
     auto runner = std::make_unique<CudaRunner>(std::move(model), std::move(layout), opt);

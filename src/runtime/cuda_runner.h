@@ -55,6 +55,10 @@ struct CudaRunnerOptions {
     // stepped together (init runs one all-reduce; runtime/multi_gpu_runner.h drives N ranks).
     int ep_rank = 0, ep_size = 1;
     std::shared_ptr<dist::DeviceAllReduce> ep_all_reduce;  // required when ep_size > 1
+    // The model's MTP blocks to load and keep state for (speculative decoding's drafts, spec §2.11;
+    // 0: none, 1: mtp.0), from a RefModel or the checkpoint loader (not the synthetic proxy weights yet);
+    // the model must hold them.
+    int mtp_blocks = 0;
 };
 
 // True when a CUDA device is present and usable (tests skip otherwise).

@@ -190,6 +190,10 @@ public:
     }
     size_t device_bytes() const override { return arena_.bytes(); }
     GraphReplays graph_replays() const override { return replays_; }
+    Result<std::vector<double>> time_mtp_draft(const ForwardBatch& batch, int warmup, int reps) override;
+    Status forward_with_mtp(const ForwardBatch& batch, std::span<const int32_t> next,
+                            std::vector<std::vector<float>>& logits,
+                            std::vector<std::vector<float>>& mtp_logits) override;
     Status collective_warm_up() override {
         // [ep2] One eager all-reduce of the largest MoE output before any capture (NCCL sets up its
         // connections outside graph capture); every rank calls it together.
@@ -282,6 +286,36 @@ private:
     void set_gemm_thresholds(int max_t);
     int moe_gemm_min_tokens_ = 0;  // set_gemm_thresholds: MoeArgs::grouped_min_tokens of this step
     bool decode_only_step_ = false;  // set_gemm_thresholds: MoeArgs::decode_step of this step
+    // Block l: decoder layer l < n_layers, else MTP block l - n_layers (spec §2.11: compress ratio 0,
+    // learned routing); attention() and moe() run either.
+    const DevLayer& block_w(int l) const {
+        return l < cfg_.n_layers ? w_.layers[size_t(l)] : w_.mtp[size_t(l - cfg_.n_layers)].block;
+    }
+    int block_ratio(int l) const { return l < cfg_.n_layers ? cfg_.compress_ratio(l) : 0; }
+    AttnType block_type(int l) const { return l < cfg_.n_layers ? cfg_.layer_types[size_t(l)] : AttnType::kSliding; }
+    MoeRouting block_routing(int l) const {
+        return l < cfg_.n_layers ? cfg_.mlp_types[size_t(l)] : MoeRouting::kLearned;
+    }
+    // Every decoder and MTP block's weights (kernel stamps, repacks, tuning checks).
+    std::vector<DevLayer*> all_blocks() {
+        std::vector<DevLayer*> v;
+        for (DevLayer& L : w_.layers) v.push_back(&L);
+        for (DevMtp& M : w_.mtp) v.push_back(&M.block);
+        return v;
+    }
+    std::vector<const DevLayer*> all_blocks() const {
+        std::vector<const DevLayer*> v;
+        for (const DevLayer& L : w_.layers) v.push_back(&L);
+        for (const DevMtp& M : w_.mtp) v.push_back(&M.block);
+        return v;
+    }
+    // MTP block m over the step planned in the workspace (T tokens of B sequences, at most max_t each;
+    // cuda_runner_mtp.cpp): X = e_proj enorm(E[next]) + h_proj hnorm(streams) per position (spec §2.11),
+    // then block n_layers + m (its window ring at the tokens' positions), then its hc_head, norm and the
+    // shared head for the R rows of ws_.logit_rows into ws_.logits. streams: [T, hc_mult, d] device, the
+    // main model's final streams of the step's positions, normed in place (not ws_.X, which this overwrites with the
+    // block's output streams); next: [T] device ids, the token after each position.
+    Status mtp_block(int m, int B, int T, int max_t, int R, float* streams, const int32_t* next);
     Status attention(int l, const cuda::StepPlan& sp, int T, int max_t, int splits);
     // The state and attention part of attention() for a batched prefill step (cuda_runner_prefill.cpp):
     // staging, chunk compressors, the indexer and sparse_decode over pseudo-sequences of
@@ -370,6 +404,8 @@ private:
     std::map<int, cudaGraphExec_t> graphs_;
     std::map<int, cudaGraphExec_t> verify_graphs_;  // verify_graph: key B * 8 + n
     GraphReplays replays_;                           // queue_step's graph launches
+    float* mtp_in_ = nullptr;       // [max_step_tokens, hc_mult, d] the MTP block's input streams (with an MTP block)
+    int32_t* mtp_next_ = nullptr;   // [max_step_tokens] the token after each position
     // [max_seqs] ids of the last step's device-sampled rows, by logits row: argmax_rows writes them,
     // kFull tokens are scattered in; the next step's pending tokens are read from here.
     int32_t* sampled_ = nullptr;

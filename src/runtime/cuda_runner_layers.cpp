@@ -8,17 +8,17 @@ namespace dsv4::cuda_runner_detail {
 bool CudaRunner::bf16_route(int l, int T, int max_t) const {
     const int H = cfg_.n_heads, D = cfg_.head_dim, G = cfg_.o_groups, orank = cfg_.o_lora_rank;
     return batched_step(max_t) && gemm_step(T) &&
-           cuda::linear_reads_only_bf16(w_.layers[l].wo_a, orank, int64_t(H / G) * D, int64_t(H) * D,
+           cuda::linear_reads_only_bf16(block_w(l).wo_a, orank, int64_t(H / G) * D, int64_t(H) * D,
                                         int64_t(G) * orank, T);
 }
 
 Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, int splits) {
-    const DevLayer& L = w_.layers[l];
+    const DevLayer& L = block_w(l);
     const LayerStateLayout& S = layout_.layers[l];
     const int d = cfg_.hidden_size, H = cfg_.n_heads, D = cfg_.head_dim, qr = cfg_.q_lora_rank, R = cfg_.rope_dim;
     const float eps = float(cfg_.rms_norm_eps);
-    const int r = cfg_.compress_ratio(l);
-    const bool csa = cfg_.layer_types[l] == AttnType::kCSA;
+    const int r = block_ratio(l);
+    const bool csa = block_type(l) == AttnType::kCSA;
     const float* rope = r == 0 ? w_.rope_main : w_.rope_compress;
     cudaStream_t st = stream_;
     const int IH = cfg_.index_n_heads, ID = cfg_.index_head_dim;
@@ -207,7 +207,7 @@ Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, 
 }
 
 cuda::MoeArgs CudaRunner::moe_args(int l, int T) const {
-    const DevLayer& L = w_.layers[l];
+    const DevLayer& L = block_w(l);
     cuda::MoeArgs a;
     a.T = T;
     a.E = cfg_.n_routed_experts;
@@ -215,7 +215,7 @@ cuda::MoeArgs CudaRunner::moe_args(int l, int T) const {
     a.d = cfg_.hidden_size;
     a.I = cfg_.moe_intermediate_size;
     a.logits = ws_.glog;
-    const bool hash = cfg_.mlp_types[l] == MoeRouting::kHash;
+    const bool hash = block_routing(l) == MoeRouting::kHash;
     a.bias = hash ? nullptr : L.gate_bias;
     a.tid2eid = hash ? L.tid2eid : nullptr;
     a.tokens = ws_.tokens;
@@ -247,7 +247,7 @@ cuda::MoeArgs CudaRunner::moe_args(int l, int T) const {
 }
 
 Status CudaRunner::moe(int l, int T) {
-    const DevLayer& L = w_.layers[l];
+    const DevLayer& L = block_w(l);
     const int d = cfg_.hidden_size, E = cfg_.n_routed_experts, I = cfg_.moe_intermediate_size;
     const float lim = float(cfg_.swiglu_limit);
     cudaStream_t st = stream_;

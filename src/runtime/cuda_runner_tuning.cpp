@@ -98,8 +98,8 @@ Status CudaRunner::apply_tuning_rules() {
             DSV4_ASSIGN_OR_RETURN(const int v, resolve_name(r, file, cuda::dense_gemv_variant_count(),
                                                             [](int i) { return cuda::dense_gemv_variant_name(i); }));
             // Every dense weight of every layer as the layer blocks call it (cuda_runner_layers.cpp).
-            for (const DevLayer& L : w_.layers)
-                for (int T : token_samples(r.tokens, opt_.max_step_tokens)) {
+            for (const DevLayer* Lp : all_blocks())
+                for (const DevLayer& L = *Lp; int T : token_samples(r.tokens, opt_.max_step_tokens)) {
                     const struct {
                         const cuda::WeightDesc* w;
                         int n_per_group;

@@ -150,6 +150,52 @@ Result<DevCompressor> upload_comp(Uploader& up, const std::string& p, const Comp
     DSV4_ASSIGN_OR_RETURN(o.norm, up.vec(c.norm));
     return o;
 }
+// One decoder block's weights under checkpoint prefix p ("layers.3." or "mtp.0."); the routed
+// experts [ex_first, ex_first + ex_count).
+Result<DevLayer> upload_layer(Uploader& up, DeviceArena& arena, const ModelConfig& cfg, const LayerWeights& L,
+                              const std::string& p, int ex_first, int ex_count) {
+    const int64_t d = cfg.hidden_size, H = cfg.n_heads, D = cfg.head_dim, qr = cfg.q_lora_rank;
+    const int64_t G = cfg.o_groups, orank = cfg.o_lora_rank, E = cfg.n_routed_experts, I = cfg.moe_intermediate_size;
+    DevLayer o;
+    DSV4_ASSIGN_OR_RETURN(o.hc_attn, upload_mhc(up, L.hc_attn_fn, L.hc_attn_base, L.hc_attn_scale));
+    DSV4_ASSIGN_OR_RETURN(o.hc_ffn, upload_mhc(up, L.hc_ffn_fn, L.hc_ffn_base, L.hc_ffn_scale));
+    DSV4_ASSIGN_OR_RETURN(o.attn_norm, up.vec(L.attn_norm));
+    DSV4_ASSIGN_OR_RETURN(o.ffn_norm, up.vec(L.ffn_norm));
+    DSV4_ASSIGN_OR_RETURN(o.attn_sink, up.vec(L.attn_sink));
+    DSV4_ASSIGN_OR_RETURN(o.q_norm, up.vec(L.q_norm));
+    DSV4_ASSIGN_OR_RETURN(o.kv_norm, up.vec(L.kv_norm));
+    DSV4_ASSIGN_OR_RETURN(o.wq_a, up.matrix(p + "attn.wq_a.weight", qr, d, L.wq_a));
+    DSV4_ASSIGN_OR_RETURN(o.wq_b, up.matrix(p + "attn.wq_b.weight", H * D, qr, L.wq_b));
+    DSV4_ASSIGN_OR_RETURN(o.wkv, up.matrix(p + "attn.wkv.weight", D, d, L.wkv));
+    DSV4_ASSIGN_OR_RETURN(o.wo_a, up.matrix(p + "attn.wo_a.weight", G * orank, (H / G) * D, L.wo_a));
+    DSV4_ASSIGN_OR_RETURN(o.wo_b, up.matrix(p + "attn.wo_b.weight", d, G * orank, L.wo_b));
+    if (L.has_compressor) {
+        DSV4_ASSIGN_OR_RETURN(o.comp, upload_comp(up, p + "attn.compressor.", L.compressor, d));
+    }
+    if (L.has_indexer) {
+        const int64_t IH = cfg.index_n_heads, ID = cfg.index_head_dim;
+        DSV4_ASSIGN_OR_RETURN(o.idx_comp, upload_comp(up, p + "attn.indexer.compressor.", L.indexer.compressor, d));
+        DSV4_ASSIGN_OR_RETURN(o.idx_wq_b, up.matrix(p + "attn.indexer.wq_b.weight", IH * ID, qr, L.indexer.wq_b));
+        DSV4_ASSIGN_OR_RETURN(o.idx_wproj, up.matrix(p + "attn.indexer.weights_proj.weight", IH, d, L.indexer.weights_proj));
+    }
+    DSV4_ASSIGN_OR_RETURN(o.gate, up.matrix(p + "ffn.gate.weight", E, d, L.gate));
+    if (!L.gate_bias.empty()) {
+        DSV4_ASSIGN_OR_RETURN(o.gate_bias, up.vec(L.gate_bias));
+    }
+    if (!L.tid2eid.empty()) {
+        DSV4_ASSIGN_OR_RETURN(void* t, arena.upload(L.tid2eid.data(), L.tid2eid.size() * sizeof(int32_t)));
+        o.tid2eid = static_cast<const int32_t*>(t);
+    }
+    DSV4_ASSIGN_OR_RETURN(o.sh_w1, up.matrix(p + "ffn.shared_experts.w1.weight", I, d, L.shared.w1));
+    DSV4_ASSIGN_OR_RETURN(o.sh_w3, up.matrix(p + "ffn.shared_experts.w3.weight", I, d, L.shared.w3));
+    DSV4_ASSIGN_OR_RETURN(o.sh_w2, up.matrix(p + "ffn.shared_experts.w2.weight", d, I, L.shared.w2));
+    const std::string ep = p + "ffn.experts.";
+    DSV4_ASSIGN_OR_RETURN(o.ex_w1, up.experts(ep, "w1", ex_first, ex_count, I, d, L.experts, &ExpertWeights::w1));
+    DSV4_ASSIGN_OR_RETURN(o.ex_w3, up.experts(ep, "w3", ex_first, ex_count, I, d, L.experts, &ExpertWeights::w3));
+    DSV4_ASSIGN_OR_RETURN(o.ex_w2, up.experts(ep, "w2", ex_first, ex_count, d, I, L.experts, &ExpertWeights::w2));
+    // The fast expert GEMV's code layout is applied by the runner (CudaRunner::apply_kernel_choices).
+    return o;
+}
 }  // namespace
 
 DeviceArena::~DeviceArena() {
@@ -181,7 +227,7 @@ Result<size_t> upload_rope_tables(const ModelConfig& cfg, DeviceArena& arena, De
 }
 
 Result<DevWeights> upload_weights(const RefModel& model, const Checkpoint* ckpt, DeviceArena& arena,
-                                  int expert_first, int expert_count) {
+                                  int expert_first, int expert_count, int mtp_blocks) {
     const ModelConfig& cfg = model.config();
     const ModelWeights& W = model.weights();
     Uploader up{ckpt, arena, {}};
@@ -199,47 +245,26 @@ Result<DevWeights> upload_weights(const RefModel& model, const Checkpoint* ckpt,
     DSV4_ASSIGN_OR_RETURN(dw.hc_head, upload_mhc(up, W.hc_head_fn, W.hc_head_base, W.hc_head_scale));
     DSV4_RETURN_IF_ERROR(upload_rope_tables(cfg, arena, dw).status());
     for (int l = 0; l < cfg.n_layers; ++l) {
-        const LayerWeights& L = W.layers[l];
-        const std::string p = "layers." + std::to_string(l) + ".";
-        DevLayer o;
-        DSV4_ASSIGN_OR_RETURN(o.hc_attn, upload_mhc(up, L.hc_attn_fn, L.hc_attn_base, L.hc_attn_scale));
-        DSV4_ASSIGN_OR_RETURN(o.hc_ffn, upload_mhc(up, L.hc_ffn_fn, L.hc_ffn_base, L.hc_ffn_scale));
-        DSV4_ASSIGN_OR_RETURN(o.attn_norm, up.vec(L.attn_norm));
-        DSV4_ASSIGN_OR_RETURN(o.ffn_norm, up.vec(L.ffn_norm));
-        DSV4_ASSIGN_OR_RETURN(o.attn_sink, up.vec(L.attn_sink));
-        DSV4_ASSIGN_OR_RETURN(o.q_norm, up.vec(L.q_norm));
-        DSV4_ASSIGN_OR_RETURN(o.kv_norm, up.vec(L.kv_norm));
-        DSV4_ASSIGN_OR_RETURN(o.wq_a, up.matrix(p + "attn.wq_a.weight", qr, d, L.wq_a));
-        DSV4_ASSIGN_OR_RETURN(o.wq_b, up.matrix(p + "attn.wq_b.weight", H * D, qr, L.wq_b));
-        DSV4_ASSIGN_OR_RETURN(o.wkv, up.matrix(p + "attn.wkv.weight", D, d, L.wkv));
-        DSV4_ASSIGN_OR_RETURN(o.wo_a, up.matrix(p + "attn.wo_a.weight", G * orank, (H / G) * D, L.wo_a));
-        DSV4_ASSIGN_OR_RETURN(o.wo_b, up.matrix(p + "attn.wo_b.weight", d, G * orank, L.wo_b));
-        if (L.has_compressor) {
-            DSV4_ASSIGN_OR_RETURN(o.comp, upload_comp(up, p + "attn.compressor.", L.compressor, d));
-        }
-        if (L.has_indexer) {
-            const int64_t IH = cfg.index_n_heads, ID = cfg.index_head_dim;
-            DSV4_ASSIGN_OR_RETURN(o.idx_comp, upload_comp(up, p + "attn.indexer.compressor.", L.indexer.compressor, d));
-            DSV4_ASSIGN_OR_RETURN(o.idx_wq_b, up.matrix(p + "attn.indexer.wq_b.weight", IH * ID, qr, L.indexer.wq_b));
-            DSV4_ASSIGN_OR_RETURN(o.idx_wproj, up.matrix(p + "attn.indexer.weights_proj.weight", IH, d, L.indexer.weights_proj));
-        }
-        DSV4_ASSIGN_OR_RETURN(o.gate, up.matrix(p + "ffn.gate.weight", E, d, L.gate));
-        if (!L.gate_bias.empty()) {
-            DSV4_ASSIGN_OR_RETURN(o.gate_bias, up.vec(L.gate_bias));
-        }
-        if (!L.tid2eid.empty()) {
-            DSV4_ASSIGN_OR_RETURN(void* t, arena.upload(L.tid2eid.data(), L.tid2eid.size() * sizeof(int32_t)));
-            o.tid2eid = static_cast<const int32_t*>(t);
-        }
-        DSV4_ASSIGN_OR_RETURN(o.sh_w1, up.matrix(p + "ffn.shared_experts.w1.weight", I, d, L.shared.w1));
-        DSV4_ASSIGN_OR_RETURN(o.sh_w3, up.matrix(p + "ffn.shared_experts.w3.weight", I, d, L.shared.w3));
-        DSV4_ASSIGN_OR_RETURN(o.sh_w2, up.matrix(p + "ffn.shared_experts.w2.weight", d, I, L.shared.w2));
-        const std::string ep = p + "ffn.experts.";
-        DSV4_ASSIGN_OR_RETURN(o.ex_w1, up.experts(ep, "w1", ex_first, ex_count, I, d, L.experts, &ExpertWeights::w1));
-        DSV4_ASSIGN_OR_RETURN(o.ex_w3, up.experts(ep, "w3", ex_first, ex_count, I, d, L.experts, &ExpertWeights::w3));
-        DSV4_ASSIGN_OR_RETURN(o.ex_w2, up.experts(ep, "w2", ex_first, ex_count, d, I, L.experts, &ExpertWeights::w2));
-        // The fast expert GEMV's code layout is applied by the runner (CudaRunner::apply_kernel_choices).
+        DSV4_ASSIGN_OR_RETURN(DevLayer o, upload_layer(up, arena, cfg, W.layers[l], "layers." + std::to_string(l) + ".",
+                                                       ex_first, ex_count));
         dw.layers.push_back(o);
+    }
+    // The MTP blocks (spec §2.11): a decoder block each plus their input projections, norms and head mixing.
+    if (mtp_blocks > int(W.mtp.size()))
+        return error(StatusCode::kFailedPrecondition, "{} MTP block(s) asked, the model holds {} (mtp.* tensors)",
+                     mtp_blocks, W.mtp.size());
+    for (size_t m = 0; m < size_t(std::max(mtp_blocks, 0)); ++m) {
+        const MtpWeights& M = W.mtp[m];
+        const std::string p = "mtp." + std::to_string(m) + ".";
+        DevMtp o;
+        DSV4_ASSIGN_OR_RETURN(o.block, upload_layer(up, arena, cfg, M.block, p, ex_first, ex_count));
+        DSV4_ASSIGN_OR_RETURN(o.e_proj, up.matrix(p + "e_proj.weight", d, d, M.e_proj));
+        DSV4_ASSIGN_OR_RETURN(o.h_proj, up.matrix(p + "h_proj.weight", d, d, M.h_proj));
+        DSV4_ASSIGN_OR_RETURN(o.enorm, up.vec(M.enorm));
+        DSV4_ASSIGN_OR_RETURN(o.hnorm, up.vec(M.hnorm));
+        DSV4_ASSIGN_OR_RETURN(o.norm, up.vec(M.norm));
+        DSV4_ASSIGN_OR_RETURN(o.hc_head, upload_mhc(up, M.hc_head_fn, M.hc_head_base, M.hc_head_scale));
+        dw.mtp.push_back(o);
     }
     dw.summary = fmt::format("{:.1f} MiB on the device;", double(arena.bytes()) / (1 << 20));
     for (const auto& [f, n] : up.fmt_count) dw.summary += fmt::format(" {} x{}", f, n);

@@ -68,6 +68,15 @@ struct DevLayer {
     cuda::WeightDesc ex_w1, ex_w3, ex_w2;  // E experts, expert_stride set
 };
 
+// An MTP block (spec §2.11): X = e_proj enorm(E[next]) + h_proj hnorm(streams), one decoder block (ratio 0,
+// learned routing), then its own hc_head and norm before the shared head.
+struct DevMtp {
+    DevLayer block;
+    cuda::WeightDesc e_proj, h_proj;  // [d, d]
+    const float *enorm = nullptr, *hnorm = nullptr, *norm = nullptr;
+    DevMhc hc_head;
+};
+
 struct DevWeights {
     cuda::WeightDesc embed, head;
     const float* norm = nullptr;
@@ -75,6 +84,7 @@ struct DevWeights {
     const float* rope_main = nullptr;      // [rope_dim/2]
     const float* rope_compress = nullptr;  // [rope_dim/2]
     std::vector<DevLayer> layers;
+    std::vector<DevMtp> mtp;  // the model's MTP blocks (uploads from a RefModel that holds them)
     std::string summary;  // formats used, bytes
 };
 
@@ -85,8 +95,9 @@ Result<size_t> upload_rope_tables(const ModelConfig& cfg, DeviceArena& arena, De
 
 // Uploads the model. `ckpt` may be null (f32 from model.weights()). Expert parallelism: only the
 // routed experts [expert_first, expert_first + expert_count) are uploaded (packed from local index
-// 0); expert_count 0 uploads all. Errors: a range outside [0, E).
+// 0); expert_count 0 uploads all. mtp_blocks: the model's first MTP blocks to upload too (DevWeights::mtp).
+// Errors: a range outside [0, E), more MTP blocks than the model holds.
 Result<DevWeights> upload_weights(const RefModel& model, const Checkpoint* ckpt, DeviceArena& arena,
-                                  int expert_first = 0, int expert_count = 0);
+                                  int expert_first = 0, int expert_count = 0, int mtp_blocks = 0);
 
 }  // namespace dsv4

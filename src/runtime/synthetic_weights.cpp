@@ -139,7 +139,8 @@ Result<DevWeights> make_synthetic_weights(const ModelConfig& cfg, const Syntheti
     DSV4_ASSIGN_OR_RETURN(const size_t rope_bytes, upload_rope_tables(cfg, arena, dw));
     g.tally.streamed += int64_t(rope_bytes);
     g.tally.expert_params_one = 3 * I * d;
-    for (int l = 0; l < cfg.n_layers; ++l) {
+    // One decoder block: compress ratio r, CSA, hash routing.
+    auto block = [&](int r, bool csa, bool hash) -> Result<DevLayer> {
         DevLayer o;
         DSV4_ASSIGN_OR_RETURN(o.hc_attn, g.mhc(mix, n * d, 3));
         DSV4_ASSIGN_OR_RETURN(o.hc_ffn, g.mhc(mix, n * d, 3));
@@ -153,8 +154,6 @@ Result<DevWeights> make_synthetic_weights(const ModelConfig& cfg, const Syntheti
         DSV4_ASSIGN_OR_RETURN(o.wkv, g.fp8(D, d));
         DSV4_ASSIGN_OR_RETURN(o.wo_a, g.fp8(G * orank, (H / G) * D));
         DSV4_ASSIGN_OR_RETURN(o.wo_b, g.fp8(d, G * orank));
-        const int r = cfg.compress_ratio(l);
-        const bool csa = cfg.layer_types[l] == AttnType::kCSA;
         if (r > 0) {
             DSV4_ASSIGN_OR_RETURN(o.comp, g.compressor(r, csa ? 2 : 1, D, d));
         }
@@ -164,7 +163,7 @@ Result<DevWeights> make_synthetic_weights(const ModelConfig& cfg, const Syntheti
             DSV4_ASSIGN_OR_RETURN(o.idx_wproj, g.bf16(IH, d, &g.tally.streamed));
         }
         DSV4_ASSIGN_OR_RETURN(o.gate, g.bf16(E, d, &g.tally.streamed));
-        if (cfg.mlp_types[l] == MoeRouting::kHash) {
+        if (hash) {
             DSV4_ASSIGN_OR_RETURN(void* t, arena.alloc(size_t(4 * V * k)));
             DSV4_RETURN_IF_ERROR(
                 cu(cuda::synth::fill_tid2eid(static_cast<int32_t*>(t), V, k, hot, g.next(), g.st), "fill_tid2eid"));
@@ -183,16 +182,39 @@ Result<DevWeights> make_synthetic_weights(const ModelConfig& cfg, const Syntheti
         DSV4_ASSIGN_OR_RETURN(o.ex_w3, g.experts(ex_first, ex_count, I, d));
         DSV4_ASSIGN_OR_RETURN(o.ex_w2, g.experts(ex_first, ex_count, d, I));
         // The fast expert GEMV's code layout is applied by the runner (CudaRunner::apply_kernel_choices).
+        return o;
+    };
+    for (int l = 0; l < cfg.n_layers; ++l) {
+        DSV4_ASSIGN_OR_RETURN(DevLayer o, block(cfg.compress_ratio(l), cfg.layer_types[l] == AttnType::kCSA,
+                                                cfg.mlp_types[l] == MoeRouting::kHash));
         dw.layers.push_back(o);
     }
+    // MTP blocks after everything else (the seed streams of the main model's tensors do not move), kept
+    // out of the byte tally (the decode step's bytes model): a draft step reads them, not the step.
+    const ProxyWeightBytes main_tally = g.tally;
+    const size_t before_mtp = arena.bytes();
+    for (int m = 0; m < opt.mtp_blocks; ++m) {
+        DevMtp o;
+        DSV4_ASSIGN_OR_RETURN(o.block, block(0, false, false));
+        DSV4_ASSIGN_OR_RETURN(o.e_proj, g.fp8(d, d));
+        DSV4_ASSIGN_OR_RETURN(o.h_proj, g.fp8(d, d));
+        DSV4_ASSIGN_OR_RETURN(o.enorm, g.norm(d));
+        DSV4_ASSIGN_OR_RETURN(o.hnorm, g.norm(d));
+        DSV4_ASSIGN_OR_RETURN(o.norm, g.norm(d));
+        DSV4_ASSIGN_OR_RETURN(o.hc_head, g.mhc(n, n * d, 1));
+        dw.mtp.push_back(o);
+    }
+    g.tally = main_tally;
+    const double mtp_gb = double(arena.bytes() - before_mtp) / 1e9;
     DSV4_RETURN_IF_ERROR(cu(cudaDeviceSynchronize(), "synthetic weights"));
     dw.summary = fmt::format(
         "{:.1f} MiB of synthetic weights (seed {}, routing {}): streamed {:.3f} GB, routed experts {:.3f} GB "
-        "({}, experts [{}, {})), embedding {:.3f} GB, tid2eid {:.3f} GB",
+        "({}, experts [{}, {})), embedding {:.3f} GB, tid2eid {:.3f} GB{}",
         double(arena.bytes() - before) / (1 << 20), opt.seed,
         opt.skewed ? fmt::format("skewed to {} experts", hot) : std::string("uniform"), double(g.tally.streamed) / 1e9,
         double(g.tally.experts) / 1e9, dw.layers.empty() ? "MXFP4" : cuda::wfmt_name(dw.layers[0].ex_w1.fmt), ex_first,
-        ex_first + ex_count, double(g.tally.embed) / 1e9, double(g.tally.tables) / 1e9);
+        ex_first + ex_count, double(g.tally.embed) / 1e9, double(g.tally.tables) / 1e9,
+        opt.mtp_blocks > 0 ? fmt::format(", {} MTP block(s) {:.3f} GB", opt.mtp_blocks, mtp_gb) : std::string());
     if (bytes) *bytes = g.tally;
     return dw;
 }

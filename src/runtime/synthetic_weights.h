@@ -34,6 +34,9 @@ struct SyntheticWeightsOptions {
     // kv_norm, the compressors' norms; BF16 in the official checkpoint, f32 here) rounded to bf16
     // values. Every other tensor is generated in its checkpoint dtype already. Unskewed only.
     bool bf16_norms = false;
+    // MTP blocks (spec §2.11: a ratio-0 block with learned routing, FP8 e_proj / h_proj) generated after
+    // every other tensor (DevWeights::mtp), for the draft step of speculative decoding; not in `bytes`.
+    int mtp_blocks = 0;
     // Experts a token can be routed to: n_routed_experts, or hot_experts when skewed.
     int routable(const ModelConfig& cfg) const { return skewed ? hot_experts : cfg.n_routed_experts; }
 };

@@ -179,6 +179,45 @@ TEST(LoadPlan, ShardedWithMtpBlockSkipsItWithAReason) {
     EXPECT_EQ(files.size(), 3u);
 }
 
+// Asked for (speculative decoding), the MTP block is planned like a decoder block plus its projections,
+// norms and head mixing: nothing of mtp.0 is skipped, every golden tensor is then consumed, and the
+// block's tensors keep their checkpoint formats (FP8 e_proj / h_proj, MXFP4 experts in tiny_quant). A
+// missing tensor of the block is an error naming it; more blocks than the config has are refused.
+TEST(LoadPlan, MtpBlockPlannedWhenAsked) {
+    for (const char* g : {"tiny_f32", "tiny_quant"}) {
+        const std::string dir = kGolden + "/" + g;
+        auto cfg = *ModelConfig::from_file(dir + "/config.json");
+        auto ck = std::move(Checkpoint::open(dir + "/model.safetensors")).value();
+        auto plan = make_load_plan(cfg, ck, 0, 0, 1);
+        ASSERT_TRUE(plan.is_ok()) << g << ": " << plan.status().to_string();
+        EXPECT_EQ(plan->mtp_blocks, 1);
+        EXPECT_TRUE(plan->skipped.empty()) << g << ": " << plan->skipped.front().name;
+        size_t scales = 0;
+        uint64_t bytes = 0;
+        for (const auto& t : plan->tensors) scales += t.scale.nbytes ? 1 : 0;
+        for (const auto& n : ck.names()) bytes += ck.get(n)->nbytes;
+        EXPECT_EQ(plan->tensors.size() + scales, ck.names().size()) << g;
+        EXPECT_EQ(plan->checkpoint_bytes, bytes) << g;
+        for (const char* name : {"mtp.0.e_proj.weight", "mtp.0.h_proj.weight", "mtp.0.enorm.weight",
+                                 "mtp.0.hc_head_fn", "mtp.0.attn.wq_a.weight", "mtp.0.ffn.gate.bias",
+                                 "mtp.0.ffn.experts.0.w1.weight"})
+            EXPECT_NE(plan->find(name), nullptr) << g << ": " << name;
+        EXPECT_EQ(plan->find("mtp.0.attn.compressor.wkv.weight"), nullptr);  // ratio 0: window only
+        if (std::string(g) == "tiny_quant") {
+            EXPECT_EQ(plan->find("mtp.0.e_proj.weight")->fmt, PlanFormat::kFp8E8M0);
+            EXPECT_EQ(plan->find("mtp.0.ffn.experts.0.w1.weight")->fmt, PlanFormat::kMxfp4);
+        }
+        expect_error(make_load_plan(cfg, ck, 0, 0, 2), StatusCode::kInvalidArgument, {"num_nextn_predict_layers"});
+    }
+    TempDir t;
+    write_variant(kGolden + "/tiny_quant", t.str(), 2,
+                  [](Tensor& x) { x.drop = x.name.starts_with("mtp.0.h_proj."); });
+    auto cfg = *ModelConfig::from_file(t.str() + "/config.json");
+    auto ck = std::move(Checkpoint::open(t.str())).value();
+    expect_error(make_load_plan(cfg, ck, 0, 0, 1), StatusCode::kNotFound, {"mtp.0.h_proj.weight"});
+    EXPECT_TRUE(make_load_plan(cfg, ck).is_ok());  // not asked: the partial block is skipped
+}
+
 // The CPU reference loads the MTP block all or none: a checkpoint holding some mtp.* tensors but not
 // mtp.0.e_proj is an error naming it, not a model silently without the block.
 TEST(LoadPlan, PartialMtpBlockIsAnErrorNamingTheMissingTensor) {

@@ -53,6 +53,9 @@ void register_proxy_bench(CLI::App& app, CommandContext& ctx) {
     cmd->add_option("--verify-tokens", *vtoks,
                     "comma-separated n = k + 1: speculative-decoding verify steps of n tokens per sequence at every "
                     "batch and context, beside the one-token step (none by default)");
+    cmd->add_flag("--mtp-draft", o->mtp_draft,
+                  "with --verify-tokens: add a synthetic MTP block and time the draft step as its graph (else the "
+                  "draft step is estimated from a decode point)");
     cmd->callback([&ctx, o, batches, contexts, plens, pusers, vtoks] {
         o->verify_tokens = int_list(*vtoks);
         o->batches = int_list(*batches);

@@ -43,6 +43,10 @@ struct ProxyBenchOptions {
     // Verify points (cmd_proxy_bench_verify.cpp): steps of n tokens per sequence (n = k + 1 of speculative
     // decoding) beside the one-token step, at every batch and context; empty: none.
     std::vector<int> verify_tokens;
+    // With verify points: the proxy gets a synthetic MTP block (mtp.0) and each point's draft step is
+    // measured as a graph of that block and its greedy pick (CudaBenchRunner::time_mtp_draft) instead of
+    // estimated from a decode point's layer and head.
+    bool mtp_draft = false;
 };
 
 // Runs the benchmark; returns a process exit code. Without CUDA it prints why and returns 2.

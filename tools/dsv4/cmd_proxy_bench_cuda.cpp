@@ -183,7 +183,10 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
         std::fprintf(stderr, "proxy-bench: %s\n", cfg_r.status().message().c_str());
         return 2;
     }
-    const ModelConfig cfg = *cfg_r;
+    const bool mtp = o.mtp_draft && !o.verify_tokens.empty();
+    ModelConfig cfg_m = *cfg_r;
+    if (mtp) cfg_m.num_nextn_predict_layers = 1;  // a synthetic mtp.0 for the measured draft step
+    const ModelConfig cfg = cfg_m;
     // Run-time options once (defaults < tuning file < environment < --kv-rows < --option); the bench's
     // layout and bytes model follow the resolved kv_rows.
     std::vector<std::string> settings = o.options;
@@ -271,7 +274,7 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
     const ProxyWeightBytes wb = proxy_weight_bytes(cfg);
     ProxyWeightBytes wb_gpu = wb;
     wb_gpu.experts = wb.experts / G;
-    auto layout_r = KvLayout::make(cfg, 64, 4, *row_fmt);
+    auto layout_r = KvLayout::make(cfg, 64, 4, *row_fmt, mtp ? 1 : 0);
     if (!layout_r) {
         std::fprintf(stderr, "proxy-bench: %s\n", layout_r.status().message().c_str());
         return 2;
@@ -314,6 +317,7 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
     ro.max_context = std::max<int64_t>(int64_t(contexts.back()) + 64, max_prompt + 64);
     ro.rt = rt;
     ro.verbose = true;
+    ro.mtp_blocks = mtp ? 1 : 0;
     SyntheticWeightsOptions wo;
     wo.seed = o.seed;
     wo.skewed = o.skewed;

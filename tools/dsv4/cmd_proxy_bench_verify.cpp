@@ -97,14 +97,27 @@ bool run_verify_points(CudaBenchRunner& runner, const ModelConfig& cfg, const Pr
             // decode-graph point at this batch and context, plus what the served path adds to a graph
             // replay (this one-token step minus that point's replay), as if each draft were its own
             // launch; without a decode point, a whole one-token step.
-            double draft_ms = t1;
+            double draft_ms = t1, overhead = 0.0;
             const char* draft_from = "one-token step (no decode point)";
             for (const auto& d : J["points"])
                 if (d.value("batch", -1) == B && d.value("context", -1) == L && d.contains("per_layer_us")) {
-                    const double overhead = std::max(0.0, t1 - d["step_us"]["median"].get<double>() / 1e3);
+                    overhead = std::max(0.0, t1 - d["step_us"]["median"].get<double>() / 1e3);
                     draft_ms = (d["head_us"]["median"].get<double>() + d["per_layer_us"].get<double>()) / 1e3 + overhead;
                     draft_from = "head + one layer of the decode point + the served path's overhead";
                 }
+            if (o.mtp_draft) {  // measured: the MTP block's graph (block, head, greedy pick) at this batch
+                auto tm = runner.time_mtp_draft(batch_of(1), o.warmup + 3, std::max(o.reps, 10));
+                if (!tm.is_ok()) {
+                    std::fprintf(stderr, "proxy-bench: MTP draft step, batch %d ctx %d: %s\n", B, L,
+                                 tm.status().message().c_str());
+                    return false;
+                }
+                const Spread dsp = spread(*tm);
+                pt["mtp_draft_graph_us"] = *tm;
+                draft_ms = dsp.med / 1e3 + overhead;
+                draft_from = overhead > 0 ? "MTP block graph, measured, + the served path's overhead"
+                                          : "MTP block graph, measured (no decode point for the served overhead)";
+            }
             pt["draft_ms"] = draft_ms;
             pt["draft_from"] = draft_from;
             for (int n : ns) {

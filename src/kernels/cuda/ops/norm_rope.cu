@@ -239,6 +239,22 @@ cudaError_t scale_inplace(float* x, int64_t n, float s, cudaStream_t st) {
     return cudaGetLastError();
 }
 
+namespace {
+__global__ void add_broadcast_rows_kernel(float* X, const float* e, int64_t n, int copies, int d) {
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const int64_t t = i / (int64_t(copies) * d), c = i % d;
+    X[i] += e[t * d + c];
+}
+}  // namespace
+
+cudaError_t add_broadcast_rows(float* X, const float* e, int T, int copies, int d, cudaStream_t st) {
+    const int64_t n = int64_t(T) * copies * d;
+    if (n <= 0) return cudaSuccess;
+    add_broadcast_rows_kernel<<<unsigned((n + 255) / 256), 256, 0, st>>>(X, e, n, copies, d);
+    return cudaGetLastError();
+}
+
 cudaError_t swiglu(const float* a, const float* b, float* h, int64_t n, float lim, cudaStream_t st) {
     if (n <= 0) return cudaSuccess;
     swiglu_kernel<<<unsigned((n + 255) / 256), 256, 0, st>>>(a, b, h, n, lim);

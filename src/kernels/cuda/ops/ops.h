@@ -129,6 +129,8 @@ cudaError_t norm_rope_bf16(void* y, int64_t ldy, int rows, int n, bool do_norm, 
 cudaError_t rope_rows_bf16(void* y, int64_t rows, int n, const float* inv_freq, int rope_dim, const int32_t* pos,
                            int rows_per_token, bool inverse, cudaStream_t st);
 cudaError_t scale_inplace(float* x, int64_t n, float s, cudaStream_t st);
+// X[t, j, :] += e[t, :] for t < T, j < copies (X [T, copies, d], e [T, d]; the MTP block's input, spec §2.11).
+cudaError_t add_broadcast_rows(float* X, const float* e, int T, int copies, int d, cudaStream_t st);
 // out[i] = bf16(x[i]) (round to nearest even), n elements; n % 4 == 0, x 16-B and out 8-B aligned,
 // else cudaErrorInvalidValue. out: bf16 [n].
 cudaError_t round_to_bf16(const float* x, int64_t n, void* out, cudaStream_t st);
