@@ -26,7 +26,10 @@
 #include <span>
 
 #include "core/status.h"
+#include <vector>
+
 #include "model/kv_layout.h"
+#include "model/spec_regions.h"
 
 namespace dsv4 {
 
@@ -34,6 +37,12 @@ struct SpecHeader {
     int32_t verify_start = 0, verify_len = 0;    // the last verify chunk not yet resolved (len 0: none)
     int32_t pending_start = 0, pending_len = 0;  // positions whose MTP step waits for the next token
 };
+
+// The rows a verify chunk overwrites in a state area laid out by L (spec_regions.h): every decoder
+// block's window ring, then every compressor's kv and gate rows (empty when L.spec_tokens is 0). The
+// backup of region i sits where spec_backup puts it; the device form of both functions below walks the
+// same list (kernels/cuda/ops/spec_state.cu).
+std::vector<SpecRegion> spec_regions(const KvLayout& L);
 
 // Reads / writes the header of a state area laid out by L (L.spec_tokens > 0; f32 elements).
 SpecHeader spec_header(const KvLayout& L, const float* state);

@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/gemm/kernel_params.h"
+#include "model/spec_regions.h"
 
 namespace dsv4::cuda {
 
@@ -86,6 +87,24 @@ struct PagePool {
     RowFormat main;   // window ring rows and main compressed rows
     RowFormat index;  // indexer rows
 };
+
+// ---- spec_state.cu (speculative decoding, model/spec_state.h) -------------------------------
+// The verify chunk's backup and rollback in each sequence's state area, the CPU runner's spec_backup /
+// spec_rollback over the same regions (model/spec_regions.h: spec_regions(layout), uploaded once).
+struct SpecStateArgs {
+    const SpecRegion* regions = nullptr;  // device [n_regions]
+    int n_regions = 0;
+    int spec_tokens = 0;        // KvLayout::spec_tokens
+    int64_t header_offset = 0;  // KvLayout::spec.header_offset
+};
+// For every sequence s with n_tok[s] > 0: saves what positions [start_pos, start_pos + n_tok) will
+// overwrite (n_tok <= spec_tokens + 1) and records them as the verify chunk in the header.
+cudaError_t spec_backup(const StepPlan& plan, const PagePool& pool, const SpecStateArgs& a, cudaStream_t st);
+// For every sequence s with n_tok[s] > 0 and a recorded verify chunk [v0, v0 + n): undoes positions
+// [start_pos, v0 + n) (nothing when start_pos >= v0 + n), clears the record and drops pending positions
+// from start_pos on. A start_pos before v0 (which the CPU form reports as an error) leaves the sequence
+// untouched; the engine never schedules one.
+cudaError_t spec_rollback(const StepPlan& plan, const PagePool& pool, const SpecStateArgs& a, cudaStream_t st);
 
 // ---- linear.cu -----------------------------------------------------------------------------
 // y[t, n] (+)= sum_k W[n, k] x[t, goff(n) + k], goff(n) = (n / n_per_group) * group_in (the grouped
