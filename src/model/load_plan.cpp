@@ -327,7 +327,9 @@ struct Planner {
         for (const std::string& name : ckpt.names()) {
             if (consumed.contains(name) || other_rank_expert(name)) continue;
             DSV4_ASSIGN_OR_RETURN(TensorView t, ckpt.get(name));
-            if (name.starts_with("mtp.")) {
+            int m = -1;
+            if (name.starts_with("mtp.") &&
+                (std::sscanf(name.c_str(), "mtp.%d.", &m) != 1 || m >= plan.mtp_blocks)) {
                 plan.skipped.push_back(
                     {name, t.file, "MTP block: loaded only for speculative decoding with MTP drafts"});
                 continue;
@@ -355,6 +357,11 @@ Result<LoadPlan> make_load_plan(const ModelConfig& cfg, const Checkpoint& ckpt, 
     if (mtp_blocks < 0 || mtp_blocks > cfg.num_nextn_predict_layers)
         return invalid_argument("{} MTP blocks asked; config.json has num_nextn_predict_layers = {}", mtp_blocks,
                                 cfg.num_nextn_predict_layers);
+    for (int m = 0; m < mtp_blocks && m < int(cfg.mtp_compress_ratios.size()); ++m)
+        if (cfg.mtp_compress_ratios[size_t(m)] != 0)
+            return error(StatusCode::kUnimplemented,
+                         "MTP block {} has compress ratio {} in config.json; dsv4 runs window-only MTP blocks (spec "
+                         "§2.11: ratio 0)", m, cfg.mtp_compress_ratios[size_t(m)]);
     const int E = cfg.n_routed_experts;
     if (expert_count == 0) expert_first = 0, expert_count = E;
     if (expert_first < 0 || expert_count < 0 || expert_first + expert_count > E)

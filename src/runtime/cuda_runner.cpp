@@ -36,7 +36,7 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
         auto w = source ? source(arena_) : upload_weights(*model_, ckpt, arena_, ep_first_, ep_count_, opt_.mtp_blocks);
         if (!w.is_ok()) return w.status().with_context("the weights");
         w_ = std::move(w).value();
-        if (int(w_.mtp.size()) != opt_.mtp_blocks)  // the synthetic proxy weights hold none so far
+        if (int(w_.mtp.size()) != opt_.mtp_blocks)  // a source that ignored CudaRunnerOptions::mtp_blocks
             return error(StatusCode::kUnimplemented, "{} MTP block(s) asked; this weight source provides {}",
                          opt_.mtp_blocks, w_.mtp.size());
     }
@@ -626,6 +626,10 @@ static Result<KvLayout> runner_layout(const ModelConfig& cfg, CudaRunnerOptions&
     if (opt.mtp_blocks < 0 || opt.mtp_blocks > cfg.num_nextn_predict_layers)
         return invalid_argument("{} MTP blocks asked; the model config has {}", opt.mtp_blocks,
                                 cfg.num_nextn_predict_layers);
+    for (int m = 0; m < opt.mtp_blocks && m < int(cfg.mtp_compress_ratios.size()); ++m)
+        if (cfg.mtp_compress_ratios[size_t(m)] != 0)
+            return error(StatusCode::kUnimplemented, "MTP block {} has compress ratio {}; only window-only MTP blocks run",
+                         m, cfg.mtp_compress_ratios[size_t(m)]);
     DSV4_ASSIGN_OR_RETURN(KvLayout layout, KvLayout::make(cfg, opt.page_tokens, 4, rows, opt.mtp_blocks));
     if (opt.n_pages <= 0 && opt.gpu_memory_utilization > 0) return layout;  // sized in init()
     if (opt.n_pages <= 0) opt.n_pages = 64 * layout.pages_for_tokens(4096);

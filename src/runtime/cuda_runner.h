@@ -56,8 +56,8 @@ struct CudaRunnerOptions {
     int ep_rank = 0, ep_size = 1;
     std::shared_ptr<dist::DeviceAllReduce> ep_all_reduce;  // required when ep_size > 1
     // The model's MTP blocks to load and keep state for (speculative decoding's drafts, spec §2.11;
-    // 0: none, 1: mtp.0), from a RefModel or the checkpoint loader (not the synthetic proxy weights yet);
-    // the model must hold them.
+    // 0: none, 1: mtp.0), from a RefModel, the checkpoint loader or the synthetic proxy weights; the
+    // model must hold them (window-only blocks: a compressed MTP block is refused).
     int mtp_blocks = 0;
 };
 

@@ -90,6 +90,7 @@ Result<std::vector<double>> CudaRunner::time_mtp_draft(const ForwardBatch& batch
     if (!lost_.is_ok()) return lost_;
     if (w_.mtp.empty())
         return error(StatusCode::kFailedPrecondition, "time_mtp_draft: the runner holds no MTP block (CudaRunnerOptions::mtp_blocks)");
+    if (!inflight_.empty()) return error(StatusCode::kFailedPrecondition, "time_mtp_draft: launched steps not collected");
     if (batch.seqs.empty() || reps <= 0) return invalid_argument("time_mtp_draft: empty batch or no replays");
     for (const auto& c : batch.seqs)
         if (c.tokens.size() != 1 || c.tokens[0] == kPendingToken)
@@ -103,7 +104,9 @@ Result<std::vector<double>> CudaRunner::time_mtp_draft(const ForwardBatch& batch
     sd_rule_ = -1;
     DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, capture([&]() -> Status {
                               DSV4_RETURN_IF_ERROR(mtp_block(0, hp.B, hp.T, 1, hp.B, mtp_in_, mtp_next_));
-                              DSV4_CU(cuda::argmax_rows(ws_.logits, hp.B, int64_t(cfg_.vocab_size), sampled_, stream_));
+                              // Into the MoE ids (free after the block), not sampled_: the next served step's
+                              // pending tokens are read from there.
+                              DSV4_CU(cuda::argmax_rows(ws_.logits, hp.B, int64_t(cfg_.vocab_size), ws_.ids, stream_));
                               return Status::ok();
                           }));
     cudaEvent_t e0 = nullptr, e1 = nullptr;

@@ -16,11 +16,13 @@
 
 #include "model/checkpoint.h"
 #include "model/kv_layout.h"
+#include "model/weights.h"
 #include "model/ref_model.h"
 #include "runtime/cuda_bench_runner.h"
 #include "runtime/cuda_runner.h"
 #include "runtime/runner_factory.h"
 #include "tests/kernels/cuda_runner/cuda_test_util.h"
+#include "tests/kernels/cuda_runner/small512_config.h"
 
 namespace dsv4 {
 namespace {
@@ -135,6 +137,80 @@ TEST(CudaMtp, MatchesCpuReferenceAcrossChunksAndTheWindow) {
     EXPECT_LT(worst_mtp, 2e-3);
     EXPECT_EQ(greedy_main, 0);
     EXPECT_EQ(greedy_mtp, 0);
+}
+
+// The MTP block on the fast attention path (head_dim 512, bf16 rows): chunks of several tokens take the
+// batched prefill path (attention_batched for block n_layers), which must give the token loop's bits
+// (split_kv_target_ctas 1, sparse_decode for both; as CudaBatchedPrefill asserts for the decoder), and
+// both stay within bf16-row tolerance of the CPU reference (f32 rows).
+TEST(CudaMtp, BatchedPrefillPathEqualsTheTokenLoop) {
+    SKIP_WITHOUT_GPU();
+    ModelConfig cfg = small512_config();
+    cfg.num_nextn_predict_layers = 1;
+    ASSERT_TRUE(cfg.validate().is_ok());
+    auto model = std::make_shared<const RefModel>(cfg, ModelWeights::random(cfg, 31), RefNumerics{});
+    ASSERT_EQ(model->mtp_blocks(), 1);
+    const std::vector<int> chunks = {40, 1, 7, 33, 2, 50};  // crosses the 32-token window
+    int total = 0;
+    for (int c : chunks) total += c;
+    const auto prompt = ids(total + 1, cfg.vocab_size, 77);
+    std::vector<std::vector<float>> main_rows[2], mtp_rows[2];
+    for (int batched = 0; batched < 2; ++batched) {
+        CudaRunnerOptions o;
+        o.rt.kv_rows = "bf16";
+        o.rt.batched_prefill = batched == 1;
+        o.rt.prefill_attn_wgmma = false;
+        o.rt.split_kv_target_ctas = 1;
+        o.max_seqs = 4;
+        o.max_step_tokens = 256;
+        o.max_context = 512;
+        o.n_pages = 600;
+        o.mtp_blocks = 1;
+        o.verbose = false;
+        auto made = make_cuda_runner(model, "", o);
+        ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+        auto* gpu = dynamic_cast<CudaBenchRunner*>(made->get());
+        ASSERT_NE(gpu, nullptr);
+        std::vector<int32_t> table;
+        for (int64_t i = 0; i < (*made)->kv_layout().pages_for_tokens(total + 1); ++i) table.push_back(int32_t(599 - 2 * i));
+        int64_t pos = 0;
+        for (int c : chunks) {
+            ForwardBatch b;
+            const std::span<const int32_t> toks(prompt.data() + pos, size_t(c));
+            b.seqs.push_back(SeqChunk{1, toks, pos, true, table});
+            std::vector<std::vector<float>> lg, mg;
+            const Status st = gpu->forward_with_mtp(b, std::span<const int32_t>(prompt.data() + pos + 1, size_t(c)), lg, mg);
+            ASSERT_TRUE(st.is_ok()) << st.to_string();
+            main_rows[batched].push_back(lg.at(0));
+            mtp_rows[batched].push_back(mg.at(0));
+            pos += c;
+        }
+    }
+    CpuSeq cpu(cfg, total + 1);
+    double worst = 0, scale = 0;
+    int greedy = 0;
+    int64_t pos = 0;
+    for (size_t k = 0; k < chunks.size(); ++k) {
+        EXPECT_EQ(main_rows[0][k], main_rows[1][k]) << "main logits, chunk " << k;
+        EXPECT_EQ(mtp_rows[0][k], mtp_rows[1][k]) << "MTP logits, chunk " << k;
+        const std::span<const int32_t> toks(prompt.data() + pos, size_t(chunks[k]));
+        std::vector<float> streams, logits, mtp;
+        RefForwardOptions fo;
+        fo.streams_out = &streams;
+        ASSERT_TRUE(model->forward(cpu.view(), toks, pos, fo, logits).is_ok());
+        ASSERT_TRUE(model->mtp_forward(0, cpu.view(), streams, std::span<const int32_t>(prompt.data() + pos + 1, toks.size()),
+                                       pos, {}, mtp).is_ok());
+        worst = std::max(worst, max_abs(mtp_rows[1][k], mtp));
+        for (float v : mtp) scale = std::max(scale, double(std::fabs(v)));
+        greedy += argmax(mtp_rows[1][k]) != argmax(mtp);
+        pos += chunks[k];
+    }
+    std::printf("[cuda mtp] bf16 rows, batched = token loop; MTP vs CPU (f32 rows) max |diff| %.3g (scale %.3g), greedy "
+                "mismatches %d of %zu\n",
+                worst, scale, greedy, chunks.size());
+    EXPECT_GT(scale, 0.0);
+    EXPECT_LT(worst, 0.05 * scale);
+    EXPECT_LE(greedy, 1);
 }
 
 // The golden checkpoints' MTP logits (tools/golden/make_golden.py: the block assembled from transformers'

@@ -97,8 +97,10 @@ struct SpecStateArgs {
     int spec_tokens = 0;        // KvLayout::spec_tokens
     int64_t header_offset = 0;  // KvLayout::spec.header_offset
 };
-// For every sequence s with n_tok[s] > 0: saves what positions [start_pos, start_pos + n_tok) will
-// overwrite (n_tok <= spec_tokens + 1) and records them as the verify chunk in the header.
+// For every sequence s with 0 < n_tok[s] <= spec_tokens + 1: saves what positions [start_pos, start_pos +
+// n_tok) will overwrite and records them as the verify chunk in the header (longer chunks are not
+// verify chunks: skipped). Both functions: cudaErrorInvalidValue for a layout without the speculative
+// area (spec_tokens 0, no header).
 cudaError_t spec_backup(const StepPlan& plan, const PagePool& pool, const SpecStateArgs& a, cudaStream_t st);
 // For every sequence s with n_tok[s] > 0 and a recorded verify chunk [v0, v0 + n): undoes positions
 // [start_pos, v0 + n) (nothing when start_pos >= v0 + n), clears the record and drops pending positions

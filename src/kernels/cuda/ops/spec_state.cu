@@ -26,14 +26,14 @@ __device__ __forceinline__ void set_header_word(const PagePool& p, const int32_t
 __global__ void spec_backup_kernel(StepPlan plan, PagePool pool, SpecStateArgs a) {
     const int s = blockIdx.x, r = blockIdx.y;
     const int64_t n = plan.n_tok[s];
-    if (n <= 0) return;
+    if (n <= 0 || n > a.spec_tokens + 1) return;  // no chunk, or not a verify chunk (its backup would overflow)
     DevState at{&pool, seq_table(plan, s)};
     spec_region_backup(at, a.regions[r], a.spec_tokens, plan.start_pos[s], n, threadIdx.x, blockDim.x);
 }
 
 __global__ void spec_backup_header_kernel(StepPlan plan, PagePool pool, SpecStateArgs a) {
     const int s = blockIdx.x * blockDim.x + threadIdx.x;
-    if (s >= plan.n_seqs || plan.n_tok[s] <= 0) return;
+    if (s >= plan.n_seqs || plan.n_tok[s] <= 0 || plan.n_tok[s] > a.spec_tokens + 1) return;
     const int32_t* table = seq_table(plan, s);
     set_header_word(pool, table, a.header_offset, 0, int32_t(plan.start_pos[s]));
     set_header_word(pool, table, a.header_offset, 1, plan.n_tok[s]);
@@ -66,6 +66,7 @@ __global__ void spec_rollback_header_kernel(StepPlan plan, PagePool pool, SpecSt
 }  // namespace
 
 cudaError_t spec_backup(const StepPlan& plan, const PagePool& pool, const SpecStateArgs& a, cudaStream_t st) {
+    if (a.spec_tokens <= 0 || a.header_offset < 0 || (a.n_regions > 0 && !a.regions)) return cudaErrorInvalidValue;
     if (plan.n_seqs <= 0) return cudaSuccess;
     if (a.n_regions > 0) {
         spec_backup_kernel<<<dim3(unsigned(plan.n_seqs), unsigned(a.n_regions)), kThreads, 0, st>>>(plan, pool, a);
@@ -76,6 +77,7 @@ cudaError_t spec_backup(const StepPlan& plan, const PagePool& pool, const SpecSt
 }
 
 cudaError_t spec_rollback(const StepPlan& plan, const PagePool& pool, const SpecStateArgs& a, cudaStream_t st) {
+    if (a.spec_tokens <= 0 || a.header_offset < 0 || (a.n_regions > 0 && !a.regions)) return cudaErrorInvalidValue;
     if (plan.n_seqs <= 0) return cudaSuccess;
     if (a.n_regions > 0) {
         spec_rollback_kernel<<<dim3(unsigned(plan.n_seqs), unsigned(a.n_regions)), kThreads, 0, st>>>(plan, pool, a);
