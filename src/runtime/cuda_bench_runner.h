@@ -82,7 +82,8 @@ public:
     // Bench hook (issue 24 item 5): speculative decoding's draft step, MTP block 0 over one token per
     // sequence of `batch` (its positions and tokens as the next tokens; input streams zero) plus the
     // greedy pick of its rows, captured as a graph; `warmup` replays, then `reps` timed ones (us each).
-    // The block's window ring slots of those positions are written. Errors: no MTP block
+    // The block's window ring slots of those positions are written. With RuntimeOptions::op_profile the
+    // per-op table of a marked replay goes to stderr. Errors: no MTP block
     // (kFailedPrecondition), a chunk of more than one token, plan errors.
     virtual Result<std::vector<double>> time_mtp_draft(const ForwardBatch& batch, int warmup, int reps) {
         (void)batch, (void)warmup, (void)reps;

@@ -17,10 +17,11 @@ Status CudaRunner::mtp_block(int m, int B, int T, int max_t, int R, float* strea
     const cuda::StepPlan sp = step_plan(B);
     set_gemm_thresholds(max_t);
     // X[t, j] = e_proj enorm(E[next_t]) + h_proj hnorm(streams[t, j]), the reference's order of the sum.
-    mark("mtp: e_proj + h_proj");
+    mark("mtp: embed + enorm + e_proj");
     DSV4_CU(cuda::embed(w_.embed, next, T, 1, ws_.y, st));
     DSV4_CU(cuda::norm_rope(ws_.y, d, ws_.xn, d, T, d, true, M.enorm, eps, nullptr, 0, ws_.pos, 1, false, st));
     DSV4_CU(cuda::linear(M.e_proj, -1, ws_.xn, d, 0, 0, ws_.ys, d, T, false, st));
+    mark("mtp: hnorm + h_proj (hc_mult rows per token) + add");
     DSV4_CU(cuda::norm_rope(streams, d, streams, d, T * n, d, true, M.hnorm, eps, nullptr, 0, ws_.pos, n, false, st));
     DSV4_CU(cuda::linear(M.h_proj, -1, streams, d, 0, 0, ws_.X, d, T * n, false, st));
     DSV4_CU(cuda::add_broadcast_rows(ws_.X, ws_.ys, T, n, d, st));
@@ -126,6 +127,32 @@ Result<std::vector<double>> CudaRunner::time_mtp_draft(const ForwardBatch& batch
     if (e0) cudaEventDestroy(e0);
     if (e1) cudaEventDestroy(e1);
     cudaGraphExecDestroy(ge);
+    if (s.is_ok() && opt_.rt.op_profile) {
+        // Where the draft step's time goes: a second capture with event marks, 1 warm-up + 5 replays.
+        OpProfile prof;
+        cudaGraphExec_t pg = nullptr;
+        s = cuda_ok(prof.reserve(1024), "event pool");
+        if (s.is_ok()) {
+            prof_ = &prof;
+            auto captured = capture([&]() -> Status {
+                DSV4_RETURN_IF_ERROR(mtp_block(0, hp.B, hp.T, 1, hp.B, mtp_in_, mtp_next_));
+                mark("mtp: greedy pick");
+                DSV4_CU(cuda::argmax_rows(ws_.logits, hp.B, int64_t(cfg_.vocab_size), ws_.ids, stream_));
+                mark("end");
+                return Status::ok();
+            });
+            prof_ = nullptr;
+            if (captured.is_ok()) pg = *captured;
+            else s = captured.status();
+        }
+        for (int r = 0; s.is_ok() && r < 6; ++r) {
+            s = cuda_ok(cudaGraphLaunch(pg, stream_), "launch");
+            if (s.is_ok()) s = cuda_ok(cudaStreamSynchronize(stream_), "sync");
+            if (s.is_ok() && r > 0) s = cuda_ok(prof.accumulate(), "event times");
+        }
+        if (pg) cudaGraphExecDestroy(pg);
+        if (s.is_ok()) std::fprintf(stderr, "[MTP draft, batch %d] %s", hp.B, prof.table(5).c_str());
+    }
     DSV4_RETURN_IF_ERROR(remember_loss(s));
     return us;
 }
