@@ -529,6 +529,14 @@ void CudaRunner::set_gemm_thresholds(int max_t) {
     if (gemm_.handle) gemm_.min_tokens = t.dense_min_tokens;
 }
 
+cuda::MhcArgs CudaRunner::site_args(int l, int site) const {
+    const DevLayer& L = block_w(l);
+    const DevMhc& m = site == 0 ? L.hc_attn : L.hc_ffn;
+    return cuda::MhcArgs{m.fn, m.base, m.scale, site == 0 ? L.attn_norm : L.ffn_norm, cfg_.hc_mult, cfg_.hidden_size,
+                         cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps), float(cfg_.rms_norm_eps), ws_.mhc_mix,
+                         ws_.mhc_mix_rows};
+}
+
 Status CudaRunner::run_step(int B, int T, int max_t, int R, int64_t end_pos) {
     step_end_pos_ = end_pos;
     struct Reset {
@@ -538,20 +546,12 @@ Status CudaRunner::run_step(int B, int T, int max_t, int R, int64_t end_pos) {
     const cuda::StepPlan sp = step_plan(B);
     cudaStream_t st = stream_;
     const int n = cfg_.hc_mult, d = cfg_.hidden_size;
-    const float eps = float(cfg_.rms_norm_eps);
     const int splits = cuda::attn_splits(*variant_, B, cfg_.n_heads, n_sms_);
     set_gemm_thresholds(max_t);
     if (test_delay_ns_ > 0) DSV4_CU(cuda::spin_device_ns(test_delay_ns_, st));  // bench hook, 0 in serving
     mark("reset+embed");
     DSV4_CU(cuda::reset_state(sp, pool_, layout_.state_elems, ws_.gate_off, ws_.gate_len, n_gate_ranges_, st));
     DSV4_CU(cuda::embed(w_.embed, ws_.tokens, T, n, ws_.X, st));
-    // The mHC sites in order: (layer, 0 = attention, 1 = MoE).
-    auto site_args = [&](int l, int site) {
-        const DevLayer& L = w_.layers[l];
-        const DevMhc& m = site == 0 ? L.hc_attn : L.hc_ffn;
-        return cuda::MhcArgs{m.fn, m.base, m.scale, site == 0 ? L.attn_norm : L.ffn_norm, n, d,
-                             cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps), eps, ws_.mhc_mix, ws_.mhc_mix_rows};
-    };
     bool mixed = false;  // the previous site's expand already produced this site's mixing partials
     for (int l = 0; l < cfg_.n_layers; ++l) {
         for (int site = 0; site < 2; ++site) {
@@ -599,9 +599,9 @@ Status CudaRunner::forward_sampled(const ForwardBatch& batch, StepOutput& out) {
     return collect(out);
 }
 
-Status CudaRunner::lm_head(int R) {
+Status CudaRunner::lm_head(int R, const DevMhc& hc_head, const float* norm) {
     const int n = cfg_.hc_mult, d = cfg_.hidden_size;
-    const cuda::MhcArgs ha{w_.hc_head.fn, w_.hc_head.base, w_.hc_head.scale, w_.norm, n, d, 0, float(cfg_.hc_eps),
+    const cuda::MhcArgs ha{hc_head.fn, hc_head.base, hc_head.scale, norm, n, d, 0, float(cfg_.hc_eps),
                            float(cfg_.rms_norm_eps), ws_.mhc_mix, ws_.mhc_mix_rows};
     DSV4_CU(cuda::mhc_head(ws_.X, ws_.logit_rows, R, ha, ws_.hn, stream_));
     DSV4_CU(cuda::linear(w_.head, -1, ws_.hn, d, 0, 0, ws_.logits, cfg_.vocab_size, R, false, stream_));

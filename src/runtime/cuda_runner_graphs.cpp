@@ -83,53 +83,56 @@ Result<DecodeGraphTiming> CudaRunner::time_decode_graph(const ForwardBatch& batc
         DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, capture([&] { return run_head(hp.T, hp.B); }));
         hit = head_graphs_.emplace(hp.B, ge).first;
     }
-    cudaEvent_t e0 = nullptr, e1 = nullptr;
-    DSV4_CU(cudaEventCreate(&e0));
-    DSV4_CU(cudaEventCreate(&e1));
     DecodeGraphTiming out;
     out.bucket = hp.B;
-    auto time = [&](cudaGraphExec_t ge, std::vector<double>& into) -> Status {
-        for (int i = 0; i < warmup; ++i) DSV4_CU(cudaGraphLaunch(ge, stream_));
-        DSV4_CU(cudaStreamSynchronize(stream_));
-        for (int r = 0; r < reps; ++r) {
-            DSV4_CU(cudaEventRecord(e0, stream_));
-            DSV4_CU(cudaGraphLaunch(ge, stream_));
-            DSV4_CU(cudaEventRecord(e1, stream_));
-            DSV4_CU(cudaEventSynchronize(e1));
-            float ms = 0;
-            DSV4_CU(cudaEventElapsedTime(&ms, e0, e1));
-            into.push_back(1000.0 * ms);
-        }
-        return Status::ok();
-    };
-    Status s = time(step, out.step_us);
-    if (s.is_ok()) s = time(hit->second, out.head_us);
-    if (s.is_ok() && (op_profile || opt_.rt.op_profile)) {
-        // A second capture of the same step with event marks; 1 warm-up + 5 profiled replays.
+    DSV4_RETURN_IF_ERROR(time_replays(step, warmup, reps, out.step_us));
+    DSV4_RETURN_IF_ERROR(time_replays(hit->second, warmup, reps, out.head_us));
+    if (op_profile || opt_.rt.op_profile) {
+        // A second capture of the same step with event marks.
         OpProfile prof;
-        cudaGraphExec_t ge = nullptr;
-        s = cuda_ok(prof.reserve(4096), "event pool");
-        if (s.is_ok()) {
-            prof_ = &prof;
-            sd_rule_ = hp.sd_rule;
-            auto captured = capture([&] { return run_step(hp.B, hp.B, 1, hp.B, kAnyEndPos); });
-            prof_ = nullptr;
-            if (captured.is_ok()) ge = *captured;
-            else s = captured.status();
-        }
-        for (int r = 0; s.is_ok() && r < 6; ++r) {
-            s = cuda_ok(cudaGraphLaunch(ge, stream_), "launch");
-            if (s.is_ok()) s = cuda_ok(cudaStreamSynchronize(stream_), "sync");
-            if (s.is_ok() && r > 0) s = cuda_ok(prof.accumulate(), "event times");
-        }
-        if (ge) cudaGraphExecDestroy(ge);
-        if (s.is_ok()) out.op_us = prof.per_step_us(5);
-        if (s.is_ok() && opt_.rt.op_profile) std::fprintf(stderr, "[batch %d] %s", hp.B, prof.table(5).c_str());
+        sd_rule_ = hp.sd_rule;
+        DSV4_RETURN_IF_ERROR(profile_capture([&] { return run_step(hp.B, hp.B, 1, hp.B, kAnyEndPos); }, prof));
+        out.op_us = prof.per_step_us(5);
+        if (opt_.rt.op_profile) std::fprintf(stderr, "[batch %d] %s", hp.B, prof.table(5).c_str());
     }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    DSV4_RETURN_IF_ERROR(s);
     return out;
+}
+
+Status CudaRunner::time_replays(cudaGraphExec_t ge, int warmup, int reps, std::vector<double>& us) {
+    cudaEvent_t e0 = nullptr, e1 = nullptr;
+    Status s = cuda_ok(cudaEventCreate(&e0), "event");
+    if (s.is_ok()) s = cuda_ok(cudaEventCreate(&e1), "event");
+    for (int i = 0; s.is_ok() && i < warmup; ++i) s = cuda_ok(cudaGraphLaunch(ge, stream_), "graph replay");
+    if (s.is_ok()) s = cuda_ok(cudaStreamSynchronize(stream_), "sync");
+    for (int r = 0; s.is_ok() && r < reps; ++r) {
+        s = cuda_ok(cudaEventRecord(e0, stream_), "event");
+        if (s.is_ok()) s = cuda_ok(cudaGraphLaunch(ge, stream_), "graph replay");
+        if (s.is_ok()) s = cuda_ok(cudaEventRecord(e1, stream_), "event");
+        if (s.is_ok()) s = cuda_ok(cudaEventSynchronize(e1), "event");
+        float ms = 0;
+        if (s.is_ok()) s = cuda_ok(cudaEventElapsedTime(&ms, e0, e1), "event");
+        if (s.is_ok()) us.push_back(1000.0 * ms);
+    }
+    if (e0) cudaEventDestroy(e0);
+    if (e1) cudaEventDestroy(e1);
+    return s;
+}
+
+Status CudaRunner::profile_capture(const std::function<Status()>& body, OpProfile& prof) {
+    DSV4_CU(prof.reserve(4096));
+    prof_ = &prof;
+    auto captured = capture(body);
+    prof_ = nullptr;
+    DSV4_RETURN_IF_ERROR(captured.status());
+    cudaGraphExec_t ge = *captured;
+    Status s;
+    for (int r = 0; s.is_ok() && r < 6; ++r) {  // 1 warm-up + 5 profiled replays
+        s = cuda_ok(cudaGraphLaunch(ge, stream_), "launch");
+        if (s.is_ok()) s = cuda_ok(cudaStreamSynchronize(stream_), "sync");
+        if (s.is_ok() && r > 0) s = cuda_ok(prof.accumulate(), "event times");
+    }
+    cudaGraphExecDestroy(ge);
+    return s;
 }
 
 Result<std::string> CudaRunner::profile_step(const ForwardBatch& batch) {

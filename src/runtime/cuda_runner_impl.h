@@ -251,10 +251,19 @@ private:
     // Every bucket plan() can produce (decode_bucket's values up to max_seqs) under the heuristics and under
     // each sparse_decode rule whose batch range meets the bucket's; returns the graphs captured.
     Result<int> capture_decode_graphs();
+    // Bench timing: `warmup` replays of ge, then `reps` replays one by one, each one's microseconds
+    // (CUDA events) appended to us.
+    Status time_replays(cudaGraphExec_t ge, int warmup, int reps, std::vector<double>& us);
+    // Bench op profile: captures `body` with event marks into prof, replays it once, then 5 times
+    // accumulated (prof.table(5) / per_step_us(5) read them).
+    Status profile_capture(const std::function<Status()>& body, OpProfile& prof);
     // Captures what `body` launches on stream_ and instantiates it (the caller owns the result).
     Result<cudaGraphExec_t> capture(const std::function<Status()>& body);
     Status run_head(int T, int R);
-    Status lm_head(int R);  // mHC head + final norm + LM head for R logit rows
+    // mHC head + final norm + LM head for the R rows of ws_.logit_rows into ws_.logits; the main model's
+    // hc_head and norm, or an MTP block's.
+    Status lm_head(int R, const DevMhc& hc_head, const float* norm);
+    Status lm_head(int R) { return lm_head(R, w_.hc_head, w_.norm); }
     // graph_tokens: 0 for an eager step, else the graph's tokens per sequence (graph_tokens_for): the
     // batch is padded to its decode bucket with sequences of that many dummy tokens (n_tok 0).
     Status plan(const ForwardBatch& batch, int graph_tokens, HostPlan& hp) const;
@@ -296,6 +305,8 @@ private:
     MoeRouting block_routing(int l) const {
         return l < cfg_.n_layers ? cfg_.mlp_types[size_t(l)] : MoeRouting::kLearned;
     }
+    // The mHC arguments of block l's site (0: before attention, 1: before the MoE).
+    cuda::MhcArgs site_args(int l, int site) const;
     // Every decoder and MTP block's weights (kernel stamps, repacks, tuning checks).
     std::vector<DevLayer*> all_blocks() {
         std::vector<DevLayer*> v;

@@ -26,11 +26,8 @@ Status CudaRunner::mtp_block(int m, int B, int T, int max_t, int R, float* strea
     DSV4_CU(cuda::linear(M.h_proj, -1, streams, d, 0, 0, ws_.X, d, T * n, false, st));
     DSV4_CU(cuda::add_broadcast_rows(ws_.X, ws_.ys, T, n, d, st));
     const int splits = cuda::attn_splits(*variant_, B, cfg_.n_heads, n_sms_);
-    const DevLayer& L = M.block;
     for (int site = 0; site < 2; ++site) {
-        const DevMhc& h = site == 0 ? L.hc_attn : L.hc_ffn;
-        const cuda::MhcArgs ma{h.fn, h.base, h.scale, site == 0 ? L.attn_norm : L.ffn_norm, n, d,
-                               cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps), eps, ws_.mhc_mix, ws_.mhc_mix_rows};
+        const cuda::MhcArgs ma = site_args(l, site);
         mark("mtp: mhc_pre");
         DSV4_CU(cuda::mhc_pre_mix(ws_.X, T, ma, st));
         DSV4_CU(cuda::mhc_pre_apply(ws_.X, T, ma, ws_.coeffs, ws_.xn, st));
@@ -40,12 +37,7 @@ Status CudaRunner::mtp_block(int m, int B, int T, int max_t, int R, float* strea
         DSV4_CU(cuda::mhc_post(ws_.X, ws_.y, ws_.coeffs, T, n, d, st));
     }
     mark("mtp: head");
-    if (R > 0) {
-        const cuda::MhcArgs ha{M.hc_head.fn, M.hc_head.base, M.hc_head.scale, M.norm, n, d, 0, float(cfg_.hc_eps),
-                               eps, ws_.mhc_mix, ws_.mhc_mix_rows};
-        DSV4_CU(cuda::mhc_head(ws_.X, ws_.logit_rows, R, ha, ws_.hn, st));
-        DSV4_CU(cuda::linear(w_.head, -1, ws_.hn, d, 0, 0, ws_.logits, cfg_.vocab_size, R, false, st));
-    }
+    if (R > 0) DSV4_RETURN_IF_ERROR(lm_head(R, M.hc_head, M.norm));
     return Status::ok();
 }
 
@@ -103,54 +95,22 @@ Result<std::vector<double>> CudaRunner::time_mtp_draft(const ForwardBatch& batch
     DSV4_CU(cudaMemsetAsync(mtp_in_, 0, size_t(hp.T) * nd * sizeof(float), stream_));
     DSV4_CU(cudaMemcpyAsync(mtp_next_, ws_.tokens, size_t(hp.T) * sizeof(int32_t), cudaMemcpyDeviceToDevice, stream_));
     sd_rule_ = -1;
-    DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, capture([&]() -> Status {
-                              DSV4_RETURN_IF_ERROR(mtp_block(0, hp.B, hp.T, 1, hp.B, mtp_in_, mtp_next_));
-                              // Into the MoE ids (free after the block), not sampled_: the next served step's
-                              // pending tokens are read from there.
-                              DSV4_CU(cuda::argmax_rows(ws_.logits, hp.B, int64_t(cfg_.vocab_size), ws_.ids, stream_));
-                              return Status::ok();
-                          }));
-    cudaEvent_t e0 = nullptr, e1 = nullptr;
+    auto draft = [&]() -> Status {
+        DSV4_RETURN_IF_ERROR(mtp_block(0, hp.B, hp.T, 1, hp.B, mtp_in_, mtp_next_));
+        mark("mtp: greedy pick");
+        // Into the MoE ids (free after the block), not sampled_: the next served step's pending tokens
+        // are read from there.
+        DSV4_CU(cuda::argmax_rows(ws_.logits, hp.B, int64_t(cfg_.vocab_size), ws_.ids, stream_));
+        mark("end");
+        return Status::ok();
+    };
+    DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, capture(draft));
     std::vector<double> us;
-    Status s = cuda_ok(cudaEventCreate(&e0), "event");
-    if (s.is_ok()) s = cuda_ok(cudaEventCreate(&e1), "event");
-    for (int i = 0; s.is_ok() && i < warmup; ++i) s = cuda_ok(cudaGraphLaunch(ge, stream_), "draft graph");
-    for (int r = 0; s.is_ok() && r < reps; ++r) {
-        s = cuda_ok(cudaEventRecord(e0, stream_), "event");
-        if (s.is_ok()) s = cuda_ok(cudaGraphLaunch(ge, stream_), "draft graph");
-        if (s.is_ok()) s = cuda_ok(cudaEventRecord(e1, stream_), "event");
-        if (s.is_ok()) s = cuda_ok(cudaEventSynchronize(e1), "event");
-        float ms = 0;
-        if (s.is_ok()) s = cuda_ok(cudaEventElapsedTime(&ms, e0, e1), "event");
-        us.push_back(1000.0 * ms);
-    }
-    if (e0) cudaEventDestroy(e0);
-    if (e1) cudaEventDestroy(e1);
+    Status s = time_replays(ge, warmup, reps, us);
     cudaGraphExecDestroy(ge);
-    if (s.is_ok() && opt_.rt.op_profile) {
-        // Where the draft step's time goes: a second capture with event marks, 1 warm-up + 5 replays.
+    if (s.is_ok() && opt_.rt.op_profile) {  // where the draft step's time goes: a marked capture
         OpProfile prof;
-        cudaGraphExec_t pg = nullptr;
-        s = cuda_ok(prof.reserve(1024), "event pool");
-        if (s.is_ok()) {
-            prof_ = &prof;
-            auto captured = capture([&]() -> Status {
-                DSV4_RETURN_IF_ERROR(mtp_block(0, hp.B, hp.T, 1, hp.B, mtp_in_, mtp_next_));
-                mark("mtp: greedy pick");
-                DSV4_CU(cuda::argmax_rows(ws_.logits, hp.B, int64_t(cfg_.vocab_size), ws_.ids, stream_));
-                mark("end");
-                return Status::ok();
-            });
-            prof_ = nullptr;
-            if (captured.is_ok()) pg = *captured;
-            else s = captured.status();
-        }
-        for (int r = 0; s.is_ok() && r < 6; ++r) {
-            s = cuda_ok(cudaGraphLaunch(pg, stream_), "launch");
-            if (s.is_ok()) s = cuda_ok(cudaStreamSynchronize(stream_), "sync");
-            if (s.is_ok() && r > 0) s = cuda_ok(prof.accumulate(), "event times");
-        }
-        if (pg) cudaGraphExecDestroy(pg);
+        s = profile_capture(draft, prof);
         if (s.is_ok()) std::fprintf(stderr, "[MTP draft, batch %d] %s", hp.B, prof.table(5).c_str());
     }
     DSV4_RETURN_IF_ERROR(remember_loss(s));

@@ -30,13 +30,6 @@
 namespace dsv4 {
 namespace {
 
-std::vector<int32_t> ids(int n, int64_t vocab, uint32_t seed) {
-    std::mt19937 g(seed);
-    std::vector<int32_t> v(static_cast<size_t>(n));
-    for (auto& x : v) x = int32_t(g() % uint32_t(vocab));
-    return v;
-}
-
 // One step: per sequence, the tokens it runs (empty: not in the step).
 using Step = std::vector<std::vector<int32_t>>;
 
@@ -72,12 +65,12 @@ std::vector<Step> script_for(int64_t V, const std::vector<std::vector<int>>& chu
     for (size_t k = 0; k < n_steps; ++k) {
         Step st(B);
         for (size_t s = 0; s < B; ++s)
-            if (k < chunks[s].size() && chunks[s][k] > 0) st[s] = ids(chunks[s][k], V, seed++);
+            if (k < chunks[s].size() && chunks[s][k] > 0) st[s] = test_token_ids(chunks[s][k], V, seed++);
         script.push_back(st);
     }
     for (int k = 0; k < n_decode; ++k) {
         Step st(B);
-        for (size_t s = 0; s < B; ++s) st[s] = ids(1, V, seed++);
+        for (size_t s = 0; s < B; ++s) st[s] = test_token_ids(1, V, seed++);
         script.push_back(st);
     }
     return script;

@@ -27,13 +27,6 @@
 namespace dsv4 {
 namespace {
 
-std::vector<int32_t> ids(int n, int64_t vocab, uint32_t seed) {
-    std::mt19937 g(seed);
-    std::vector<int32_t> v(static_cast<size_t>(n));
-    for (auto& x : v) x = int32_t(g() % uint32_t(vocab));
-    return v;
-}
-
 // One sequence's CPU state (f32 rows, the MTP block's ring included).
 struct CpuSeq {
     KvLayout layout;
@@ -49,18 +42,6 @@ struct CpuSeq {
     SeqStateView view() { return SeqStateView{&layout, state.data(), pool.data(), pages}; }
 };
 
-double max_abs(const std::vector<float>& a, const std::vector<float>& b) {
-    EXPECT_EQ(a.size(), b.size());
-    double m = 0;
-    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, double(std::fabs(a[i] - b[i])));
-    return m;
-}
-size_t argmax(const std::vector<float>& v) {
-    size_t a = 0;
-    for (size_t i = 1; i < v.size(); ++i)
-        if (v[i] > v[a]) a = i;
-    return a;
-}
 
 TEST(CudaMtp, MatchesCpuReferenceAcrossChunksAndTheWindow) {
     SKIP_WITHOUT_GPU();
@@ -87,7 +68,7 @@ TEST(CudaMtp, MatchesCpuReferenceAcrossChunksAndTheWindow) {
     for (int s = 0; s < S; ++s) {
         int total = 0;
         for (int c : chunks[size_t(s)]) total += c;
-        prompt[size_t(s)] = ids(total + 1, cfg.vocab_size, 40 + uint32_t(s));
+        prompt[size_t(s)] = test_token_ids(total + 1, cfg.vocab_size, 40 + uint32_t(s));
         for (int64_t i = 0; i < (*made)->kv_layout().pages_for_tokens(total + 1); ++i)
             table[size_t(s)].push_back(int32_t(1999 - 7 * i - 900 * s));
         cpu.emplace_back(cfg, total + 1);
@@ -120,11 +101,11 @@ TEST(CudaMtp, MatchesCpuReferenceAcrossChunksAndTheWindow) {
             ASSERT_EQ(streams.size(), size_t(c) * n * d);
             const std::span<const int32_t> nx(prompt[size_t(s)].data() + pos[size_t(s)] + 1, size_t(c));
             ASSERT_TRUE(model->mtp_forward(0, cpu[size_t(s)].view(), streams, nx, pos[size_t(s)], {}, mtp).is_ok());
-            worst_main = std::max(worst_main, max_abs(lg[size_t(s)], logits));
-            worst_mtp = std::max(worst_mtp, max_abs(mg[size_t(s)], mtp));
+            worst_main = std::max(worst_main, max_abs_diff(lg[size_t(s)], logits));
+            worst_mtp = std::max(worst_mtp, max_abs_diff(mg[size_t(s)], mtp));
             for (float v : mtp) scale = std::max(scale, double(std::fabs(v)));
-            greedy_main += argmax(lg[size_t(s)]) != argmax(logits);
-            greedy_mtp += argmax(mg[size_t(s)]) != argmax(mtp);
+            greedy_main += argmax_index(lg[size_t(s)]) != argmax_index(logits);
+            greedy_mtp += argmax_index(mg[size_t(s)]) != argmax_index(mtp);
             ++rows;
             pos[size_t(s)] += c;
         }
@@ -153,7 +134,7 @@ TEST(CudaMtp, BatchedPrefillPathEqualsTheTokenLoop) {
     const std::vector<int> chunks = {40, 1, 7, 33, 2, 50};  // crosses the 32-token window
     int total = 0;
     for (int c : chunks) total += c;
-    const auto prompt = ids(total + 1, cfg.vocab_size, 77);
+    const auto prompt = test_token_ids(total + 1, cfg.vocab_size, 77);
     std::vector<std::vector<float>> main_rows[2], mtp_rows[2];
     for (int batched = 0; batched < 2; ++batched) {
         CudaRunnerOptions o;
@@ -200,9 +181,9 @@ TEST(CudaMtp, BatchedPrefillPathEqualsTheTokenLoop) {
         ASSERT_TRUE(model->forward(cpu.view(), toks, pos, fo, logits).is_ok());
         ASSERT_TRUE(model->mtp_forward(0, cpu.view(), streams, std::span<const int32_t>(prompt.data() + pos + 1, toks.size()),
                                        pos, {}, mtp).is_ok());
-        worst = std::max(worst, max_abs(mtp_rows[1][k], mtp));
+        worst = std::max(worst, max_abs_diff(mtp_rows[1][k], mtp));
         for (float v : mtp) scale = std::max(scale, double(std::fabs(v)));
-        greedy += argmax(mtp_rows[1][k]) != argmax(mtp);
+        greedy += argmax_index(mtp_rows[1][k]) != argmax_index(mtp);
         pos += chunks[k];
     }
     std::printf("[cuda mtp] bf16 rows, batched = token loop; MTP vs CPU (f32 rows) max |diff| %.3g (scale %.3g), greedy "
@@ -276,7 +257,7 @@ TEST_P(CudaMtpGolden, LogitsMatchTheGoldenBothLoadPaths) {
         ASSERT_EQ(mu.size(), 1u);
         differing += (mu[0] != ms[0]) + (lu[0] != ls[0]);
         const std::vector<float> w(want.begin() + int64_t(j) * V, want.begin() + int64_t(j + 1) * V);
-        worst = std::max(worst, max_abs(mu[0], w));
+        worst = std::max(worst, max_abs_diff(mu[0], w));
         ++checked;
         pos = end;
     }

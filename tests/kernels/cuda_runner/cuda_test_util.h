@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
 #include <vector>
 
 #include "runtime/cuda_runner.h"
@@ -34,6 +37,27 @@ std::vector<T> host(const T* p, size_t n) {
         EXPECT_EQ(cudaMemcpy(v.data(), p, sizeof(T) * n, cudaMemcpyDeviceToHost), cudaSuccess);
     }
     return v;
+}
+
+// n token ids in [0, vocab) from mt19937(seed).
+inline std::vector<int32_t> test_token_ids(int n, int64_t vocab, uint32_t seed) {
+    std::mt19937 g(seed);
+    std::vector<int32_t> v(static_cast<size_t>(n));
+    for (auto& x : v) x = int32_t(g() % uint32_t(vocab));
+    return v;
+}
+
+// Largest |a[i] - b[i]| (expects equal sizes).
+inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+    EXPECT_EQ(a.size(), b.size());
+    double m = 0;
+    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, double(std::fabs(a[i] - b[i])));
+    return m;
+}
+
+// Index of the first largest element.
+inline size_t argmax_index(const std::vector<float>& v) {
+    return size_t(std::max_element(v.begin(), v.end()) - v.begin());
 }
 
 }  // namespace dsv4

@@ -28,13 +28,6 @@
 namespace dsv4 {
 namespace {
 
-std::vector<int32_t> ids(int n, int64_t vocab, uint32_t seed) {
-    std::mt19937 g(seed);
-    std::vector<int32_t> v(static_cast<size_t>(n));
-    for (auto& x : v) x = int32_t(g() % uint32_t(vocab));
-    return v;
-}
-
 // Tokens per sequence of the steps after the prompts: verify-shaped (2-4) and one-token steps.
 constexpr int kPerStep[] = {2, 3, 4, 1, 4, 4, 3, 2, 1, 2, 4, 3, 3, 4, 2, 2, 1, 4, 4, 4};
 
@@ -45,11 +38,11 @@ std::vector<std::vector<std::vector<int32_t>>> make_script(int B, int64_t V) {
     std::vector<std::vector<std::vector<int32_t>>> script;
     uint32_t seed = 7;
     std::vector<std::vector<int32_t>> first;
-    for (int s = 0; s < B; ++s) first.push_back(ids(prompt[s], V, seed++));
+    for (int s = 0; s < B; ++s) first.push_back(test_token_ids(prompt[s], V, seed++));
     script.push_back(first);
     for (int n : kPerStep) {
         std::vector<std::vector<int32_t>> st;
-        for (int s = 0; s < B; ++s) st.push_back(ids(n, V, seed++));
+        for (int s = 0; s < B; ++s) st.push_back(test_token_ids(n, V, seed++));
         script.push_back(st);
     }
     return script;
