@@ -21,7 +21,7 @@
 #include "kernels/cuda/attention/sparse_decode.h"
 #include "kernels/cuda/attention/sparse_prefill.h"
 #include "kernels/cuda/gemm/dense_gemv.h"
-#include "kernels/cuda/gemm/kernel_params.h"
+#include "kernels/cuda/common/kernel_params.h"
 #include "kernels/cuda/moe/moe.h"
 #include "kernels/cuda/ops/fast_path.h"
 #include "kernels/cuda/ops/fault_inject.h"

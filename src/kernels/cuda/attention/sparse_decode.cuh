@@ -15,7 +15,7 @@
 //   bound by the serialized QK -> softmax -> PV phases and their block barriers.
 #pragma once
 
-#include "kernels/cuda/gemm/device_util.cuh"
+#include "kernels/cuda/common/device_util.cuh"
 
 namespace dsv4::cuda::attn {
 

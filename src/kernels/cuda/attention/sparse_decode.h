@@ -14,7 +14,7 @@
 
 #include "core/status.h"
 #include "kernels/cuda/attention/sparse_decode_args.h"
-#include "kernels/cuda/gemm/kernel_params.h"
+#include "kernels/cuda/common/kernel_params.h"
 
 namespace dsv4::cuda {
 

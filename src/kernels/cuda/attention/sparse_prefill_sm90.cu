@@ -24,9 +24,9 @@
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/attention/sparse_prefill.h"
-#include "kernels/cuda/gemm/device_util.cuh"
-#include "kernels/cuda/gemm/mbarrier.cuh"
-#include "kernels/cuda/gemm/wgmma.cuh"
+#include "kernels/cuda/common/device_util.cuh"
+#include "kernels/cuda/common/mbarrier.cuh"
+#include "kernels/cuda/common/wgmma.cuh"
 
 namespace dsv4::cuda {
 namespace {

@@ -27,7 +27,7 @@
 #include <cooperative_groups.h>
 
 #include "kernels/cuda/gemm/dense_gemv_args.h"
-#include "kernels/cuda/gemm/device_util.cuh"
+#include "kernels/cuda/common/device_util.cuh"
 
 namespace dsv4::cuda::gemm_kc2 {
 

@@ -13,7 +13,7 @@
 #pragma once
 
 #include "kernels/cuda/gemm/dense_gemv_args.h"
-#include "kernels/cuda/gemm/device_util.cuh"
+#include "kernels/cuda/common/device_util.cuh"
 
 namespace dsv4::cuda::gemv_mma {
 

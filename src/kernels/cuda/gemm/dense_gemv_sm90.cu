@@ -11,7 +11,7 @@
 #include "kernels/cuda/gemm/dense_gemv_sm90.h"
 #include "kernels/cuda/gemm/dense_gemm_kc_sm90.h"
 #include "kernels/cuda/gemm/dense_gemv_mma.cuh"
-#include "kernels/cuda/gemm/weight_stream.cuh"
+#include "kernels/cuda/common/weight_stream.cuh"
 
 namespace dsv4::cuda::sm90 {
 namespace {

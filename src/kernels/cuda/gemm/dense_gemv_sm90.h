@@ -4,7 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/gemm/dense_gemv_args.h"
-#include "kernels/cuda/gemm/kernel_params.h"
+#include "kernels/cuda/common/kernel_params.h"
 
 namespace dsv4::cuda::sm90 {
 

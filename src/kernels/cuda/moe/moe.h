@@ -8,7 +8,7 @@
 #include <string>
 
 #include "core/status.h"
-#include "kernels/cuda/gemm/kernel_params.h"
+#include "kernels/cuda/common/kernel_params.h"
 #include "kernels/cuda/moe/moe_args.h"
 
 namespace dsv4::cuda {

@@ -32,7 +32,7 @@
 #pragma once
 
 #include "core/mxfp4_pair_rotated.h"
-#include "kernels/cuda/gemm/device_util.cuh"
+#include "kernels/cuda/common/device_util.cuh"
 #include "kernels/cuda/moe/moe_args.h"
 
 namespace dsv4::cuda::moe_mma {

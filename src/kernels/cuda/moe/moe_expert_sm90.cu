@@ -12,7 +12,7 @@
 // Bound: HBM-bound while rows per expert are few; f32-FMA-bound beyond (64 FLOP per weight byte
 //   at 32 rows), where moe_expert_mma.cuh takes over. Last measured (ledger E5): batch 1, 6
 //   experts x 13.4 MB in 80 us = 1.0 TB/s, 26% of the copy bandwidth.
-#include "kernels/cuda/gemm/weight_stream.cuh"
+#include "kernels/cuda/common/weight_stream.cuh"
 #include "kernels/cuda/moe/moe_expert_mma.cuh"
 #include "kernels/cuda/moe/moe_sm90.h"
 

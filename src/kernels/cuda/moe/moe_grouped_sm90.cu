@@ -25,7 +25,7 @@
 #include <algorithm>
 
 #include "core/mxfp4_pair_rotated.h"
-#include "kernels/cuda/gemm/device_util.cuh"
+#include "kernels/cuda/common/device_util.cuh"
 #include "kernels/cuda/moe/moe_expert_mma.cuh"
 #include "kernels/cuda/moe/moe_sm90.h"
 #include "kernels/cuda/moe/moe_tile_list.cuh"

@@ -14,7 +14,7 @@
 //          deterministic.
 #include <cmath>
 
-#include "kernels/cuda/gemm/device_util.cuh"
+#include "kernels/cuda/common/device_util.cuh"
 #include "kernels/cuda/moe/moe_sm90.h"
 
 namespace dsv4::cuda::sm90 {

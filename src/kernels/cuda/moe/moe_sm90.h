@@ -3,7 +3,7 @@
 
 #include <cuda_runtime.h>
 
-#include "kernels/cuda/gemm/kernel_params.h"
+#include "kernels/cuda/common/kernel_params.h"
 #include "kernels/cuda/moe/moe_args.h"
 
 namespace dsv4::cuda::sm90 {

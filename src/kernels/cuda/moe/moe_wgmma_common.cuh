@@ -15,8 +15,8 @@
 #include <cstdint>
 
 #include "core/mxfp4_pair_rotated.h"
-#include "kernels/cuda/gemm/device_util.cuh"
-#include "kernels/cuda/gemm/wgmma.cuh"
+#include "kernels/cuda/common/device_util.cuh"
+#include "kernels/cuda/common/wgmma.cuh"
 #include "kernels/cuda/gemm/wgmma_rs_n.cuh"
 #include "kernels/cuda/moe/moe_args.h"
 #include "kernels/cuda/moe/moe_expert_mma.cuh"

@@ -23,7 +23,7 @@
 // Shared memory: the slots, 2 scale buffers, the gate-up epilogue's h tile (its own: the slots are
 //   being refilled for the next item while the epilogue runs), the up tiles' accumulators handed to
 //   the gate tiles, 2 x NT routing weights, 2 item records, the barriers.
-#include "kernels/cuda/gemm/mbarrier.cuh"
+#include "kernels/cuda/common/mbarrier.cuh"
 #include "kernels/cuda/moe/moe_sm90.h"
 #include "kernels/cuda/moe/moe_tile_list.cuh"
 #include "kernels/cuda/moe/moe_wgmma_common.cuh"

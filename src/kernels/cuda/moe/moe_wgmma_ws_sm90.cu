@@ -17,7 +17,7 @@
 //   before refilling s. The scales of the CTA's rows over all K are staged once (mbarrier sbar).
 // Visibility: cp.async writes through the generic proxy, wgmma reads through the async proxy, so
 //   each consumer thread runs fence.proxy.async after it acquired full[s] and before the wgmmas.
-#include "kernels/cuda/gemm/mbarrier.cuh"
+#include "kernels/cuda/common/mbarrier.cuh"
 #include "kernels/cuda/moe/moe_sm90.h"
 #include "kernels/cuda/moe/moe_tile_list.cuh"
 #include "kernels/cuda/moe/moe_wgmma_common.cuh"

@@ -15,7 +15,7 @@
 
 #include <cuda_runtime.h>
 
-#include "kernels/cuda/gemm/kernel_params.h"
+#include "kernels/cuda/common/kernel_params.h"
 #include "model/spec_regions.h"
 
 namespace dsv4::cuda {

@@ -3,7 +3,7 @@
 // against the matching activation values held in shared memory as bf16.
 #pragma once
 
-#include "kernels/cuda/gemm/device_util.cuh"
+#include "kernels/cuda/common/device_util.cuh"
 
 namespace dsv4::cuda::ws {
 

@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/gemm/device_util.cuh"
+#include "kernels/cuda/common/device_util.cuh"
 
 namespace dsv4::cuda::dev {
 
