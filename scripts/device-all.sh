@@ -49,25 +49,7 @@ if [[ "${1:-}" == "--build" ]]; then
 fi
 OUT=${OUT:-/tmp/device-all}
 mkdir -p "$OUT"
-if [[ -f "$BIN/dsv4_cuda_tests.xz" ]]; then  # unpack into a writable copy (the carried folder may be read-only)
-    UNPACKED=$(mktemp -d)
-    cp -r "$BIN"/. "$UNPACKED"/
-    for f in "$UNPACKED"/dsv4-proxy-bench.xz "$UNPACKED"/dsv4_cuda_tests.xz "$UNPACKED"/dsv4_perf_ops_tests.xz \
-        "$UNPACKED"/dsv4_multi_gpu_tests.xz; do
-        [[ -f "$f" ]] && xz -d -T0 "$f" && chmod +x "${f%.xz}"
-    done
-    BIN=$UNPACKED
-fi
-# NCCL (linked by the runtime): Python's nvidia-nccl wheel on the GPU machine, as device-multi.sh.
-PYNCCL=$(python3 -c "import nvidia.nccl as m; print(list(m.__path__)[0])" 2>/dev/null || true)
-[[ -n "$PYNCCL" && -d "$PYNCCL/lib" ]] && export LD_LIBRARY_PATH="$PYNCCL/lib:${LD_LIBRARY_PATH:-}"
-export NCCL_NVLS_ENABLE=0
-if ldd "$BIN/dsv4_cuda_tests" | grep -q "not found"; then
-    LIBDIR=$(mktemp -d) && tar -C "$LIBDIR" -xJf "$BIN/blaslibs.tar.xz"
-    export LD_LIBRARY_PATH="$LIBDIR/lib:${LD_LIBRARY_PATH:-}"
-fi
-export DSV4_GOLDEN_DIR="$PWD/tests/data/golden"
-export DSV4_GIT_SHA=$(cat "$BIN"/git_sha 2>/dev/null || echo unknown)
+source scripts/unpack-bin.sh  # BIN unpacked; NCCL, BLAS, DSV4_GOLDEN_DIR, DSV4_GIT_SHA
 {
     date -u
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,power.limit,temperature.gpu --format=csv
@@ -199,14 +181,28 @@ for stage in "$@"; do
         rm -rf "$SD"
         ;;
     serve)
-        # dsv4 generate on cuda vs cpu (greedy text identical) and dsv4 serve --backend cuda over HTTP.
+        # dsv4 generate on cuda vs cpu (greedy text identical; exact f32 KV rows on cuda, since the default
+        # fp8 rows follow the reference QAT numerics instead), then dsv4 serve --backend cuda over HTTP
+        # (scripts/http-smoke.py). The built-in tiny model: the text is meaningless.
         SD=$(mktemp -d)
-        cp scripts/gpu-serve-check.sh "$SD"/
         xz -dc "$BIN"/dsv4.xz > "$SD"/dsv4 && chmod +x "$SD"/dsv4
         xz -dc "$BIN"/tokenizer.json.xz > "$SD"/tokenizer.json
-        OUT="$OUT" bash "$SD"/gpu-serve-check.sh > "$OUT/serve_check.log" 2>&1
-        grep -E "rc=|IDENTICAL|models:|chat:|stream chunks|metrics lines" "$OUT/serve_check.log" | cut -c1-300
-        SUMMARY+=("serve: $(grep -c 'GREEDY TEXT IDENTICAL' "$OUT/serve_check.log") identical-text line(s), chat $(grep -c '^chat:' "$OUT/serve_check.log")")
+        P="Write a haiku about the sea."
+        DSV4_KV_ROWS=f32 "$SD"/dsv4 generate --backend cuda --tokenizer "$SD"/tokenizer.json --prompt "$P" --max-tokens 16 \
+            > "$OUT/gen_cuda.txt" 2> "$OUT/gen_cuda.err"
+        echo "generate cuda rc=$?"
+        "$SD"/dsv4 generate --backend cpu --tokenizer "$SD"/tokenizer.json --prompt "$P" --max-tokens 16 \
+            > "$OUT/gen_cpu.txt" 2> "$OUT/gen_cpu.err"
+        echo "generate cpu rc=$?"
+        cmp -s "$OUT/gen_cuda.txt" "$OUT/gen_cpu.txt" && echo "GREEDY TEXT IDENTICAL cuda == cpu" | tee "$OUT/serve_check.txt"
+        "$SD"/dsv4 serve --backend cuda --tokenizer "$SD"/tokenizer.json --port 0 > "$OUT/serve.log" 2>&1 &
+        SP=$!
+        timeout 150 python3 scripts/http-smoke.py --log "$OUT/serve.log" --pid "$SP" --wait 120 >> "$OUT/serve_check.txt" 2>&1
+        rc=$?
+        kill "$SP" 2>/dev/null; wait "$SP" 2>/dev/null
+        cut -c1-300 "$OUT/serve_check.txt"
+        SUMMARY+=("serve: $(grep -c 'GREEDY TEXT IDENTICAL' "$OUT/serve_check.txt") identical-text line(s), http smoke rc=$rc ($(grep -c ': OK' "$OUT/serve_check.txt") OK)")
+        rm -rf "$SD"
         ;;
     constrain)
         # Issue 18 on the GPU: structured output and enforced tool calls through serve --backend cuda on a
@@ -331,12 +327,6 @@ print(u.urlopen(u.Request("http://127.0.0.1:8150/v1/chat/completions", data=b,
             done
         done
         SUMMARY+=("ab: A='${AB_A:-}' B='${AB_B:-}'")
-        ;;
-    multi)
-        # The 2-GPU run (nvidia-h200-x2): scripts/device-multi.sh on these binaries; MULTI_STAGES picks its stages.
-        BIN="$BIN" OUT="$OUT/multi" bash scripts/device-multi.sh ${MULTI_STAGES:-} > "$OUT/multi.log" 2>&1
-        SUMMARY+=("multi: rc=$?")
-        grep -vE "^ +(attn|ffn|head)\." "$OUT/multi.log" | tail -n 60
         ;;
     ncu)
         # Per-kernel durations of the 3-layer proxy step (every graph node of one replay, plus the set-up

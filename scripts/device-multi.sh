@@ -6,8 +6,8 @@
 # the later ones. Results and logs under $OUT; a summary last.
 #
 # The GPU machine has no PCRE2 and no network, so binaries are built here and carried:
-#   scripts/device-all.sh --build        # here: build-cuda -> build-all-bin/ (xz-compressed)
-#   run(command="scripts/device-all.sh multi", carry=["build-all-bin"], kind="nvidia-h200-x2", timeout_s=450)
+#   scripts/device-all.sh --build        # build-cuda -> build-all-bin/ (xz-compressed), then on the GPUs:
+#   scripts/device-multi.sh [stages]     # with build-all-bin beside it
 # Stages (default: all three): tests, proxy, serve. Knobs: TESTS_S (120), PROXY_S (180),
 # PROXY_TIME_BUDGET (110), PROXY_BATCHES (1,2,4,8,16,32,64,128,256), PROXY_CONTEXTS (8192),
 # PROXY_LAYERS (43), SERVE_S (100), SERVE_LAYERS (43), GPUS (2).
@@ -16,26 +16,12 @@
 # NVLink multicast stays off: NCCL_NVLS_ENABLE=0 here, and the code forces it before NCCL init.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-# Binaries: the ones scripts/device-all.sh --build packs (build-all-bin, xz-compressed). Run
-# directly, this goes through `device-all.sh multi`, which unpacks them and calls back with BIN set.
-if [[ "${1:-}" == "--build" ]]; then exec scripts/device-all.sh --build; fi
-BIN=${BIN:-build-all-bin}
-if [[ -f "$BIN/dsv4_multi_gpu_tests.xz" ]]; then MULTI_STAGES="$*" BIN="$BIN" exec scripts/device-all.sh multi; fi
-
+# Binaries: the ones scripts/device-all.sh --build packs (build-all-bin, xz-compressed); unpacked here.
 OUT=${OUT:-/tmp/device-multi}
 mkdir -p "$OUT"
 GPUS=${GPUS:-2}
-export NCCL_NVLS_ENABLE=0
 export NCCL_DEBUG=${NCCL_DEBUG:-WARN}
-export DSV4_GOLDEN_DIR="$PWD/tests/data/golden"
-export DSV4_GIT_SHA=$(cat "$BIN"/git_sha 2>/dev/null || echo unknown)
-# Python's NCCL first (the version the binaries were built against), if there is one.
-PYNCCL=$(python3 -c "import nvidia.nccl as m; print(list(m.__path__)[0])" 2>/dev/null || true)
-[[ -n "$PYNCCL" && -d "$PYNCCL/lib" ]] && export LD_LIBRARY_PATH="$PYNCCL/lib:${LD_LIBRARY_PATH:-}"
-if ldd "$BIN/dsv4_multi_gpu_tests" 2>/dev/null | grep -q "libopenblas.*not found"; then
-    LIBDIR=$(mktemp -d) && tar -C "$LIBDIR" -xJf "$BIN/blaslibs.tar.xz"
-    export LD_LIBRARY_PATH="$LIBDIR/lib:${LD_LIBRARY_PATH:-}"
-fi
+source scripts/unpack-bin.sh  # BIN unpacked; NCCL (NVLS off), BLAS, DSV4_GOLDEN_DIR, DSV4_GIT_SHA
 {
     date -u
     nvidia-smi --query-gpu=index,name,driver_version,memory.total,clocks.sm,clocks.mem,power.limit --format=csv
@@ -86,54 +72,8 @@ for stage in "${STAGES[@]}"; do
         "$SD"/dsv4 serve --backend cuda --gpus "$GPUS" --synthetic-flash --layers "${SERVE_LAYERS:-43}" \
             --tokenizer "$SD"/tokenizer.json --port 0 --max-running 8 > "$OUT/serve.log" 2>&1 &
         SP=$!
-        SERVE_S=${SERVE_S:-100} LOG="$OUT/serve.log" SP=$SP timeout "$(( ${SERVE_S:-100} + 10 ))" python3 - <<'PY' > "$OUT/serve_check.txt" 2>&1
-import json, os, re, threading, time, urllib.request
-deadline = time.time() + float(os.environ["SERVE_S"]) - 40
-up = False
-base = None
-t0 = time.time()
-while time.time() < deadline:
-    try:
-        os.kill(int(os.environ["SP"]), 0)
-    except OSError:
-        print("SERVER EXITED before listening (see serve.log)"); break
-    m = re.search(r"listening on (http://[0-9.]+:[0-9]+)", open(os.environ["LOG"], errors="replace").read())
-    if m:
-        base = m.group(1)
-        try:
-            urllib.request.urlopen(base + "/health", timeout=2).read(); up = True; break
-        except Exception:
-            pass
-    time.sleep(1)
-print("server up: %s after %.0f s (%s)" % (up, time.time() - t0, base))
-def post(path, body, timeout=30):
-    req = urllib.request.Request(base + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    return urllib.request.urlopen(req, timeout=timeout).read().decode()
-def check(name, f):
-    try:
-        t = time.time(); r = f(); print("%s: OK (%.2f s) %s" % (name, time.time() - t, r[:300].replace("\n", " ")))
-    except Exception as e:
-        print("%s: FAILED %r" % (name, e))
-if up:
-    check("models", lambda: urllib.request.urlopen(base + "/v1/models", timeout=10).read().decode())
-    chat = {"model": "deepseek-v4", "messages": [{"role": "user", "content": "Hello from two GPUs!"}], "max_tokens": 16, "temperature": 0}
-    check("chat", lambda: post("/v1/chat/completions", chat))
-    def stream():
-        s = post("/v1/chat/completions", dict(chat, stream=True, stream_options={"include_usage": True}))
-        return "chunks=%d done=%s" % (s.count("data: "), s.strip().endswith("[DONE]"))
-    check("stream", stream)
-    res = [None] * 4
-    def one(i):
-        try:
-            r = json.loads(post("/v1/completions", {"model": "deepseek-v4", "prompt": "Count %d:" % i, "max_tokens": 24, "temperature": 0.7}, 60))
-            res[i] = r["usage"]["completion_tokens"]
-        except Exception as e:
-            res[i] = repr(e)
-    t = time.time(); th = [threading.Thread(target=one, args=(i,)) for i in range(4)]
-    [x.start() for x in th]; [x.join() for x in th]
-    print("concurrent x4: %s in %.2f s" % (res, time.time() - t))
-    check("metrics", lambda: " | ".join(l for l in urllib.request.urlopen(base + "/metrics", timeout=10).read().decode().splitlines() if "generated" in l or "running" in l))
-PY
+        timeout "$(( ${SERVE_S:-100} + 10 ))" python3 scripts/http-smoke.py --log "$OUT/serve.log" --pid "$SP" \
+            --wait "$(( ${SERVE_S:-100} - 40 ))" > "$OUT/serve_check.txt" 2>&1
         rc=$?
         kill "$SP" 2>/dev/null
         for i in $(seq 1 20); do kill -0 "$SP" 2>/dev/null || break; sleep 0.5; done
