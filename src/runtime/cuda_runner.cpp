@@ -165,15 +165,19 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
         DSV4_ASSIGN_OR_RETURN(ws_.xb_xn, arena_.alloc(Bw * d * 2));
         DSV4_ASSIGN_OR_RETURN(ws_.xb_sh, arena_.alloc(Bm * I * 2));
     }
-    DSV4_RETURN_IF_ERROR(F(ws_.hn, Bm * d));
-    DSV4_RETURN_IF_ERROR(F(ws_.logits, Bm * V));
+    // Logits rows: one per sequence, k + 1 per verify chunk with speculative decoding.
+    spec_tokens_ = layout_.spec_tokens;
+    rows_cap_ = int(Bm) * (1 + spec_tokens_);
+    const size_t Rm = size_t(rows_cap_);
+    DSV4_RETURN_IF_ERROR(F(ws_.hn, Rm * d));
+    DSV4_RETURN_IF_ERROR(F(ws_.logits, Rm * V));
     DSV4_RETURN_IF_ERROR(Ii(ws_.ids, Tm * K));
     DSV4_RETURN_IF_ERROR(Ii(ws_.counts, 3 * E + 1));
     DSV4_RETURN_IF_ERROR(Ii(ws_.perm, Tm * K));
     DSV4_RETURN_IF_ERROR(Ii(ws_.slot, Tm * K));
     DSV4_RETURN_IF_ERROR(Ii(ws_.sel, Bq * topk));
     DSV4_RETURN_IF_ERROR(Ii(ws_.n_sel, Bq));
-    DSV4_RETURN_IF_ERROR(Ii(ws_.logit_rows, Bm));
+    DSV4_RETURN_IF_ERROR(Ii(ws_.logit_rows, Rm));
     DSV4_RETURN_IF_ERROR(Ii(ws_.tok_begin, Bm));
     DSV4_RETURN_IF_ERROR(Ii(ws_.n_tok, Bm));
     DSV4_RETURN_IF_ERROR(Ii(ws_.page_table, Bm * size_t(pt_stride_)));
@@ -184,9 +188,44 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
         DSV4_RETURN_IF_ERROR(F(mtp_in_, Tm * n * d));
         DSV4_RETURN_IF_ERROR(Ii(mtp_next_, Tm));
     }
+    if (spec_tokens_ > 0) {  // speculative decoding's cycle (cuda_runner_spec.cpp)
+        if (w_.mtp.empty()) return error(StatusCode::kFailedPrecondition, "speculative decoding needs the MTP block");
+        const size_t S = size_t(spec_tokens_);
+        DSV4_RETURN_IF_ERROR(Ii(aux_.tok_begin, std::max(Bm, Tm)));
+        DSV4_RETURN_IF_ERROR(Ii(aux_.n_tok, Bm));
+        DSV4_RETURN_IF_ERROR(Ii(aux_.page_table, Bm * size_t(pt_stride_)));
+        DSV4_RETURN_IF_ERROR(Ii(aux_.tokens, Tm));
+        DSV4_RETURN_IF_ERROR(Ii(aux_.pos, Tm));
+        DSV4_RETURN_IF_ERROR(Ii(aux_.logit_rows, Rm));
+        DSV4_ASSIGN_OR_RETURN(aux_.start_pos, arena_.alloc_n<int64_t>(Bm));
+        if (batched_) {
+            DSV4_RETURN_IF_ERROR(Ii(aux_.pf_seq, Tm));
+            DSV4_ASSIGN_OR_RETURN(aux_.pf_start_pos, arena_.alloc_n<int64_t>(Tm));
+            DSV4_ASSIGN_OR_RETURN(aux_.pf_stage_from, arena_.alloc_n<int64_t>(Tm));
+        }
+        DSV4_RETURN_IF_ERROR(Ii(spec_seq_, 4 * Bm));
+        DSV4_RETURN_IF_ERROR(Ii(drafts_, Bm * S));
+        DSV4_RETURN_IF_ERROR(Ii(draft_ids_, Bm));
+        DSV4_RETURN_IF_ERROR(Ii(gather_idx_, Tm));
+        DSV4_ASSIGN_OR_RETURN(ring_scratch_, arena_.alloc_n<uint32_t>(Bm * S * size_t(layout_.row_words_main)));
+        const std::vector<SpecRegion> regions = spec_regions(layout_);
+        n_spec_regions_ = int(regions.size());
+        if (!regions.empty()) {
+            DSV4_ASSIGN_OR_RETURN(void* r, arena_.upload(regions.data(), regions.size() * sizeof(SpecRegion)));
+            spec_regions_ = static_cast<SpecRegion*>(r);
+        }
+        // The catch-up pass plans S + 1 slots per sequence in the token arrays.
+        if (int64_t(Bm) * int64_t(S + 1) > opt_.max_step_tokens)
+            return invalid_argument("max_step_tokens {} is below max_seqs x (speculative tokens + 1) = {}",
+                                    opt_.max_step_tokens, int64_t(Bm) * int64_t(S + 1));
+        for (auto& sl : slots_) DSV4_RETURN_IF_ERROR(sl.drafts.reserve(Bm * S * sizeof(int32_t)));
+    }
     // Launched steps (launch / collect): sampled ids, pending-token lists, kFull results, and the
     // two slots' pinned staging, sized for the largest plan (penalty tokens grow when needed).
-    DSV4_RETURN_IF_ERROR(Ii(sampled_, Bm));
+    DSV4_RETURN_IF_ERROR(Ii(sampled_, Rm));
+    if (opt_.rt.split_argmax) {
+        DSV4_ASSIGN_OR_RETURN(argmax_ws_, arena_.alloc_n<unsigned long long>(Rm * size_t(cuda::kArgmaxParts)));
+    }
     DSV4_RETURN_IF_ERROR(Ii(pend_dst_, Tm));
     DSV4_RETURN_IF_ERROR(Ii(pend_src_, Tm));
     DSV4_ASSIGN_OR_RETURN(sample_out_, arena_.alloc_n<cuda::SampleRowOut>(Bm));
@@ -195,8 +234,9 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
                               Bm * sizeof(cuda::SampleRowArgs) + 16 * 64;
     for (auto& sl : slots_) {
         DSV4_CU(cudaEventCreateWithFlags(&sl.done, cudaEventDisableTiming));
+        DSV4_CU(cudaEventCreateWithFlags(&sl.ready, cudaEventDisableTiming));
         DSV4_RETURN_IF_ERROR(sl.up.reserve(plan_bytes + Bm * 64 * sizeof(cuda::SamplePenaltyToken)));
-        DSV4_RETURN_IF_ERROR(sl.ids.reserve(Bm * sizeof(int32_t)));
+        DSV4_RETURN_IF_ERROR(sl.ids.reserve(Rm * sizeof(int32_t)));
         DSV4_RETURN_IF_ERROR(sl.full.reserve(Bm * sizeof(cuda::SampleRowOut)));
     }
     if (batched_) {
@@ -405,10 +445,33 @@ Status CudaRunner::plan(const ForwardBatch& batch, int graph_tokens, HostPlan& h
     hp.n_tok.assign(Bp, 0);
     hp.start_pos.assign(Bp, 0);
     hp.page_table.assign(size_t(Bp) * pt_stride_, 0);
+    if (spec_tokens_ > 0) hp.spec_seq.assign(size_t(4) * size_t(Bp), 0);
     for (int s = 0; s < B; ++s) {
         const SeqChunk& c = batch.seqs[s];
-        const int64_t nt = int64_t(c.tokens.size());
-        if (nt == 0) return invalid_argument("sequence {}: empty chunk", c.seq_id);
+        const int k = c.draft_tokens;
+        const int64_t nt = int64_t(c.tokens.size()) + k;  // a verify chunk runs its drafts too
+        if (c.tokens.empty()) return invalid_argument("sequence {}: empty chunk", c.seq_id);
+        if ((c.mtp || k != 0) && spec_tokens_ == 0)
+            return invalid_argument("sequence {}: this runner was built without speculative decoding", c.seq_id);
+        if (k < 0 || k > spec_tokens_)
+            return invalid_argument("sequence {}: {} draft tokens asked; this runner verifies at most {}", c.seq_id, k,
+                                    spec_tokens_);
+        if (k > 0 && (c.start_pos == 0 || c.tokens.size() != 1 || !c.want_logits || !c.mtp))
+            return invalid_argument("sequence {}: a verify chunk is one token after the prompt of a speculating sequence, "
+                                    "with want_logits (got {} tokens at {})", c.seq_id, c.tokens.size(), c.start_pos);
+        // The MTP pass after a chunk of two or more tokens reads them from the host plan (spec_after).
+        if (c.mtp && c.tokens.size() > 1 &&
+            std::find(c.tokens.begin() + 1, c.tokens.end(), kPendingToken) != c.tokens.end())
+            return invalid_argument("sequence {}: a speculating sequence's chunk has a pending token after its first",
+                                    c.seq_id);
+        if (spec_tokens_ > 0) {
+            hp.spec_seq[size_t(s)] = c.mtp ? 1 : 0;
+            hp.spec_seq[size_t(Bp + s)] = k;
+            hp.spec_seq[size_t(2 * Bp + s)] = k > 0 ? k + 1 : 0;
+            hp.spec_seq[size_t(3 * Bp + s)] = c.start_pos > 0 ? 1 : 0;
+            hp.spec_live = hp.spec_live || (c.mtp && c.start_pos > 0);
+            hp.spec_verify = hp.spec_verify || k > 0;
+        }
         for (int32_t t : c.tokens) {
             if (t == kPendingToken) {
                 if (!prev_rows_.count(c.seq_id))
@@ -440,14 +503,20 @@ Status CudaRunner::plan(const ForwardBatch& batch, int graph_tokens, HostPlan& h
         hp.start_pos[s] = c.start_pos;
         hp.max_t = std::max<int>(hp.max_t, int(nt));
         for (int64_t i = 0; i < nt; ++i) {
-            if (c.tokens[i] == kPendingToken) {  // filled in on the device (cuda::fill_pending_tokens)
+            // Drafts (i past the chunk's tokens) are written on the device (cuda::spec_fill_drafts).
+            const int32_t t = i < int64_t(c.tokens.size()) ? c.tokens[size_t(i)] : 0;
+            if (t == kPendingToken) {  // filled in on the device (cuda::fill_pending_tokens)
                 hp.pend_dst.push_back(int32_t(hp.tokens.size()));
                 hp.pend_src.push_back(prev_rows_.at(c.seq_id));
             }
-            hp.tokens.push_back(c.tokens[i] == kPendingToken ? 0 : c.tokens[i]);
+            hp.tokens.push_back(t == kPendingToken ? 0 : t);
             hp.pos.push_back(int32_t(c.start_pos + i));
         }
-        if (c.want_logits) hp.logit_rows.push_back(int32_t(hp.tokens.size() - 1));
+        if (k > 0) {
+            for (int64_t i = nt; i > 0; --i) hp.logit_rows.push_back(int32_t(hp.tokens.size() - i));
+        } else if (c.want_logits) {
+            hp.logit_rows.push_back(int32_t(hp.tokens.size() - 1));
+        }
     }
     for (int s = B; s < Bp; ++s) {  // graph padding: graph_tokens dummy tokens each, n_tok 0 (skipped by stateful ops)
         hp.tok_begin[s] = int32_t(hp.tokens.size());
@@ -460,6 +529,8 @@ Status CudaRunner::plan(const ForwardBatch& batch, int graph_tokens, HostPlan& h
     if (hp.T > opt_.max_step_tokens)
         return invalid_argument("{} tokens in one step, the CUDA runner takes {}", hp.T, opt_.max_step_tokens);
     hp.R = int(hp.logit_rows.size());
+    // Graph rows: one per sequence of the bucket, or every token of a verify graph with verify chunks.
+    hp.R_pad = graph_tokens == 0 ? hp.R : graph_tokens > 1 && hp.spec_verify ? hp.T : Bp;
     // The tuning file's sparse_decode rule: decode-only steps (one token per sequence), by the real
     // batch (graphs are captured per rule, so sizes sharing a padded bucket may differ) and the
     // longest context before the decoded token.
@@ -492,7 +563,7 @@ Status CudaRunner::upload_plan(const HostPlan& hp) {
         return cuda_ok(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "plan upload");
     };
     std::vector<int32_t> rows = hp.logit_rows;
-    rows.resize(size_t(hp.B), 0);  // padded rows read token 0
+    rows.resize(size_t(std::max(hp.R_pad, hp.B)), 0);  // padded rows read token 0
     DSV4_RETURN_IF_ERROR(up(ws_.tok_begin, hp.tok_begin.data(), hp.B * sizeof(int32_t)));
     DSV4_RETURN_IF_ERROR(up(ws_.n_tok, hp.n_tok.data(), hp.B * sizeof(int32_t)));
     DSV4_RETURN_IF_ERROR(up(ws_.start_pos, hp.start_pos.data(), hp.B * sizeof(int64_t)));
@@ -630,7 +701,12 @@ static Result<KvLayout> runner_layout(const ModelConfig& cfg, CudaRunnerOptions&
         if (cfg.mtp_compress_ratios[size_t(m)] != 0)
             return error(StatusCode::kUnimplemented, "MTP block {} has compress ratio {}; only window-only MTP blocks run",
                          m, cfg.mtp_compress_ratios[size_t(m)]);
-    DSV4_ASSIGN_OR_RETURN(KvLayout layout, KvLayout::make(cfg, opt.page_tokens, 4, rows, opt.mtp_blocks));
+    if (opt.spec_tokens > 0 && opt.mtp_blocks < 1)
+        return invalid_argument("speculative decoding on the CUDA runner drafts with the MTP block: mtp_blocks must be 1");
+    if (opt.spec_tokens > 0 && opt.ep_size > 1)
+        return error(StatusCode::kUnimplemented, "speculative decoding runs on one GPU only so far (expert parallel size {})",
+                     opt.ep_size);
+    DSV4_ASSIGN_OR_RETURN(KvLayout layout, KvLayout::make(cfg, opt.page_tokens, 4, rows, opt.mtp_blocks, opt.spec_tokens));
     if (opt.n_pages <= 0 && opt.gpu_memory_utilization > 0) return layout;  // sized in init()
     if (opt.n_pages <= 0) opt.n_pages = 64 * layout.pages_for_tokens(4096);
     if (opt.n_pages < layout.n_state_pages + 1)

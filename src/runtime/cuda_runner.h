@@ -59,6 +59,10 @@ struct CudaRunnerOptions {
     // 0: none, 1: mtp.0), from a RefModel, the checkpoint loader or the synthetic proxy weights; the
     // model must hold them (window-only blocks: a compressed MTP block is refused).
     int mtp_blocks = 0;
+    // Speculative decoding with the MTP block's drafts (issue 24): verify chunks of up to spec_tokens
+    // drafts (0: off; needs mtp_blocks 1 and one GPU). The state layout holds their backup and the
+    // block's pending inputs (model/spec_state.h); ModelRunner::max_draft_tokens() returns it.
+    int spec_tokens = 0;
 };
 
 // True when a CUDA device is present and usable (tests skip otherwise).

@@ -25,12 +25,14 @@ Status CudaRunner::upload_plan_async(const HostPlan& hp, const std::vector<cuda:
     plan_piece(ws_.page_table, hp.page_table.size() * i32);
     plan_piece(ws_.tokens, hp.T * i32);
     plan_piece(ws_.pos, hp.T * i32);
-    plan_piece(ws_.logit_rows, hp.B * i32);
+    const int n_rows = std::max(hp.R_pad, hp.B);
+    plan_piece(ws_.logit_rows, size_t(n_rows) * i32);
     if (hp.batched) {
         plan_piece(ws_.pf_seq, hp.T * i32);
         plan_piece(ws_.pf_start_pos, hp.T * i64);
         plan_piece(ws_.pf_stage_from, hp.T * i64);
     }
+    if (!hp.spec_seq.empty()) plan_piece(spec_seq_, hp.spec_seq.size() * i32);
     plan_piece(pend_dst_, hp.pend_dst.size() * i32);
     plan_piece(pend_src_, hp.pend_src.size() * i32);
     DSV4_RETURN_IF_ERROR(copy_pairs_.reserve(std::max<size_t>(1, copies.size()) * sizeof(PageCopy)));
@@ -45,7 +47,7 @@ Status CudaRunner::upload_plan_async(const HostPlan& hp, const std::vector<cuda:
     // Growing the pinned buffer waits for nothing in flight on it: this slot's last step was collected.
     DSV4_RETURN_IF_ERROR(slot.up.reserve(total));
     std::vector<int32_t> rows = hp.logit_rows;
-    rows.resize(size_t(hp.B), 0);  // padded rows read token 0
+    rows.resize(size_t(n_rows), 0);  // padded rows read token 0
     const void* srcs[] = {hp.tok_begin.data(), hp.n_tok.data(), hp.start_pos.data(), hp.page_table.data(),
                           hp.tokens.data(),    hp.pos.data(),   rows.data()};
     size_t k = 0;
@@ -55,6 +57,7 @@ Status CudaRunner::upload_plan_async(const HostPlan& hp, const std::vector<cuda:
         for (const void* src : {(const void*)hp.pf_seq.data(), (const void*)hp.pf_pos.data(),
                                 (const void*)hp.pf_stage_from.data()})
             std::memcpy(base + pieces[k].off, src, pieces[k].bytes), ++k;
+    if (!hp.spec_seq.empty()) std::memcpy(base + pieces[k].off, hp.spec_seq.data(), pieces[k].bytes), ++k;
     std::memcpy(base + pieces[k].off, hp.pend_dst.data(), pieces[k].bytes), ++k;
     std::memcpy(base + pieces[k].off, hp.pend_src.data(), pieces[k].bytes), ++k;
     std::memcpy(base + pieces[k].off, copies.data(), pieces[k].bytes), ++k;
@@ -73,9 +76,18 @@ Status CudaRunner::queue_outputs(const ForwardBatch& batch, bool honour_sample, 
     slot.dev_rows.clear();
     slot.dev_mode.clear();
     slot.R = hp.R;
-    for (const auto& c : batch.seqs) {
+    slot.verify.clear();
+    for (size_t i = 0; i < batch.seqs.size(); ++i) {
+        const SeqChunk& c = batch.seqs[i];
         if (!c.want_logits) continue;
         const int r = int(slot.host_rows.size() + slot.dev_rows.size());
+        if (c.draft_tokens > 0) {  // a verify chunk: its k + 1 rows are judged on the host
+            if (honour_sample && c.sample != DeviceSample::kNone)
+                return invalid_argument("sequence {}: a verify chunk's rows are not sampled on the device", c.seq_id);
+            for (int j = 0; j <= c.draft_tokens; ++j) slot.host_rows.push_back(r + j);
+            slot.verify.emplace_back(int(i), c.draft_tokens);
+            continue;
+        }
         if (!honour_sample || c.sample == DeviceSample::kNone) {
             slot.host_rows.push_back(r);
             continue;
@@ -142,6 +154,9 @@ Status CudaRunner::queue_step(const ForwardBatch& batch, bool honour_sample) {
     HostPlan hp;
     if (!batch.seqs.empty()) DSV4_RETURN_IF_ERROR(plan(batch, graph_n, hp));
     StepSlot& slot = slots_[next_slot_];
+    // Its last step was collected (its outputs are read), but work queued after them (spec_after's MTP
+    // pass) may still read its pinned plan: wait for all of it before the host rewrites the buffers.
+    DSV4_CU(cudaEventSynchronize(slot.done));
     std::vector<cuda::SampleRowArgs> full;
     std::vector<cuda::SamplePenaltyToken> toks;
     DSV4_RETURN_IF_ERROR(queue_outputs(batch, honour_sample, hp, slot, full, toks));
@@ -155,6 +170,7 @@ Status CudaRunner::queue_step(const ForwardBatch& batch, bool honour_sample) {
     DSV4_RETURN_IF_ERROR(upload_plan_async(hp, full, toks, batch.page_copies, slot));
     DSV4_RETURN_IF_ERROR(run_page_copies(batch.page_copies));
     if (batch.seqs.empty()) {  // copies only: nothing sampled, the previous step's ids stay the pending source
+        DSV4_CU(cudaEventRecord(slot.ready, stream_));
         DSV4_CU(cudaEventRecord(slot.done, stream_));
         inflight_.push_back(next_slot_);
         next_slot_ ^= 1;
@@ -165,12 +181,13 @@ Status CudaRunner::queue_step(const ForwardBatch& batch, bool honour_sample) {
     ++steps_launched_;
     if (opt_.rt.fault_inject_step > 0 && steps_launched_ == opt_.rt.fault_inject_step)
         DSV4_CU(cuda::inject_device_fault(stream_));
+    if (spec_tokens_ > 0) DSV4_RETURN_IF_ERROR(spec_before(hp));
     if (graph_n == 1) {
         DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, decode_graph(hp.B, hp.sd_rule));
         DSV4_CU(cudaGraphLaunch(ge, stream_));
         ++replays_.decode;
     } else if (graph_n > 1) {
-        DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, verify_graph(hp.B, graph_n));
+        DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, verify_graph(hp.B, graph_n, hp.spec_verify));
         DSV4_CU(cudaGraphLaunch(ge, stream_));
         ++replays_.verify;
     } else {
@@ -180,7 +197,7 @@ Status CudaRunner::queue_step(const ForwardBatch& batch, bool honour_sample) {
     const size_t V = size_t(cfg_.vocab_size);
     const bool any_greedy = std::find(slot.dev_mode.begin(), slot.dev_mode.end(), DeviceSample::kGreedy) !=
                             slot.dev_mode.end();
-    if (any_greedy) DSV4_CU(cuda::argmax_rows(ws_.logits, hp.R, int64_t(V), sampled_, stream_));
+    if (any_greedy) DSV4_CU(greedy_pick(hp.R, sampled_));
     if (!full.empty()) {
         const auto* args = static_cast<const cuda::SampleRowArgs*>(sample_args_.p);
         DSV4_CU(cuda::sample_rows(ws_.logits, int64_t(V), args, int(full.size()),
@@ -205,6 +222,11 @@ Status CudaRunner::queue_step(const ForwardBatch& batch, bool honour_sample) {
                                         cudaMemcpyDeviceToHost, stream_));
         }
     }
+    if (!slot.verify.empty())
+        DSV4_CU(cudaMemcpyAsync(slot.drafts.p, drafts_, size_t(hp.B) * size_t(spec_tokens_) * sizeof(int32_t),
+                                cudaMemcpyDeviceToHost, stream_));
+    DSV4_CU(cudaEventRecord(slot.ready, stream_));
+    if (spec_tokens_ > 0) DSV4_RETURN_IF_ERROR(spec_after(batch, hp, slot));
     DSV4_CU(cudaEventRecord(slot.done, stream_));
     prev_rows_.clear();
     size_t d = 0;
@@ -243,7 +265,7 @@ Status CudaRunner::collect_step(StepOutput& out) {
     if (inflight_.empty()) return error(StatusCode::kFailedPrecondition, "collect() without a launched step");
     StepSlot& slot = slots_[inflight_.front()];
     inflight_.pop_front();
-    DSV4_CU(cudaEventSynchronize(slot.done));
+    DSV4_CU(cudaEventSynchronize(slot.ready));
     const size_t V = size_t(cfg_.vocab_size);
     out.logits.clear();
     out.tokens.clear();
@@ -268,6 +290,10 @@ Status CudaRunner::collect_step(StepOutput& out) {
         for (int t = 0; t < o.n_top; ++t) top.emplace_back(o.top_token[t], o.top_logprob[t]);
         out.top_logprobs.push_back(std::move(top));
     }
+    out.drafts.clear();
+    const int32_t* drafts = static_cast<const int32_t*>(slot.drafts.p);
+    for (const auto& [s, k] : slot.verify)
+        out.drafts.emplace_back(drafts + size_t(s) * size_t(spec_tokens_), drafts + size_t(s) * size_t(spec_tokens_) + k);
     return Status::ok();
 }
 

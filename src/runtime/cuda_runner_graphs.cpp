@@ -29,21 +29,22 @@ Result<cudaGraphExec_t> CudaRunner::decode_graph(int B, int sd_rule) {
     return ge;
 }
 
-Result<cudaGraphExec_t> CudaRunner::verify_graph(int B, int n) {
-    const int key = B * 8 + n;  // n <= StepGemmThresholds::kVerifyShapedMaxTokens < 8
+Result<cudaGraphExec_t> CudaRunner::verify_graph(int B, int n, bool all_rows) {
+    const int key = (B * 8 + n) * 2 + (all_rows ? 1 : 0);  // n <= StepGemmThresholds::kVerifyShapedMaxTokens < 8
     auto it = verify_graphs_.find(key);
     if (it != verify_graphs_.end()) return it->second;
     sd_rule_ = -1;  // tuning rules cover decode-only steps
-    DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, capture([&] { return run_step(B, B * n, n, B, kAnyEndPos); }));
+    const int R = all_rows ? B * n : B;
+    DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, capture([&] { return run_step(B, B * n, n, R, kAnyEndPos); }));
     verify_graphs_.emplace(key, ge);
     return ge;
 }
 
 int CudaRunner::graph_tokens_for(const ForwardBatch& batch) const {
     if (!opt_.rt.cuda_graphs || batch.seqs.empty()) return 0;
-    const size_t n = batch.seqs[0].tokens.size();
+    const size_t n = batch.seqs[0].tokens.size() + size_t(batch.seqs[0].draft_tokens);
     for (const auto& c : batch.seqs)
-        if (c.tokens.size() != n) return 0;
+        if (c.tokens.size() + size_t(c.draft_tokens) != n) return 0;
     if (n == 1) return 1;
     if (!opt_.rt.verify_graphs || n > size_t(StepGemmThresholds::kVerifyShapedMaxTokens)) return 0;
     if (int64_t(decode_bucket(int(batch.seqs.size()))) * int64_t(n) > opt_.max_step_tokens) return 0;

@@ -33,6 +33,7 @@
 #include "kernels/cuda/ops/step_tokens.h"
 #include "model/checkpoint.h"
 #include "model/load_plan.h"
+#include "model/spec_state.h"
 #include "runtime/cuda_fast_table.h"
 #include "runtime/cuda_bench_runner.h"
 #include "runtime/op_profile.h"
@@ -94,6 +95,14 @@ struct HostPlan {
     // Batched prefill steps: per token, its sequence, its position and its chunk's first position.
     bool batched = false;
     int sd_rule = -1;  // CudaRunner::sparse_decode_rule_for this step
+    // Logits rows the step computes: R when eager, the graph's rows when replayed (padded rows read
+    // token 0). A verify chunk (SeqChunk::draft_tokens k > 0) runs k + 1 tokens with a row each.
+    int R_pad = 0;
+    // Speculative decoding (CudaRunnerOptions::spec_tokens > 0): per sequence [4][B]: mtp flag, draft
+    // count, verify length (k + 1 for a verify chunk, else 0), live (1 when start_pos > 0: its state
+    // header is valid); the cycle's work: any MTP sequence past its first chunk, any verify chunk.
+    std::vector<int32_t> spec_seq;
+    bool spec_live = false, spec_verify = false;
     int64_t end_pos = 0;  // the longest sequence's start_pos + n_tok (CudaRunner::run_step's end_pos)
     std::vector<int32_t> pf_seq;
     std::vector<int64_t> pf_pos, pf_stage_from;
@@ -129,11 +138,16 @@ struct StepSlot {
     PinnedBuf ids;     // [R] int32: sampled ids (argmax rows and kFull tokens)
     PinnedBuf full;    // [n_full] cuda::SampleRowOut
     PinnedBuf logits;  // [host rows, V] f32
-    cudaEvent_t done = nullptr;
+    // ready: the outputs are in pinned memory (collect waits for it); done: all of the step's work, the
+    // MTP pass after its outputs included (the slot's pinned buffers are reused after it).
+    cudaEvent_t ready = nullptr, done = nullptr;
     std::vector<int> host_rows, dev_rows;  // indices into the step's R logits rows
     std::vector<DeviceSample> dev_mode;    // per dev_rows entry
     int R = 0;
     size_t n_full = 0;
+    PinnedBuf up2;     // the MTP prefill pass's plan (speculative decoding)
+    PinnedBuf drafts;  // [B, spec_tokens] int32 drafts
+    std::vector<std::pair<int, int>> verify;  // per verify chunk in batch order: (plan index, drafts)
 };
 
 // Where init() takes the weights from when not from the RefModel/checkpoint (synthetic weights).
@@ -151,8 +165,10 @@ public:
             if (e) cudaEventDestroy(e);
         if (fork_) cudaEventDestroy(fork_);
         if (stream_) cudaStreamSynchronize(stream_);  // launched steps still read slots_ and the pool
-        for (auto& sl : slots_)
+        for (auto& sl : slots_) {
             if (sl.done) cudaEventDestroy(sl.done);
+            if (sl.ready) cudaEventDestroy(sl.ready);
+        }
         cuda::lt_gemm_destroy(gemm_.handle);
         if (stream_) cudaStreamDestroy(stream_);
     }
@@ -163,6 +179,7 @@ public:
     int64_t n_pages() const override { return opt_.n_pages; }
     int64_t max_positions() const override { return opt_.max_context; }
     Status forward(const ForwardBatch& batch, std::vector<std::vector<float>>& logits) override;
+    int max_draft_tokens() const override { return spec_tokens_; }
     bool supports_device_sample(DeviceSample m) const override {
         return m == DeviceSample::kNone || m == DeviceSample::kGreedy || m == DeviceSample::kFull;
     }
@@ -229,7 +246,8 @@ private:
     Result<cudaGraphExec_t> decode_graph(int B, int sd_rule);
     // The graph of a verify-shaped step (graph_tokens_for: every sequence n tokens, 2 <= n) of bucket B,
     // captured on first use (the plan must be uploaded): run_step with B x n tokens and B logits rows.
-    Result<cudaGraphExec_t> verify_graph(int B, int n);
+    // all_rows: every token gets a logits row (B x n rows: a step with verify chunks), else one per sequence.
+    Result<cudaGraphExec_t> verify_graph(int B, int n, bool all_rows);
     // Tokens per sequence of the graph a step replays: 1 (a decode step), n (every sequence runs the same
     // n tokens, 2 <= n <= StepGemmThresholds::kVerifyShapedMaxTokens, with verify_graphs, and the padded
     // bucket's tokens fit max_step_tokens) or 0 (launched eagerly).
@@ -327,6 +345,51 @@ private:
     // main model's final streams of the step's positions, normed in place (not ws_.X, which this overwrites with the
     // block's output streams); next: [T] device ids, the token after each position.
     Status mtp_block(int m, int B, int T, int max_t, int R, float* streams, const int32_t* next);
+    // Speculative decoding's cycle (cuda_runner_spec.cpp; RefRunner::speculative_chunk on the device),
+    // around the step's forward of the uploaded plan hp:
+    // - spec_before: the rejected positions of each sequence's last verify chunk undone, the MTP block's
+    //   catch-up over its pending positions, the recursive drafts (MTP ring rows put back), the drafts
+    //   written into the verify chunks' tokens, the verify chunks' backup;
+    // - spec_after: the pending inputs into each speculating sequence's state, then the MTP pass over
+    //   the positions before the last of its other chunks (prefill), whose plan goes through slot.up2
+    //   into the second plan arrays. Call after the step's outputs are queued (it rewrites ws_.tokens).
+    Status spec_before(const HostPlan& hp);
+    Status spec_after(const ForwardBatch& batch, const HostPlan& hp, StepSlot& slot);
+    cuda::SpecCycleArgs spec_cycle_args(int B) const;  // B: the step plan's sequences (spec_seq_ is [4, B])
+    // The plan arrays the MTP passes use while they run (swap_plan swaps them with ws_'s; with_table: the page
+    // table too, else the step's stays). Same capacities as ws_'s.
+    struct PlanBufs {
+        int32_t *tok_begin = nullptr, *n_tok = nullptr, *page_table = nullptr, *tokens = nullptr, *pos = nullptr;
+        int32_t *logit_rows = nullptr, *pf_seq = nullptr;
+        int64_t *start_pos = nullptr, *pf_start_pos = nullptr, *pf_stage_from = nullptr;
+    };
+    void swap_plan(bool with_table) {
+        std::swap(ws_.tok_begin, aux_.tok_begin);
+        std::swap(ws_.n_tok, aux_.n_tok);
+        if (with_table) std::swap(ws_.page_table, aux_.page_table);
+        std::swap(ws_.tokens, aux_.tokens);
+        std::swap(ws_.pos, aux_.pos);
+        std::swap(ws_.logit_rows, aux_.logit_rows);
+        std::swap(ws_.pf_seq, aux_.pf_seq);
+        std::swap(ws_.start_pos, aux_.start_pos);
+        std::swap(ws_.pf_start_pos, aux_.pf_start_pos);
+        std::swap(ws_.pf_stage_from, aux_.pf_stage_from);
+    }
+    PlanBufs aux_;
+    int spec_tokens_ = 0;          // KvLayout::spec_tokens (0: no speculative decoding)
+    int rows_cap_ = 0;             // logits rows a step may compute: max_seqs x (1 + spec_tokens)
+    int32_t* spec_seq_ = nullptr;  // [4, max_seqs] HostPlan::spec_seq of the step
+    int32_t* drafts_ = nullptr;    // [max_seqs, spec_tokens]
+    int32_t* draft_ids_ = nullptr; // [max_seqs] argmax of a pass
+    // [rows_cap_, kArgmaxParts] the split argmax's partial keys (option split_argmax; null: off).
+    unsigned long long* argmax_ws_ = nullptr;
+    cudaError_t greedy_pick(int R, int32_t* out) {
+        return cuda::argmax_rows(ws_.logits, R, int64_t(cfg_.vocab_size), out, stream_, argmax_ws_);
+    }
+    int32_t* gather_idx_ = nullptr;  // [max_step_tokens] the prefill MTP pass's source rows
+    uint32_t* ring_scratch_ = nullptr;
+    SpecRegion* spec_regions_ = nullptr;  // device copy of spec_regions(layout_)
+    int n_spec_regions_ = 0;
     Status attention(int l, const cuda::StepPlan& sp, int T, int max_t, int splits);
     // The state and attention part of attention() for a batched prefill step (cuda_runner_prefill.cpp):
     // staging, chunk compressors, the indexer and sparse_decode over pseudo-sequences of
@@ -335,7 +398,8 @@ private:
                              cuda::IndexerArgs& ia, cuda::RowListArgs& ra, cuda::SparseDecodeArgs& sa, const float* rope,
                              bool bf16_route);
     // Batched prefill is built (fast attention, packed rows, option on) and used for steps with max_t > 1.
-    bool batched_step(int max_t) const { return batched_ && max_t > 1; }
+    bool batched_step(int max_t) const { return batched_ && max_t > 1 && !token_loop_; }
+    bool token_loop_ = false;  // the MTP catch-up pass: its device-written plan has no batched-prefill arrays
     // A batched step whose wo_a reads its input in bf16 only (the prefill GEMM): q is normed, roped
     // and rounded once into pf_qb, attention writes pf_ob, whose rope dims are inverse-rotated in
     // place, and wo_a reads it; no f32 q rows or o are staged (same bits as the f32 route).

@@ -100,7 +100,7 @@ Result<std::vector<double>> CudaRunner::time_mtp_draft(const ForwardBatch& batch
         mark("mtp: greedy pick");
         // Into the MoE ids (free after the block), not sampled_: the next served step's pending tokens
         // are read from there.
-        DSV4_CU(cuda::argmax_rows(ws_.logits, hp.B, int64_t(cfg_.vocab_size), ws_.ids, stream_));
+        DSV4_CU(greedy_pick(hp.B, ws_.ids));
         mark("end");
         return Status::ok();
     };

@@ -82,6 +82,8 @@ const std::vector<OptionDef>& option_defs() {
         {{"verify_graphs", "DSV4_VERIFY_GRAPHS",
           "steps of 2-4 tokens in every sequence (speculative verify steps) replayed as CUDA graphs"},
          DSV4_BOOL_OPTION(verify_graphs)},
+        {{"split_argmax", "DSV4_SPLIT_ARGMAX", "greedy picks split over many CTAs per vocabulary row (0: one CTA per row)"},
+         DSV4_BOOL_OPTION(split_argmax)},
         {{"capture_graphs_at_start", "DSV4_CAPTURE_GRAPHS_AT_START",
           "capture every batch bucket's decode graph at start-up (0: on first use)"},
          DSV4_BOOL_OPTION(capture_graphs_at_start)},

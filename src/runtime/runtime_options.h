@@ -46,6 +46,10 @@ struct RuntimeOptions {
     // such steps launch eagerly (ledger E59: the graphs take 11-14% off such steps at batch 1, 3-7% at
     // batch 8-64).
     bool verify_graphs = true;
+    // Greedy picks (device argmax of a vocabulary row) split over up to 64 CTAs per row and joined by a
+    // second launch; false: one CTA per row, which E59 measured at 196 us per 129,280-wide row at
+    // batch 1. Off until the split form is measured on the GPU.
+    bool split_argmax = false;
     bool side_streams = true;  // independent projections / the shared expert on forked streams
     // At <= 8 tokens the mHC expand also computes the next site's mixing dot products (mhc_post_mix).
     bool fuse_mhc = true;

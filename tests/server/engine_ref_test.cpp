@@ -13,20 +13,12 @@
 #include "core/philox.h"
 #include "runtime/runner_factory.h"
 #include "sched/engine_core.h"
+#include "tests/server/choice_sink.h"
 
 namespace dsv4 {
 namespace {
 
-class Sink : public RequestSink {
-public:
-    void on_event(SeqEvent&& ev) override {
-        auto& v = tokens[ev.choice];
-        v.insert(v.end(), ev.tokens.begin(), ev.tokens.end());
-        if (ev.finish != FinishReason::kNone) finish[ev.choice] = ev.finish;
-    }
-    std::map<int, std::vector<int32_t>> tokens;
-    std::map<int, FinishReason> finish;
-};
+using Sink = ChoiceSink;
 
 struct Job {
     std::vector<int32_t> prompt;

@@ -16,6 +16,7 @@
 #include "runtime/ref_runner.h"
 #include "runtime/runner_factory.h"
 #include "sched/engine_core.h"
+#include "tests/server/choice_sink.h"
 
 namespace dsv4 {
 namespace {
@@ -25,18 +26,7 @@ std::shared_ptr<const RefModel> tiny() {
     return m;
 }
 
-class Sink : public RequestSink {
-public:
-    void on_event(SeqEvent&& ev) override {
-        auto& v = tokens[ev.choice];
-        v.insert(v.end(), ev.tokens.begin(), ev.tokens.end());
-        for (const SampleResult& r : ev.logprobs) logprobs[ev.choice].push_back(r.logprob);
-        if (ev.finish != FinishReason::kNone) finish[ev.choice] = ev.finish;
-    }
-    std::map<int, std::vector<int32_t>> tokens;
-    std::map<int, std::vector<float>> logprobs;
-    std::map<int, FinishReason> finish;
-};
+using Sink = ChoiceSink;
 
 struct Job {
     std::vector<int32_t> prompt;

@@ -140,5 +140,56 @@ TEST(CudaOps, ArgmaxLowestIndexOnTies) {
     cudaFree(di);
 }
 
+// The split argmax (many CTAs per row, option split_argmax) gives the one-CTA kernel's ids and a host
+// scan's: vocabulary widths that do and do not divide into its slices, ties across slices (lowest id),
+// -0 against +0 (equal: lowest id), NaN skipped, a row of NaN only (0), -inf rows, rows of one value.
+TEST(CudaOps, SplitArgmaxEqualsOneCtaAndHostScan) {
+    SKIP_WITHOUT_GPU();
+    for (int64_t V : {int64_t(5), int64_t(1000), int64_t(2049), int64_t(129280)}) {
+        const int R = 9;
+        std::vector<float> l(size_t(R * V));
+        std::mt19937 g(static_cast<uint32_t>(V));
+        std::normal_distribution<float> nd;
+        for (auto& x : l) x = nd(g);
+        float* row;
+        row = &l[size_t(1 * V)];  // tie between the first and the last entry
+        row[0] = 50, row[V - 1] = 50;
+        row = &l[size_t(2 * V)];  // -0 at a lower id than +0, everything else negative
+        for (int64_t i = 0; i < V; ++i) row[i] = -1.0f - float(i % 7);
+        row[V / 3] = -0.0f, row[V - 1] = 0.0f;
+        row = &l[size_t(3 * V)];  // NaN only
+        for (int64_t i = 0; i < V; ++i) row[i] = NAN;
+        row = &l[size_t(4 * V)];  // NaN beside the maximum
+        row[V / 2] = 40, row[0] = NAN, row[V - 1] = NAN;
+        row = &l[size_t(5 * V)];  // -inf everywhere
+        for (int64_t i = 0; i < V; ++i) row[i] = -INFINITY;
+        row = &l[size_t(6 * V)];  // one value everywhere
+        for (int64_t i = 0; i < V; ++i) row[i] = 3.5f;
+        std::vector<int32_t> want(R);
+        for (int r = 0; r < R; ++r) {
+            int32_t best = -1;
+            for (int64_t i = 0; i < V; ++i) {
+                const float v = l[size_t(r * V + i)];
+                if (!std::isnan(v) && (best < 0 || v > l[size_t(r * V + best)])) best = int32_t(i);
+            }
+            want[size_t(r)] = best < 0 ? 0 : best;
+        }
+        float* dl = dev(l);
+        int32_t *a = nullptr, *b = nullptr;
+        unsigned long long* ws = nullptr;
+        ASSERT_EQ(cudaMalloc(&a, sizeof(int32_t) * R), cudaSuccess);
+        ASSERT_EQ(cudaMalloc(&b, sizeof(int32_t) * R), cudaSuccess);
+        ASSERT_EQ(cudaMalloc(&ws, sizeof(unsigned long long) * R * cuda::kArgmaxParts), cudaSuccess);
+        ASSERT_EQ(cuda::argmax_rows(dl, R, V, a, nullptr), cudaSuccess);
+        ASSERT_EQ(cuda::argmax_rows(dl, R, V, b, nullptr, ws), cudaSuccess);
+        EXPECT_EQ(host(a, R), want) << "V " << V;
+        EXPECT_EQ(host(b, R), want) << "V " << V;
+        cudaFree(dl);
+        cudaFree(a);
+        cudaFree(b);
+        cudaFree(ws);
+    }
+}
+
 }  // namespace
 }  // namespace dsv4

@@ -9,6 +9,8 @@
 // then sorted among themselves (bitonic) — any row that beats a selected row is itself selected, so
 // their order is the global rank order. O(n) passes + O(k log^2 k / threads) sorting; k above
 // kRadixMaxK (a shared-memory bound) falls back to the O(n^2) rank pass.
+#include <algorithm>
+
 #include "kernels/cuda/ops/common.cuh"
 
 namespace dsv4::cuda {
@@ -217,6 +219,46 @@ __global__ void argmax_kernel(const float* logits, int64_t V, int32_t* out) {
         out[blockIdx.x] = besti < 0 ? 0 : besti;
     }
 }
+
+// The split form: each (row, part) CTA reduces one slice of the row to a 64-bit key whose order is
+// the pair order (value bits made monotonic in the high word, ~index in the low word: larger value,
+// then lower index; -0 counted as +0; NaN never a key, so key 0 means "no number"), then one warp per
+// row takes the largest key. Why: one CTA per row reads a 129,280-wide vocabulary row with a single
+// SM's latency chain (196 us at batch 1 on the H100, ledger E59); split over kArgmaxParts CTAs the
+// row is read by the whole GPU.
+__device__ __forceinline__ unsigned long long argmax_key(float v, int64_t i) {
+    uint32_t u = __float_as_uint(v == 0.0f ? 0.0f : v);
+    u = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return (static_cast<unsigned long long>(u) << 32) | (0xFFFFFFFFull - static_cast<unsigned long long>(i));
+}
+
+__global__ void argmax_part_kernel(const float* logits, int64_t V, int parts, unsigned long long* ws) {
+    __shared__ unsigned long long warp_best[32];
+    const int row = blockIdx.y, part = blockIdx.x;
+    const int64_t len = (V + parts - 1) / parts, lo = int64_t(part) * len, hi = lo + len < V ? lo + len : V;
+    const float* x = logits + int64_t(row) * V;
+    unsigned long long best = 0;
+#pragma unroll 4
+    for (int64_t i = lo + threadIdx.x; i < hi; i += blockDim.x) {
+        const float v = x[i];
+        if (!isnan(v)) best = max(best, argmax_key(v, i));
+    }
+    for (int o = 16; o > 0; o >>= 1) best = max(best, __shfl_xor_sync(0xffffffffu, best, o));
+    if ((threadIdx.x & 31) == 0) warp_best[threadIdx.x >> 5] = best;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < int(blockDim.x >> 5); ++w) best = max(best, warp_best[w]);
+        ws[int64_t(row) * parts + part] = best;
+    }
+}
+
+__global__ void argmax_join_kernel(const unsigned long long* ws, int parts, int32_t* out) {
+    const int row = blockIdx.x;
+    unsigned long long best = 0;
+    for (int p = threadIdx.x; p < parts; p += 32) best = max(best, ws[int64_t(row) * parts + p]);
+    for (int o = 16; o > 0; o >>= 1) best = max(best, __shfl_xor_sync(0xffffffffu, best, o));
+    if (threadIdx.x == 0) out[row] = best == 0 ? 0 : int32_t(0xFFFFFFFFull - (best & 0xFFFFFFFFull));
+}
 }  // namespace
 
 cudaError_t indexer_select(const StepPlan& plan, const IndexerArgs& a, cudaStream_t st) {
@@ -237,9 +279,17 @@ cudaError_t topk_rows(const float* scores, int R, int n, int k, int32_t* idx, cu
     return cudaGetLastError();
 }
 
-cudaError_t argmax_rows(const float* logits, int R, int64_t V, int32_t* out, cudaStream_t st) {
+cudaError_t argmax_rows(const float* logits, int R, int64_t V, int32_t* out, cudaStream_t st, unsigned long long* ws) {
     if (R <= 0) return cudaSuccess;
-    argmax_kernel<<<R, 256, 0, st>>>(logits, V, out);
+    if (!ws || V > 0xFFFFFFFFll) {
+        argmax_kernel<<<R, 256, 0, st>>>(logits, V, out);
+        return cudaGetLastError();
+    }
+    // Slices of about 2,048 entries (8 per thread of 256), at most kArgmaxParts of them (129,280: 64 x 2,020).
+    const int parts = int(std::min<int64_t>(kArgmaxParts, std::max<int64_t>(1, (V + 2047) / 2048)));
+    argmax_part_kernel<<<dim3(unsigned(parts), unsigned(R)), 256, 0, st>>>(logits, V, parts, ws);
+    DSV4_LAUNCH_RET();
+    argmax_join_kernel<<<R, 32, 0, st>>>(ws, parts, out);
     return cudaGetLastError();
 }
 

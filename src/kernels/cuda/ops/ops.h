@@ -108,6 +108,54 @@ cudaError_t spec_backup(const StepPlan& plan, const PagePool& pool, const SpecSt
 // untouched; the engine never schedules one.
 cudaError_t spec_rollback(const StepPlan& plan, const PagePool& pool, const SpecStateArgs& a, cudaStream_t st);
 
+// ---- spec_cycle.cu (one speculative cycle per step: RefRunner::speculative_chunk on the device) -----
+// Per sequence of the step's plan (index s), uploaded with it, and the cycle's device buffers.
+struct SpecCycleArgs {
+    const int32_t* mtp = nullptr;       // [B] 1: the sequence speculates (SeqChunk::mtp)
+    const int32_t* drafts_k = nullptr;  // [B] its verify chunk's draft count (0: not a verify chunk)
+    int32_t* drafts = nullptr;          // [B, spec_tokens] the drafts, written by spec_take_draft
+    int spec_tokens = 0;                // KvLayout::spec_tokens (S)
+    int64_t header_offset = -1, pending_tokens_offset = -1, pending_streams_offset = -1;  // KvLayout::spec
+    int stream_elems = 0;               // hc_mult * hidden: one position's final streams
+    int64_t mtp_ring_offset = 0;        // the MTP block's window ring in the state area (KvLayout)
+    int mtp_ring_rows = 0, mtp_row_words = 0;  // W and KvLayout::row_words_main
+    uint32_t* ring_scratch = nullptr;   // [B, spec_tokens, mtp_row_words] rows the drafts borrow
+};
+// The plan of one MTP pass (the runner's second set of plan arrays) and its inputs: the block at
+// positions pos with input streams `streams` [rows, stream_elems] and next-token ids `next`.
+struct SpecPassPlan {
+    int32_t *tok_begin, *n_tok, *pos, *logit_rows, *next;
+    int64_t* start_pos;
+    float* streams;
+};
+// The catch-up pass: sequence s (mtp_live: it speculates, runs, start_pos > 0) whose header holds m
+// pending positions [A, A + m) ending at its chunk's start gets m tokens in slots s (S+1)..: positions
+// A.., next tokens = pending tokens 1.. then the chunk's first token (plan.tokens, pending ids already
+// filled), streams = the pending streams (unused slots zero); logit row = its last. Every live
+// sequence's pending count is cleared (consumed, or dropped for one that does not speculate). Others
+// get n_tok 0.
+cudaError_t spec_catchup_plan(const StepPlan& plan, const PagePool& pool, const SpecCycleArgs& a, const SpecPassPlan& out,
+                              cudaStream_t st);
+// Draft pass `pass` (1 <= pass < S): live sequences with more than `pass` drafts run the block at
+// start_pos + pass - 1 on draft number `pass` (drafts[s, pass - 1]) with the previous pass's output
+// streams (X row out.logit_rows[s], read before it is rewritten to s); one token per sequence, slot s.
+cudaError_t spec_draft_plan(const StepPlan& plan, const SpecCycleArgs& a, const SpecPassPlan& out, int pass,
+                            const float* X, cudaStream_t st);
+// drafts[s, index] = ids[s] for live sequences with more than `index` drafts (else 0).
+cudaError_t spec_take_draft(const StepPlan& plan, const SpecCycleArgs& a, const int32_t* ids, int index, cudaStream_t st);
+// tokens[tok_begin[s] + 1 + j] = drafts[s, j], j < drafts_k[s]: the verify chunk's token list.
+cudaError_t spec_fill_drafts(const StepPlan& plan, const SpecCycleArgs& a, int32_t* tokens, cudaStream_t st);
+// Saves (restore false) or puts back the MTP ring rows of positions start_pos .. start_pos + k - 2 of
+// live sequences (the recursive drafts write them; the block runs there for real once accepted).
+cudaError_t spec_mtp_ring(const StepPlan& plan, const PagePool& pool, const SpecCycleArgs& a, bool restore,
+                          cudaStream_t st);
+// After the step's forward: each speculating sequence's pending positions (all of a verify chunk's,
+// else its last) with their tokens and final streams (X rows of the step) into its state.
+cudaError_t spec_pending_write(const StepPlan& plan, const PagePool& pool, const SpecCycleArgs& a, const float* X,
+                               cudaStream_t st);
+// dst[r] = src[rows[r]] for r < n, rows of `width` f32.
+cudaError_t gather_rows(const float* src, const int32_t* rows, int n, int64_t width, float* dst, cudaStream_t st);
+
 // ---- linear.cu -----------------------------------------------------------------------------
 // y[t, n] (+)= sum_k W[n, k] x[t, goff(n) + k], goff(n) = (n / n_per_group) * group_in (the grouped
 // output projection); plain linear: n_per_group = N, group_in = 0. x rows ldx apart, y rows ldy.
@@ -277,8 +325,12 @@ cudaError_t indexer_scores(const StepPlan& plan, const PagePool& pool, const Ind
 cudaError_t indexer_select(const StepPlan& plan, const IndexerArgs& a, cudaStream_t st);
 // Exact top-k of scores [R, n] per row (NaN ranks last, ties lowest index): idx [R, k] best first.
 cudaError_t topk_rows(const float* scores, int R, int n, int k, int32_t* idx, cudaStream_t st);
-// Greedy sampling: argmax of logits [R, V] per row (NaN skipped, ties lowest index).
-cudaError_t argmax_rows(const float* logits, int R, int64_t V, int32_t* out, cudaStream_t st);
+// Greedy sampling: argmax of logits [R, V] per row (NaN skipped, ties lowest index, 0 when the row
+// holds no number). ws (optional, [R, kArgmaxParts]): each row is split over up to kArgmaxParts CTAs
+// and joined by a second launch (the same result); null: one CTA per row.
+inline constexpr int kArgmaxParts = 64;
+cudaError_t argmax_rows(const float* logits, int R, int64_t V, int32_t* out, cudaStream_t st,
+                        unsigned long long* ws = nullptr);
 
 // ---- attn_decode.cu -------------------------------------------------------------------------
 // Split-KV sink attention of token step t over the window ring plus compressed rows (HCA: all,
