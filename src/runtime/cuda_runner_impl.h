@@ -174,6 +174,10 @@ public:
     }
 
     Status init(const Checkpoint* ckpt, WeightSource source = {});
+    // Every step buffer (ws_, the MTP and speculative buffers, the sampling outputs) from one table, the
+    // slots' pinned staging and events (cuda_runner_workspace.cpp). Called by init once the weights, the
+    // attention path and the tuning rules are known. Errors name the buffer that did not fit.
+    Status alloc_workspace();
     const ModelConfig& config() const override { return cfg_; }
     const KvLayout& kv_layout() const override { return layout_; }
     int64_t n_pages() const override { return opt_.n_pages; }
