@@ -44,10 +44,8 @@ RatioSamples all_values(const SideValues& a, const SideValues& b) {
 
 }  // namespace
 
-Result<Comparison> compare_levels(const std::vector<IterationMetrics>& a,
-                                  const std::vector<IterationMetrics>& b,
-                                  const std::string& metric, double confidence,
-                                  Pairing pairing) {
+Result<Comparison> compare_levels(const std::vector<IterationMetrics>& a, const std::vector<IterationMetrics>& b,
+                                  const std::string& metric, double confidence, Pairing pairing) {
     std::map<int, std::array<SideValues, 2>> by_level;
     bool paired = pairing == Pairing::kAuto;
     const std::array<const std::vector<IterationMetrics>*, 2> sides = {&a, &b};
@@ -72,8 +70,7 @@ Result<Comparison> compare_levels(const std::vector<IterationMetrics>& a,
         const auto& ab = by_level[level];
         members.push_back(paired ? matched_pairs(ab[0], ab[1]) : all_values(ab[0], ab[1]));
     }
-    const FamilyComparison f =
-        compare_family(members, paired, metric_higher_is_better(metric), confidence);
+    const FamilyComparison f = compare_family(members, paired, metric_higher_is_better(metric), confidence);
     Comparison c;
     c.paired = f.paired;
     c.alpha = f.alpha;
@@ -91,24 +88,22 @@ Result<Comparison> compare_levels(const std::vector<IterationMetrics>& a,
     return c;
 }
 
-std::string format_comparison(const Comparison& c, const std::string& metric,
-                              const std::string& name_a, const std::string& name_b) {
+std::string format_comparison(const Comparison& c, const std::string& metric, const std::string& name_a,
+                              const std::string& name_b) {
     std::string s;
     s += fmt::format("A/B on {} ({}), A = {}, B = {}\n", metric,
-                     metric_higher_is_better(metric) ? "higher is better" : "lower is better",
-                     name_a, name_b);
+                     metric_higher_is_better(metric) ? "higher is better" : "lower is better", name_a, name_b);
     s += fmt::format("{:>6} {:>7} {:>12} {:>12} {:>8} {:>19} {:>8} {:>8} {:>8} {:>8}  {}\n", "conc",
                      c.paired ? "pairs" : "n A/B", "mean A", "mean B", "B/A",
-                     fmt::format("{:.1f}% CI", 100 * c.ci_level), "p", "p Holm", "noise A",
-                     "noise B", "verdict");
+                     fmt::format("{:.1f}% CI", 100 * c.ci_level), "p", "p Holm", "noise A", "noise B", "verdict");
     for (const auto& r : c.rows) {
         const RatioTest& t = r.test;
         s += fmt::format(
             "{:>6} {:>7} {:>12.2f} {:>12.2f} {:>8.3f} {:>19} {:>8.3g} {:>8.3g} {:>7.1f}% {:>7.1f}%  "
             "{}\n",
-            r.level, c.paired ? fmt::format("{}", t.n_a) : fmt::format("{}/{}", t.n_a, t.n_b),
-            r.mean_a, r.mean_b, t.ratio, fmt::format("[{:.3f}, {:.3f}]", t.lo, t.hi), t.p,
-            r.p_adjusted, 100 * t.cv_a, 100 * t.cv_b, verdict_name(t.verdict));
+            r.level, c.paired ? fmt::format("{}", t.n_a) : fmt::format("{}/{}", t.n_a, t.n_b), r.mean_a, r.mean_b,
+            t.ratio, fmt::format("[{:.3f}, {:.3f}]", t.lo, t.hi), t.p, r.p_adjusted, 100 * t.cv_a, 100 * t.cv_b,
+            verdict_name(t.verdict));
     }
     if (c.paired) {
         s += "B/A: exp(mean over pairs of log(B/A)); a pair is the A and B batch of one iteration, "

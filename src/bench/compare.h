@@ -38,14 +38,13 @@ enum class Pairing {
 // Levels on one side only are skipped. Paired: A and B records are matched by (level, pair);
 // a pair missing one side (a run stopped midway) is left out; records without a pair index,
 // or a pair index seen twice on one side, make the whole comparison unpaired.
-Result<Comparison> compare_levels(const std::vector<IterationMetrics>& a,
-                                  const std::vector<IterationMetrics>& b,
+Result<Comparison> compare_levels(const std::vector<IterationMetrics>& a, const std::vector<IterationMetrics>& b,
                                   const std::string& metric, double confidence = 0.95,
                                   Pairing pairing = Pairing::kAuto);
 
 // Human-readable table, one row per level, and closing lines that state the test, the
 // interval level, and the family-wise error rate controlled over how many levels.
-std::string format_comparison(const Comparison& c, const std::string& metric,
-                              const std::string& name_a, const std::string& name_b);
+std::string format_comparison(const Comparison& c, const std::string& metric, const std::string& name_a,
+                              const std::string& name_b);
 
 }  // namespace dsv4::bench

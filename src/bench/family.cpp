@@ -44,8 +44,8 @@ bool testable(const RatioTest& t) { return t.n_a >= 2 && t.n_b >= 2; }
 
 }  // namespace
 
-FamilyComparison compare_family(std::span<const RatioSamples> members, bool paired,
-                                bool higher_is_better, double confidence) {
+FamilyComparison compare_family(std::span<const RatioSamples> members, bool paired, bool higher_is_better,
+                                double confidence) {
     FamilyComparison f;
     f.paired = paired;
     f.alpha = 1.0 - confidence;

@@ -33,12 +33,12 @@ struct RatioSamples {
 };
 
 struct FamilyComparison {
-    std::vector<RatioTest> tests;     // one per member, input order; [lo, hi] at ci_level
-    std::vector<double> adjusted_p;   // Holm-adjusted p (1 for members without a test)
+    std::vector<RatioTest> tests;    // one per member, input order; [lo, hi] at ci_level
+    std::vector<double> adjusted_p;  // Holm-adjusted p (1 for members without a test)
     bool paired = false;
-    double alpha = 0.05;              // the family-wise error rate controlled
-    double ci_level = 0.95;           // per-member interval level, 1 - alpha / m
-    int m = 0;                        // members with enough data to be tested
+    double alpha = 0.05;     // the family-wise error rate controlled
+    double ci_level = 0.95;  // per-member interval level, 1 - alpha / m
+    int m = 0;               // members with enough data to be tested
 };
 
 // Tests every member (compare_ratio_paired or compare_ratio on the same metric direction),
@@ -47,7 +47,7 @@ struct FamilyComparison {
 // counted in m), and recomputes the intervals at 1 - alpha/m. A member is "faster"/"slower"
 // exactly when Holm rejects B/A == 1 for it; since Holm can reject where Bonferroni does not,
 // a rejected member's Bonferroni interval may still touch 1.
-FamilyComparison compare_family(std::span<const RatioSamples> members, bool paired,
-                                bool higher_is_better, double confidence = 0.95);
+FamilyComparison compare_family(std::span<const RatioSamples> members, bool paired, bool higher_is_better,
+                                double confidence = 0.95);
 
 }  // namespace dsv4::bench

@@ -60,16 +60,16 @@ Result<Url> parse_url(std::string_view text) {
 
 namespace {
 
-Result<HttpResponse> blocking_request(const Url& url, http::verb verb, const std::string& path,
-                                      const std::string& body, double timeout_s) {
+Result<HttpResponse> blocking_request(const Url& url, http::verb verb, const std::string& path, const std::string& body,
+                                      double timeout_s) {
     asio::io_context io;
     tcp::resolver resolver(io);
     beast::error_code ec;
     auto endpoints = resolver.resolve(url.host, url.port, ec);
     if (ec) return error(StatusCode::kUnavailable, "resolve {}: {}", url.host, ec.message());
     beast::tcp_stream stream(io);
-    stream.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-        std::chrono::duration<double>(timeout_s)));
+    stream.expires_after(
+        std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(timeout_s)));
     stream.connect(endpoints, ec);
     if (ec) return error(StatusCode::kUnavailable, "connect {}: {}", url.to_string(), ec.message());
     http::request<http::string_body> req{verb, url.base_path + path, 11};
@@ -125,13 +125,10 @@ private:
 
 class BatchState {
 public:
-    BatchState(const BatchOptions& opt, const std::vector<StreamJob>& jobs,
-               const ProgressFn& progress)
+    BatchState(const BatchOptions& opt, const std::vector<StreamJob>& jobs, const ProgressFn& progress)
         : opt(opt), jobs(jobs), records(jobs.size()), progress_(progress) {}
 
-    double now() const {
-        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
-    }
+    double now() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
     // Starts what may start: arrived, not started, fewer than `concurrency` in flight.
     void launch_ready() {
         while (next_ < arrived_ && in_flight_ < opt.concurrency) {
@@ -185,8 +182,7 @@ private:
 };
 
 Call::Call(BatchState& batch, size_t index)
-    : batch_(batch), index_(index), rec_(batch.records[index]), recorder_(rec_),
-      stream_(batch.io) {
+    : batch_(batch), index_(index), rec_(batch.records[index]), recorder_(rec_), stream_(batch.io) {
     const BatchOptions& o = batch.opt;
     req_ = http::request<http::string_body>{http::verb::post, o.url.base_path + o.path, 11};
     req_.set(http::field::host, o.url.host);
@@ -205,25 +201,19 @@ void Call::start() {
     stream_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
         std::chrono::duration<double>(batch_.opt.timeout_s)));
     stream_.async_connect(batch_.endpoints,
-                          [self = shared_from_this()](beast::error_code ec, const auto&) {
-                              self->on_connect(ec);
-                          });
+                          [self = shared_from_this()](beast::error_code ec, const auto&) { self->on_connect(ec); });
 }
 
 void Call::on_connect(beast::error_code ec) {
     if (ec) return finish("connect: " + ec.message());
     stream_.socket().set_option(tcp::no_delay(true), ec);
-    http::async_write(stream_, req_, [self = shared_from_this()](beast::error_code e, size_t) {
-        self->on_write(e);
-    });
+    http::async_write(stream_, req_, [self = shared_from_this()](beast::error_code e, size_t) { self->on_write(e); });
 }
 
 void Call::on_write(beast::error_code ec) {
     if (ec) return finish("write: " + ec.message());
     http::async_read_header(stream_, buffer_, parser_,
-                            [self = shared_from_this()](beast::error_code e, size_t) {
-                                self->on_header(e);
-                            });
+                            [self = shared_from_this()](beast::error_code e, size_t) { self->on_header(e); });
 }
 
 void Call::on_header(beast::error_code ec) {
@@ -238,9 +228,7 @@ void Call::read_body() {
     parser_.get().body().data = body_buf_.data();
     parser_.get().body().size = body_buf_.size();
     http::async_read_some(stream_, buffer_, parser_,
-                          [self = shared_from_this()](beast::error_code e, size_t) {
-                              self->on_body(e);
-                          });
+                          [self = shared_from_this()](beast::error_code e, size_t) { self->on_body(e); });
 }
 
 void Call::on_body(beast::error_code ec) {
@@ -280,8 +268,8 @@ Result<HttpResponse> http_get(const Url& url, const std::string& path, double ti
     return blocking_request(url, http::verb::get, path, "", timeout_s);
 }
 
-Result<HttpResponse> http_post_json(const Url& url, const std::string& path,
-                                    const std::string& body, double timeout_s) {
+Result<HttpResponse> http_post_json(const Url& url, const std::string& path, const std::string& body,
+                                    double timeout_s) {
     return blocking_request(url, http::verb::post, path, body, timeout_s);
 }
 
@@ -297,8 +285,7 @@ std::vector<double> poisson_arrivals(int n, double rate, uint64_t seed) {
     return t;
 }
 
-Result<std::vector<RequestRecord>> run_streaming_batch(const BatchOptions& opt,
-                                                       const std::vector<StreamJob>& jobs,
+Result<std::vector<RequestRecord>> run_streaming_batch(const BatchOptions& opt, const std::vector<StreamJob>& jobs,
                                                        const ProgressFn& progress) {
     if (opt.concurrency < 1) return invalid_argument("concurrency must be >= 1");
     BatchState state(opt, jobs, progress);

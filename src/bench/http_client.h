@@ -30,19 +30,18 @@ struct HttpResponse {
     std::string body;
 };
 Result<HttpResponse> http_get(const Url& url, const std::string& path, double timeout_s);
-Result<HttpResponse> http_post_json(const Url& url, const std::string& path,
-                                    const std::string& body, double timeout_s);
+Result<HttpResponse> http_post_json(const Url& url, const std::string& path, const std::string& body, double timeout_s);
 
 struct StreamJob {
-    std::string body;                   // JSON request body with "stream": true
+    std::string body;  // JSON request body with "stream": true
     int64_t expected_prompt_tokens = -1;
 };
 
 struct BatchOptions {
     Url url;
-    std::string path;                   // "/v1/chat/completions" etc. (base_path is prepended)
-    int concurrency = 1;                // closed loop: requests in flight; open loop: the cap
-    double timeout_s = 600;             // per request, connect to last byte
+    std::string path;        // "/v1/chat/completions" etc. (base_path is prepended)
+    int concurrency = 1;     // closed loop: requests in flight; open loop: the cap
+    double timeout_s = 600;  // per request, connect to last byte
     // Open loop (as `vllm bench serve --request-rate`): > 0 requests/s arriving as a Poisson
     // process (exponential gaps drawn from arrival_seed); an arrival waits while `concurrency`
     // requests are in flight. 0: closed loop (the next request starts when one finishes).
@@ -60,8 +59,7 @@ using ProgressFn = std::function<void(int done, int errors)>;
 // Runs all jobs, at most `concurrency` at a time; records[i] belongs to jobs[i]. Times in the
 // records are seconds since the batch started. Fails only when the host does not resolve;
 // per-request failures are recorded in the records.
-Result<std::vector<RequestRecord>> run_streaming_batch(const BatchOptions& opt,
-                                                       const std::vector<StreamJob>& jobs,
+Result<std::vector<RequestRecord>> run_streaming_batch(const BatchOptions& opt, const std::vector<StreamJob>& jobs,
                                                        const ProgressFn& progress);
 
 }  // namespace dsv4::bench

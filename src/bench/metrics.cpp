@@ -22,8 +22,7 @@ IterationMetrics compute_iteration(const std::vector<RequestRecord>& records) {
             }
             m.n_unanswered += r.http_status == 0;
             if (m.error_samples.size() < 5 &&
-                std::find(m.error_samples.begin(), m.error_samples.end(), r.error) ==
-                    m.error_samples.end()) {
+                std::find(m.error_samples.begin(), m.error_samples.end(), r.error) == m.error_samples.end()) {
                 m.error_samples.push_back(r.error);
             }
             continue;
@@ -87,8 +86,7 @@ std::optional<double> metric_value(const IterationMetrics& m, std::string_view n
 }
 
 bool metric_higher_is_better(std::string_view name) {
-    return name == "output_tok_s" || name == "total_tok_s" || name == "req_s" ||
-           name == "tok_s_per_user";
+    return name == "output_tok_s" || name == "total_tok_s" || name == "req_s" || name == "tok_s_per_user";
 }
 
 const std::vector<std::string>& known_metric_names() {

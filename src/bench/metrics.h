@@ -23,8 +23,8 @@
 namespace dsv4::bench {
 
 struct IterationMetrics {
-    std::string config;          // "A", "B", or "" for a single-configuration run
-    int level = 0;               // concurrency
+    std::string config;  // "A", "B", or "" for a single-configuration run
+    int level = 0;       // concurrency
     int iteration = 0;
     // A/B runs: the pair this batch belongs to within its level (A and B batches of one
     // iteration form pair `iteration`, run back to back in ABBA order) and its position in the

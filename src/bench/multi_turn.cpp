@@ -27,7 +27,8 @@ std::vector<int32_t> multi_turn_prompt(const MultiTurnOptions& opt, int conv, in
     for (int t = 1; t < turn; ++t) {
         const auto u = user(t);
         p.insert(p.end(), u.begin(), u.end());
-        if (size_t(t - 1) < answers.size()) p.insert(p.end(), answers[size_t(t - 1)].begin(), answers[size_t(t - 1)].end());
+        if (size_t(t - 1) < answers.size())
+            p.insert(p.end(), answers[size_t(t - 1)].begin(), answers[size_t(t - 1)].end());
     }
     const auto u = user(turn);
     p.insert(p.end(), u.begin(), u.end());

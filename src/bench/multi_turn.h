@@ -20,25 +20,25 @@ namespace dsv4::bench {
 struct MultiTurnOptions {
     int conversations = 16;
     int turns = 8;
-    int system_len = 2048;   // token ids of the system prompt every conversation shares
-    int user_len = 64;       // token ids of each user message (different per conversation and turn)
-    int answer_len = 128;    // max_tokens of each answer (ignore_eos, greedy unless temperature)
+    int system_len = 2048;                   // token ids of the system prompt every conversation shares
+    int user_len = 64;                       // token ids of each user message (different per conversation and turn)
+    int answer_len = 128;                    // max_tokens of each answer (ignore_eos, greedy unless temperature)
     int32_t id_min = 1000, id_max = 100000;  // random ids drawn from [id_min, id_max)
     double temperature = 0;
     uint64_t seed = 0;
     double timeout_s = 600;
-    std::string model;       // "" = ask the server
+    std::string model;  // "" = ask the server
 };
 
 struct TurnMetrics {
-    int turn = 0;            // 1-based
+    int turn = 0;  // 1-based
     int n_ok = 0, n_errors = 0;
     Dist ttft_ms;
-    std::vector<double> ttft_values_ms;  // one per successful request
+    std::vector<double> ttft_values_ms;            // one per successful request
     int64_t prompt_tokens = 0, cached_tokens = 0;  // summed over the turn's requests
     int64_t computed_tokens() const { return prompt_tokens - cached_tokens; }
     double hit_rate() const { return prompt_tokens > 0 ? double(cached_tokens) / double(prompt_tokens) : 0; }
-    double wall_s = 0;       // the turn's wall time (all conversations)
+    double wall_s = 0;  // the turn's wall time (all conversations)
 };
 
 // The prompt of turn `turn` (1-based) of conversation `conv` given its answers so far (exposed

@@ -39,8 +39,8 @@ std::string gnuplot_script(const std::string& image_path, const std::vector<Plot
         s += fmt::format("$s{} << EOD\n", i);
         s += "# conc out_tok_s ci_lo ci_hi tok_s_per_user\n";
         for (const LevelSummary& l : series[i].levels) {
-            s += fmt::format("{} {:.6g} {:.6g} {:.6g} {:.6g}\n", l.level, l.output_tok_s.mean,
-                             l.output_tok_s.lo, l.output_tok_s.hi, l.tok_s_per_user.mean);
+            s += fmt::format("{} {:.6g} {:.6g} {:.6g} {:.6g}\n", l.level, l.output_tok_s.mean, l.output_tok_s.lo,
+                             l.output_tok_s.hi, l.tok_s_per_user.mean);
         }
         s += "EOD\n";
     }
@@ -60,9 +60,10 @@ std::string gnuplot_script(const std::string& image_path, const std::vector<Plot
     s += "plot ";
     for (size_t i = 0; i < series.size(); ++i) {
         if (i) s += ", \\\n     ";
-        s += fmt::format("$s{} using 2:5 with linespoints lw 2 pt 7 lc {} title {}, \\\n     "
-                         "$s{} using 2:5:(sprintf('%d', $1)) with labels offset 0,1 notitle",
-                         i, i + 1, quote(series[i].name), i);
+        s += fmt::format(
+            "$s{} using 2:5 with linespoints lw 2 pt 7 lc {} title {}, \\\n     "
+            "$s{} using 2:5:(sprintf('%d', $1)) with labels offset 0,1 notitle",
+            i, i + 1, quote(series[i].name), i);
     }
     s += "\nunset multiplot\n";
     return s;
@@ -82,8 +83,7 @@ Result<PlotResult> write_plot(const std::string& image_path, const std::vector<P
         if (!f) return error(StatusCode::kUnavailable, "write to {} failed", r.script_path);
     }
     if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
-        r.note = "gnuplot not found (Debian: gnuplot-nox); plot skipped, script left at " +
-                 r.script_path;
+        r.note = "gnuplot not found (Debian: gnuplot-nox); plot skipped, script left at " + r.script_path;
         return r;
     }
     const std::string cmd = "gnuplot " + quote(r.script_path) + " 2>&1";

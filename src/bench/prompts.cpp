@@ -17,14 +17,13 @@ namespace {
 // Plain words for synthetic prompts: common English, so any tokenizer splits them into a
 // roughly known number of tokens (about one to two per word).
 constexpr const char* kWords[] = {
-    "the",    "model",   "server",  "token",   "river",   "garden",  "quiet",   "number",
-    "light",  "window",  "letter",  "simple",  "answer",  "market",  "winter",  "summer",
-    "planet", "engine",  "memory",  "signal",  "forest",  "yellow",  "silver",  "mountain",
-    "ocean",  "system",  "history", "music",   "paper",   "circle",  "bridge",  "island",
-    "morning", "evening", "city",   "story",   "write",   "explain", "travel",  "measure",
-    "careful", "bright", "little",  "large",   "market",  "orange",  "purple",  "table",
-    "friend", "teacher", "cloud",   "stone",   "water",   "fire",    "number",  "figure",
-    "about",  "between", "through", "under",   "because", "however", "before",  "after",
+    "the",     "model",   "server",  "token",    "river",  "garden", "quiet",   "number",  "light",   "window",
+    "letter",  "simple",  "answer",  "market",   "winter", "summer", "planet",  "engine",  "memory",  "signal",
+    "forest",  "yellow",  "silver",  "mountain", "ocean",  "system", "history", "music",   "paper",   "circle",
+    "bridge",  "island",  "morning", "evening",  "city",   "story",  "write",   "explain", "travel",  "measure",
+    "careful", "bright",  "little",  "large",    "market", "orange", "purple",  "table",   "friend",  "teacher",
+    "cloud",   "stone",   "water",   "fire",     "number", "figure", "about",   "between", "through", "under",
+    "because", "however", "before",  "after",
 };
 
 Result<std::string> read_file(const std::string& path) {
@@ -91,8 +90,7 @@ Result<std::vector<std::string>> load_jsonl_prompts(const std::string& text) {
             return error(StatusCode::kDataLoss, "JSONL line {} is not a JSON object", line_no);
         }
         std::string p;
-        if (auto t = j.find("turns"); t != j.end() && t->is_array() && !t->empty() &&
-                                      (*t)[0].is_string()) {
+        if (auto t = j.find("turns"); t != j.end() && t->is_array() && !t->empty() && (*t)[0].is_string()) {
             p = (*t)[0].get<std::string>();
         } else if (auto pr = j.find("prompt"); pr != j.end() && pr->is_string()) {
             p = pr->get<std::string>();
@@ -111,8 +109,7 @@ Result<std::vector<std::string>> load_prompt_file(const std::string& path) {
     DSV4_ASSIGN_OR_RETURN(std::string text, read_file(path));
     const size_t first = text.find_first_not_of(" \t\r\n");
     // A JSON array is ShareGPT; anything else is read as JSON lines.
-    auto r = (first != std::string::npos && text[first] == '[') ? load_sharegpt(text)
-                                                               : load_jsonl_prompts(text);
+    auto r = (first != std::string::npos && text[first] == '[') ? load_sharegpt(text) : load_jsonl_prompts(text);
     if (!r.is_ok()) return r.status().with_context(path);
     return r;
 }
@@ -125,8 +122,7 @@ Result<PromptSource> PromptSource::create(const PromptSourceOptions& opt) {
     } else {
         if (opt.input_len <= 0) return invalid_argument("--input-len must be positive");
         if (opt.kind == PromptKind::kRandomIds && opt.token_id_max <= opt.token_id_min) {
-            return invalid_argument("token id range [{}, {}) is empty", opt.token_id_min,
-                                    opt.token_id_max);
+            return invalid_argument("token id range [{}, {}) is empty", opt.token_id_min, opt.token_id_max);
         }
     }
     return s;

@@ -13,9 +13,9 @@
 namespace dsv4::bench {
 
 struct Prompt {
-    std::string text;            // used unless ids is non-empty
-    std::vector<int32_t> ids;    // token-id prompt (completions endpoint only)
-    int64_t known_tokens = -1;   // exact prompt length when known (token ids), else -1
+    std::string text;           // used unless ids is non-empty
+    std::vector<int32_t> ids;   // token-id prompt (completions endpoint only)
+    int64_t known_tokens = -1;  // exact prompt length when known (token ids), else -1
 };
 
 enum class PromptKind { kFile, kRandomIds, kRandomWords };

@@ -26,8 +26,8 @@ std::string run_capture(const char* cmd) {
 }
 
 nlohmann::json dist_json(const Dist& d) {
-    return {{"mean", d.mean}, {"median", d.median}, {"p90", d.p90},
-            {"p99", d.p99},   {"min", d.min},       {"max", d.max}, {"count", d.count}};
+    return {{"mean", d.mean}, {"median", d.median}, {"p90", d.p90},    {"p99", d.p99},
+            {"min", d.min},   {"max", d.max},       {"count", d.count}};
 }
 
 Dist dist_from(const nlohmann::json& j) {

@@ -18,9 +18,9 @@ namespace dsv4::bench {
 // Facts about a run shared by all its records.
 struct RunInfo {
     std::string git_sha, url, model, date, host;
-    std::string endpoint;   // "chat" or "completions"
-    std::string dataset;    // PromptSource::describe()
-    std::string label;      // free text from --label (or "A"/"B" URLs in --ab)
+    std::string endpoint;  // "chat" or "completions"
+    std::string dataset;   // PromptSource::describe()
+    std::string label;     // free text from --label (or "A"/"B" URLs in --ab)
     int max_tokens = 0;
     bool ignore_eos = false;
     uint64_t seed = 0;

@@ -14,21 +14,20 @@ std::string with_ci(const MeanCi& c) {
 }  // namespace
 
 std::string format_summary_header() {
-    return fmt::format("{:>3} {:>5} {:>5} {:>4} {:>27} {:>10} {:>8} {:>9} {:>9} {:>9} {:>8} "
-                       "{:>8} {:>9}\n",
-                       "cfg", "conc", "n", "err", "output tok/s (95% CI, CV)", "total tok/s",
-                       "req/s", "tok/s/usr", "TTFT med", "TTFT p99", "TPOT med", "ITL p99",
-                       "E2E med");
+    return fmt::format(
+        "{:>3} {:>5} {:>5} {:>4} {:>27} {:>10} {:>8} {:>9} {:>9} {:>9} {:>8} "
+        "{:>8} {:>9}\n",
+        "cfg", "conc", "n", "err", "output tok/s (95% CI, CV)", "total tok/s", "req/s", "tok/s/usr", "TTFT med",
+        "TTFT p99", "TPOT med", "ITL p99", "E2E med");
 }
 
 std::string format_summary_row(const LevelSummary& s) {
-    return fmt::format("{:>3} {:>5} {:>5} {:>4} {:>27} {:>10.1f} {:>8.2f} {:>9.1f} {:>9.1f} "
-                       "{:>9.1f} {:>8.2f} {:>8.2f} {:>9.1f}\n",
-                       s.config.empty() ? "-" : s.config, s.level,
-                       fmt::format("{}x{}", s.iterations, s.n_requests), s.n_errors,
-                       with_ci(s.output_tok_s), s.total_tok_s.mean, s.req_s.mean,
-                       s.tok_s_per_user.mean, s.ttft_median_ms.mean, s.ttft_p99_ms.mean,
-                       s.tpot_median_ms.mean, s.itl_p99_ms.mean, s.e2e_median_ms.mean);
+    return fmt::format(
+        "{:>3} {:>5} {:>5} {:>4} {:>27} {:>10.1f} {:>8.2f} {:>9.1f} {:>9.1f} "
+        "{:>9.1f} {:>8.2f} {:>8.2f} {:>9.1f}\n",
+        s.config.empty() ? "-" : s.config, s.level, fmt::format("{}x{}", s.iterations, s.n_requests), s.n_errors,
+        with_ci(s.output_tok_s), s.total_tok_s.mean, s.req_s.mean, s.tok_s_per_user.mean, s.ttft_median_ms.mean,
+        s.ttft_p99_ms.mean, s.tpot_median_ms.mean, s.itl_p99_ms.mean, s.e2e_median_ms.mean);
 }
 
 std::string format_summary_legend() {
@@ -41,8 +40,8 @@ std::string format_iteration_line(const IterationMetrics& m) {
     std::string s = fmt::format(
         "{}conc {:>4} iter {}: {:>9.1f} out tok/s {:>8.2f} req/s TTFT med {:>8.1f} ms TPOT med "
         "{:>7.2f} ms  {} ok {} err in {:.2f} s",
-        m.config.empty() ? "" : "[" + m.config + "] ", m.level, m.iteration, m.output_tok_s,
-        m.req_s, m.ttft_ms.median, m.tpot_ms.median, m.n_ok, m.n_errors, m.duration_s);
+        m.config.empty() ? "" : "[" + m.config + "] ", m.level, m.iteration, m.output_tok_s, m.req_s, m.ttft_ms.median,
+        m.tpot_ms.median, m.n_ok, m.n_errors, m.duration_s);
     if (!m.error_samples.empty()) s += "  first error: " + m.error_samples.front();
     return s + "\n";
 }

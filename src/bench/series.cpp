@@ -29,8 +29,7 @@ namespace {
 
 std::string share(int k, int n, double level) {
     const Proportion p = wilson_interval(k, n, level);
-    return fmt::format("{:>4} of {:<4} {:6.2f}%  [{:.2f}%, {:.2f}%]", k, n, 100 * p.p, 100 * p.lo,
-                       100 * p.hi);
+    return fmt::format("{:>4} of {:<4} {:6.2f}%  [{:.2f}%, {:.2f}%]", k, n, 100 * p.p, 100 * p.lo, 100 * p.hi);
 }
 
 nlohmann::json share_json(int k, int n, double level) {
@@ -41,24 +40,22 @@ nlohmann::json share_json(int k, int n, double level) {
 }  // namespace
 
 std::string format_series(const SeriesTally& t, double level) {
-    std::string s = fmt::format("{} famil{} ({} paired), {} level{} tested; shares with their "
-                                "{:.0f}% Wilson score intervals:\n",
-                                t.families, t.families == 1 ? "y" : "ies", t.families_paired,
-                                t.rows, t.rows == 1 ? "" : "s", 100 * level);
+    std::string s = fmt::format(
+        "{} famil{} ({} paired), {} level{} tested; shares with their "
+        "{:.0f}% Wilson score intervals:\n",
+        t.families, t.families == 1 ? "y" : "ies", t.families_paired, t.rows, t.rows == 1 ? "" : "s", 100 * level);
     s += fmt::format("  families with any faster/slower verdict  {}\n",
                      share(t.families_any_verdict, t.families, level));
-    s += fmt::format("  families with any level faster           {}\n",
-                     share(t.families_any_faster, t.families, level));
-    s += fmt::format("  families with any level slower           {}\n",
-                     share(t.families_any_slower, t.families, level));
-    s += fmt::format("  families with every level faster         {}\n",
-                     share(t.families_all_faster, t.families, level));
-    s += fmt::format("  families with every level slower         {}\n",
-                     share(t.families_all_slower, t.families, level));
-    s += fmt::format("  levels faster                            {}\n",
-                     share(t.rows_faster, t.rows, level));
-    s += fmt::format("  levels slower                            {}\n",
-                     share(t.rows_slower, t.rows, level));
+    s +=
+        fmt::format("  families with any level faster           {}\n", share(t.families_any_faster, t.families, level));
+    s +=
+        fmt::format("  families with any level slower           {}\n", share(t.families_any_slower, t.families, level));
+    s +=
+        fmt::format("  families with every level faster         {}\n", share(t.families_all_faster, t.families, level));
+    s +=
+        fmt::format("  families with every level slower         {}\n", share(t.families_all_slower, t.families, level));
+    s += fmt::format("  levels faster                            {}\n", share(t.rows_faster, t.rows, level));
+    s += fmt::format("  levels slower                            {}\n", share(t.rows_slower, t.rows, level));
     return s;
 }
 

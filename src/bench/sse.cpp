@@ -7,8 +7,7 @@
 
 namespace dsv4::bench {
 
-void SseDecoder::feed(std::string_view bytes,
-                      const std::function<void(const SseEvent&)>& on_event) {
+void SseDecoder::feed(std::string_view bytes, const std::function<void(const SseEvent&)>& on_event) {
     for (char c : bytes) {
         if (skip_lf_) {
             skip_lf_ = false;

@@ -79,8 +79,8 @@ double beta_continued_fraction(double a, double b, double x) {
 double regularized_incomplete_beta(double a, double b, double x) {
     if (x <= 0) return 0;
     if (x >= 1) return 1;
-    const double log_front = std::lgamma(a + b) - std::lgamma(a) - std::lgamma(b) +
-                             a * std::log(x) + b * std::log1p(-x);
+    const double log_front =
+        std::lgamma(a + b) - std::lgamma(a) - std::lgamma(b) + a * std::log(x) + b * std::log1p(-x);
     if (x < (a + 1) / (a + b + 2)) {
         return std::exp(log_front) * beta_continued_fraction(a, b, x) / a;
     }
@@ -126,8 +126,7 @@ MeanCi mean_ci(std::span<const double> values, double level) {
     r.stddev = sample_stddev(values);
     r.cv = r.mean != 0 ? r.stddev / std::fabs(r.mean) : 0;
     if (r.n >= 2) {
-        const double half =
-            student_t_critical(level, r.n - 1) * r.stddev / std::sqrt(static_cast<double>(r.n));
+        const double half = student_t_critical(level, r.n - 1) * r.stddev / std::sqrt(static_cast<double>(r.n));
         r.lo = r.mean - half;
         r.hi = r.mean + half;
     }
@@ -136,10 +135,14 @@ MeanCi mean_ci(std::span<const double> values, double level) {
 
 const char* verdict_name(Verdict v) {
     switch (v) {
-        case Verdict::kFaster: return "faster";
-        case Verdict::kSlower: return "slower";
-        case Verdict::kNoDifference: return "no detectable difference";
-        case Verdict::kInsufficientData: return "insufficient data";
+        case Verdict::kFaster:
+            return "faster";
+        case Verdict::kSlower:
+            return "slower";
+        case Verdict::kNoDifference:
+            return "no detectable difference";
+        case Verdict::kInsufficientData:
+            return "insufficient data";
     }
     return "?";
 }
@@ -149,10 +152,10 @@ std::string RatioTest::describe() const {
         return fmt::format("B/A {:.3f} (need >= 2 {} with positive values)", ratio,
                            paired ? "pairs" : "iterations each");
     }
-    return fmt::format("B/A {:.3f} [{:.3f}, {:.3f}] ({:.1f}% CI, {}) p {:.3g} noise A {:.1f}% B "
-                       "{:.1f}% -> B {}",
-                       ratio, lo, hi, 100 * level, paired ? "paired" : "unpaired", p, 100 * cv_a,
-                       100 * cv_b, verdict_name(verdict));
+    return fmt::format(
+        "B/A {:.3f} [{:.3f}, {:.3f}] ({:.1f}% CI, {}) p {:.3g} noise A {:.1f}% B "
+        "{:.1f}% -> B {}",
+        ratio, lo, hi, 100 * level, paired ? "paired" : "unpaired", p, 100 * cv_a, 100 * cv_b, verdict_name(verdict));
 }
 
 Verdict ratio_verdict(double ratio, bool significant, bool higher_is_better) {
@@ -192,8 +195,7 @@ void finish_t_test(RatioTest& r, double diff, double se, double df, bool higher_
 
 }  // namespace
 
-RatioTest compare_ratio(std::span<const double> a, std::span<const double> b,
-                        bool higher_is_better, double level) {
+RatioTest compare_ratio(std::span<const double> a, std::span<const double> b, bool higher_is_better, double level) {
     RatioTest r;
     r.level = level;
     const std::vector<double> la = positive_logs(a), lb = positive_logs(b);
@@ -209,15 +211,14 @@ RatioTest compare_ratio(std::span<const double> a, std::span<const double> b,
     const double vb = std::pow(sample_stddev(lb), 2) / r.n_b;
     const double se = std::sqrt(va + vb);
     // Welch-Satterthwaite degrees of freedom.
-    const double df = se > 0 ? (va + vb) * (va + vb) /
-                                   (va * va / (r.n_a - 1) + vb * vb / (r.n_b - 1))
+    const double df = se > 0 ? (va + vb) * (va + vb) / (va * va / (r.n_a - 1) + vb * vb / (r.n_b - 1))
                              : std::numeric_limits<double>::infinity();
     finish_t_test(r, diff, se, df, higher_is_better);
     return r;
 }
 
-RatioTest compare_ratio_paired(std::span<const double> a, std::span<const double> b,
-                               bool higher_is_better, double level) {
+RatioTest compare_ratio_paired(std::span<const double> a, std::span<const double> b, bool higher_is_better,
+                               double level) {
     RatioTest r;
     r.paired = true;
     r.level = level;
@@ -269,8 +270,7 @@ double SplitMix64::uniform01() { return static_cast<double>(next() >> 11) * 0x1.
 
 uint64_t SplitMix64::below(uint64_t n) {
     // Rejection sampling removes the modulo bias.
-    const uint64_t limit = std::numeric_limits<uint64_t>::max() -
-                           std::numeric_limits<uint64_t>::max() % n;
+    const uint64_t limit = std::numeric_limits<uint64_t>::max() - std::numeric_limits<uint64_t>::max() % n;
     uint64_t x;
     do {
         x = next();

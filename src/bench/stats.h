@@ -57,18 +57,18 @@ struct RatioTest {
     double ratio = 1, lo = 1, hi = 1;  // B/A with its confidence interval
     double level = 0.95;               // of [lo, hi]
     double df = 0;
-    double p = 1;                      // two-sided, for B/A == 1; 1 when insufficient
-    double cv_a = 0, cv_b = 0;         // measured noise of each side
+    double p = 1;               // two-sided, for B/A == 1; 1 when insufficient
+    double cv_a = 0, cv_b = 0;  // measured noise of each side
     Verdict verdict = Verdict::kInsufficientData;
-    std::string describe() const;      // "B/A 1.052 [1.010, 1.096] ... -> B faster"
+    std::string describe() const;  // "B/A 1.052 [1.010, 1.096] ... -> B faster"
 };
 
 // Unpaired (the runs of A and B are not matched): estimate exp(mean log B - mean log A), CI
 // and p from Welch's t test on the logs with the Welch-Satterthwaite degrees of freedom
 // (B. L. Welch, Biometrika 34, 1947; any textbook's "unequal variances t-test"). Values <= 0
 // are dropped. Needs >= 2 values a side for an interval.
-RatioTest compare_ratio(std::span<const double> a, std::span<const double> b,
-                        bool higher_is_better = true, double level = 0.95);
+RatioTest compare_ratio(std::span<const double> a, std::span<const double> b, bool higher_is_better = true,
+                        double level = 0.95);
 
 // Paired (a[k] and b[k] were measured next to each other, e.g. one ABBA pair of batches):
 // d_k = log b[k] - log a[k], ratio exp(mean d), CI exp(mean d +- t(level, n-1) sd(d)/sqrt(n))
@@ -78,8 +78,8 @@ RatioTest compare_ratio(std::span<const double> a, std::span<const double> b,
 // shorter side are ignored. Needs >= 2 pairs. Each d_k differences out what its pair shares
 // (the machine's state at that time), so drift between pairs does not enter the estimate;
 // running the pairs in ABBA order cancels a linear drift within the pairs as well.
-RatioTest compare_ratio_paired(std::span<const double> a, std::span<const double> b,
-                               bool higher_is_better = true, double level = 0.95);
+RatioTest compare_ratio_paired(std::span<const double> a, std::span<const double> b, bool higher_is_better = true,
+                               double level = 0.95);
 
 // The verdict of a two-sided test on B/A: faster/slower by the sign of log(ratio) and the
 // metric's direction when `significant`, else no detectable difference.
@@ -101,9 +101,9 @@ class SplitMix64 {
 public:
     explicit SplitMix64(uint64_t seed) : state_(seed) {}
     uint64_t next();
-    double uniform01();                     // [0, 1)
-    uint64_t below(uint64_t n);             // [0, n), n > 0
-    double normal();                        // standard normal (Box-Muller)
+    double uniform01();          // [0, 1)
+    uint64_t below(uint64_t n);  // [0, n), n > 0
+    double normal();             // standard normal (Box-Muller)
 
 private:
     uint64_t state_;

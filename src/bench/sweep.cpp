@@ -7,8 +7,7 @@
 
 namespace dsv4::bench {
 
-std::string build_request_body(const Prompt& p, const std::string& model,
-                               const SweepOptions& opt) {
+std::string build_request_body(const Prompt& p, const std::string& model, const SweepOptions& opt) {
     nlohmann::json j;
     j["model"] = model;
     if (opt.chat) {
@@ -26,12 +25,11 @@ std::string build_request_body(const Prompt& p, const std::string& model,
     return j.dump();
 }
 
-std::vector<StreamJob> build_jobs(const PromptSource& prompts, const std::string& model,
-                                  const SweepOptions& opt, uint64_t draw_seed, int n) {
+std::vector<StreamJob> build_jobs(const PromptSource& prompts, const std::string& model, const SweepOptions& opt,
+                                  uint64_t draw_seed, int n) {
     std::vector<StreamJob> jobs;
     for (const Prompt& p : prompts.draw(draw_seed, n)) {
-        jobs.push_back(StreamJob{.body = build_request_body(p, model, opt),
-                                 .expected_prompt_tokens = p.known_tokens});
+        jobs.push_back(StreamJob{.body = build_request_body(p, model, opt), .expected_prompt_tokens = p.known_tokens});
     }
     return jobs;
 }
@@ -39,12 +37,11 @@ std::vector<StreamJob> build_jobs(const PromptSource& prompts, const std::string
 Result<std::string> discover_model(const Url& url, double timeout_s) {
     DSV4_ASSIGN_OR_RETURN(HttpResponse r, http_get(url, "/v1/models", timeout_s));
     if (r.status != 200) {
-        return error(StatusCode::kUnavailable, "GET /v1/models: HTTP {}: {}", r.status,
-                     r.body.substr(0, 200));
+        return error(StatusCode::kUnavailable, "GET /v1/models: HTTP {}: {}", r.status, r.body.substr(0, 200));
     }
     auto j = nlohmann::json::parse(r.body, nullptr, false);
-    if (j.is_object() && j.contains("data") && j["data"].is_array() && !j["data"].empty() &&
-        j["data"][0].is_object() && j["data"][0].contains("id") && j["data"][0]["id"].is_string()) {
+    if (j.is_object() && j.contains("data") && j["data"].is_array() && !j["data"].empty() && j["data"][0].is_object() &&
+        j["data"][0].contains("id") && j["data"][0]["id"].is_string()) {
         return j["data"][0]["id"].get<std::string>();
     }
     return error(StatusCode::kDataLoss, "GET /v1/models: no data[0].id in {}", r.body.substr(0, 200));
@@ -52,9 +49,8 @@ Result<std::string> discover_model(const Url& url, double timeout_s) {
 
 namespace {
 
-Result<std::vector<RequestRecord>> run_batch(const SweepOptions& opt, const Target& t,
-                                             std::vector<StreamJob> jobs, int level,
-                                             const std::string& label, ProgressBar* progress,
+Result<std::vector<RequestRecord>> run_batch(const SweepOptions& opt, const Target& t, std::vector<StreamJob> jobs,
+                                             int level, const std::string& label, ProgressBar* progress,
                                              uint64_t arrival_seed) {
     BatchOptions b{.url = t.url,
                    .path = opt.chat ? "/v1/chat/completions" : "/v1/completions",
@@ -77,8 +73,7 @@ Result<std::vector<RequestRecord>> run_batch(const SweepOptions& opt, const Targ
 int abba_position(int pair, int target) { return (pair % 2 == 0) ? target : 1 - target; }
 
 Result<std::vector<IterationMetrics>> run_sweep(const SweepOptions& opt, const PromptSource& prompts,
-                                                const std::vector<Target>& targets,
-                                                const SweepHooks& hooks) {
+                                                const std::vector<Target>& targets, const SweepHooks& hooks) {
     if (targets.empty()) return invalid_argument("no target to benchmark");
     if (opt.iterations < 1) return invalid_argument("--iterations must be >= 1");
     std::vector<IterationMetrics> all;
@@ -90,33 +85,29 @@ Result<std::vector<IterationMetrics>> run_sweep(const SweepOptions& opt, const P
         std::vector<std::vector<IterationMetrics>> per_target(targets.size());
         for (const Target& t : targets) {
             if (n_warm == 0) continue;
-            auto jobs = build_jobs(prompts, t.model, opt, mix_seed(opt.seed, level, kWarmupStream),
-                                   n_warm);
+            auto jobs = build_jobs(prompts, t.model, opt, mix_seed(opt.seed, level, kWarmupStream), n_warm);
             const std::string label =
                 fmt::format("{}conc {} warm-up", t.name.empty() ? "" : "[" + t.name + "] ", level);
-            DSV4_RETURN_IF_ERROR(
-                run_batch(opt, t, std::move(jobs), level, label, hooks.progress,
-                          mix_seed(opt.seed, level, kWarmupStream))
-                    .status());
+            DSV4_RETURN_IF_ERROR(run_batch(opt, t, std::move(jobs), level, label, hooks.progress,
+                                           mix_seed(opt.seed, level, kWarmupStream))
+                                     .status());
         }
         const bool ab = targets.size() == 2;
         for (int it = 0; it < opt.iterations; ++it) {
             for (size_t slot = 0; slot < targets.size(); ++slot) {
                 // The ABBA swap is its own inverse: slot k of a pair runs the target whose
                 // position is k.
-                const size_t ti =
-                    ab ? static_cast<size_t>(abba_position(it, static_cast<int>(slot))) : slot;
+                const size_t ti = ab ? static_cast<size_t>(abba_position(it, static_cast<int>(slot))) : slot;
                 const Target& t = targets[ti];
                 auto jobs = build_jobs(prompts, t.model, opt, mix_seed(opt.seed, level, it), n);
                 const std::string label =
                     opt.request_rate > 0
                         ? fmt::format("{}rate {}/s cap {} iter {}/{}", t.name.empty() ? "" : "[" + t.name + "] ",
                                       opt.request_rate, level, it + 1, opt.iterations)
-                        : fmt::format("{}conc {} iter {}/{}", t.name.empty() ? "" : "[" + t.name + "] ",
-                                      level, it + 1, opt.iterations);
-                DSV4_ASSIGN_OR_RETURN(auto records,
-                                      run_batch(opt, t, std::move(jobs), level, label, hooks.progress,
-                                                mix_seed(opt.seed, level, it)));
+                        : fmt::format("{}conc {} iter {}/{}", t.name.empty() ? "" : "[" + t.name + "] ", level, it + 1,
+                                      opt.iterations);
+                DSV4_ASSIGN_OR_RETURN(auto records, run_batch(opt, t, std::move(jobs), level, label, hooks.progress,
+                                                              mix_seed(opt.seed, level, it)));
                 IterationMetrics m = compute_iteration(records);
                 m.config = t.name;
                 m.level = level;
@@ -129,8 +120,7 @@ Result<std::vector<IterationMetrics>> run_sweep(const SweepOptions& opt, const P
                 all.push_back(m);
                 per_target[ti].push_back(m);
                 if (m.n_ok == 0) {
-                    return error(StatusCode::kUnavailable, "{}: all {} requests failed: {}",
-                                 label, m.n_requests,
+                    return error(StatusCode::kUnavailable, "{}: all {} requests failed: {}", label, m.n_requests,
                                  m.error_samples.empty() ? "?" : m.error_samples.front());
                 }
             }

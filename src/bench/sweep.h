@@ -20,19 +20,19 @@
 namespace dsv4::bench {
 
 struct Target {
-    std::string name;   // "A", "B", or "" for a plain run
+    std::string name;  // "A", "B", or "" for a plain run
     Url url;
     std::string model;  // sent in every request
 };
 
 struct SweepOptions {
     std::vector<int> levels = {1, 8, 32, 64, 128, 256, 512};
-    int n = 0;            // requests per measured batch; 0: max(n_min, n_mult * level)
+    int n = 0;  // requests per measured batch; 0: max(n_min, n_mult * level)
     int n_mult = 4;
     int n_min = 8;
-    int warmup = -1;      // warm-up requests per level and target; -1: one wave (= level)
+    int warmup = -1;  // warm-up requests per level and target; -1: one wave (= level)
     int iterations = 4;
-    bool chat = true;     // /v1/chat/completions, else /v1/completions
+    bool chat = true;  // /v1/chat/completions, else /v1/completions
     int max_tokens = 256;
     bool ignore_eos = false;
     double temperature = 0;
@@ -46,17 +46,16 @@ struct SweepOptions {
 };
 
 // JSON body of one streaming request (exposed for tests).
-std::string build_request_body(const Prompt& p, const std::string& model,
-                               const SweepOptions& opt);
+std::string build_request_body(const Prompt& p, const std::string& model, const SweepOptions& opt);
 // Builds the jobs of one batch from a seeded draw.
-std::vector<StreamJob> build_jobs(const PromptSource& prompts, const std::string& model,
-                                  const SweepOptions& opt, uint64_t draw_seed, int n);
+std::vector<StreamJob> build_jobs(const PromptSource& prompts, const std::string& model, const SweepOptions& opt,
+                                  uint64_t draw_seed, int n);
 
 // The first model id listed by GET /v1/models.
 Result<std::string> discover_model(const Url& url, double timeout_s = 10);
 
 struct SweepHooks {
-    std::function<void(const IterationMetrics&)> on_iteration;   // after each measured batch
+    std::function<void(const IterationMetrics&)> on_iteration;       // after each measured batch
     std::function<void(const std::vector<LevelSummary>&)> on_level;  // one summary per target
     ProgressBar* progress = nullptr;
 };
@@ -65,10 +64,9 @@ struct SweepHooks {
 // first in even pairs, B in odd ones.
 int abba_position(int pair, int target);
 
-// Runs the sweep; returns every measured iteration (A/B runs: with pair and pair_position set). Stops with an error when every request
-// of a measured batch failed (a wrong URL or model should not take the whole sweep's time).
+// Runs the sweep; returns every measured iteration (A/B runs: with pair and pair_position set). Stops with an error
+// when every request of a measured batch failed (a wrong URL or model should not take the whole sweep's time).
 Result<std::vector<IterationMetrics>> run_sweep(const SweepOptions& opt, const PromptSource& prompts,
-                                                const std::vector<Target>& targets,
-                                                const SweepHooks& hooks);
+                                                const std::vector<Target>& targets, const SweepHooks& hooks);
 
 }  // namespace dsv4::bench

@@ -7,8 +7,18 @@ namespace dsv4::constrain {
 namespace {
 
 // What follows a literal.
-enum Next : int { kToInvoke, kToName, kToParamOrEnd, kToParamName, kToInvokeOrClose, kToFlag, kToRaw, kToJson,
-                  kToDone, kToParamGiven };
+enum Next : int {
+    kToInvoke,
+    kToName,
+    kToParamOrEnd,
+    kToParamName,
+    kToInvokeOrClose,
+    kToFlag,
+    kToRaw,
+    kToJson,
+    kToDone,
+    kToParamGiven
+};
 
 constexpr std::string_view kParamClose = "</｜DSML｜parameter>";
 
@@ -45,14 +55,22 @@ const std::vector<DsmlMatcher::Alt>& DsmlMatcher::alts(Set s) {
     static const std::vector<Alt> invoke_or_close = {{"<｜DSML｜invoke name=\"", kToName},
                                                      {"</｜DSML｜tool_calls>", kToDone}};
     switch (s) {
-        case Set::kOpen: return open;
-        case Set::kInvoke: return invoke;
-        case Set::kNameEnd: return name_end;
-        case Set::kParamOrEnd: return param_or_end;
-        case Set::kParamNameEnd: return param_name_end;
-        case Set::kFlag: return flag;
-        case Set::kParamClose: return param_close;
-        case Set::kInvokeOrClose: return invoke_or_close;
+        case Set::kOpen:
+            return open;
+        case Set::kInvoke:
+            return invoke;
+        case Set::kNameEnd:
+            return name_end;
+        case Set::kParamOrEnd:
+            return param_or_end;
+        case Set::kParamNameEnd:
+            return param_name_end;
+        case Set::kFlag:
+            return flag;
+        case Set::kParamClose:
+            return param_close;
+        case Set::kInvokeOrClose:
+            return invoke_or_close;
     }
     return open;
 }
@@ -80,7 +98,9 @@ bool DsmlMatcher::required_given() const {
 
 void DsmlMatcher::after_literal(int next) {
     switch (next) {
-        case kToInvoke: enter(Set::kInvoke, 1, true); break;
+        case kToInvoke:
+            enter(Set::kInvoke, 1, true);
+            break;
         case kToName:
             mode_ = Mode::kName;
             name_.clear();
@@ -116,13 +136,16 @@ void DsmlMatcher::after_literal(int next) {
             mode_ = Mode::kJson;
             json_.emplace(param_ >= 0 ? tool().schemas[size_t(param_)] : any_value());
             break;
-        case kToDone: mode_ = Mode::kDone; break;
+        case kToDone:
+            mode_ = Mode::kDone;
+            break;
     }
 }
 
 bool DsmlMatcher::step(uint8_t c) {
     switch (mode_) {
-        case Mode::kDone: return false;
+        case Mode::kDone:
+            return false;
         case Mode::kLits: {
             // Before the opener only newlines (the encoder's "\n\n"), else newlines or spaces.
             if (pos_ == 0 && ws_ok_ && (c == '\n' || (c == ' ' && set_ != Set::kOpen))) {
@@ -228,7 +251,8 @@ std::string DsmlMatcher::state_key() const {
     k += char(set_);
     k += char(ws_);
     k += char(ws_ok_);
-    for (int32_t v : {int32_t(allow_), pos_, tool_, param_, calls_, kmp_}) k.append(reinterpret_cast<const char*>(&v), sizeof v);
+    for (int32_t v : {int32_t(allow_), pos_, tool_, param_, calls_, kmp_})
+        k.append(reinterpret_cast<const char*>(&v), sizeof v);
     k.append(reinterpret_cast<const char*>(&given_), sizeof given_);
     k += name_;
     k += '\x01';

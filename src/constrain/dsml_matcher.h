@@ -60,7 +60,16 @@ public:
 private:
     enum class Mode : uint8_t { kLits, kName, kParamName, kRaw, kJson, kDone };
     // Sets of literal alternatives (each prefix-free); `allow_` masks the alternatives of the set.
-    enum class Set : uint8_t { kOpen, kInvoke, kNameEnd, kParamOrEnd, kParamNameEnd, kFlag, kParamClose, kInvokeOrClose };
+    enum class Set : uint8_t {
+        kOpen,
+        kInvoke,
+        kNameEnd,
+        kParamOrEnd,
+        kParamNameEnd,
+        kFlag,
+        kParamClose,
+        kInvokeOrClose
+    };
     struct Alt {
         const char* text;
         int next;  // what follows (see enter_after)

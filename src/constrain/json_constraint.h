@@ -23,7 +23,8 @@ namespace dsv4::constrain {
 template <class M>
 class MatcherConstraint final : public TokenConstraint {
 public:
-    MatcherConstraint(M initial, std::shared_ptr<const VocabIndex> vocab) : vocab_(std::move(vocab)), m_(std::move(initial)) {}
+    MatcherConstraint(M initial, std::shared_ptr<const VocabIndex> vocab)
+        : vocab_(std::move(vocab)), m_(std::move(initial)) {}
     std::unique_ptr<TokenConstraint> clone() const override { return std::make_unique<MatcherConstraint>(*this); }
 
     void mask(std::span<float> logits, int32_t eos) override {

@@ -219,22 +219,36 @@ void JsonMatcher::step(Thread th, uint8_t c, std::vector<Thread>& out) const {
         case Frame::T::kNumber: {
             uint8_t next = 0;
             switch (f.phase) {
-                case kNumMinus: next = c == '0' ? kNumZero : is_digit(c) ? kNumInt : 0; break;
-                case kNumZero: next = c == '.' ? kNumDot : (c == 'e' || c == 'E') ? kNumExp : 0; break;
+                case kNumMinus:
+                    next = c == '0' ? kNumZero : is_digit(c) ? kNumInt : 0;
+                    break;
+                case kNumZero:
+                    next = c == '.' ? kNumDot : (c == 'e' || c == 'E') ? kNumExp : 0;
+                    break;
                 case kNumInt:
                     next = is_digit(c) ? kNumInt : c == '.' ? kNumDot : (c == 'e' || c == 'E') ? kNumExp : 0;
                     break;
-                case kNumDot: next = is_digit(c) ? kNumFrac : 0; break;
-                case kNumFrac: next = is_digit(c) ? kNumFrac : (c == 'e' || c == 'E') ? kNumExp : 0; break;
-                case kNumExp: next = (c == '+' || c == '-') ? kNumExpSign : is_digit(c) ? kNumExpDigits : 0; break;
+                case kNumDot:
+                    next = is_digit(c) ? kNumFrac : 0;
+                    break;
+                case kNumFrac:
+                    next = is_digit(c) ? kNumFrac : (c == 'e' || c == 'E') ? kNumExp : 0;
+                    break;
+                case kNumExp:
+                    next = (c == '+' || c == '-') ? kNumExpSign : is_digit(c) ? kNumExpDigits : 0;
+                    break;
                 case kNumExpSign:
-                case kNumExpDigits: next = is_digit(c) ? kNumExpDigits : 0; break;
+                case kNumExpDigits:
+                    next = is_digit(c) ? kNumExpDigits : 0;
+                    break;
             }
             if (f.integer && (next == kNumDot || next == kNumExp)) next = 0;
             // At most two exponent digits: every accepted number stays a finite double when parsed.
             if (next == kNumExpDigits) {
-                if (f.phase == kNumExpDigits && f.sel >= 2) next = 0;
-                else f.sel = f.phase == kNumExpDigits ? f.sel + 1 : 1;
+                if (f.phase == kNumExpDigits && f.sel >= 2)
+                    next = 0;
+                else
+                    f.sel = f.phase == kNumExpDigits ? f.sel + 1 : 1;
             }
             if (next != 0 && f.count < kMaxNumberLength) {
                 f.phase = next;
@@ -270,8 +284,8 @@ void JsonMatcher::step(Thread th, uint8_t c, std::vector<Thread>& out) const {
                 Frame v;
                 v.t = Frame::T::kValue;
                 v.node = f.node == kAnyNode ? kAnyNode
-                         : f.sel >= 0      ? schema_->nodes[size_t(f.node)].prop_nodes[size_t(f.sel)]
-                                           : schema_->nodes[size_t(f.node)].additional;
+                         : f.sel >= 0       ? schema_->nodes[size_t(f.node)].prop_nodes[size_t(f.sel)]
+                                            : schema_->nodes[size_t(f.node)].additional;
                 th.push_back(v);
                 out.push_back(std::move(th));
                 return;

@@ -43,15 +43,15 @@ private:
         enum class T : uint8_t { kValue, kObject, kKey, kArray, kString, kNumber, kLiteral };
         T t = T::kValue;
         uint8_t phase = 0;
-        uint8_t ws = 0;      // whitespace bytes in a row at this position
+        uint8_t ws = 0;  // whitespace bytes in a row at this position
         bool integer = false;
         bool free_key = false;  // kKey: no declared name fits any more: the rest is plain content
-        int node = -1;       // schema node (kAnyNode: any value)
-        int32_t count = 0;   // kArray: items; kLiteral: bytes matched; kString/kKey: \\u digits left; kNumber: length
-        int32_t sel = -1;    // kLiteral: which literal; kObject: the property whose value is open (-1:
-                             // additional); kNumber: exponent digits
-        uint64_t seen = 0;   // kObject: declared properties present
-        std::string key;     // kKey: the key's bytes so far
+        int node = -1;          // schema node (kAnyNode: any value)
+        int32_t count = 0;  // kArray: items; kLiteral: bytes matched; kString/kKey: \\u digits left; kNumber: length
+        int32_t sel = -1;   // kLiteral: which literal; kObject: the property whose value is open (-1:
+                            // additional); kNumber: exponent digits
+        uint64_t seen = 0;  // kObject: declared properties present
+        std::string key;    // kKey: the key's bytes so far
     };
     using Thread = std::vector<Frame>;
 

@@ -11,8 +11,8 @@ using json = nlohmann::json;
 using Kind = SchemaNode::Kind;
 
 const std::set<std::string>& annotations() {
-    static const std::set<std::string> k = {"title", "description", "default", "examples", "$comment",
-                                            "$schema", "$id", "strict", "$defs", "definitions"};
+    static const std::set<std::string> k = {"title",   "description", "default", "examples", "$comment",
+                                            "$schema", "$id",         "strict",  "$defs",    "definitions"};
     return k;
 }
 
@@ -69,7 +69,8 @@ private:
             if (props.size() > 64) return unsupported("more than 64 properties", where);
             for (auto it = props.begin(); it != props.end(); ++it) {
                 for (unsigned char c : it.key())
-                    if (c < 0x20 || c == '"' || c == '\\') return unsupported("property name '" + it.key() + "'", where);
+                    if (c < 0x20 || c == '"' || c == '\\')
+                        return unsupported("property name '" + it.key() + "'", where);
                 n.prop_names.push_back(it.key());
                 n.prop_nodes.push_back(-1);
                 n.prop_required.push_back(false);
@@ -83,7 +84,8 @@ private:
                 bool found = false;
                 for (size_t i = 0; i < n.prop_names.size(); ++i)
                     if (n.prop_names[i] == r.get<std::string>()) n.prop_required[i] = true, found = true;
-                if (!found) return unsupported("required property '" + r.get<std::string>() + "' not in properties", where);
+                if (!found)
+                    return unsupported("required property '" + r.get<std::string>() + "' not in properties", where);
             }
         }
         const int idx = add(std::move(n));
@@ -135,12 +137,18 @@ private:
         if (type == "object") return object(s, where);
         if (type == "array") return array(s, where);
         SchemaNode n;
-        if (type == "string") n.kind = Kind::kString;
-        else if (type == "number") n.kind = Kind::kNumber;
-        else if (type == "integer") n.kind = Kind::kInteger;
-        else if (type == "boolean") return literals(json::array({true, false}), where);
-        else if (type == "null") return literals(json::array({nullptr}), where);
-        else return invalid_argument("JSON schema: unknown type '{}' at {}", type, where);
+        if (type == "string")
+            n.kind = Kind::kString;
+        else if (type == "number")
+            n.kind = Kind::kNumber;
+        else if (type == "integer")
+            n.kind = Kind::kInteger;
+        else if (type == "boolean")
+            return literals(json::array({true, false}), where);
+        else if (type == "null")
+            return literals(json::array({nullptr}), where);
+        else
+            return invalid_argument("JSON schema: unknown type '{}' at {}", type, where);
         return add(std::move(n));
     }
 
@@ -150,9 +158,10 @@ private:
             return unsupported("the schema 'false'", where);
         }
         if (!s.is_object()) return invalid_argument("JSON schema: expected an object at {}", where);
-        static const std::set<std::string> known = {"type", "properties", "required", "additionalProperties",
-                                                    "items", "minItems", "maxItems", "enum", "const", "anyOf",
-                                                    "oneOf", "allOf", "$ref"};
+        static const std::set<std::string> known = {"type",  "properties", "required", "additionalProperties",
+                                                    "items", "minItems",   "maxItems", "enum",
+                                                    "const", "anyOf",      "oneOf",    "allOf",
+                                                    "$ref"};
         for (auto it = s.begin(); it != s.end(); ++it)
             if (!known.count(it.key()) && !annotations().count(it.key()))
                 return unsupported("the keyword '" + it.key() + "'", where);
@@ -199,7 +208,8 @@ private:
         if (s.contains("type")) {
             const json& t = s.at("type");
             if (t.is_string()) return typed(t.get<std::string>(), s, where);
-            if (!t.is_array() || t.empty()) return invalid_argument("JSON schema: 'type' at {} must be a name or a list", where);
+            if (!t.is_array() || t.empty())
+                return invalid_argument("JSON schema: 'type' at {} must be a name or a list", where);
             SchemaNode n;
             n.kind = Kind::kAnyOf;
             const int idx = add(std::move(n));
@@ -210,7 +220,8 @@ private:
             }
             return idx;
         }
-        if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties")) return object(s, where);
+        if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties"))
+            return object(s, where);
         if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) return array(s, where);
         return any();
     }

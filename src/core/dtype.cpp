@@ -8,35 +8,51 @@ namespace dsv4 {
 size_t dtype_size(DType t) {
     switch (t) {
         case DType::kF64:
-        case DType::kI64: return 8;
+        case DType::kI64:
+            return 8;
         case DType::kF32:
-        case DType::kI32: return 4;
+        case DType::kI32:
+            return 4;
         case DType::kF16:
         case DType::kBF16:
-        case DType::kI16: return 2;
+        case DType::kI16:
+            return 2;
         case DType::kI8:
         case DType::kU8:
         case DType::kF8E4M3:
         case DType::kF8E8M0:
-        case DType::kBool: return 1;
+        case DType::kBool:
+            return 1;
     }
     return 0;
 }
 
 std::string_view dtype_name(DType t) {
     switch (t) {
-        case DType::kF32: return "F32";
-        case DType::kF16: return "F16";
-        case DType::kBF16: return "BF16";
-        case DType::kF64: return "F64";
-        case DType::kI8: return "I8";
-        case DType::kU8: return "U8";
-        case DType::kI16: return "I16";
-        case DType::kI32: return "I32";
-        case DType::kI64: return "I64";
-        case DType::kF8E4M3: return "F8_E4M3";
-        case DType::kF8E8M0: return "F8_E8M0";
-        case DType::kBool: return "BOOL";
+        case DType::kF32:
+            return "F32";
+        case DType::kF16:
+            return "F16";
+        case DType::kBF16:
+            return "BF16";
+        case DType::kF64:
+            return "F64";
+        case DType::kI8:
+            return "I8";
+        case DType::kU8:
+            return "U8";
+        case DType::kI16:
+            return "I16";
+        case DType::kI32:
+            return "I32";
+        case DType::kI64:
+            return "I64";
+        case DType::kF8E4M3:
+            return "F8_E4M3";
+        case DType::kF8E8M0:
+            return "F8_E8M0";
+        case DType::kBool:
+            return "BOOL";
     }
     return "?";
 }
@@ -152,7 +168,7 @@ float ue8m0_to_f32(uint8_t b) {
 uint8_t ue8m0_ceil(float x) {
     if (!(x > 0.0f)) return 0;
     int e;
-    float m = std::frexp(x, &e);  // x = m * 2^e, m in [0.5,1)
+    float m = std::frexp(x, &e);      // x = m * 2^e, m in [0.5,1)
     int p = (m == 0.5f) ? e - 1 : e;  // smallest p with 2^p >= x
     int b = p + 127;
     if (b < 0) b = 0;

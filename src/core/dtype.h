@@ -22,8 +22,8 @@ enum class DType : uint8_t {
     kI16,
     kI32,
     kI64,
-    kF8E4M3,   // fp8 e4m3fn
-    kF8E8M0,   // ue8m0 scales
+    kF8E4M3,  // fp8 e4m3fn
+    kF8E8M0,  // ue8m0 scales
     kBool,
 };
 

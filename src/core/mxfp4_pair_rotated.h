@@ -29,9 +29,7 @@ constexpr uint32_t kPairMask = 0x81C081C0u;  // sign, e1, e0, m of both bf16 hal
 // Target bf16x2 bit of code bit f (0 m, 1 e0, 2 e1, 3 sign) of half v (0 low, 1 high).
 DSV4_HD constexpr int target_bit(int f, int v) { return (f == 3 ? 15 : 6 + f) + 16 * v; }
 // Left rotation with which pair j reads code bit f.
-DSV4_HD constexpr int rotation(int j, int f) {
-    return j == 0 ? 0 : j == 1 ? 4 : j == 2 ? 10 : (f == 2 ? 14 : 6);
-}
+DSV4_HD constexpr int rotation(int j, int f) { return j == 0 ? 0 : j == 1 ? 4 : j == 2 ? 10 : (f == 2 ? 14 : 6); }
 // Bit of the repacked word that holds code bit f of nibble j + 4v of the checkpoint word.
 DSV4_HD constexpr int packed_bit(int j, int f, int v) { return (target_bit(f, v) - rotation(j, f)) & 31; }
 

@@ -13,12 +13,12 @@ namespace dsv4 {
 
 enum class StatusCode {
     kOk = 0,
-    kInvalidArgument,   // caller passed something malformed (bad request, bad flag, bad id)
-    kNotFound,          // missing file, tensor, field
-    kOutOfRange,        // offsets, ids or lengths beyond their limits
-    kFailedPrecondition,// state does not allow the operation (e.g. cache full)
-    kResourceExhausted, // out of pages / queue full
-    kDataLoss,          // corrupt file contents
+    kInvalidArgument,     // caller passed something malformed (bad request, bad flag, bad id)
+    kNotFound,            // missing file, tensor, field
+    kOutOfRange,          // offsets, ids or lengths beyond their limits
+    kFailedPrecondition,  // state does not allow the operation (e.g. cache full)
+    kResourceExhausted,   // out of pages / queue full
+    kDataLoss,            // corrupt file contents
     kUnimplemented,
     kInternal,
     kUnavailable,
@@ -62,8 +62,8 @@ Status invalid_argument(fmt::format_string<Args...> f, Args&&... args) {
 template <typename T>
 class [[nodiscard]] Result {
 public:
-    Result(T value) : v_(std::move(value)) {}               // NOLINT(google-explicit-constructor)
-    Result(Status status) : v_(std::move(status)) {}        // NOLINT(google-explicit-constructor)
+    Result(T value) : v_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
+    Result(Status status) : v_(std::move(status)) {}  // NOLINT(google-explicit-constructor)
 
     bool is_ok() const { return std::holds_alternative<T>(v_); }
     explicit operator bool() const { return is_ok(); }
@@ -86,17 +86,16 @@ private:
 }  // namespace dsv4
 
 // Propagate a non-ok Status from an expression returning Status.
-#define DSV4_RETURN_IF_ERROR(expr)                        \
-    do {                                                  \
-        ::dsv4::Status dsv4_status_ = (expr);             \
-        if (!dsv4_status_.is_ok()) return dsv4_status_;   \
+#define DSV4_RETURN_IF_ERROR(expr)                      \
+    do {                                                \
+        ::dsv4::Status dsv4_status_ = (expr);           \
+        if (!dsv4_status_.is_ok()) return dsv4_status_; \
     } while (0)
 
 #define DSV4_CONCAT_INNER_(a, b) a##b
 #define DSV4_CONCAT_(a, b) DSV4_CONCAT_INNER_(a, b)
 // lhs = value of a Result expression, or return its Status.
-#define DSV4_ASSIGN_OR_RETURN(lhs, expr) \
-    DSV4_ASSIGN_OR_RETURN_IMPL_(DSV4_CONCAT_(dsv4_result_, __LINE__), lhs, expr)
+#define DSV4_ASSIGN_OR_RETURN(lhs, expr) DSV4_ASSIGN_OR_RETURN_IMPL_(DSV4_CONCAT_(dsv4_result_, __LINE__), lhs, expr)
 #define DSV4_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
     auto tmp = (expr);                              \
     if (!tmp.is_ok()) return tmp.status();          \

@@ -4,9 +4,7 @@
 
 namespace dsv4::dist {
 
-const char* attn_scheme_name(AttnScheme s) {
-    return s == AttnScheme::kTensorParallel ? "tp" : "dp";
-}
+const char* attn_scheme_name(AttnScheme s) { return s == AttnScheme::kTensorParallel ? "tp" : "dp"; }
 
 Result<AttnScheme> parse_attn_scheme(const std::string& s) {
     if (s == "dp" || s == "data-parallel") return AttnScheme::kDataParallel;
@@ -49,11 +47,11 @@ std::string describe_attention_shard(const ModelConfig& cfg, const AttentionShar
         "wo_a [{}, {}], wo_b [{}, {}]; replicated: wq_a [{}, {}], wkv [{}, {}], compressors, indexer; "
         "KV cache: {}; attention output: {}",
         attn_scheme_name(s.scheme), s.rank, s.n_ranks, s.first_head, s.first_head + s.n_heads - 1, s.n_heads,
-        s.first_group, s.first_group + s.o_groups - 1, s.o_groups, s.n_heads * D, qr, s.n_heads,
-        s.o_groups * orank, hpg * D, d, s.o_groups * orank, qr, d, D, d,
-        s.scheme == AttnScheme::kDataParallel ? "this rank's sequences only"
-                                              : (s.kv_replicated ? "every sequence (replicated, MQA latent)"
-                                                                 : "every sequence"),
+        s.first_group, s.first_group + s.o_groups - 1, s.o_groups, s.n_heads * D, qr, s.n_heads, s.o_groups * orank,
+        hpg * D, d, s.o_groups * orank, qr, d, D, d,
+        s.scheme == AttnScheme::kDataParallel
+            ? "this rank's sequences only"
+            : (s.kv_replicated ? "every sequence (replicated, MQA latent)" : "every sequence"),
         s.output_all_reduce ? "partial sum, all-reduce [T, d] per layer" : "complete");
 }
 

@@ -28,10 +28,10 @@ Result<AttnScheme> parse_attn_scheme(const std::string& s);
 struct AttentionShard {
     AttnScheme scheme = AttnScheme::kDataParallel;
     int rank = 0, n_ranks = 1;
-    int n_heads = 0, first_head = 0;     // query heads held (all for DP)
-    int o_groups = 0, first_group = 0;   // output groups held (all for DP)
-    bool kv_replicated = false;          // TP: every rank caches the KV of every sequence
-    bool output_all_reduce = false;      // TP: attention output is a partial sum -> all-reduce [T, d]
+    int n_heads = 0, first_head = 0;    // query heads held (all for DP)
+    int o_groups = 0, first_group = 0;  // output groups held (all for DP)
+    bool kv_replicated = false;         // TP: every rank caches the KV of every sequence
+    bool output_all_reduce = false;     // TP: attention output is a partial sum -> all-reduce [T, d]
 };
 
 // Errors: rank outside [0, n_ranks), n_ranks < 1, and for TP: N not dividing n_heads or o_groups.

@@ -32,9 +32,8 @@ public:
     // [size()]. recv_counts[p] must equal what rank p sends here. Errors: span sizes, a count mismatch with the peer
     // (in-process only: NCCL cannot see it), an unsupported dtype.
     virtual Status all_to_all_v(const void* send, std::span<const int64_t> send_counts,
-                                std::span<const int64_t> send_offsets, void* recv,
-                                std::span<const int64_t> recv_counts, std::span<const int64_t> recv_offsets,
-                                CommDtype dtype) = 0;
+                                std::span<const int64_t> send_offsets, void* recv, std::span<const int64_t> recv_counts,
+                                std::span<const int64_t> recv_offsets, CommDtype dtype) = 0;
 
     // In place: buf[i] = sum over ranks of buf[i]. kF32 or kBf16 (bf16: summed in f32, rounded
     // once). The in-process version sums in rank order, so every rank gets identical bits.

@@ -51,7 +51,8 @@ Result<DispatchPlan> plan_dispatch(std::span<const int32_t> ids, int64_t n_token
 }
 
 Result<ReceiveLayout> plan_receive(std::span<const int64_t> counts, int n_ranks, int n_local) {
-    if (n_ranks < 1 || n_local < 1) return invalid_argument("ranks {} and local experts {} must be positive", n_ranks, n_local);
+    if (n_ranks < 1 || n_local < 1)
+        return invalid_argument("ranks {} and local experts {} must be positive", n_ranks, n_local);
     if (int64_t(counts.size()) != int64_t(n_ranks) * n_local)
         return invalid_argument("received expert counts hold {} entries, expected ranks {} x local experts {}",
                                 counts.size(), n_ranks, n_local);
@@ -91,14 +92,12 @@ Result<ReceiveLayout> plan_receive(std::span<const int64_t> counts, int n_ranks,
 
 template <typename T>
 void gather_rows(const T* src, std::span<const int64_t> index, int64_t width, T* dst) {
-    for (size_t i = 0; i < index.size(); ++i)
-        std::copy_n(src + index[i] * width, width, dst + int64_t(i) * width);
+    for (size_t i = 0; i < index.size(); ++i) std::copy_n(src + index[i] * width, width, dst + int64_t(i) * width);
 }
 
 template <typename T>
 void scatter_rows(const T* src, std::span<const int64_t> index, int64_t width, T* dst) {
-    for (size_t i = 0; i < index.size(); ++i)
-        std::copy_n(src + int64_t(i) * width, width, dst + index[i] * width);
+    for (size_t i = 0; i < index.size(); ++i) std::copy_n(src + int64_t(i) * width, width, dst + index[i] * width);
 }
 
 template void gather_rows<float>(const float*, std::span<const int64_t>, int64_t, float*);

@@ -24,8 +24,8 @@ Status ep_routed_moe(Communicator& comm, const ExpertPartition& ep, int d, int64
     if (planned.is_ok() && int64_t(weights.size()) != T * K)
         planned = invalid_argument("routing weights hold {} entries, expected {} x {}", weights.size(), T, K);
     // 1. Row counts per (destination, local expert); -1 everywhere tells the peers this rank failed.
-    std::vector<int64_t> header = planned.is_ok() ? planned->send_expert_counts
-                                                  : std::vector<int64_t>(size_t(N) * nl, -1);
+    std::vector<int64_t> header =
+        planned.is_ok() ? planned->send_expert_counts : std::vector<int64_t>(size_t(N) * nl, -1);
     std::vector<int64_t> header_in(size_t(N) * nl);
     std::vector<int64_t> hc(size_t(N), nl), ho(static_cast<size_t>(N));
     for (int r = 0; r < N; ++r) ho[r] = int64_t(r) * nl;
@@ -40,14 +40,15 @@ Status ep_routed_moe(Communicator& comm, const ExpertPartition& ep, int d, int64
 
     // 2. Rows and weights out, in send order.
     const int64_t S = p.n_send(), R = L.n_recv();
-    std::vector<float> send(size_t(S) * d), send_w(static_cast<size_t>(S)), recv(size_t(R) * d), recv_w(static_cast<size_t>(R));
+    std::vector<float> send(size_t(S) * d), send_w(static_cast<size_t>(S)), recv(size_t(R) * d),
+        recv_w(static_cast<size_t>(R));
     gather_rows(x, p.send_token, d, send.data());
     gather_rows(weights.data(), p.send_slot, 1, send_w.data());
     DSV4_RETURN_IF_ERROR(comm.all_to_all_v(send.data(), scaled(p.send_counts, d), scaled(p.send_offsets, d),
                                            recv.data(), scaled(L.recv_counts, d), scaled(L.recv_offsets, d),
                                            CommDtype::kF32));
-    DSV4_RETURN_IF_ERROR(comm.all_to_all_v(send_w.data(), p.send_counts, p.send_offsets, recv_w.data(),
-                                           L.recv_counts, L.recv_offsets, CommDtype::kF32));
+    DSV4_RETURN_IF_ERROR(comm.all_to_all_v(send_w.data(), p.send_counts, p.send_offsets, recv_w.data(), L.recv_counts,
+                                           L.recv_offsets, CommDtype::kF32));
 
     // 3. Expert-major order, one block per local expert.
     std::vector<float> rows(size_t(R) * d), rows_w(static_cast<size_t>(R)), rows_out(size_t(R) * d, 0.0f);
@@ -56,8 +57,7 @@ Status ep_routed_moe(Communicator& comm, const ExpertPartition& ep, int d, int64
     Status expert_status = Status::ok();
     for (int e = 0; e < nl && expert_status.is_ok(); ++e) {
         const int64_t n = L.expert_counts[e], o = L.expert_offsets[e];
-        if (n > 0)
-            expert_status = run_expert(e, &rows[size_t(o) * d], &rows_w[size_t(o)], n, &rows_out[size_t(o) * d]);
+        if (n > 0) expert_status = run_expert(e, &rows[size_t(o) * d], &rows_w[size_t(o)], n, &rows_out[size_t(o) * d]);
     }
     // An expert failure still takes part in the return exchange (peers are waiting for it).
     // 4. Back to receive order, reverse exchange, combine in k order.

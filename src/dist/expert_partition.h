@@ -19,7 +19,7 @@ public:
 
     int n_experts() const { return n_experts_; }
     int n_ranks() const { return n_ranks_; }
-    int n_local() const { return n_experts_ / n_ranks_; }  // experts per rank
+    int n_local() const { return n_experts_ / n_ranks_; }   // experts per rank
     int first(int rank) const { return rank * n_local(); }  // first global expert id of a rank
     int owner(int expert) const { return expert / n_local(); }
     int local_index(int expert) const { return expert % n_local(); }

@@ -50,14 +50,15 @@ public:
                 const void* src = g_->slots_[p].recv;
                 for (int64_t i = 0; i < count; ++i) {
                     const float v = dtype == CommDtype::kF32 ? static_cast<const float*>(src)[i]
-                                                              : bf16_to_f32(static_cast<const uint16_t*>(src)[i]);
+                                                             : bf16_to_f32(static_cast<const uint16_t*>(src)[i]);
                     sum[i] = p == 0 ? v : sum[i] + v;
                 }
             }
         }
         g_->barrier_.arrive_and_wait();  // every peer has read every buffer
         if (st.is_ok()) {
-            if (dtype == CommDtype::kF32 && count > 0) std::memcpy(buf, sum.data(), sizeof(float) * size_t(count));
+            if (dtype == CommDtype::kF32 && count > 0)
+                std::memcpy(buf, sum.data(), sizeof(float) * size_t(count));
             else
                 for (int64_t i = 0; i < count; ++i) static_cast<uint16_t*>(buf)[i] = f32_to_bf16(sum[i]);
         }
@@ -94,7 +95,8 @@ private:
         const InProcGroup::Slot& s0 = g_->slots_[0];
         for (int p = 0; p < size(); ++p) {
             const InProcGroup::Slot& s = g_->slots_[p];
-            if (s.op != op) return error(StatusCode::kFailedPrecondition, "ranks 0 and {} called different collectives", p);
+            if (s.op != op)
+                return error(StatusCode::kFailedPrecondition, "ranks 0 and {} called different collectives", p);
             if (op != kBarrier && (s.count != s0.count || s.dtype != s0.dtype))
                 return invalid_argument("collective mismatch: rank 0 passes {} x {}, rank {} passes {} x {}", s0.count,
                                         comm_dtype_name(s0.dtype), p, s.count, comm_dtype_name(s.dtype));

@@ -4,9 +4,12 @@ namespace dsv4::dist {
 
 const char* kv_row_format_name(KvRowFormat f) {
     switch (f) {
-        case KvRowFormat::kF32: return "f32";
-        case KvRowFormat::kBf16: return "bf16";
-        case KvRowFormat::kFp8: return "fp8";
+        case KvRowFormat::kF32:
+            return "f32";
+        case KvRowFormat::kBf16:
+            return "bf16";
+        case KvRowFormat::kFp8:
+            return "fp8";
     }
     return "?";
 }
@@ -21,8 +24,10 @@ Result<KvRowFormat> parse_kv_row_format(const std::string& s) {
 namespace {
 int64_t row_bytes(KvRowFormat f, int64_t dim, int64_t rope_dim, bool indexer) {
     switch (f) {
-        case KvRowFormat::kF32: return 4 * dim;
-        case KvRowFormat::kBf16: return 2 * dim;
+        case KvRowFormat::kF32:
+            return 4 * dim;
+        case KvRowFormat::kBf16:
+            return 2 * dim;
         case KvRowFormat::kFp8:
             if (indexer) return dim + 4;
             // e4m3 nope dims + bf16 rope dims + one UE8M0 scale per 64 nope dims, padded to even.

@@ -24,10 +24,10 @@ const char* kv_row_format_name(KvRowFormat f);
 Result<KvRowFormat> parse_kv_row_format(const std::string& s);
 
 struct KvBytes {
-    int64_t main_row = 0;    // bytes of one compressed/window K=V row (D elements)
-    int64_t index_row = 0;   // bytes of one indexer row (index_head_dim elements)
-    double per_token = 0;    // average growth per token over all layers
-    int64_t window = 0;      // n_layers x sliding_window rows
+    int64_t main_row = 0;          // bytes of one compressed/window K=V row (D elements)
+    int64_t index_row = 0;         // bytes of one indexer row (index_head_dim elements)
+    double per_token = 0;          // average growth per token over all layers
+    int64_t window = 0;            // n_layers x sliding_window rows
     int64_t compressor_state = 0;  // FP32 compressor states (CSA main + indexer, HCA)
     int64_t fixed() const { return window + compressor_state; }
     // Bytes of one sequence holding `tokens` tokens (compressed rows of closed windows only).

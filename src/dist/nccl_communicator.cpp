@@ -25,11 +25,16 @@ Status nccl_status(ncclResult_t r, const char* what, ncclComm_t comm = nullptr) 
 
 Result<ncclDataType_t> nccl_type(CommDtype t) {
     switch (t) {
-        case CommDtype::kF32: return ncclFloat32;
-        case CommDtype::kBf16: return ncclBfloat16;
-        case CommDtype::kI32: return ncclInt32;
-        case CommDtype::kI64: return ncclInt64;
-        case CommDtype::kU8: return ncclUint8;
+        case CommDtype::kF32:
+            return ncclFloat32;
+        case CommDtype::kBf16:
+            return ncclBfloat16;
+        case CommDtype::kI32:
+            return ncclInt32;
+        case CommDtype::kI64:
+            return ncclInt64;
+        case CommDtype::kU8:
+            return ncclUint8;
     }
     return invalid_argument("unknown communicator dtype");
 }
@@ -38,7 +43,12 @@ class NcclCommunicator final : public Communicator {
 public:
     NcclCommunicator(ncclComm_t comm, int rank, int size, int device, cudaStream_t stream, bool own_stream,
                      float* scratch)
-        : comm_(comm), rank_(rank), size_(size), device_(device), stream_(stream), own_stream_(own_stream),
+        : comm_(comm),
+          rank_(rank),
+          size_(size),
+          device_(device),
+          stream_(stream),
+          own_stream_(own_stream),
           scratch_(scratch) {}
 
     ~NcclCommunicator() override {
@@ -55,8 +65,8 @@ public:
     Status all_to_all_v(const void* send, std::span<const int64_t> send_counts, std::span<const int64_t> send_offsets,
                         void* recv, std::span<const int64_t> recv_counts, std::span<const int64_t> recv_offsets,
                         CommDtype dtype) override {
-        if (int(send_counts.size()) != size_ || int(send_offsets.size()) != size_ ||
-            int(recv_counts.size()) != size_ || int(recv_offsets.size()) != size_)
+        if (int(send_counts.size()) != size_ || int(send_offsets.size()) != size_ || int(recv_counts.size()) != size_ ||
+            int(recv_offsets.size()) != size_)
             return invalid_argument("all-to-all: counts and offsets must each hold {} entries", size_);
         DSV4_ASSIGN_OR_RETURN(ncclDataType_t t, nccl_type(dtype));
         const size_t eb = comm_dtype_bytes(dtype);
@@ -129,7 +139,8 @@ Result<std::unique_ptr<Communicator>> make_nccl_communicator(const NcclId& id, i
     DSV4_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device), "cudaSetDevice"));
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     const bool own = s == nullptr;
-    if (own) DSV4_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate"));
+    if (own)
+        DSV4_RETURN_IF_ERROR(cuda_status(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate"));
     float* scratch = nullptr;
     Status st = cuda_status(cudaMalloc(&scratch, sizeof(float)), "cudaMalloc");
     ncclUniqueId uid;

@@ -31,9 +31,9 @@ public:
     int size() const override { return size_; }
     Status sum_f32(float* buf, int64_t count, void* stream) override {
         if (count <= 0) return Status::ok();
-        return nccl_ok(ncclAllReduce(buf, buf, size_t(count), ncclFloat32, ncclSum, comm_,
-                                     static_cast<cudaStream_t>(stream)),
-                       "ncclAllReduce", comm_);
+        return nccl_ok(
+            ncclAllReduce(buf, buf, size_t(count), ncclFloat32, ncclSum, comm_, static_cast<cudaStream_t>(stream)),
+            "ncclAllReduce", comm_);
     }
 
 private:
@@ -49,8 +49,8 @@ Result<std::vector<std::shared_ptr<DeviceAllReduce>>> make_nccl_group(const std:
     for (int i = 0; i < n; ++i)
         for (int j = 0; j < i; ++j)
             if (devices[i] == devices[j]) return invalid_argument("NCCL group: device {} listed twice", devices[i]);
-    setenv("NCCL_NVLS_ENABLE", "0", 1);        // never NVLink multicast (see the header)
-    setenv("NCCL_RUNTIME_CONNECT", "0", 0);    // connect at init, not lazily inside a capture
+    setenv("NCCL_NVLS_ENABLE", "0", 1);      // never NVLink multicast (see the header)
+    setenv("NCCL_RUNTIME_CONNECT", "0", 0);  // connect at init, not lazily inside a capture
     int prev = 0;
     cudaGetDevice(&prev);
     std::vector<ncclComm_t> comms(size_t(n), nullptr);

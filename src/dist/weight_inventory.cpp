@@ -7,11 +7,16 @@ namespace dsv4::dist {
 int64_t storage_bytes(Storage s, int64_t rows, int64_t cols) {
     const int64_t n = rows * cols;
     switch (s) {
-        case Storage::kBf16: return 2 * n;
-        case Storage::kF32: return 4 * n;
-        case Storage::kI64: return 8 * n;
-        case Storage::kFp8Block: return n + ((rows + 127) / 128) * ((cols + 127) / 128);
-        case Storage::kMxfp4: return n / 2 + rows * ((cols + 31) / 32);
+        case Storage::kBf16:
+            return 2 * n;
+        case Storage::kF32:
+            return 4 * n;
+        case Storage::kI64:
+            return 8 * n;
+        case Storage::kFp8Block:
+            return n + ((rows + 127) / 128) * ((cols + 127) / 128);
+        case Storage::kMxfp4:
+            return n / 2 + rows * ((cols + 31) / 32);
     }
     return 0;
 }
@@ -28,9 +33,12 @@ struct Builder {
 
 Storage expert_storage(ExpertFormat f) {
     switch (f) {
-        case ExpertFormat::kFp4: return Storage::kMxfp4;
-        case ExpertFormat::kFp8: return Storage::kFp8Block;
-        case ExpertFormat::kBf16: return Storage::kBf16;
+        case ExpertFormat::kFp4:
+            return Storage::kMxfp4;
+        case ExpertFormat::kFp8:
+            return Storage::kFp8Block;
+        case ExpertFormat::kBf16:
+            return Storage::kBf16;
     }
     return Storage::kBf16;
 }
@@ -74,8 +82,10 @@ void add_block(Builder& b, const ModelConfig& c, const std::string& p, int ratio
         }
     }
     b.add(p + "ffn.gate.weight", E, d, Storage::kBf16);
-    if (hash) b.add(p + "ffn.gate.tid2eid", c.vocab_size, c.n_experts_per_tok, Storage::kI64);
-    else b.add(p + "ffn.gate.bias", E, 1, Storage::kF32);
+    if (hash)
+        b.add(p + "ffn.gate.tid2eid", c.vocab_size, c.n_experts_per_tok, Storage::kI64);
+    else
+        b.add(p + "ffn.gate.bias", E, 1, Storage::kF32);
     b.add(p + "ffn.shared_experts.w1.weight", I, d, dense);
     b.add(p + "ffn.shared_experts.w3.weight", I, d, dense);
     b.add(p + "ffn.shared_experts.w2.weight", d, I, dense);
@@ -102,8 +112,8 @@ std::vector<TensorSpec> weight_inventory(const ModelConfig& c, const InventoryOp
     b.add("hc_head_base", n, 1, Storage::kF32);
     b.add("hc_head_scale", 1, 1, Storage::kF32);
     for (int l = 0; l < c.n_layers; ++l)
-        add_block(b, c, "layers." + std::to_string(l) + ".", c.compress_ratios[l],
-                  c.mlp_types[l] == MoeRouting::kHash, dense);
+        add_block(b, c, "layers." + std::to_string(l) + ".", c.compress_ratios[l], c.mlp_types[l] == MoeRouting::kHash,
+                  dense);
     if (opt.include_mtp)
         for (int m = 0; m < c.num_nextn_predict_layers; ++m) {
             // MTP block: sliding-window attention, learned routing (spec §2.11).
@@ -136,7 +146,9 @@ Result<RankWeightBytes> rank_weight_bytes(const std::vector<TensorSpec>& inv, co
     RankWeightBytes r;
     for (const TensorSpec& s : inv) {
         switch (s.placement) {
-            case Placement::kReplicated: r.replicated += storage_bytes(s.storage, s.rows, s.cols); break;
+            case Placement::kReplicated:
+                r.replicated += storage_bytes(s.storage, s.rows, s.cols);
+                break;
             case Placement::kExpert:
                 if (ep.owns(attn.rank, s.expert)) r.experts += storage_bytes(s.storage, s.rows, s.cols);
                 break;

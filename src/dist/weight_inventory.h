@@ -33,12 +33,12 @@ enum class Storage : uint8_t {
 enum class Placement : uint8_t { kReplicated, kExpert, kHeadRows, kHeadCols };
 
 struct TensorSpec {
-    std::string name;      // official name, e.g. "layers.3.ffn.experts.17.w1.weight"
-    int64_t rows = 0;      // shape [rows, cols]; 1-D tensors have cols = 1
+    std::string name;  // official name, e.g. "layers.3.ffn.experts.17.w1.weight"
+    int64_t rows = 0;  // shape [rows, cols]; 1-D tensors have cols = 1
     int64_t cols = 1;
     Storage storage = Storage::kBf16;
     Placement placement = Placement::kReplicated;
-    int expert = -1;       // kExpert: global expert id
+    int expert = -1;  // kExpert: global expert id
 };
 
 // Bytes of a [rows, cols] tensor in a storage format, scales included.
@@ -56,9 +56,9 @@ struct InventoryOptions {
 std::vector<TensorSpec> weight_inventory(const ModelConfig& cfg, const InventoryOptions& opt = {});
 
 struct RankWeightBytes {
-    int64_t replicated = 0;      // identical on every rank
-    int64_t experts = 0;         // this rank's routed experts
-    int64_t attention_split = 0; // this rank's share of head-split tensors (all of them under DP)
+    int64_t replicated = 0;       // identical on every rank
+    int64_t experts = 0;          // this rank's routed experts
+    int64_t attention_split = 0;  // this rank's share of head-split tensors (all of them under DP)
     int64_t total() const { return replicated + experts + attention_split; }
 };
 

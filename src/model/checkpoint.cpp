@@ -23,7 +23,8 @@ Result<std::string> read_text(const std::string& path) {
     std::error_code ec;
     const auto size = fs::file_size(path, ec);
     if (ec) return error(StatusCode::kNotFound, "{}: cannot read: {}", path, ec.message());
-    if (size > kMaxIndexBytes) return error(StatusCode::kDataLoss, "{}: {} bytes is too large for an index", path, size);
+    if (size > kMaxIndexBytes)
+        return error(StatusCode::kDataLoss, "{}: {} bytes is too large for an index", path, size);
     std::ifstream in(path, std::ios::binary);
     if (!in) return error(StatusCode::kNotFound, "{}: cannot open", path);
     std::ostringstream ss;
@@ -114,7 +115,8 @@ bool Checkpoint::has(std::string_view name) const { return tensors_.find(name) !
 
 Result<TensorView> Checkpoint::get(std::string_view name) const {
     const auto it = tensors_.find(name);
-    if (it == tensors_.end()) return error(StatusCode::kNotFound, "tensor '{}' not found in checkpoint {}", name, path_);
+    if (it == tensors_.end())
+        return error(StatusCode::kNotFound, "tensor '{}' not found in checkpoint {}", name, path_);
     const Entry& e = it->second;
     const MappedFile& f = files_[e.file];
     return TensorView{it->first, e.dtype, e.shape, f.data() + e.begin, size_t(e.end - e.begin), f.path()};

@@ -81,8 +81,7 @@ Result<std::vector<float>> load_mxfp4(const Checkpoint& ckpt, const TensorView& 
     const std::string scale_name = std::string(name.substr(0, name.size() - kSuffix.size())) + ".scale";
     const int64_t grid[2] = {N, ceil_div(K, kMxfp4Group)};
     auto s = ckpt.get(scale_name, DType::kF8E8M0, grid);
-    if (!s.is_ok())
-        return s.status().with_context(fmt::format("{}: tensor '{}': MXFP4 group scale", w.file, w.name));
+    if (!s.is_ok()) return s.status().with_context(fmt::format("{}: tensor '{}': MXFP4 group scale", w.file, w.name));
     DSV4_RETURN_IF_ERROR(check_ue8m0(*s));
     std::vector<float> out(size_t(N * K));
     dequantize_mxfp4(w.data, s->data, N, K, out.data());
@@ -105,7 +104,8 @@ std::vector<float> widen(const TensorView& t, Conv conv) {
 Result<std::vector<float>> load_f32(const Checkpoint& ckpt, std::string_view name, std::span<const int64_t> shape) {
     DSV4_ASSIGN_OR_RETURN(TensorView t, ckpt.get(name));
     int64_t numel = 0;
-    if (!shape_numel(shape, &numel)) return invalid_argument("tensor '{}': invalid requested shape {}", name, shape_to_string(shape));
+    if (!shape_numel(shape, &numel))
+        return invalid_argument("tensor '{}': invalid requested shape {}", name, shape_to_string(shape));
     switch (t.dtype) {
         case DType::kF32:
         case DType::kBF16:
@@ -121,9 +121,9 @@ Result<std::vector<float>> load_f32(const Checkpoint& ckpt, std::string_view nam
             if (shape.size() != 2) return shape_error(t, shape, "2-D logical ");
             const int64_t stored[2] = {shape[0], ceil_div(shape[1], 2)};
             if (!same_shape(t.shape, stored))
-                return invalid_argument("{}: tensor '{}': packed MXFP4 of logical shape {} must be stored as {}, got {}",
-                                        t.file, t.name, shape_to_string(shape), shape_to_string(stored),
-                                        shape_to_string(t.shape));
+                return invalid_argument(
+                    "{}: tensor '{}': packed MXFP4 of logical shape {} must be stored as {}, got {}", t.file, t.name,
+                    shape_to_string(shape), shape_to_string(stored), shape_to_string(t.shape));
             return load_mxfp4(ckpt, t, shape[0], shape[1]);
         }
         default:
@@ -156,7 +156,8 @@ Result<std::vector<int32_t>> load_i32(const Checkpoint& ckpt, std::string_view n
 Status check_int_range(std::span<const int32_t> values, int64_t lo, int64_t hi, std::string_view what) {
     for (size_t i = 0; i < values.size(); ++i)
         if (values[i] < lo || values[i] >= hi)
-            return error(StatusCode::kOutOfRange, "{}: element {} = {} is outside [{}, {})", what, i, values[i], lo, hi);
+            return error(StatusCode::kOutOfRange, "{}: element {} = {} is outside [{}, {})", what, i, values[i], lo,
+                         hi);
     return Status::ok();
 }
 

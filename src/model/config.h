@@ -33,7 +33,7 @@ struct YarnParams {
 // Upper bounds an accepted config stays within (far above DeepSeek-V4-Pro's sizes), so that the
 // sizes derived from it (products of two dimensions, a layer count times a state size) fit their
 // integer types: config.json is input, and a huge value must be an error, not an overflow.
-inline constexpr int64_t kMaxDim = int64_t(1) << 20;         // every width, head count, rank, window, ratio
+inline constexpr int64_t kMaxDim = int64_t(1) << 20;  // every width, head count, rank, window, ratio
 inline constexpr int64_t kMaxLayers = 1024;
 inline constexpr int64_t kMaxVocab = (int64_t(1) << 31) - 1;  // token ids are int32
 inline constexpr int64_t kMaxHcMult = 64;
@@ -41,23 +41,23 @@ inline constexpr int64_t kMaxPositions = int64_t(1) << 40;
 
 struct ModelConfig {
     int64_t vocab_size = 0;
-    int hidden_size = 0;              // d
-    int n_layers = 0;                 // decoder blocks (MTP not counted)
-    int n_heads = 0;                  // H query heads
-    int n_kv_heads = 1;               // must be 1 (one shared K=V latent)
-    int head_dim = 0;                 // D
-    int rope_dim = 0;                 // R: trailing rotary dims of each head
+    int hidden_size = 0;  // d
+    int n_layers = 0;     // decoder blocks (MTP not counted)
+    int n_heads = 0;      // H query heads
+    int n_kv_heads = 1;   // must be 1 (one shared K=V latent)
+    int head_dim = 0;     // D
+    int rope_dim = 0;     // R: trailing rotary dims of each head
     int q_lora_rank = 0;
     int o_lora_rank = 0;
     int o_groups = 0;
-    int sliding_window = 0;           // W, includes the current token
-    std::vector<AttnType> layer_types;   // [n_layers]
-    std::vector<int> compress_ratios;    // [n_layers]: 0 sliding-only, else the layer's ratio r
+    int sliding_window = 0;             // W, includes the current token
+    std::vector<AttnType> layer_types;  // [n_layers]
+    std::vector<int> compress_ratios;   // [n_layers]: 0 sliding-only, else the layer's ratio r
     // The MTP blocks' entries of an official compress_ratios list ([num_nextn_predict_layers] or empty:
     // 0 when absent). dsv4 implements MTP blocks of ratio 0 (spec §2.11); others are not loaded.
     std::vector<int> mtp_compress_ratios;
-    std::vector<MoeRouting> mlp_types;   // [n_layers]
-    double rope_theta = 10000.0;          // main table (sliding-only layers)
+    std::vector<MoeRouting> mlp_types;      // [n_layers]
+    double rope_theta = 10000.0;            // main table (sliding-only layers)
     double compress_rope_theta = 160000.0;  // compress table (CSA/HCA layers)
     YarnParams yarn;
     int64_t max_position_embeddings = 0;
@@ -73,7 +73,7 @@ struct ModelConfig {
     int moe_intermediate_size = 0;
     double routed_scaling_factor = 1.0;
     bool norm_topk_prob = true;
-    double swiglu_limit = 0.0;        // 0 = no clamp
+    double swiglu_limit = 0.0;  // 0 = no clamp
     double rms_norm_eps = 1e-6;
     int num_nextn_predict_layers = 0;
     int64_t bos_token_id = 0;
@@ -93,8 +93,8 @@ struct ModelConfig {
     // Derived sizes.
     int nope_dim() const { return head_dim - rope_dim; }
     int heads_per_group() const { return n_heads / o_groups; }
-    int hc_dim() const { return hc_mult * hidden_size; }          // flattened mHC input
-    int hc_mix_dim() const { return (2 + hc_mult) * hc_mult; }    // 24 for hc_mult 4
+    int hc_dim() const { return hc_mult * hidden_size; }        // flattened mHC input
+    int hc_mix_dim() const { return (2 + hc_mult) * hc_mult; }  // 24 for hc_mult 4
     int compress_ratio(int layer) const { return compress_ratios[layer]; }
     bool is_compressed(int layer) const { return layer_types[layer] != AttnType::kSliding; }
 };

@@ -10,8 +10,10 @@ namespace dsv4 {
 std::vector<AttnType> default_proxy_layer_types(int n_layers) {
     std::vector<AttnType> t;
     for (int l = 0; l < n_layers; ++l) {
-        if (l < 2) t.push_back(AttnType::kSliding);
-        else t.push_back((l - 2) % 2 == 0 ? AttnType::kCSA : AttnType::kHCA);
+        if (l < 2)
+            t.push_back(AttnType::kSliding);
+        else
+            t.push_back((l - 2) % 2 == 0 ? AttnType::kCSA : AttnType::kHCA);
     }
     return t;
 }
@@ -23,10 +25,14 @@ Result<std::vector<AttnType>> parse_layer_types(std::string_view list) {
         const size_t comma = std::min(list.find(',', pos), list.size());
         std::string item(list.substr(pos, comma - pos));
         for (char& c : item) c = char(std::tolower(static_cast<unsigned char>(c)));
-        if (item == "sliding" || item == "swa" || item == "s") out.push_back(AttnType::kSliding);
-        else if (item == "csa" || item == "c") out.push_back(AttnType::kCSA);
-        else if (item == "hca" || item == "h") out.push_back(AttnType::kHCA);
-        else return invalid_argument("layer type '{}' (item {}): expected sliding, csa or hca", item, out.size());
+        if (item == "sliding" || item == "swa" || item == "s")
+            out.push_back(AttnType::kSliding);
+        else if (item == "csa" || item == "c")
+            out.push_back(AttnType::kCSA);
+        else if (item == "hca" || item == "h")
+            out.push_back(AttnType::kHCA);
+        else
+            return invalid_argument("layer type '{}' (item {}): expected sliding, csa or hca", item, out.size());
         pos = comma + 1;
     }
     return out;
@@ -35,7 +41,8 @@ Result<std::vector<AttnType>> parse_layer_types(std::string_view list) {
 Result<ModelConfig> flash_proxy_config(const FlashProxySpec& spec) {
     if (spec.n_layers <= 0) return invalid_argument("proxy: {} layers (must be positive)", spec.n_layers);
     if (spec.hash_layers < 0) return invalid_argument("proxy: {} hash layers (must be >= 0)", spec.hash_layers);
-    std::vector<AttnType> types = spec.layer_types.empty() ? default_proxy_layer_types(spec.n_layers) : spec.layer_types;
+    std::vector<AttnType> types =
+        spec.layer_types.empty() ? default_proxy_layer_types(spec.n_layers) : spec.layer_types;
     if (int(types.size()) != spec.n_layers)
         return invalid_argument("proxy: {} layer types for {} layers", types.size(), spec.n_layers);
     ModelConfig c;  // spec §1.1 Flash values
@@ -99,19 +106,19 @@ ProxyWeightBytes proxy_weight_bytes(const ModelConfig& c) {
     };
     auto f32 = [&](int64_t count) { w.streamed += 4 * count; };
     w.embed = bf16_bytes(V, d);
-    bf16(V, d);                          // LM head
-    f32(d);                              // final norm
-    f32(n * n * d + n + 1);              // hc_head fn, base, scale
-    f32(c.rope_dim);                     // two RoPE tables of rope_dim/2
+    bf16(V, d);              // LM head
+    f32(d);                  // final norm
+    f32(n * n * d + n + 1);  // hc_head fn, base, scale
+    f32(c.rope_dim);         // two RoPE tables of rope_dim/2
     w.expert_params_one = 3 * I * d;
     for (int l = 0; l < c.n_layers; ++l) {
         f32(2 * (mix * n * d + mix + 3));  // hc_attn, hc_ffn
-        f32(2 * d + H + qr + D);            // attn_norm, ffn_norm, sink, q_norm, kv_norm
-        fp8(qr, d);                         // wq_a
-        fp8(H * D, qr);                     // wq_b
-        fp8(D, d);                          // wkv
-        fp8(G * orank, (H / G) * D);        // wo_a
-        fp8(d, G * orank);                  // wo_b
+        f32(2 * d + H + qr + D);           // attn_norm, ffn_norm, sink, q_norm, kv_norm
+        fp8(qr, d);                        // wq_a
+        fp8(H * D, qr);                    // wq_b
+        fp8(D, d);                         // wkv
+        fp8(G * orank, (H / G) * D);       // wo_a
+        fp8(d, G * orank);                 // wo_b
         const int r = c.compress_ratio(l);
         if (r > 0) {
             const int64_t kappa = c.layer_types[l] == AttnType::kCSA ? 2 : 1;
@@ -127,9 +134,11 @@ ProxyWeightBytes proxy_weight_bytes(const ModelConfig& c) {
             bf16(IH, d);       // weights_proj
         }
         bf16(E, d);  // router
-        if (c.mlp_types[l] == MoeRouting::kHash) w.tables += 4 * V * c.n_experts_per_tok;
-        else f32(E);  // router bias
-        fp8(I, d);    // shared w1, w3, w2
+        if (c.mlp_types[l] == MoeRouting::kHash)
+            w.tables += 4 * V * c.n_experts_per_tok;
+        else
+            f32(E);  // router bias
+        fp8(I, d);   // shared w1, w3, w2
         fp8(I, d);
         fp8(d, I);
         w.experts += E * (2 * mxfp4_bytes(I, d) + mxfp4_bytes(d, I));

@@ -43,11 +43,11 @@ inline int64_t bf16_bytes(int64_t N, int64_t K) { return 2 * N * K; }
 
 // Weight bytes of the proxy in the formats above, by how a decode step touches them.
 struct ProxyWeightBytes {
-    int64_t streamed = 0;     // read whole every step: attention, shared experts, routers, compressors,
-                              // indexer, mHC, norms, LM head
-    int64_t experts = 0;      // routed experts of all layers (read in proportion to the experts used)
-    int64_t embed = 0;        // embedding table (one row per token read)
-    int64_t tables = 0;       // tid2eid of the hash layers (one row per token read)
+    int64_t streamed = 0;           // read whole every step: attention, shared experts, routers, compressors,
+                                    // indexer, mHC, norms, LM head
+    int64_t experts = 0;            // routed experts of all layers (read in proportion to the experts used)
+    int64_t embed = 0;              // embedding table (one row per token read)
+    int64_t tables = 0;             // tid2eid of the hash layers (one row per token read)
     int64_t streamed_params = 0;    // matrix elements in `streamed` (FLOP count: 2 per element per token)
     int64_t expert_params_one = 0;  // matrix elements of one routed expert (w1 + w3 + w2)
     int64_t total() const { return streamed + experts + embed + tables; }
@@ -56,7 +56,7 @@ ProxyWeightBytes proxy_weight_bytes(const ModelConfig& cfg);
 
 // Stored bytes of the KV rows a decode step reads, per active row format.
 struct KvRowBytes {
-    std::string name;     // "f32", "bf16", "fp8"
+    std::string name;       // "f32", "bf16", "fp8"
     int64_t ring_row = 0;   // window ring row (head_dim latent)
     int64_t main_row = 0;   // compressed main row
     int64_t index_row = 0;  // indexer key row
@@ -74,12 +74,12 @@ double expert_fraction(int B, int E, int k, int hot);
 
 // The bytes-moved model of one decode step at batch B, context L (tokens before the one decoded).
 struct StepBytesModel {
-    double dense = 0;     // streamed weights + B embedding rows + B tid2eid rows
-    double experts = 0;   // experts x expert_fraction
-    double kv = 0;        // B x kv_per_seq
+    double dense = 0;    // streamed weights + B embedding rows + B tid2eid rows
+    double experts = 0;  // experts x expert_fraction
+    double kv = 0;       // B x kv_per_seq
     double kv_per_seq = 0;
     double expert_frac = 0;
-    double flops = 0;     // 2 x matrix elements x tokens (dense + k experts) + attention + indexer
+    double flops = 0;  // 2 x matrix elements x tokens (dense + k experts) + attention + indexer
     double total() const { return dense + experts + kv; }
 };
 // KV per sequence and layer: min(L+1, W) ring rows; CSA: min(topk, n) main rows + n indexer rows

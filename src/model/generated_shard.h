@@ -30,8 +30,8 @@ struct GeneratedTensor {
 };
 
 struct ShardWriteOptions {
-    int threads = 1;                            // generator / writer threads (>= 1)
-    uint64_t chunk_bytes = uint64_t(8) << 20;   // bytes per work item (rounded down to 8, >= 8)
+    int threads = 1;                           // generator / writer threads (>= 1)
+    uint64_t chunk_bytes = uint64_t(8) << 20;  // bytes per work item (rounded down to 8, >= 8)
 };
 
 // Chunk boundaries of a data region holding tensors at byte offsets starts[0..n) (starts[n]: the

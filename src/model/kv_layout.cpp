@@ -4,8 +4,8 @@
 
 namespace dsv4 {
 
-Result<KvLayout> KvLayout::make(const ModelConfig& cfg, int64_t page_tokens, int64_t elem_bytes,
-                                KvRowFormat rows, int mtp_blocks, int spec_tokens) {
+Result<KvLayout> KvLayout::make(const ModelConfig& cfg, int64_t page_tokens, int64_t elem_bytes, KvRowFormat rows,
+                                int mtp_blocks, int spec_tokens) {
     if (page_tokens <= 0) return invalid_argument("page size must be positive, got {}", page_tokens);
     if (mtp_blocks < 0 || mtp_blocks > cfg.num_nextn_predict_layers)
         return invalid_argument("{} MTP blocks asked but the model has {}", mtp_blocks, cfg.num_nextn_predict_layers);
@@ -13,18 +13,21 @@ Result<KvLayout> KvLayout::make(const ModelConfig& cfg, int64_t page_tokens, int
         return invalid_argument("speculative tokens {} outside [0, 8]", spec_tokens);
     if (spec_tokens > 0) {
         if (spec_tokens + 1 > cfg.sliding_window)
-            return invalid_argument("a verify chunk of {} tokens is longer than the sliding window of {}", spec_tokens + 1,
-                                    cfg.sliding_window);
+            return invalid_argument("a verify chunk of {} tokens is longer than the sliding window of {}",
+                                    spec_tokens + 1, cfg.sliding_window);
         for (int l = 0; l < cfg.n_layers; ++l)
             if (cfg.compress_ratio(l) > 0 && spec_tokens + 1 > cfg.compress_ratio(l))
-                return invalid_argument("a verify chunk of {} tokens spans more than one window of layer {}'s compress "
-                                        "ratio {}: at most {} speculative tokens", spec_tokens + 1, l,
-                                        cfg.compress_ratio(l), cfg.compress_ratio(l) - 1);
+                return invalid_argument(
+                    "a verify chunk of {} tokens spans more than one window of layer {}'s compress "
+                    "ratio {}: at most {} speculative tokens",
+                    spec_tokens + 1, l, cfg.compress_ratio(l), cfg.compress_ratio(l) - 1);
     }
     const bool packed = rows != KvRowFormat::kF32;
     if (packed && (elem_bytes != 4 || cfg.head_dim % 4 || cfg.index_head_dim % 4))
-        return invalid_argument("{} KV rows need 4-byte elements and head dims that are multiples of 4 (head_dim {}, "
-                                "index_head_dim {})", kv_row_format_name(rows), cfg.head_dim, cfg.index_head_dim);
+        return invalid_argument(
+            "{} KV rows need 4-byte elements and head dims that are multiples of 4 (head_dim {}, "
+            "index_head_dim {})",
+            kv_row_format_name(rows), cfg.head_dim, cfg.index_head_dim);
     KvLayout L;
     L.page_tokens = page_tokens;
     L.elem_bytes = elem_bytes;
@@ -49,7 +52,8 @@ Result<KvLayout> KvLayout::make(const ModelConfig& cfg, int64_t page_tokens, int
             if (r <= page_tokens ? page_tokens % r != 0 : r % page_tokens != 0)
                 return invalid_argument(
                     "page size {} tokens does not fit compress ratio {} of layer {} (one must divide "
-                    "the other)", page_tokens, r, l);
+                    "the other)",
+                    page_tokens, r, l);
             const bool csa = cfg.layer_types[l] == AttnType::kCSA;
             const int64_t kappa = csa ? 2 : 1;
             s.comp_kv_offset = state;

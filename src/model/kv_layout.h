@@ -26,15 +26,15 @@ namespace dsv4 {
 
 // Where one layer's state lives. Offsets are in elements (of elem_bytes each).
 struct LayerStateLayout {
-    int ratio = 0;                 // 0: sliding-only
-    int64_t ring_offset = 0;       // state area: window ring [W, row_words_main], slot p mod W
-    int64_t comp_kv_offset = -1;   // state area: main compressor kv   [kappa*r, kappa*D]
-    int64_t comp_gate_offset = -1; // state area: main compressor gate [kappa*r, kappa*D]
-    int64_t idx_kv_offset = -1;    // state area: indexer compressor kv   [2r, 2*ID] (CSA)
-    int64_t idx_gate_offset = -1;  // state area: indexer compressor gate [2r, 2*ID] (CSA)
-    int64_t rows_per_page = 0;     // compressed rows per token page
-    int64_t row_offset = -1;       // token page: main compressed rows [rows_per_page, row_words_main]
-    int64_t idx_row_offset = -1;   // token page: indexer rows [rows_per_page, row_words_index] (CSA)
+    int ratio = 0;                  // 0: sliding-only
+    int64_t ring_offset = 0;        // state area: window ring [W, row_words_main], slot p mod W
+    int64_t comp_kv_offset = -1;    // state area: main compressor kv   [kappa*r, kappa*D]
+    int64_t comp_gate_offset = -1;  // state area: main compressor gate [kappa*r, kappa*D]
+    int64_t idx_kv_offset = -1;     // state area: indexer compressor kv   [2r, 2*ID] (CSA)
+    int64_t idx_gate_offset = -1;   // state area: indexer compressor gate [2r, 2*ID] (CSA)
+    int64_t rows_per_page = 0;      // compressed rows per token page
+    int64_t row_offset = -1;        // token page: main compressed rows [rows_per_page, row_words_main]
+    int64_t idx_row_offset = -1;    // token page: indexer rows [rows_per_page, row_words_index] (CSA)
     // Speculative decoding (KvLayout::spec_tokens > 0; decoder blocks only): what a verify chunk of
     // n <= spec_tokens + 1 tokens overwrites, saved before it runs (model/spec_state.h). Offsets in
     // the state area; -1 when absent.
@@ -47,7 +47,7 @@ struct LayerStateLayout {
 // The per-sequence speculative-decoding area of the state (KvLayout::spec_tokens > 0), in elements
 // from the start of the state area (model/spec_state.h says what each holds).
 struct SpecStateLayout {
-    int64_t header_offset = -1;   // [4] int32: verify start, verify length, pending start, pending length
+    int64_t header_offset = -1;           // [4] int32: verify start, verify length, pending start, pending length
     int64_t pending_tokens_offset = -1;   // [spec_tokens + 1] token ids as f32 values: the pending positions' tokens
     int64_t pending_streams_offset = -1;  // [spec_tokens + 1, hc_mult * hidden] f32: their final streams
 };

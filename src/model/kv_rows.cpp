@@ -17,9 +17,12 @@ Result<KvRowFormat> parse_kv_row_format(const std::string& s) {
 
 const char* kv_row_format_name(KvRowFormat f) {
     switch (f) {
-        case KvRowFormat::kF32: return "f32";
-        case KvRowFormat::kBf16: return "bf16";
-        case KvRowFormat::kFp8: return "fp8";
+        case KvRowFormat::kF32:
+            return "f32";
+        case KvRowFormat::kBf16:
+            return "bf16";
+        case KvRowFormat::kFp8:
+            return "fp8";
     }
     return "?";
 }
@@ -64,7 +67,9 @@ void decode_kv_row(const uint8_t* row, const KvRowSpec& s, float* x) {
         return bf16_to_f32(b);
     };
     switch (s.fmt) {
-        case KvRowFormat::kF32: std::memcpy(x, row, sizeof(float) * size_t(s.dim)); return;
+        case KvRowFormat::kF32:
+            std::memcpy(x, row, sizeof(float) * size_t(s.dim));
+            return;
         case KvRowFormat::kBf16:
             for (int i = 0; i < s.dim; ++i) x[i] = get_bf16(2 * int64_t(i));
             return;

@@ -38,9 +38,12 @@ struct KvRowSpec {
     // Bytes of one row (a multiple of 8 for kBf16 / kFp8 when dim % 4 == 0).
     int64_t bytes() const {
         switch (fmt) {
-            case KvRowFormat::kF32: return int64_t(dim) * 4;
-            case KvRowFormat::kBf16: return (int64_t(dim) * 2 + 7) / 8 * 8;
-            case KvRowFormat::kFp8: return (int64_t(scale_offset()) + n_scales() + 7) / 8 * 8;
+            case KvRowFormat::kF32:
+                return int64_t(dim) * 4;
+            case KvRowFormat::kBf16:
+                return (int64_t(dim) * 2 + 7) / 8 * 8;
+            case KvRowFormat::kFp8:
+                return (int64_t(scale_offset()) + n_scales() + 7) / 8 * 8;
         }
         return 0;
     }

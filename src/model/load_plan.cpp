@@ -44,16 +44,14 @@ bool same_shape(std::span<const int64_t> a, std::span<const int64_t> b) {
 }
 
 Status bad_shape(const TensorView& t, std::span<const int64_t> want, std::string_view what) {
-    return invalid_argument(
-        "{}: tensor '{}': expected {}shape {}, got {} {} (does config.json match the checkpoint?)",
-        t.file, t.name, what, shape_to_string(want), dtype_name(t.dtype), shape_to_string(t.shape));
+    return invalid_argument("{}: tensor '{}': expected {}shape {}, got {} {} (does config.json match the checkpoint?)",
+                            t.file, t.name, what, shape_to_string(want), dtype_name(t.dtype), shape_to_string(t.shape));
 }
 
 Status check_ue8m0(const TensorView& s) {
     const uint8_t* nan = std::find(s.data, s.data + s.nbytes, uint8_t(255));
     if (nan != s.data + s.nbytes)
-        return error(StatusCode::kDataLoss,
-                     "{}: tensor '{}': UE8M0 scale byte 255 (NaN) at element {}", s.file, s.name,
+        return error(StatusCode::kDataLoss, "{}: tensor '{}': UE8M0 scale byte 255 (NaN) at element {}", s.file, s.name,
                      nan - s.data);
     return Status::ok();
 }
@@ -74,9 +72,7 @@ struct Planner {
     Status add(PlanTensor t) {
         plan.checkpoint_bytes += t.weight.nbytes + t.scale.nbytes;
         if (t.kind == PlanKind::kMatrix)
-            plan.device_bytes +=
-                (t.fmt == PlanFormat::kF16 ? t.weight.nbytes * 2 : t.weight.nbytes) +
-                t.scale.nbytes;
+            plan.device_bytes += (t.fmt == PlanFormat::kF16 ? t.weight.nbytes * 2 : t.weight.nbytes) + t.scale.nbytes;
         else
             plan.device_bytes += uint64_t(t.weight.numel()) * 4;
         plan.tensors.push_back(std::move(t));
@@ -90,12 +86,11 @@ struct Planner {
         for (const char* suffix : {".scale", ".weight_scale_inv", ".weight_scale"})
             if (ckpt.has(base + suffix)) found.push_back(base + suffix);
         if (found.empty())
-            return error(StatusCode::kNotFound,
-                         "{}: tensor '{}': F8_E4M3 weight has no block scale ('{}.scale')", w.file,
-                         w.name, base);
+            return error(StatusCode::kNotFound, "{}: tensor '{}': F8_E4M3 weight has no block scale ('{}.scale')",
+                         w.file, w.name, base);
         if (found.size() > 1)
-            return invalid_argument("{}: tensor '{}': ambiguous block scales '{}' and '{}'", w.file,
-                                    w.name, found[0], found[1]);
+            return invalid_argument("{}: tensor '{}': ambiguous block scales '{}' and '{}'", w.file, w.name, found[0],
+                                    found[1]);
         return get(found[0]);
     }
 
@@ -119,37 +114,31 @@ struct Planner {
                 if (!same_shape(w.shape, t.shape)) return bad_shape(w, t.shape, "");
                 DSV4_ASSIGN_OR_RETURN(t.scale, fp8_scale(w));
                 const int64_t grid[2] = {ceil_div(N, kFp8Block), ceil_div(K, kFp8Block)};
-                if (!same_shape(t.scale.shape, grid))
-                    return bad_shape(t.scale, grid, "block-scale ");
+                if (!same_shape(t.scale.shape, grid)) return bad_shape(t.scale, grid, "block-scale ");
                 if (t.scale.dtype == DType::kF8E8M0) {
                     DSV4_RETURN_IF_ERROR(check_ue8m0(t.scale));
                     t.fmt = PlanFormat::kFp8E8M0;
                 } else if (t.scale.dtype == DType::kF32) {
                     t.fmt = PlanFormat::kFp8F32;
                 } else {
-                    return invalid_argument(
-                        "{}: tensor '{}': block scale dtype {} is not F8_E8M0 or F32", t.scale.file,
-                        t.scale.name, dtype_name(t.scale.dtype));
+                    return invalid_argument("{}: tensor '{}': block scale dtype {} is not F8_E8M0 or F32", t.scale.file,
+                                            t.scale.name, dtype_name(t.scale.dtype));
                 }
                 return t;
             }
             case DType::kI8: {
                 const int64_t stored[2] = {N, K / 2};
-                if (K % 2 != 0 || !same_shape(w.shape, stored))
-                    return bad_shape(w, stored, "packed MXFP4 ");
+                if (K % 2 != 0 || !same_shape(w.shape, stored)) return bad_shape(w, stored, "packed MXFP4 ");
                 const std::string sname = name.substr(0, name.size() - 7) + ".scale";
                 if (!ckpt.has(sname))
-                    return error(StatusCode::kNotFound,
-                                 "{}: tensor '{}': MXFP4 weight has no group scale '{}'", w.file,
+                    return error(StatusCode::kNotFound, "{}: tensor '{}': MXFP4 weight has no group scale '{}'", w.file,
                                  w.name, sname);
                 DSV4_ASSIGN_OR_RETURN(t.scale, get(sname));
                 const int64_t grid[2] = {N, ceil_div(K, kMxfp4Group)};
                 if (t.scale.dtype != DType::kF8E8M0)
-                    return invalid_argument(
-                        "{}: tensor '{}': MXFP4 group scale must be F8_E8M0, got {}", t.scale.file,
-                        t.scale.name, dtype_name(t.scale.dtype));
-                if (!same_shape(t.scale.shape, grid))
-                    return bad_shape(t.scale, grid, "group-scale ");
+                    return invalid_argument("{}: tensor '{}': MXFP4 group scale must be F8_E8M0, got {}", t.scale.file,
+                                            t.scale.name, dtype_name(t.scale.dtype));
+                if (!same_shape(t.scale.shape, grid)) return bad_shape(t.scale, grid, "group-scale ");
                 DSV4_RETURN_IF_ERROR(check_ue8m0(t.scale));
                 t.fmt = PlanFormat::kMxfp4;
                 return t;
@@ -170,8 +159,8 @@ struct Planner {
     Status vec(const std::string& name, std::vector<int64_t> shape) {
         DSV4_ASSIGN_OR_RETURN(TensorView w, get(name));
         if (w.dtype != DType::kF32 && w.dtype != DType::kBF16 && w.dtype != DType::kF16)
-            return invalid_argument("{}: tensor '{}': expected F32, BF16 or F16, got {}", w.file,
-                                    w.name, dtype_name(w.dtype));
+            return invalid_argument("{}: tensor '{}': expected F32, BF16 or F16, got {}", w.file, w.name,
+                                    dtype_name(w.dtype));
         if (!same_shape(w.shape, shape)) return bad_shape(w, shape, "");
         PlanTensor t;
         t.name = name;
@@ -224,20 +213,17 @@ struct Planner {
         const std::string group = p + "ffn.experts." + proj;
         const size_t first_index = plan.tensors.size();
         for (int e = plan.expert_first; e < plan.expert_first + plan.expert_count; ++e) {
-            DSV4_ASSIGN_OR_RETURN(
-                PlanTensor t,
-                matrix(p + "ffn.experts." + std::to_string(e) + "." + proj + ".weight", N, K));
+            DSV4_ASSIGN_OR_RETURN(PlanTensor t,
+                                  matrix(p + "ffn.experts." + std::to_string(e) + "." + proj + ".weight", N, K));
             t.expert_group = group;
             t.expert_local = e - plan.expert_first;
             if (e != plan.expert_first) {
                 const PlanTensor& f = plan.tensors[first_index];
-                if (t.fmt != f.fmt || t.weight.nbytes != f.weight.nbytes ||
-                    t.scale.nbytes != f.scale.nbytes)
+                if (t.fmt != f.fmt || t.weight.nbytes != f.weight.nbytes || t.scale.nbytes != f.scale.nbytes)
                     return invalid_argument(
                         "{}: tensor '{}' is {} but '{}' is {}: experts of one layer must share a "
                         "format",
-                        t.weight.file, t.name, plan_format_name(t.fmt), f.name,
-                        plan_format_name(f.fmt));
+                        t.weight.file, t.name, plan_format_name(t.fmt), f.name, plan_format_name(f.fmt));
             }
             DSV4_RETURN_IF_ERROR(add(std::move(t)));
         }
@@ -245,8 +231,8 @@ struct Planner {
     }
 
     Status layer(int l) {
-        return block("layers." + std::to_string(l) + ".", cfg.compress_ratio(l),
-                     cfg.layer_types[l] == AttnType::kCSA, cfg.mlp_types[l] == MoeRouting::kHash);
+        return block("layers." + std::to_string(l) + ".", cfg.compress_ratio(l), cfg.layer_types[l] == AttnType::kCSA,
+                     cfg.mlp_types[l] == MoeRouting::kHash);
     }
 
     // MTP block m (spec §2.11): a decoder block of ratio 0 with learned routing, its input
@@ -315,12 +301,9 @@ struct Planner {
             fmt::format("{}.{}.ffn.experts.{}.{}.{}", is_mtp ? "mtp" : "layers", l, e, proj, suffix);
         const std::string_view sf(suffix);
         return canon == s && l >= 0 && l < (is_mtp ? plan.mtp_blocks : cfg.n_layers) && e >= 0 &&
-               e < cfg.n_routed_experts &&
-               (e < plan.expert_first || e >= plan.expert_first + plan.expert_count) &&
-               (std::string_view(proj) == "w1" || std::string_view(proj) == "w2" ||
-                std::string_view(proj) == "w3") &&
-               (sf == "weight" || sf == "scale" || sf == "weight_scale_inv" ||
-                sf == "weight_scale");
+               e < cfg.n_routed_experts && (e < plan.expert_first || e >= plan.expert_first + plan.expert_count) &&
+               (std::string_view(proj) == "w1" || std::string_view(proj) == "w2" || std::string_view(proj) == "w3") &&
+               (sf == "weight" || sf == "scale" || sf == "weight_scale_inv" || sf == "weight_scale");
     }
 
     Status completeness() {
@@ -328,8 +311,7 @@ struct Planner {
             if (consumed.contains(name) || other_rank_expert(name)) continue;
             DSV4_ASSIGN_OR_RETURN(TensorView t, ckpt.get(name));
             int m = -1;
-            if (name.starts_with("mtp.") &&
-                (std::sscanf(name.c_str(), "mtp.%d.", &m) != 1 || m >= plan.mtp_blocks)) {
+            if (name.starts_with("mtp.") && (std::sscanf(name.c_str(), "mtp.%d.", &m) != 1 || m >= plan.mtp_blocks)) {
                 plan.skipped.push_back(
                     {name, t.file, "MTP block: loaded only for speculative decoding with MTP drafts"});
                 continue;
@@ -351,8 +333,8 @@ struct Planner {
 
 }  // namespace
 
-Result<LoadPlan> make_load_plan(const ModelConfig& cfg, const Checkpoint& ckpt, int expert_first,
-                                int expert_count, int mtp_blocks) {
+Result<LoadPlan> make_load_plan(const ModelConfig& cfg, const Checkpoint& ckpt, int expert_first, int expert_count,
+                                int mtp_blocks) {
     DSV4_RETURN_IF_ERROR(cfg.validate());
     if (mtp_blocks < 0 || mtp_blocks > cfg.num_nextn_predict_layers)
         return invalid_argument("{} MTP blocks asked; config.json has num_nextn_predict_layers = {}", mtp_blocks,
@@ -361,12 +343,13 @@ Result<LoadPlan> make_load_plan(const ModelConfig& cfg, const Checkpoint& ckpt, 
         if (cfg.mtp_compress_ratios[size_t(m)] != 0)
             return error(StatusCode::kUnimplemented,
                          "MTP block {} has compress ratio {} in config.json; dsv4 runs window-only MTP blocks (spec "
-                         "§2.11: ratio 0)", m, cfg.mtp_compress_ratios[size_t(m)]);
+                         "§2.11: ratio 0)",
+                         m, cfg.mtp_compress_ratios[size_t(m)]);
     const int E = cfg.n_routed_experts;
     if (expert_count == 0) expert_first = 0, expert_count = E;
     if (expert_first < 0 || expert_count < 0 || expert_first + expert_count > E)
-        return invalid_argument("routed experts [{}, {}) outside [0, {})", expert_first,
-                                expert_first + expert_count, E);
+        return invalid_argument("routed experts [{}, {}) outside [0, {})", expert_first, expert_first + expert_count,
+                                E);
     Planner P{cfg, ckpt, {}, {}};
     P.plan.expert_first = expert_first;
     P.plan.expert_count = expert_count;

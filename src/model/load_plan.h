@@ -49,14 +49,13 @@ struct PlanSkip {
 };
 
 struct LoadPlan {
-    std::vector<PlanTensor> tensors;  // in model order (embed, head, ..., layers)
-    std::vector<PlanSkip> skipped;    // present in the checkpoint, deliberately not loaded
-    bool head_tied = false;  // no head.weight: the LM head is embed.weight (tie_word_embeddings)
+    std::vector<PlanTensor> tensors;         // in model order (embed, head, ..., layers)
+    std::vector<PlanSkip> skipped;           // present in the checkpoint, deliberately not loaded
+    bool head_tied = false;                  // no head.weight: the LM head is embed.weight (tie_word_embeddings)
     int expert_first = 0, expert_count = 0;  // routed experts this plan holds
     int mtp_blocks = 0;                      // MTP blocks planned ("mtp.M." tensors, M < mtp_blocks)
-    uint64_t checkpoint_bytes =
-        0;                      // bytes of every tensor read from the checkpoint (weights + scales)
-    uint64_t device_bytes = 0;  // bytes the device copies take (vectors as f32, tid2eid as int32)
+    uint64_t checkpoint_bytes = 0;           // bytes of every tensor read from the checkpoint (weights + scales)
+    uint64_t device_bytes = 0;               // bytes the device copies take (vectors as f32, tid2eid as int32)
     const PlanTensor* find(std::string_view name) const;
 };
 
@@ -69,7 +68,7 @@ struct LoadPlan {
 // entries out of range or repeated in a row). mtp_blocks: also plan MTP blocks 0..mtp_blocks-1
 // (spec §2.11; at most num_nextn_predict_layers), each a decoder block of ratio 0 with learned routing
 // plus e_proj, h_proj, enorm, hnorm, norm and hc_head (missing ones: NotFound as above).
-Result<LoadPlan> make_load_plan(const ModelConfig& cfg, const Checkpoint& ckpt,
-                                int expert_first = 0, int expert_count = 0, int mtp_blocks = 0);
+Result<LoadPlan> make_load_plan(const ModelConfig& cfg, const Checkpoint& ckpt, int expert_first = 0,
+                                int expert_count = 0, int mtp_blocks = 0);
 
 }  // namespace dsv4

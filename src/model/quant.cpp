@@ -76,8 +76,7 @@ void dequantize_fp8_block(const uint8_t* q, const uint8_t* scale, int64_t N, int
     dequantize_fp8_rows(q, N, K, block, out, [&](int64_t i) { return ue8m0_to_f32(scale[i]); });
 }
 
-void dequantize_fp8_block_f32scale(const uint8_t* q, const float* scale, int64_t N, int64_t K, float* out,
-                                   int block) {
+void dequantize_fp8_block_f32scale(const uint8_t* q, const float* scale, int64_t N, int64_t K, float* out, int block) {
     dequantize_fp8_rows(q, N, K, block, out, [&](int64_t i) { return scale[i]; });
 }
 

@@ -18,8 +18,8 @@ inline constexpr int kFp8Block = 128;
 inline constexpr int kMxfp4Group = 32;
 
 struct Fp8BlockQuant {
-    std::vector<uint8_t> q;             // [N, K] e4m3fn codes
-    std::vector<uint8_t> scale_ue8m0;   // [ceil(N/block), ceil(K/block)] UE8M0 bytes
+    std::vector<uint8_t> q;            // [N, K] e4m3fn codes
+    std::vector<uint8_t> scale_ue8m0;  // [ceil(N/block), ceil(K/block)] UE8M0 bytes
 };
 
 struct Mxfp4Quant {

@@ -15,8 +15,8 @@ namespace dsv4 {
 
 namespace {
 // Finishes a pooled compressor entry: weighted RMSNorm, then RoPE at the window's first position.
-void finish_entry(float* entry, int dim, const std::vector<float>& norm, float eps,
-                  const ref::RopeTable& rope, int64_t rope_pos) {
+void finish_entry(float* entry, int dim, const std::vector<float>& norm, float eps, const ref::RopeTable& rope,
+                  int64_t rope_pos) {
     std::vector<float> tmp(entry, entry + dim);
     ref::rms_norm(tmp.data(), norm.data(), entry, 1, dim, eps);
     ref::apply_rope(entry, dim, rope, rope_pos);
@@ -168,8 +168,8 @@ void RefModel::attention(int l, const SeqStateView& st, const float* x, int64_t 
             for (int64_t i = 0; i < cfg_.index_topk; ++i) dumped_topk.push_back(-1);
 
         float* ot = &o[size_t(t) * H * D];
-        ref::sink_attention(&q[size_t(t) * H * D], rows.data(), int64_t(rows.size()), L.attn_sink.data(),
-                            H, D, scale, ot);
+        ref::sink_attention(&q[size_t(t) * H * D], rows.data(), int64_t(rows.size()), L.attn_sink.data(), H, D, scale,
+                            ot);
         for (int h = 0; h < H; ++h) ref::apply_rope(ot + size_t(h) * D, D, rope, p, /*inverse=*/true);
     }
     if (csa && opt.dump) {
@@ -186,8 +186,7 @@ void RefModel::attention(int l, const SeqStateView& st, const float* x, int64_t 
             std::memcpy(&gx[size_t(t) * gin], &o[size_t(t) * H * D + size_t(j) * gin], sizeof(float) * gin);
         ref::linear(gx.data(), L.wo_a.data() + size_t(j) * orank * gin, gz.data(), T, orank, gin);
         for (int64_t t = 0; t < T; ++t)
-            std::memcpy(&z[size_t(t) * G * orank + size_t(j) * orank], &gz[size_t(t) * orank],
-                        sizeof(float) * orank);
+            std::memcpy(&z[size_t(t) * G * orank + size_t(j) * orank], &gz[size_t(t) * orank], sizeof(float) * orank);
     }
     ref::linear(z.data(), L.wo_b.data(), out, T, d, int64_t(G) * orank);
 }

@@ -23,9 +23,8 @@ float* SeqStateView::index_row(int layer, int64_t w) const {
 RefModel::RefModel(ModelConfig cfg, ModelWeights weights, RefNumerics numerics)
     : cfg_(std::move(cfg)), w_(std::move(weights)), num_(numerics) {
     rope_main_ = ref::make_rope_table(cfg_.rope_theta, cfg_.rope_dim, false, 1, 1, 1, 1);
-    rope_compress_ = ref::make_rope_table(cfg_.compress_rope_theta, cfg_.rope_dim, cfg_.yarn.enabled,
-                                          cfg_.yarn.factor, cfg_.yarn.original_max_position,
-                                          cfg_.yarn.beta_fast, cfg_.yarn.beta_slow);
+    rope_compress_ = ref::make_rope_table(cfg_.compress_rope_theta, cfg_.rope_dim, cfg_.yarn.enabled, cfg_.yarn.factor,
+                                          cfg_.yarn.original_max_position, cfg_.yarn.beta_fast, cfg_.yarn.beta_slow);
 }
 
 void RefModel::reset_state(const SeqStateView& st) const {
@@ -64,7 +63,11 @@ Status RefModel::block(int l, const SeqStateView& st, std::vector<float>& X, std
         ref::MhcParams mp{attn ? L.hc_attn_fn.data() : L.hc_ffn_fn.data(),
                           attn ? L.hc_attn_base.data() : L.hc_ffn_base.data(),
                           attn ? L.hc_attn_scale.data() : L.hc_ffn_scale.data(),
-                          n, d, cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps), float(cfg_.rms_norm_eps)};
+                          n,
+                          d,
+                          cfg_.hc_sinkhorn_iters,
+                          float(cfg_.hc_eps),
+                          float(cfg_.rms_norm_eps)};
         for (int64_t t = 0; t < T; ++t) {
             ref::mhc_coeffs(&X[size_t(t) * n * d], mp, coeffs[t]);
             ref::mhc_collapse(&X[size_t(t) * n * d], coeffs[t], n, d, &u[size_t(t) * d]);
@@ -108,8 +111,7 @@ Status RefModel::forward(const SeqStateView& st, std::span<const int32_t> tokens
     DSV4_RETURN_IF_ERROR(check_tokens(tokens, start_pos));
     const int64_t needed_pages = (start_pos + T + st.layout->page_tokens - 1) / st.layout->page_tokens;
     if (int64_t(st.token_pages.size()) < needed_pages)
-        return error(StatusCode::kFailedPrecondition,
-                     "page table holds {} token pages but positions up to {} need {}",
+        return error(StatusCode::kFailedPrecondition, "page table holds {} token pages but positions up to {} need {}",
                      st.token_pages.size(), start_pos + T - 1, needed_pages);
     if (start_pos == 0) reset_state(st);
 
@@ -133,17 +135,18 @@ Status RefModel::mtp_forward(int m, const SeqStateView& st, std::span<const floa
     if (mtp_blocks() == 0)
         return error(StatusCode::kFailedPrecondition,
                      "MTP block {} asked but the model has none (a checkpoint without mtp.*, or an MTP block with "
-                     "compression, which dsv4 does not implement)", m);
+                     "compression, which dsv4 does not implement)",
+                     m);
     if (m < 0 || m >= mtp_blocks()) return invalid_argument("MTP block {} asked but the model has {}", m, mtp_blocks());
     if (start_pos < 0) return invalid_argument("MTP start position {} is negative", start_pos);
     const int l = cfg_.n_layers + m;
     if (int(st.layout->layers.size()) <= l)
         return error(StatusCode::kFailedPrecondition,
-                     "the KV layout holds no state for MTP block {} (build it with KvLayout::make(..., mtp_blocks))", m);
+                     "the KV layout holds no state for MTP block {} (build it with KvLayout::make(..., mtp_blocks))",
+                     m);
     DSV4_RETURN_IF_ERROR(check_tokens(next_tokens, start_pos + 1));
     if (int64_t(streams.size()) != T * n * d)
-        return invalid_argument("MTP input streams hold {} values, {} positions need {}", streams.size(), T,
-                                T * n * d);
+        return invalid_argument("MTP input streams hold {} values, {} positions need {}", streams.size(), T, T * n * d);
     const MtpWeights& M = w_.mtp[size_t(m)];
     const float eps = float(cfg_.rms_norm_eps);
     // X[t, j] = e_proj enorm(E[next_t]) + h_proj hnorm(streams[t, j]) (spec §2.11).

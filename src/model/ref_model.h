@@ -27,17 +27,16 @@ namespace dsv4 {
 // compressed rows in its token pages.
 struct SeqStateView {
     const KvLayout* layout = nullptr;
-    float* state = nullptr;               // [layout->state_elems]
-    float* pool = nullptr;                // page pool base [n_pages, page_elems]
-    std::span<const int32_t> token_pages; // physical page ids of the token pages, in order
+    float* state = nullptr;                // [layout->state_elems]
+    float* pool = nullptr;                 // page pool base [n_pages, page_elems]
+    std::span<const int32_t> token_pages;  // physical page ids of the token pages, in order
 
-    float* comp_row(int layer, int64_t w) const;     // main compressed row [D]
-    float* index_row(int layer, int64_t w) const;    // indexer row [ID] (CSA)
+    float* comp_row(int layer, int64_t w) const;   // main compressed row [D]
+    float* index_row(int layer, int64_t w) const;  // indexer row [ID] (CSA)
 };
 
 // Named intermediate outputs for tests and debugging ("L3.attn_out", ...): name, data, shape.
-using DumpFn = std::function<void(const std::string& name, std::span<const float> data,
-                                  std::vector<int64_t> shape)>;
+using DumpFn = std::function<void(const std::string& name, std::span<const float> data, std::vector<int64_t> shape)>;
 
 // Routed-expert hook (expert parallelism, src/dist): called once per MoE layer with the chunk's
 // routing; must add sum_k weights[t*K+k] * expert_{ids[t*K+k]}(x_t) to out[t] (the shared expert is
@@ -49,8 +48,8 @@ using RoutedMoeFn = std::function<Status(int layer, const float* x, int64_t T, s
 struct RefForwardOptions {
     bool all_logits = false;  // logits for every token of the chunk, not just the last
     bool want_logits = true;
-    DumpFn dump;              // optional
-    RoutedMoeFn routed_moe;   // optional: empty = every routed expert computed here (decoder blocks only)
+    DumpFn dump;             // optional
+    RoutedMoeFn routed_moe;  // optional: empty = every routed expert computed here (decoder blocks only)
     // Optional: the residual streams [T, n, d] after the last block, before the head's collapse
     // (spec §2.10), for every token of the chunk: the MTP block's hidden input (spec §2.11).
     std::vector<float>* streams_out = nullptr;
@@ -133,9 +132,7 @@ private:
     ModelConfig cfg_;
     ModelWeights w_;
     RefNumerics num_;
-    const ref::RopeTable& rope_for(int layer) const {
-        return block_ratio(layer) == 0 ? rope_main_ : rope_compress_;
-    }
+    const ref::RopeTable& rope_for(int layer) const { return block_ratio(layer) == 0 ? rope_main_ : rope_compress_; }
     ref::RopeTable rope_main_;      // sliding-only layers: theta 10000, no YaRN
     ref::RopeTable rope_compress_;  // CSA/HCA layers: compress_rope_theta with YaRN
 };

@@ -10,8 +10,8 @@ namespace dsv4 {
 
 namespace {
 // y[d] += weight * W2 (silu(min(W1 x, lim)) * clip(W3 x, -lim, lim)).
-void swiglu_expert(const ExpertWeights& e, const float* x, int d, int I, float limit, float weight,
-                   float* y, std::vector<float>& a, std::vector<float>& b) {
+void swiglu_expert(const ExpertWeights& e, const float* x, int d, int I, float limit, float weight, float* y,
+                   std::vector<float>& a, std::vector<float>& b) {
     a.assign(size_t(I), 0.0f);
     b.assign(size_t(I), 0.0f);
     ref::linear(x, e.w1.data(), a.data(), 1, I, d);
@@ -62,8 +62,10 @@ Status RefModel::moe(int l, const float* x, std::span<const int32_t> tokens, con
         for (int k = 0; k < K; ++k) {
             const int32_t e = chosen[k];
             float wgt = float(cfg_.routed_scaling_factor);
-            if (cfg_.norm_topk_prob) wgt *= float(s[e] / (sum + 1e-20));
-            else wgt *= s[e];
+            if (cfg_.norm_topk_prob)
+                wgt *= float(s[e] / (sum + 1e-20));
+            else
+                wgt *= s[e];
             if (!std::isfinite(wgt)) wgt = 0.0f;  // NaN router logits must not poison the output (B12)
             ids[size_t(t) * K + k] = e;
             weights[size_t(t) * K + k] = wgt;

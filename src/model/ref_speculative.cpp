@@ -55,7 +55,8 @@ Result<std::vector<int32_t>> ref_greedy(const RefModel& m, std::span<const int32
     if (token_logits) token_logits->insert(token_logits->end(), logits.begin(), logits.end());
     while (int(out.size()) < n_new) {
         const int32_t t = out.back();
-        DSV4_RETURN_IF_ERROR(m.forward(s.view(), std::span<const int32_t>(&t, 1), P + int64_t(out.size()) - 1, {}, logits));
+        DSV4_RETURN_IF_ERROR(
+            m.forward(s.view(), std::span<const int32_t>(&t, 1), P + int64_t(out.size()) - 1, {}, logits));
         out.push_back(greedy_token(logits));
         if (token_logits) token_logits->insert(token_logits->end(), logits.begin(), logits.end());
     }
@@ -85,8 +86,8 @@ Result<std::vector<int32_t>> ref_speculative_greedy(const RefModel& m, std::span
     DSV4_RETURN_IF_ERROR(m.forward(s.view(), prompt, 0, pre, logits));
     std::vector<int32_t> out{greedy_token(logits)};
     if (token_logits) token_logits->assign(logits.begin(), logits.end());
-    int64_t S = P;               // positions 0..S-1 are in the state
-    int32_t next = out.back();   // the token at position S
+    int64_t S = P;              // positions 0..S-1 are in the state
+    int32_t next = out.back();  // the token at position S
     std::vector<int32_t> drafts(static_cast<size_t>(k));
     // The MTP block over positions first..S-1 (streams rows of those positions, next tokens = the
     // tokens at first+1..S): fills its ring; its logits at S-1 give the first draft (token S+1).

@@ -65,9 +65,8 @@ Result<std::vector<int32_t>> ref_greedy(const RefModel& model, std::span<const i
 // pair is a near-tie). stats (optional) counts the verify steps and drafts; token_logits as ref_greedy's
 // (the verify step's rows). Errors: those of ref_greedy, k outside 1..8, kMtp on a model without an
 // MTP block.
-Result<std::vector<int32_t>> ref_speculative_greedy(const RefModel& model, std::span<const int32_t> prompt,
-                                                    int n_new, const RefSpecOptions& opt,
-                                                    RefSpecStats* stats = nullptr,
+Result<std::vector<int32_t>> ref_speculative_greedy(const RefModel& model, std::span<const int32_t> prompt, int n_new,
+                                                    const RefSpecOptions& opt, RefSpecStats* stats = nullptr,
                                                     std::vector<float>* token_logits = nullptr);
 
 }  // namespace dsv4

@@ -101,16 +101,15 @@ Status parse_entry(std::string_view file, const std::string& name, const json& v
         return bad("missing 'data_offsets' or not a [begin, end] pair");
     if (!as_index((*off)[0], &e->begin) || !as_index((*off)[1], &e->end))
         return bad("data_offsets are not non-negative integers");
-    if (e->begin > e->end)
-        return bad(fmt::format("data_offsets [{}, {}] end before begin", e->begin, e->end));
+    if (e->begin > e->end) return bad(fmt::format("data_offsets [{}, {}] end before begin", e->begin, e->end));
 
     int64_t numel = 0;
     if (!shape_numel(e->shape, &numel)) return bad(fmt::format("shape {} overflows", shape_to_string(e->shape)));
     unsigned __int128 expect = (unsigned __int128)uint64_t(numel) * dtype_size(e->dtype);
     if (expect != (unsigned __int128)(e->end - e->begin)) {
         return bad(fmt::format("shape {} of {} needs {} bytes but data_offsets [{}, {}] hold {}",
-                               shape_to_string(e->shape), tag, uint64_t(numel) * dtype_size(e->dtype),
-                               e->begin, e->end, e->end - e->begin));
+                               shape_to_string(e->shape), tag, uint64_t(numel) * dtype_size(e->dtype), e->begin, e->end,
+                               e->end - e->begin));
     }
     return Status::ok();
 }
@@ -119,7 +118,8 @@ Status parse_metadata(std::string_view file, const json& v, std::map<std::string
     if (!v.is_object()) return error(StatusCode::kDataLoss, "{}: '__metadata__' is not a JSON object", file);
     for (const auto& [key, val] : v.items()) {
         if (!val.is_string())
-            return error(StatusCode::kDataLoss, "{}: '__metadata__' value for {} is not a string", file, show_name(key));
+            return error(StatusCode::kDataLoss, "{}: '__metadata__' value for {} is not a string", file,
+                         show_name(key));
         (*out)[key] = val.get<std::string>();
     }
     return Status::ok();
@@ -140,8 +140,8 @@ Status check_layout(std::string_view file, std::vector<SafetensorsEntry>& ts, ui
     const SafetensorsEntry* prev = nullptr;
     for (const auto& t : ts) {
         if (t.begin < covered)
-            return error(StatusCode::kDataLoss, "{}: tensor {}: data_offsets [{}, {}] overlap tensor {} [{}, {}]",
-                         file, show_name(t.name), t.begin, t.end, show_name(prev->name), prev->begin, prev->end);
+            return error(StatusCode::kDataLoss, "{}: tensor {}: data_offsets [{}, {}] overlap tensor {} [{}, {}]", file,
+                         show_name(t.name), t.begin, t.end, show_name(prev->name), prev->begin, prev->end);
         if (t.begin > covered)
             return error(StatusCode::kDataLoss,
                          "{}: tensor {}: data_offsets [{}, {}] leave a hole of {} bytes at offset {} (the format "
@@ -151,8 +151,8 @@ Status check_layout(std::string_view file, std::vector<SafetensorsEntry>& ts, ui
         prev = &t;
     }
     if (covered != data_size)
-        return error(StatusCode::kDataLoss, "{}: data buffer is {} bytes but tensors cover only {}{}", file,
-                     data_size, covered, prev ? fmt::format(" (last tensor {})", show_name(prev->name)) : "");
+        return error(StatusCode::kDataLoss, "{}: data buffer is {} bytes but tensors cover only {}{}", file, data_size,
+                     covered, prev ? fmt::format(" (last tensor {})", show_name(prev->name)) : "");
     return Status::ok();
 }
 
@@ -167,9 +167,7 @@ bool shape_numel(std::span<const int64_t> shape, int64_t* numel) {
     return true;
 }
 
-std::string shape_to_string(std::span<const int64_t> shape) {
-    return fmt::format("[{}]", fmt::join(shape, ", "));
-}
+std::string shape_to_string(std::span<const int64_t> shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
 Result<SafetensorsHeader> parse_safetensors(std::span<const uint8_t> bytes, std::string_view file) {
     if (bytes.size() < 8)

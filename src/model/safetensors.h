@@ -35,9 +35,9 @@ struct SafetensorsEntry {
 };
 
 struct SafetensorsHeader {
-    std::vector<SafetensorsEntry> tensors;         // sorted by begin offset
-    std::map<std::string, std::string> metadata;   // "__metadata__", empty when absent
-    uint64_t data_start = 0;                        // 8 + header length
+    std::vector<SafetensorsEntry> tensors;        // sorted by begin offset
+    std::map<std::string, std::string> metadata;  // "__metadata__", empty when absent
+    uint64_t data_start = 0;                      // 8 + header length
 };
 
 // Largest header accepted (the same limit the reference implementation uses).

@@ -25,7 +25,8 @@ bool safe_relative(const std::string& name) {
 Result<SafetensorsIndex> parse_safetensors_index(std::string_view text, const std::string& where) {
     using nlohmann::json;
     const json idx = json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (idx.is_discarded() || !idx.is_object()) return error(StatusCode::kDataLoss, "{}: not a valid JSON object", where);
+    if (idx.is_discarded() || !idx.is_object())
+        return error(StatusCode::kDataLoss, "{}: not a valid JSON object", where);
     const auto wm = idx.find("weight_map");
     if (wm == idx.end() || !wm->is_object())
         return error(StatusCode::kDataLoss, "{}: missing 'weight_map' object", where);
@@ -36,8 +37,8 @@ Result<SafetensorsIndex> parse_safetensors_index(std::string_view text, const st
         const auto& s = shard.get_ref<const std::string&>();
         // The name is quoted as JSON: it may hold a NUL or control bytes.
         if (!safe_relative(s))
-            return error(StatusCode::kDataLoss, "{}: tensor '{}': shard {} is not a file name in its directory",
-                         where, name, shard.dump(-1, ' ', false, json::error_handler_t::replace));
+            return error(StatusCode::kDataLoss, "{}: tensor '{}': shard {} is not a file name in its directory", where,
+                         name, shard.dump(-1, ' ', false, json::error_handler_t::replace));
         out.shards[s].push_back(name);  // items() iterates in sorted key order
     }
     if (const auto md = idx.find("metadata"); md != idx.end() && md->is_object()) {

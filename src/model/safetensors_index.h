@@ -23,7 +23,7 @@ namespace dsv4 {
 inline constexpr const char* kSafetensorsIndexName = "model.safetensors.index.json";
 
 struct SafetensorsIndex {
-    std::map<std::string, std::vector<std::string>> shards;  // shard file -> its tensor names, sorted
+    std::map<std::string, std::vector<std::string>> shards;      // shard file -> its tensor names, sorted
     std::optional<std::map<std::string, std::string>> metadata;  // when "metadata" is an object
 };
 

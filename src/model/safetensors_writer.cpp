@@ -15,10 +15,12 @@ namespace dsv4 {
 
 Status SafetensorsWriter::add(const std::string& name, DType dtype, std::vector<int64_t> shape,
                               std::span<const uint8_t> bytes) {
-    if (name.empty() || name == "__metadata__") return invalid_argument("safetensors writer: bad tensor name '{}'", name);
+    if (name.empty() || name == "__metadata__")
+        return invalid_argument("safetensors writer: bad tensor name '{}'", name);
     if (tensors_.count(name)) return invalid_argument("safetensors writer: tensor '{}' added twice", name);
     int64_t numel = 0;
-    if (!shape_numel(shape, &numel)) return invalid_argument("safetensors writer: tensor '{}': bad shape {}", name, shape_to_string(shape));
+    if (!shape_numel(shape, &numel))
+        return invalid_argument("safetensors writer: tensor '{}': bad shape {}", name, shape_to_string(shape));
     if (uint64_t(numel) * dtype_size(dtype) != bytes.size())
         return invalid_argument("safetensors writer: tensor '{}': shape {} of {} needs {} bytes, got {}", name,
                                 shape_to_string(shape), dtype_name(dtype), uint64_t(numel) * dtype_size(dtype),
@@ -49,8 +51,7 @@ Status SafetensorsWriter::add_i32(const std::string& name, std::vector<int64_t> 
                std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(v.data()), v.size_bytes()));
 }
 
-Status SafetensorsWriter::add_fp8_block(const std::string& base, const float* w, int64_t N, int64_t K,
-                                        bool f32_scale) {
+Status SafetensorsWriter::add_fp8_block(const std::string& base, const float* w, int64_t N, int64_t K, bool f32_scale) {
     if (N <= 0 || K <= 0) return invalid_argument("safetensors writer: '{}': bad FP8 shape [{}, {}]", base, N, K);
     const Fp8BlockQuant q = quantize_fp8_block(w, N, K);
     const int64_t gn = (N + kFp8Block - 1) / kFp8Block, gk = (K + kFp8Block - 1) / kFp8Block;
@@ -63,8 +64,8 @@ Status SafetensorsWriter::add_fp8_block(const std::string& base, const float* w,
 
 Status SafetensorsWriter::add_mxfp4(const std::string& base, const float* w, int64_t N, int64_t K) {
     if (N <= 0 || K <= 0 || K % kMxfp4Group != 0)
-        return invalid_argument("safetensors writer: '{}': MXFP4 needs K a positive multiple of {}, got [{}, {}]",
-                                base, kMxfp4Group, N, K);
+        return invalid_argument("safetensors writer: '{}': MXFP4 needs K a positive multiple of {}, got [{}, {}]", base,
+                                kMxfp4Group, N, K);
     const Mxfp4Quant q = quantize_mxfp4(w, N, K);
     DSV4_RETURN_IF_ERROR(add(base + ".weight", DType::kI8, {N, K / 2}, q.packed));
     return add(base + ".scale", DType::kF8E8M0, {N, K / kMxfp4Group}, q.scales);

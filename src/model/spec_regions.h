@@ -19,9 +19,9 @@ namespace dsv4 {
 //   previous window) are saved after the slot rows, at backup + (spec_tokens + 1) * width.
 struct SpecRegion {
     int64_t base = 0, backup = 0;
-    int32_t width = 0;     // elements per row
-    int32_t modulus = 1;   // W for a ring, the ratio for a compressor
-    int32_t slot_add = 0;  // ratio for an overlapping compressor, else 0
+    int32_t width = 0;      // elements per row
+    int32_t modulus = 1;    // W for a ring, the ratio for a compressor
+    int32_t slot_add = 0;   // ratio for an overlapping compressor, else 0
     int32_t prev_rows = 0;  // ratio for an overlapping compressor (its previous-window rows), else 0
     DSV4_HD int64_t row(int64_t q) const { return base + (slot_add + q % modulus) * int64_t(width); }
 };
@@ -39,7 +39,8 @@ DSV4_HD inline void spec_region_backup(At& at, const SpecRegion& r, int spec_tok
                                        int64_t i0 = 0, int64_t step = 1) {
     for (int64_t i = 0; i < n; ++i) spec_copy_row(at, r.backup + i * r.width, r.row(start + i), r.width, i0, step);
     if (r.prev_rows > 0)
-        spec_copy_row(at, r.backup + int64_t(spec_tokens + 1) * r.width, r.base, int64_t(r.prev_rows) * r.width, i0, step);
+        spec_copy_row(at, r.backup + int64_t(spec_tokens + 1) * r.width, r.base, int64_t(r.prev_rows) * r.width, i0,
+                      step);
 }
 
 // Undoes positions [from, v0 + n) of region r after the verify chunk [v0, v0 + n) ran (from in
@@ -48,7 +49,8 @@ DSV4_HD inline void spec_region_backup(At& at, const SpecRegion& r, int spec_tok
 template <class At>
 DSV4_HD inline void spec_region_rollback(At& at, const SpecRegion& r, int spec_tokens, int64_t v0, int64_t n,
                                          int64_t from, int64_t i0 = 0, int64_t step = 1) {
-    for (int64_t q = from; q < v0 + n; ++q) spec_copy_row(at, r.row(q), r.backup + (q - v0) * r.width, r.width, i0, step);
+    for (int64_t q = from; q < v0 + n; ++q)
+        spec_copy_row(at, r.row(q), r.backup + (q - v0) * r.width, r.width, i0, step);
     if (r.prev_rows > 0) {
         const int64_t close = (v0 / r.modulus + 1) * r.modulus - 1;
         if (close >= from && close < v0 + n)

@@ -27,9 +27,7 @@ inline uint64_t rnd(uint64_t seed, uint64_t i) {
     return mix64(seed * 0x9e3779b97f4a7c15ull + mix64(i + 0x632be59bd9b4e019ull));
 }
 inline float unit(uint64_t r) { return float(r >> 40) * (1.0f / 16777216.0f); }
-inline uint8_t e4m3_code(uint64_t r) {
-    return uint8_t((r & 0x80u) | ((5u + ((r >> 8) & 3u)) << 3) | ((r >> 16) & 7u));
-}
+inline uint8_t e4m3_code(uint64_t r) { return uint8_t((r & 0x80u) | ((5u + ((r >> 8) & 3u)) << 3) | ((r >> 16) & 7u)); }
 }  // namespace
 
 DSV4_FILL_CLONES void fill_f32(std::span<float> p, uint64_t seed, float lo, float hi, int64_t first) {
@@ -42,8 +40,7 @@ DSV4_FILL_CLONES void fill_bf16(std::span<uint16_t> p, uint64_t seed, float amp,
     // 2u - 1 is exact (u has 24 bits), so the one rounding is the multiply, whatever the contraction.
     uint16_t* out = p.data();
     const size_t n = p.size();
-    for (size_t i = 0; i < n; ++i)
-        out[i] = f32_to_bf16(amp * (2.0f * unit(rnd(seed, uint64_t(first) + i)) - 1.0f));
+    for (size_t i = 0; i < n; ++i) out[i] = f32_to_bf16(amp * (2.0f * unit(rnd(seed, uint64_t(first) + i)) - 1.0f));
 }
 DSV4_FILL_CLONES void fill_e4m3(std::span<uint8_t> p, uint64_t seed, int64_t first) {
     uint8_t* out = p.data();

@@ -50,15 +50,13 @@ struct Builder {
     void f32(const std::string& name, std::vector<int64_t> shape, float lo, float hi) {
         const uint64_t s = next();
         add(name, DType::kF32, std::move(shape), [=](std::span<uint8_t> b, uint64_t first) {
-            synth_host::fill_f32({reinterpret_cast<float*>(b.data()), b.size() / 4}, s, lo, hi,
-                                 int64_t(first / 4));
+            synth_host::fill_f32({reinterpret_cast<float*>(b.data()), b.size() / 4}, s, lo, hi, int64_t(first / 4));
         });
     }
     void bf16(const std::string& name, std::vector<int64_t> shape, float amp) {
         const uint64_t s = next();
         add(name, DType::kBF16, std::move(shape), [=](std::span<uint8_t> b, uint64_t first) {
-            synth_host::fill_bf16({reinterpret_cast<uint16_t*>(b.data()), b.size() / 2}, s, amp,
-                                  int64_t(first / 2));
+            synth_host::fill_bf16({reinterpret_cast<uint16_t*>(b.data()), b.size() / 2}, s, amp, int64_t(first / 2));
         });
     }
     // A norm weight around 1 (BF16 in the checkpoint).
@@ -79,13 +77,10 @@ struct Builder {
     void fp8(const std::string& base, int64_t N, int64_t K) {
         const uint64_t s = next(), ss = next();
         const int e = scale_byte(kE4m3Rms, K);
-        add(base + ".weight", DType::kF8E4M3, {N, K}, [=](std::span<uint8_t> b, uint64_t first) {
-            synth_host::fill_e4m3(b, s, int64_t(first));
-        });
+        add(base + ".weight", DType::kF8E4M3, {N, K},
+            [=](std::span<uint8_t> b, uint64_t first) { synth_host::fill_e4m3(b, s, int64_t(first)); });
         add(base + ".scale", DType::kF8E8M0, {(N + 127) / 128, (K + 127) / 128},
-            [=](std::span<uint8_t> b, uint64_t first) {
-                synth_host::fill_ue8m0(b, ss, e - 1, e, int64_t(first));
-            });
+            [=](std::span<uint8_t> b, uint64_t first) { synth_host::fill_ue8m0(b, ss, e - 1, e, int64_t(first)); });
     }
     // Routed experts of one projection, [E] x ([N, K/2] MXFP4 codes + [N, K/32] UE8M0 scales): as
     // on the GPU, one stream for all experts' codes and one for their scales, expert e being slice
@@ -102,9 +97,8 @@ struct Builder {
         const int64_t nd = x.N * (x.K / 2), ns = x.N * ((x.K + 31) / 32);
         const int s8 = scale_byte(kE2m1Rms, x.K);
         const uint64_t c = x.codes, sc = x.scales;
-        add(base + ".weight", DType::kI8, {x.N, x.K / 2}, [=](std::span<uint8_t> b, uint64_t first) {
-            synth_host::fill_mxfp4(b, c, e * nd + int64_t(first));
-        });
+        add(base + ".weight", DType::kI8, {x.N, x.K / 2},
+            [=](std::span<uint8_t> b, uint64_t first) { synth_host::fill_mxfp4(b, c, e * nd + int64_t(first)); });
         add(base + ".scale", DType::kF8E8M0, {x.N, (x.K + 31) / 32}, [=](std::span<uint8_t> b, uint64_t first) {
             synth_host::fill_ue8m0(b, sc, s8 - 1, s8, e * ns + int64_t(first));
         });
@@ -159,16 +153,15 @@ struct Builder {
             const uint64_t s = next();
             const int64_t V = cfg.vocab_size, k = cfg.n_experts_per_tok;
             const int hot = int(E);
-            add(p + "ffn.gate.tid2eid", DType::kI64, {V, k},
-                [=](std::span<uint8_t> b, uint64_t first) {
-                    // Rows are cheap: regenerate the whole table and copy the slice asked for.
-                    std::vector<int32_t> t(size_t(V * k));
-                    synth_host::fill_tid2eid(t, V, int(k), hot, s);
-                    for (size_t i = 0; i < b.size() / 8; ++i) {
-                        const int64_t v = t[first / 8 + i];
-                        std::memcpy(b.data() + 8 * i, &v, 8);
-                    }
-                });
+            add(p + "ffn.gate.tid2eid", DType::kI64, {V, k}, [=](std::span<uint8_t> b, uint64_t first) {
+                // Rows are cheap: regenerate the whole table and copy the slice asked for.
+                std::vector<int32_t> t(size_t(V * k));
+                synth_host::fill_tid2eid(t, V, int(k), hot, s);
+                for (size_t i = 0; i < b.size() / 8; ++i) {
+                    const int64_t v = t[first / 8 + i];
+                    std::memcpy(b.data() + 8 * i, &v, 8);
+                }
+            });
         } else {
             zeros(p + "ffn.gate.bias", DType::kF32, {E});
         }
@@ -228,8 +221,7 @@ std::string flash_config_json(int n_layers) {
     j["topk_method"] = "noaux_tc";
     j["norm_topk_prob"] = true;
     j["routed_scaling_factor"] = 1.5;
-    j["num_hash_layers"] =
-        std::min(3, n_layers);  // layers 0..2 hash-route (fewer when the model is shallower)
+    j["num_hash_layers"] = std::min(3, n_layers);  // layers 0..2 hash-route (fewer when the model is shallower)
     j["swiglu_limit"] = 10.0;
     j["hidden_act"] = "silu";
     j["rms_norm_eps"] = 1e-6;
@@ -250,13 +242,11 @@ std::string flash_config_json(int n_layers) {
     return j.dump(2) + "\n";
 }
 
-Status write_synthetic_checkpoint(const std::string& dir, const ModelConfig& cfg,
-                                  const std::string& config_json,
+Status write_synthetic_checkpoint(const std::string& dir, const ModelConfig& cfg, const std::string& config_json,
                                   const SyntheticCheckpointOptions& opt) {
     DSV4_RETURN_IF_ERROR(cfg.validate());
     if (cfg.hidden_size % 32 || cfg.moe_intermediate_size % 32)
-        return invalid_argument(
-            "MXFP4 experts need hidden_size and moe_intermediate_size multiples of 32");
+        return invalid_argument("MXFP4 experts need hidden_size and moe_intermediate_size multiples of 32");
     std::error_code ec;
     fs::create_directories(dir, ec);
     if (ec) return error(StatusCode::kInternal, "cannot create {}: {}", dir, ec.message());
@@ -277,8 +267,8 @@ Status write_synthetic_checkpoint(const std::string& dir, const ModelConfig& cfg
     B.norm("norm.weight", d);
     B.mhc("hc_head", n, n * d, 1);
     for (int l = 0; l < cfg.n_layers; ++l)
-        B.block(cfg, "layers." + std::to_string(l) + ".", cfg.compress_ratio(l),
-                cfg.layer_types[l] == AttnType::kCSA, cfg.mlp_types[l] == MoeRouting::kHash);
+        B.block(cfg, "layers." + std::to_string(l) + ".", cfg.compress_ratio(l), cfg.layer_types[l] == AttnType::kCSA,
+                cfg.mlp_types[l] == MoeRouting::kHash);
     if (opt.mtp) {
         B.block(cfg, "mtp.0.", 0, false, false);
         B.fp8("mtp.0.e_proj", d, d);
@@ -342,8 +332,9 @@ Status write_synthetic_checkpoint(const std::string& dir, const ModelConfig& cfg
     DSV4_RETURN_IF_ERROR(failed);
     if (opt.progress) {
         const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_all).count();
-        std::fprintf(stderr, "[make-checkpoint] %.2f GB in %zu shards in %.2f s (%.2f GB/s; %d threads, %d shards at a time)\n",
-                     double(total) / 1e9, shards.size(), sec, sec > 0 ? double(total) / 1e9 / sec : 0.0, threads, files);
+        std::fprintf(
+            stderr, "[make-checkpoint] %.2f GB in %zu shards in %.2f s (%.2f GB/s; %d threads, %d shards at a time)\n",
+            double(total) / 1e9, shards.size(), sec, sec > 0 ? double(total) / 1e9 / sec : 0.0, threads, files);
     }
     nlohmann::ordered_json index;
     index["metadata"] = {{"total_size", total}};
@@ -353,15 +344,12 @@ Status write_synthetic_checkpoint(const std::string& dir, const ModelConfig& cfg
     index["weight_map"] = wm;
     std::ofstream idx(fs::path(dir) / "model.safetensors.index.json");
     idx << index.dump(2) << "\n";
-    if (!idx)
-        return error(StatusCode::kInternal, "cannot write {}/model.safetensors.index.json", dir);
+    if (!idx) return error(StatusCode::kInternal, "cannot write {}/model.safetensors.index.json", dir);
     return Status::ok();
 }
 
-Status write_synthetic_flash_checkpoint(const std::string& dir,
-                                        const SyntheticCheckpointOptions& opt) {
-    if (opt.n_layers < 1)
-        return invalid_argument("--layers must be at least 1, got {}", opt.n_layers);
+Status write_synthetic_flash_checkpoint(const std::string& dir, const SyntheticCheckpointOptions& opt) {
+    if (opt.n_layers < 1) return invalid_argument("--layers must be at least 1, got {}", opt.n_layers);
     const std::string json = flash_config_json(opt.n_layers);
     DSV4_ASSIGN_OR_RETURN(ModelConfig cfg, ModelConfig::from_json_text(json));
     return write_synthetic_checkpoint(dir, cfg, json, opt);

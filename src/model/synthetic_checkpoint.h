@@ -37,12 +37,10 @@ std::string flash_config_json(int n_layers);
 // if missing): the tensors of spec §4.1 for cfg's shapes and layer schedule, in Flash's dtypes.
 // Errors: Internal (cannot create or write a file), InvalidArgument (cfg invalid, or K not a
 // multiple of 32 where MXFP4 needs it).
-Status write_synthetic_checkpoint(const std::string& dir, const ModelConfig& cfg,
-                                  const std::string& config_json,
+Status write_synthetic_checkpoint(const std::string& dir, const ModelConfig& cfg, const std::string& config_json,
                                   const SyntheticCheckpointOptions& opt);
 
 // write_synthetic_checkpoint of flash_config_json(opt.n_layers).
-Status write_synthetic_flash_checkpoint(const std::string& dir,
-                                        const SyntheticCheckpointOptions& opt);
+Status write_synthetic_flash_checkpoint(const std::string& dir, const SyntheticCheckpointOptions& opt);
 
 }  // namespace dsv4

@@ -26,8 +26,8 @@ struct Loader {
     }
 };
 
-void load_compressor(Loader& ld, const std::string& pfx, CompressorWeights& c, int ratio, int dim,
-                     bool overlap, int d) {
+void load_compressor(Loader& ld, const std::string& pfx, CompressorWeights& c, int ratio, int dim, bool overlap,
+                     int d) {
     c.ratio = ratio;
     c.dim = dim;
     c.overlap = overlap;
@@ -89,8 +89,9 @@ Status load_block(Loader& ld, const ModelConfig& cfg, const std::string& p, int 
             const int32_t* row = &L.tid2eid[size_t(v) * K];
             for (int64_t k = 0; k < K; ++k) {
                 if (row[k] < 0 || row[k] >= E)
-                    return error(StatusCode::kDataLoss, "{}: {}ffn.gate.tid2eid[{}][{}] = {} is not an expert id in [0, {})",
-                                 ckpt.path(), p, v, k, row[k], E);
+                    return error(StatusCode::kDataLoss,
+                                 "{}: {}ffn.gate.tid2eid[{}][{}] = {} is not an expert id in [0, {})", ckpt.path(), p,
+                                 v, k, row[k], E);
                 for (int64_t k2 = 0; k2 < k; ++k2)
                     if (row[k2] == row[k])
                         return error(StatusCode::kDataLoss, "{}: {}ffn.gate.tid2eid[{}] repeats expert {}", ckpt.path(),

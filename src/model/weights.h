@@ -18,19 +18,19 @@ class Checkpoint;
 using F32Vec = std::vector<float>;
 
 struct CompressorWeights {
-    int ratio = 0;     // r
-    int dim = 0;       // c: output width (D main, ID indexer)
+    int ratio = 0;         // r
+    int dim = 0;           // c: output width (D main, ID indexer)
     bool overlap = false;  // CSA (ratio-4) compressors pool overlapping windows; kappa = 2
-    F32Vec wkv;        // compressor.wkv.weight   [kappa*c, d]
-    F32Vec wgate;      // compressor.wgate.weight [kappa*c, d]
-    F32Vec ape;        // compressor.ape          [r, kappa*c]
-    F32Vec norm;       // compressor.norm.weight  [c]
+    F32Vec wkv;            // compressor.wkv.weight   [kappa*c, d]
+    F32Vec wgate;          // compressor.wgate.weight [kappa*c, d]
+    F32Vec ape;            // compressor.ape          [r, kappa*c]
+    F32Vec norm;           // compressor.norm.weight  [c]
     int kappa() const { return overlap ? 2 : 1; }
 };
 
 struct IndexerWeights {
-    F32Vec wq_b;          // indexer.wq_b.weight         [IH*ID, qr]
-    F32Vec weights_proj;  // indexer.weights_proj.weight [IH, d]
+    F32Vec wq_b;                   // indexer.wq_b.weight         [IH*ID, qr]
+    F32Vec weights_proj;           // indexer.weights_proj.weight [IH, d]
     CompressorWeights compressor;  // indexer.compressor.*, dim ID
 };
 
@@ -43,24 +43,24 @@ struct ExpertWeights {
 struct LayerWeights {
     F32Vec hc_attn_fn, hc_attn_base, hc_attn_scale;  // [(2+n)n, n*d], [(2+n)n], [3]
     F32Vec hc_ffn_fn, hc_ffn_base, hc_ffn_scale;
-    F32Vec attn_norm;   // [d]
-    F32Vec ffn_norm;    // [d]
-    F32Vec attn_sink;   // attn.attn_sink [H] (f32 in the checkpoint; bf16 widened: B07)
-    F32Vec wq_a;        // [qr, d]
-    F32Vec q_norm;      // [qr]
-    F32Vec wq_b;        // [H*D, qr]
-    F32Vec wkv;         // [D, d]
-    F32Vec kv_norm;     // [D]
-    F32Vec wo_a;        // [G*or, (H/G)*D]
-    F32Vec wo_b;        // [d, G*or]
+    F32Vec attn_norm;  // [d]
+    F32Vec ffn_norm;   // [d]
+    F32Vec attn_sink;  // attn.attn_sink [H] (f32 in the checkpoint; bf16 widened: B07)
+    F32Vec wq_a;       // [qr, d]
+    F32Vec q_norm;     // [qr]
+    F32Vec wq_b;       // [H*D, qr]
+    F32Vec wkv;        // [D, d]
+    F32Vec kv_norm;    // [D]
+    F32Vec wo_a;       // [G*or, (H/G)*D]
+    F32Vec wo_b;       // [d, G*or]
     bool has_compressor = false;
     CompressorWeights compressor;  // main compressor, dim D (CSA and HCA layers)
     bool has_indexer = false;
-    IndexerWeights indexer;        // CSA layers
-    F32Vec gate;                   // ffn.gate.weight [E, d]
-    F32Vec gate_bias;              // ffn.gate.bias [E] (learned routing)
-    std::vector<int32_t> tid2eid;  // ffn.gate.tid2eid [vocab, k] (hash routing)
-    ExpertWeights shared;          // ffn.shared_experts.*
+    IndexerWeights indexer;              // CSA layers
+    F32Vec gate;                         // ffn.gate.weight [E, d]
+    F32Vec gate_bias;                    // ffn.gate.bias [E] (learned routing)
+    std::vector<int32_t> tid2eid;        // ffn.gate.tid2eid [vocab, k] (hash routing)
+    ExpertWeights shared;                // ffn.shared_experts.*
     std::vector<ExpertWeights> experts;  // ffn.experts.E.* [E]
 };
 
@@ -77,9 +77,9 @@ struct MtpWeights {
 };
 
 struct ModelWeights {
-    F32Vec embed;  // embed.weight [vocab, d]
-    F32Vec head;   // head.weight  [vocab, d]
-    F32Vec norm;   // norm.weight  [d]
+    F32Vec embed;                                    // embed.weight [vocab, d]
+    F32Vec head;                                     // head.weight  [vocab, d]
+    F32Vec norm;                                     // norm.weight  [d]
     F32Vec hc_head_fn, hc_head_base, hc_head_scale;  // [n, n*d], [n], [1]
     std::vector<LayerWeights> layers;
     // cfg.num_nextn_predict_layers blocks when the checkpoint holds mtp.* tensors, else empty (the main

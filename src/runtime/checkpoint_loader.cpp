@@ -97,14 +97,11 @@ public:
     }
     Status init(size_t bytes) {
         bytes_ = bytes;
-        DSV4_RETURN_IF_ERROR(
-            cu(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "staging stream"));
+        DSV4_RETURN_IF_ERROR(cu(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "staging stream"));
         for (int i = 0; i < 2; ++i) {
-            DSV4_RETURN_IF_ERROR(
-                cu(cudaHostAlloc(reinterpret_cast<void**>(&buf_[i]), bytes, cudaHostAllocDefault),
-                   "pinned staging buffer"));
-            DSV4_RETURN_IF_ERROR(
-                cu(cudaEventCreateWithFlags(&done_[i], cudaEventDisableTiming), "staging event"));
+            DSV4_RETURN_IF_ERROR(cu(cudaHostAlloc(reinterpret_cast<void**>(&buf_[i]), bytes, cudaHostAllocDefault),
+                                    "pinned staging buffer"));
+            DSV4_RETURN_IF_ERROR(cu(cudaEventCreateWithFlags(&done_[i], cudaEventDisableTiming), "staging event"));
             DSV4_RETURN_IF_ERROR(cu(cudaEventRecord(done_[i], stream_), "staging event"));
         }
         return Status::ok();
@@ -117,8 +114,7 @@ public:
         convert(c, src, n_elems,
                 buf_[cur_]);  // the file read: page faults on the mapping land here
         const size_t n = n_elems * dst_elem(c);
-        DSV4_RETURN_IF_ERROR(cu(
-            cudaMemcpyAsync(dst, buf_[cur_], n, cudaMemcpyHostToDevice, stream_), "weight copy"));
+        DSV4_RETURN_IF_ERROR(cu(cudaMemcpyAsync(dst, buf_[cur_], n, cudaMemcpyHostToDevice, stream_), "weight copy"));
         DSV4_RETURN_IF_ERROR(cu(cudaEventRecord(done_[cur_], stream_), "staging event"));
         cur_ ^= 1;
         return Status::ok();
@@ -168,8 +164,7 @@ uint64_t rss_anon_bytes() {
     std::ifstream in("/proc/self/status");
     std::string line;
     while (std::getline(in, line))
-        if (line.rfind("RssAnon:", 0) == 0)
-            return uint64_t(std::strtoull(line.c_str() + 8, nullptr, 10)) * 1024;
+        if (line.rfind("RssAnon:", 0) == 0) return uint64_t(std::strtoull(line.c_str() + 8, nullptr, 10)) * 1024;
     return 0;
 }
 
@@ -185,25 +180,22 @@ std::string CheckpointLoadStats::summary() const {
                      : std::string("not measured"));
 }
 
-Result<DevWeights> load_checkpoint_weights(const ModelConfig& cfg, const LoadPlan& plan,
-                                           DeviceArena& arena, const CheckpointLoadOptions& opt,
-                                           CheckpointLoadStats* stats_out) {
+Result<DevWeights> load_checkpoint_weights(const ModelConfig& cfg, const LoadPlan& plan, DeviceArena& arena,
+                                           const CheckpointLoadOptions& opt, CheckpointLoadStats* stats_out) {
     const auto t0 = std::chrono::steady_clock::now();
     CheckpointLoadStats st;
     st.peak_rss_anon = rss_anon_bytes();
     size_t free_b = 0, total_b = 0;
     DSV4_RETURN_IF_ERROR(cu(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo"));
-    const uint64_t margin = uint64_t(1)
-                            << 30;  // KV pool and workspaces come after; keep room to say so early
+    const uint64_t margin = uint64_t(1) << 30;  // KV pool and workspaces come after; keep room to say so early
     if (plan.device_bytes + margin > free_b)
         return error(StatusCode::kResourceExhausted,
                      "the weights need {:.1f} GiB of device memory (experts [{}, {}) of {}), "
                      "{:.1f} GiB are free: "
                      "spread the routed experts over more GPUs (--gpus N; `dsv4 plan` gives the "
                      "memory per count)",
-                     double(plan.device_bytes) / (1 << 30), plan.expert_first,
-                     plan.expert_first + plan.expert_count, cfg.n_routed_experts,
-                     double(free_b) / (1 << 30));
+                     double(plan.device_bytes) / (1 << 30), plan.expert_first, plan.expert_first + plan.expert_count,
+                     cfg.n_routed_experts, double(free_b) / (1 << 30));
 
     // Device allocations first, then the copies in shard order.
     std::unordered_map<std::string, cuda::WeightDesc> mats;
@@ -214,11 +206,9 @@ Result<DevWeights> load_checkpoint_weights(const ModelConfig& cfg, const LoadPla
     for (const PlanTensor& t : plan.tensors) {
         if (t.kind != PlanKind::kMatrix) {
             DSV4_ASSIGN_OR_RETURN(void* p, arena.alloc(size_t(t.weight.numel()) * 4));
-            const Conv c = t.kind == PlanKind::kTid2eid
-                               ? (t.weight.dtype == DType::kI64 ? Conv::kI64ToI32 : Conv::kRaw)
-                               : float_conv(t.weight.dtype);
-            copies.push_back(
-                {t.weight.data, t.weight.nbytes, static_cast<uint8_t*>(p), c, &t.weight.file});
+            const Conv c = t.kind == PlanKind::kTid2eid ? (t.weight.dtype == DType::kI64 ? Conv::kI64ToI32 : Conv::kRaw)
+                                                        : float_conv(t.weight.dtype);
+            copies.push_back({t.weight.data, t.weight.nbytes, static_cast<uint8_t*>(p), c, &t.weight.file});
             vecs[t.name] = p;
             continue;
         }
@@ -236,14 +226,12 @@ Result<DevWeights> load_checkpoint_weights(const ModelConfig& cfg, const LoadPla
                 w.scale_expert_stride = int64_t(t.scale.nbytes);
                 DSV4_ASSIGN_OR_RETURN(w.data, arena.alloc(dbytes * size_t(plan.expert_count)));
                 if (t.scale.nbytes) {
-                    DSV4_ASSIGN_OR_RETURN(w.scale,
-                                          arena.alloc(t.scale.nbytes * size_t(plan.expert_count)));
+                    DSV4_ASSIGN_OR_RETURN(w.scale, arena.alloc(t.scale.nbytes * size_t(plan.expert_count)));
                 }
                 it = groups.emplace(t.expert_group, w).first;
                 ++fmt_count[cuda::wfmt_name(w.fmt)];
             }
-            data = static_cast<uint8_t*>(const_cast<void*>(it->second.data)) +
-                   size_t(t.expert_local) * dbytes;
+            data = static_cast<uint8_t*>(const_cast<void*>(it->second.data)) + size_t(t.expert_local) * dbytes;
             if (t.scale.nbytes)
                 scale = static_cast<uint8_t*>(const_cast<void*>(it->second.scale)) +
                         size_t(t.expert_local) * t.scale.nbytes;
@@ -262,8 +250,7 @@ Result<DevWeights> load_checkpoint_weights(const ModelConfig& cfg, const LoadPla
             ++fmt_count[cuda::wfmt_name(w.fmt)];
         }
         copies.push_back({t.weight.data, t.weight.nbytes, data, c, &t.weight.file});
-        if (t.scale.nbytes)
-            copies.push_back({t.scale.data, t.scale.nbytes, scale, Conv::kRaw, &t.scale.file});
+        if (t.scale.nbytes) copies.push_back({t.scale.data, t.scale.nbytes, scale, Conv::kRaw, &t.scale.file});
     }
     // Shard by shard, each in offset order: sequential reads of every file.
     std::stable_sort(copies.begin(), copies.end(), [](const Copy& a, const Copy& b) {
@@ -292,11 +279,10 @@ Result<DevWeights> load_checkpoint_weights(const ModelConfig& cfg, const LoadPla
         st.peak_rss_anon = std::max(st.peak_rss_anon, rss_anon_bytes());
         ++st.shards;
         if (opt.progress && !bar) {
-            const double s =
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - shard_t0).count();
-            std::fprintf(stderr, "[load] shard %d/%zu %s: %.2f GB in %.2f s (%.2f GB/s)\n",
-                         st.shards, shard_bytes.size(), cur_file->c_str(), double(shard_done) / 1e9,
-                         s, s > 0 ? double(shard_done) / 1e9 / s : 0.0);
+            const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - shard_t0).count();
+            std::fprintf(stderr, "[load] shard %d/%zu %s: %.2f GB in %.2f s (%.2f GB/s)\n", st.shards,
+                         shard_bytes.size(), cur_file->c_str(), double(shard_done) / 1e9, s,
+                         s > 0 ? double(shard_done) / 1e9 / s : 0.0);
         }
         return Status::ok();
     };
@@ -328,14 +314,12 @@ Result<DevWeights> load_checkpoint_weights(const ModelConfig& cfg, const LoadPla
     // Assemble the DevWeights from the copies' destinations.
     auto mat = [&](const std::string& n) -> Result<cuda::WeightDesc> {
         auto it = mats.find(n);
-        if (it == mats.end())
-            return error(StatusCode::kInternal, "load plan has no matrix '{}'", n);
+        if (it == mats.end()) return error(StatusCode::kInternal, "load plan has no matrix '{}'", n);
         return it->second;
     };
     auto vec = [&](const std::string& n) -> Result<const float*> {
         auto it = vecs.find(n);
-        if (it == vecs.end())
-            return error(StatusCode::kInternal, "load plan has no vector '{}'", n);
+        if (it == vecs.end()) return error(StatusCode::kInternal, "load plan has no vector '{}'", n);
         return static_cast<const float*>(it->second);
     };
     auto mhc = [&](const std::string& p) -> Result<DevMhc> {
@@ -385,8 +369,7 @@ Result<DevWeights> load_checkpoint_weights(const ModelConfig& cfg, const LoadPla
         DSV4_ASSIGN_OR_RETURN(o.gate, mat(p + "ffn.gate.weight"));
         if (hash) {
             auto it = vecs.find(p + "ffn.gate.tid2eid");
-            if (it == vecs.end())
-                return error(StatusCode::kInternal, "load plan has no tid2eid for {}", p);
+            if (it == vecs.end()) return error(StatusCode::kInternal, "load plan has no tid2eid for {}", p);
             o.tid2eid = static_cast<const int32_t*>(it->second);
         } else {
             DSV4_ASSIGN_OR_RETURN(o.gate_bias, vec(p + "ffn.gate.bias"));
@@ -394,20 +377,18 @@ Result<DevWeights> load_checkpoint_weights(const ModelConfig& cfg, const LoadPla
         DSV4_ASSIGN_OR_RETURN(o.sh_w1, mat(p + "ffn.shared_experts.w1.weight"));
         DSV4_ASSIGN_OR_RETURN(o.sh_w3, mat(p + "ffn.shared_experts.w3.weight"));
         DSV4_ASSIGN_OR_RETURN(o.sh_w2, mat(p + "ffn.shared_experts.w2.weight"));
-        for (auto [dst, proj] :
-             {std::pair{&o.ex_w1, "w1"}, std::pair{&o.ex_w3, "w3"}, std::pair{&o.ex_w2, "w2"}}) {
+        for (auto [dst, proj] : {std::pair{&o.ex_w1, "w1"}, std::pair{&o.ex_w3, "w3"}, std::pair{&o.ex_w2, "w2"}}) {
             auto it = groups.find(p + "ffn.experts." + proj);
-            if (it == groups.end())
-                return error(StatusCode::kInternal, "load plan has no experts {} in {}", proj, p);
+            if (it == groups.end()) return error(StatusCode::kInternal, "load plan has no experts {} in {}", proj, p);
             *dst = it->second;
         }
         // The fast expert GEMV layout is applied by the runner (CudaRunner::apply_kernel_choices).
         return o;
     };
     for (int l = 0; l < cfg.n_layers; ++l) {
-        DSV4_ASSIGN_OR_RETURN(DevLayer o, block("layers." + std::to_string(l) + ".", cfg.compress_ratio(l),
-                                                cfg.layer_types[l] == AttnType::kCSA,
-                                                cfg.mlp_types[l] == MoeRouting::kHash));
+        DSV4_ASSIGN_OR_RETURN(DevLayer o,
+                              block("layers." + std::to_string(l) + ".", cfg.compress_ratio(l),
+                                    cfg.layer_types[l] == AttnType::kCSA, cfg.mlp_types[l] == MoeRouting::kHash));
         dw.layers.push_back(o);
     }
     for (int m = 0; m < plan.mtp_blocks; ++m) {
@@ -432,8 +413,8 @@ Result<DevWeights> load_checkpoint_weights(const ModelConfig& cfg, const LoadPla
     dw.summary = fmt::format("{:.1f} MiB on the device;", double(arena.bytes()) / (1 << 20));
     for (const auto& [f, n] : fmt_count) dw.summary += fmt::format(" {} x{}", f, n);
     if (!plan.skipped.empty())
-        dw.summary += fmt::format("; {} checkpoint tensors skipped ({}: {})", plan.skipped.size(),
-                                  plan.skipped[0].name, plan.skipped[0].reason);
+        dw.summary += fmt::format("; {} checkpoint tensors skipped ({}: {})", plan.skipped.size(), plan.skipped[0].name,
+                                  plan.skipped[0].reason);
     if (opt.progress) std::fprintf(stderr, "[load] %s\n", st.summary().c_str());
     if (stats_out) *stats_out = st;
     return dw;

@@ -51,9 +51,7 @@ uint64_t rss_anon_bytes();
 // Allocates every planned tensor in `arena` (after checking the device has room: ResourceExhausted
 // naming the bytes needed and free otherwise, before any allocation) and copies them. Errors from
 // CUDA are Internal; on error the caller drops the arena (nothing stays allocated).
-Result<DevWeights> load_checkpoint_weights(const ModelConfig& cfg, const LoadPlan& plan,
-                                           DeviceArena& arena,
-                                           const CheckpointLoadOptions& opt = {},
-                                           CheckpointLoadStats* stats = nullptr);
+Result<DevWeights> load_checkpoint_weights(const ModelConfig& cfg, const LoadPlan& plan, DeviceArena& arena,
+                                           const CheckpointLoadOptions& opt = {}, CheckpointLoadStats* stats = nullptr);
 
 }  // namespace dsv4

@@ -108,8 +108,8 @@ public:
 // (optional) receives the weight bytes by category. Errors: no CUDA device, out of memory, the
 // options' errors as make_cuda_runner.
 Result<std::unique_ptr<CudaBenchRunner>> make_cuda_runner_synthetic(const ModelConfig& cfg,
-                                                                     const SyntheticWeightsOptions& wopt,
-                                                                     const CudaRunnerOptions& opt,
-                                                                     ProxyWeightBytes* bytes = nullptr);
+                                                                    const SyntheticWeightsOptions& wopt,
+                                                                    const CudaRunnerOptions& opt,
+                                                                    ProxyWeightBytes* bytes = nullptr);
 
 }  // namespace dsv4

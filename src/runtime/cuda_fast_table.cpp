@@ -26,8 +26,10 @@ std::string cuda_fast_kernel_table(const DevWeights& w, const ModelConfig& cfg, 
         auto [it, fresh] = rows.try_emplace(name);
         if (fresh) order.push_back(name), it->second.fmt = fmt;
         ++it->second.total;
-        if (why.empty()) ++it->second.fast;
-        else if (it->second.decline.empty()) it->second.decline = why;
+        if (why.empty())
+            ++it->second.fast;
+        else if (it->second.decline.empty())
+            it->second.decline = why;
     };
     auto lin = [&](const std::string& name, const cuda::WeightDesc& wd, int npg, int64_t gin, int64_t ldx) {
         if (!wd.data) return;
@@ -71,10 +73,14 @@ std::string cuda_fast_kernel_table(const DevWeights& w, const ModelConfig& cfg, 
         const OpRow& r = rows[name];
         const bool moe = name.rfind("ffn.experts", 0) == 0;
         std::string path;
-        if (r.fast > 0 && on) path = moe ? "moe_route/permute/mxfp4 expert/combine" : "dense_gemv";
-        else path = "correct-first";
-        if (on && r.fast > 0 && r.fast < r.total) path += " in " + std::to_string(r.fast) + "/" + std::to_string(r.total) + " layers";
-        if (on && r.fast < r.total) path += (r.fast > 0 ? "; else correct-first: " : " (") + r.decline + (r.fast > 0 ? "" : ")");
+        if (r.fast > 0 && on)
+            path = moe ? "moe_route/permute/mxfp4 expert/combine" : "dense_gemv";
+        else
+            path = "correct-first";
+        if (on && r.fast > 0 && r.fast < r.total)
+            path += " in " + std::to_string(r.fast) + "/" + std::to_string(r.total) + " layers";
+        if (on && r.fast < r.total)
+            path += (r.fast > 0 ? "; else correct-first: " : " (") + r.decline + (r.fast > 0 ? "" : ")");
         std::snprintf(buf, sizeof(buf), "  %-28s %-18s %s\n", name.c_str(), r.fmt.c_str(), path.c_str());
         out += buf;
     }

@@ -101,7 +101,8 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
             return pool.status().with_context(fmt::format(
                 "the KV/state page pool ({} pages of {} bytes{}; lower --n-pages, or 0 to size it from memory)",
                 opt_.n_pages, layout_.page_bytes,
-                stage_words ? fmt::format(" + {} bytes of prefill staging", stage_words * sizeof(float)) : std::string()));
+                stage_words ? fmt::format(" + {} bytes of prefill staging", stage_words * sizeof(float))
+                            : std::string()));
         pool_.base = *pool;
     }
     ws_.stage_word = int64_t(page_words);
@@ -152,7 +153,8 @@ Status CudaRunner::size_pool_from_memory(size_t stage_bytes) {
     // More than max_seqs sequences at max_context never hold pages at once (preempted ones hold none).
     opt_.n_pages = std::min<int64_t>({pages, int64_t(opt_.max_seqs) * pt_stride_, INT32_MAX});
     if (opt_.verbose)
-        std::fprintf(stderr, "dsv4 cuda: page pool sized from memory: %lld pages of %lld B (%.1f GiB; %.0f%% of %.1f GiB)\n",
+        std::fprintf(stderr,
+                     "dsv4 cuda: page pool sized from memory: %lld pages of %lld B (%.1f GiB; %.0f%% of %.1f GiB)\n",
                      (long long)opt_.n_pages, (long long)layout_.page_bytes,
                      double(opt_.n_pages) * double(layout_.page_bytes) / 1073741824.0, util * 100.0,
                      double(total_b) / 1073741824.0);
@@ -167,9 +169,10 @@ Status CudaRunner::setup_prefill_gemm() {
     // Scratch: the largest FP8 dense weight as bf16, and a slice of the widest x rows.
     int64_t w_elems = 0, x_cols = 0;
     for (const DevLayer* Lp : all_blocks())
-        for (const DevLayer& L = *Lp; const cuda::WeightDesc* w : {&L.wq_a, &L.wq_b, &L.wkv, &L.wo_a, &L.wo_b, &L.comp.wkv, &L.comp.wgate,
-                                          &L.idx_comp.wkv, &L.idx_comp.wgate, &L.idx_wq_b, &L.idx_wproj, &L.gate,
-                                          &L.sh_w1, &L.sh_w3, &L.sh_w2}) {
+        for (const DevLayer& L = *Lp;
+             const cuda::WeightDesc* w :
+             {&L.wq_a, &L.wq_b, &L.wkv, &L.wo_a, &L.wo_b, &L.comp.wkv, &L.comp.wgate, &L.idx_comp.wkv,
+              &L.idx_comp.wgate, &L.idx_wq_b, &L.idx_wproj, &L.gate, &L.sh_w1, &L.sh_w3, &L.sh_w2}) {
             if (w->fmt == cuda::WFmt::kFp8E8M0) w_elems = std::max(w_elems, int64_t(w->N) * w->K);
             x_cols = std::max<int64_t>(x_cols, w->K);
         }
@@ -201,7 +204,8 @@ Status CudaRunner::apply_kernel_choices() {
         if (!v && sd_variant_ < 0) {
             std::string known;
             for (const auto& a : cuda::attn_variants()) known += std::string(known.empty() ? "" : ", ") + a.name;
-            for (int i = 0; i < cuda::sparse_decode_variant_count(); ++i) known += ", " + cuda::sparse_decode_variant_name(i);
+            for (int i = 0; i < cuda::sparse_decode_variant_count(); ++i)
+                known += ", " + cuda::sparse_decode_variant_name(i);
             return invalid_argument("option attn_variant: unknown variant '{}' (known: {})", rt.attn_variant, known);
         }
     }
@@ -209,12 +213,16 @@ Status CudaRunner::apply_kernel_choices() {
     if (!rt.gemv_variant.empty()) {
         gemv = cuda::variant_by_name(rt.gemv_variant, cuda::dense_gemv_variant_count(),
                                      [](int i) { return cuda::dense_gemv_variant_name(i); });
-        if (gemv < 0) return invalid_argument("option gemv_variant: unknown variant '{}' (dsv4 decode-bench lists them)", rt.gemv_variant);
+        if (gemv < 0)
+            return invalid_argument("option gemv_variant: unknown variant '{}' (dsv4 decode-bench lists them)",
+                                    rt.gemv_variant);
     }
     if (!rt.moe_variant.empty()) {
         moe_variant_ = cuda::variant_by_name(rt.moe_variant, cuda::moe_expert_variant_count(),
                                              [](int i) { return cuda::moe_expert_variant_name(i); });
-        if (moe_variant_ < 0) return invalid_argument("option moe_variant: unknown variant '{}' (dsv4 decode-bench lists them)", rt.moe_variant);
+        if (moe_variant_ < 0)
+            return invalid_argument("option moe_variant: unknown variant '{}' (dsv4 decode-bench lists them)",
+                                    rt.moe_variant);
     }
     if (!rt.moe_gemm_variant.empty()) {
         moe_gemm_variant_ = cuda::variant_by_name(rt.moe_gemm_variant, cuda::moe_grouped_variant_count(),
@@ -240,9 +248,9 @@ Status CudaRunner::apply_kernel_choices() {
     }
     for (DevLayer* Lp : all_blocks()) {
         DevLayer& L = *Lp;
-        for (cuda::WeightDesc* w : {&L.wq_a, &L.wq_b, &L.wkv, &L.wo_a, &L.wo_b, &L.comp.wkv, &L.comp.wgate, &L.idx_comp.wkv,
-                                    &L.idx_comp.wgate, &L.idx_wq_b, &L.idx_wproj, &L.gate, &L.sh_w1, &L.sh_w3, &L.sh_w2,
-                                    &L.ex_w1, &L.ex_w3, &L.ex_w2})
+        for (cuda::WeightDesc* w : {&L.wq_a, &L.wq_b, &L.wkv, &L.wo_a, &L.wo_b, &L.comp.wkv, &L.comp.wgate,
+                                    &L.idx_comp.wkv, &L.idx_comp.wgate, &L.idx_wq_b, &L.idx_wproj, &L.gate, &L.sh_w1,
+                                    &L.sh_w3, &L.sh_w2, &L.ex_w1, &L.ex_w3, &L.ex_w2})
             stamp(*w);
         // The fast expert GEMV's code layout where it applies (fast_path.h); "checkpoint" keeps the file's.
         DSV4_CU(cuda::moe_expert_weights_to_fast_layout(&L.ex_w1, &L.ex_w3, &L.ex_w2, n_local, repack, stream_));
@@ -252,7 +260,8 @@ Status CudaRunner::apply_kernel_choices() {
 
 Status CudaRunner::plan(const ForwardBatch& batch, int graph_tokens, HostPlan& hp) const {
     const int B = int(batch.seqs.size());
-    if (B > opt_.max_seqs) return invalid_argument("{} sequences in one step, the CUDA runner takes {}", B, opt_.max_seqs);
+    if (B > opt_.max_seqs)
+        return invalid_argument("{} sequences in one step, the CUDA runner takes {}", B, opt_.max_seqs);
     const int Bp = graph_tokens > 0 ? decode_bucket(B) : B;
     hp = HostPlan{};
     hp.B = Bp;
@@ -272,8 +281,10 @@ Status CudaRunner::plan(const ForwardBatch& batch, int graph_tokens, HostPlan& h
             return invalid_argument("sequence {}: {} draft tokens asked; this runner verifies at most {}", c.seq_id, k,
                                     spec_tokens_);
         if (k > 0 && (c.start_pos == 0 || c.tokens.size() != 1 || !c.want_logits || !c.mtp))
-            return invalid_argument("sequence {}: a verify chunk is one token after the prompt of a speculating sequence, "
-                                    "with want_logits (got {} tokens at {})", c.seq_id, c.tokens.size(), c.start_pos);
+            return invalid_argument(
+                "sequence {}: a verify chunk is one token after the prompt of a speculating sequence, "
+                "with want_logits (got {} tokens at {})",
+                c.seq_id, c.tokens.size(), c.start_pos);
         // The MTP pass after a chunk of two or more tokens reads them from the host plan (spec_after).
         if (c.mtp && c.tokens.size() > 1 &&
             std::find(c.tokens.begin() + 1, c.tokens.end(), kPendingToken) != c.tokens.end())
@@ -291,7 +302,8 @@ Status CudaRunner::plan(const ForwardBatch& batch, int graph_tokens, HostPlan& h
             if (t == kPendingToken) {
                 if (!prev_rows_.count(c.seq_id))
                     return error(StatusCode::kFailedPrecondition,
-                                 "sequence {}: a pending token, but the previous step sampled no token for it", c.seq_id);
+                                 "sequence {}: a pending token, but the previous step sampled no token for it",
+                                 c.seq_id);
                 continue;
             }
             if (t < 0 || t >= cfg_.vocab_size)
@@ -303,8 +315,9 @@ Status CudaRunner::plan(const ForwardBatch& batch, int graph_tokens, HostPlan& h
                          c.seq_id, c.start_pos + nt - 1, opt_.max_context);
         const int64_t need = layout_.pages_for_tokens(c.start_pos + nt);
         if (int64_t(c.page_table.size()) < need)
-            return error(StatusCode::kFailedPrecondition, "sequence {}: page table has {} pages, positions up to {} need {}",
-                         c.seq_id, c.page_table.size(), c.start_pos + nt - 1, need);
+            return error(StatusCode::kFailedPrecondition,
+                         "sequence {}: page table has {} pages, positions up to {} need {}", c.seq_id,
+                         c.page_table.size(), c.start_pos + nt - 1, need);
         const size_t np = std::min(c.page_table.size(), size_t(pt_stride_));
         for (size_t i = 0; i < np; ++i) {
             const int32_t p = c.page_table[i];
@@ -418,8 +431,16 @@ void CudaRunner::set_gemm_thresholds(int max_t) {
 cuda::MhcArgs CudaRunner::site_args(int l, int site) const {
     const DevLayer& L = block_w(l);
     const DevMhc& m = site == 0 ? L.hc_attn : L.hc_ffn;
-    return cuda::MhcArgs{m.fn, m.base, m.scale, site == 0 ? L.attn_norm : L.ffn_norm, cfg_.hc_mult, cfg_.hidden_size,
-                         cfg_.hc_sinkhorn_iters, float(cfg_.hc_eps), float(cfg_.rms_norm_eps), ws_.mhc_mix,
+    return cuda::MhcArgs{m.fn,
+                         m.base,
+                         m.scale,
+                         site == 0 ? L.attn_norm : L.ffn_norm,
+                         cfg_.hc_mult,
+                         cfg_.hidden_size,
+                         cfg_.hc_sinkhorn_iters,
+                         float(cfg_.hc_eps),
+                         float(cfg_.rms_norm_eps),
+                         ws_.mhc_mix,
                          ws_.mhc_mix_rows};
 }
 
@@ -448,8 +469,10 @@ Status CudaRunner::run_step(int B, int T, int max_t, int R, int64_t end_pos) {
             }
             mark("mhc_pre: sinkhorn+collapse+norm");
             DSV4_CU(cuda::mhc_pre_apply(ws_.X, T, ma, ws_.coeffs, ws_.xn, st));
-            if (site == 0) DSV4_RETURN_IF_ERROR(attention(l, sp, T, max_t, splits));
-            else DSV4_RETURN_IF_ERROR(moe(l, T));
+            if (site == 0)
+                DSV4_RETURN_IF_ERROR(attention(l, sp, T, max_t, splits));
+            else
+                DSV4_RETURN_IF_ERROR(moe(l, T));
             const bool last = l + 1 == cfg_.n_layers && site == 1;
             const cuda::MhcArgs next = last ? ma : site_args(site == 0 ? l : l + 1, 1 - site);
             mixed = !last && opt_.rt.fuse_mhc && cuda::mhc_post_mix_fusable(T, next);
@@ -487,8 +510,9 @@ Status CudaRunner::forward_sampled(const ForwardBatch& batch, StepOutput& out) {
 
 Status CudaRunner::lm_head(int R, const DevMhc& hc_head, const float* norm) {
     const int n = cfg_.hc_mult, d = cfg_.hidden_size;
-    const cuda::MhcArgs ha{hc_head.fn, hc_head.base, hc_head.scale, norm, n, d, 0, float(cfg_.hc_eps),
-                           float(cfg_.rms_norm_eps), ws_.mhc_mix, ws_.mhc_mix_rows};
+    const cuda::MhcArgs ha{
+        hc_head.fn,  hc_head.base,    hc_head.scale, norm, n, d, 0, float(cfg_.hc_eps), float(cfg_.rms_norm_eps),
+        ws_.mhc_mix, ws_.mhc_mix_rows};
     DSV4_CU(cuda::mhc_head(ws_.X, ws_.logit_rows, R, ha, ws_.hn, stream_));
     DSV4_CU(cuda::linear(w_.head, -1, ws_.hn, d, 0, 0, ws_.logits, cfg_.vocab_size, R, false, stream_));
     return Status::ok();
@@ -504,9 +528,9 @@ Status CudaRunner::run_head(int T, int R) {
 
 using cuda_runner_detail::CudaRunner;
 
-
 // The KV/state page layout of `cfg` in opt.rt.kv_rows rows; fills opt.n_pages (0: room for 64 sequences of
-// 4096 tokens, unless gpu_memory_utilization sizes the pool in init()). Errors: a bad row format, a pool that cannot hold one sequence, page ids beyond int32.
+// 4096 tokens, unless gpu_memory_utilization sizes the pool in init()). Errors: a bad row format, a pool that cannot
+// hold one sequence, page ids beyond int32.
 static Result<KvLayout> runner_layout(const ModelConfig& cfg, CudaRunnerOptions& opt) {
     DSV4_ASSIGN_OR_RETURN(KvRowFormat rows, parse_kv_row_format(opt.rt.kv_rows));
     if (opt.mtp_blocks < 0 || opt.mtp_blocks > cfg.num_nextn_predict_layers)
@@ -514,14 +538,17 @@ static Result<KvLayout> runner_layout(const ModelConfig& cfg, CudaRunnerOptions&
                                 cfg.num_nextn_predict_layers);
     for (int m = 0; m < opt.mtp_blocks && m < int(cfg.mtp_compress_ratios.size()); ++m)
         if (cfg.mtp_compress_ratios[size_t(m)] != 0)
-            return error(StatusCode::kUnimplemented, "MTP block {} has compress ratio {}; only window-only MTP blocks run",
-                         m, cfg.mtp_compress_ratios[size_t(m)]);
+            return error(StatusCode::kUnimplemented,
+                         "MTP block {} has compress ratio {}; only window-only MTP blocks run", m,
+                         cfg.mtp_compress_ratios[size_t(m)]);
     if (opt.spec_tokens > 0 && opt.mtp_blocks < 1)
-        return invalid_argument("speculative decoding on the CUDA runner drafts with the MTP block: mtp_blocks must be 1");
+        return invalid_argument(
+            "speculative decoding on the CUDA runner drafts with the MTP block: mtp_blocks must be 1");
     if (opt.spec_tokens > 0 && opt.ep_size > 1)
-        return error(StatusCode::kUnimplemented, "speculative decoding runs on one GPU only so far (expert parallel size {})",
-                     opt.ep_size);
-    DSV4_ASSIGN_OR_RETURN(KvLayout layout, KvLayout::make(cfg, opt.page_tokens, 4, rows, opt.mtp_blocks, opt.spec_tokens));
+        return error(StatusCode::kUnimplemented,
+                     "speculative decoding runs on one GPU only so far (expert parallel size {})", opt.ep_size);
+    DSV4_ASSIGN_OR_RETURN(KvLayout layout,
+                          KvLayout::make(cfg, opt.page_tokens, 4, rows, opt.mtp_blocks, opt.spec_tokens));
     if (opt.n_pages <= 0 && opt.gpu_memory_utilization > 0) return layout;  // sized in init()
     if (opt.n_pages <= 0) opt.n_pages = 64 * layout.pages_for_tokens(4096);
     if (opt.n_pages < layout.n_state_pages + 1)
@@ -556,9 +583,9 @@ Result<std::unique_ptr<ModelRunner>> make_cuda_runner(std::shared_ptr<const RefM
 namespace dsv4 {
 
 Result<std::unique_ptr<CudaBenchRunner>> make_cuda_runner_synthetic(const ModelConfig& cfg,
-                                                                     const SyntheticWeightsOptions& wopt,
-                                                                     const CudaRunnerOptions& opt_in,
-                                                                     ProxyWeightBytes* bytes) {
+                                                                    const SyntheticWeightsOptions& wopt,
+                                                                    const CudaRunnerOptions& opt_in,
+                                                                    ProxyWeightBytes* bytes) {
     if (!cuda_device_available()) return error(StatusCode::kUnavailable, "no CUDA device");
     DSV4_RETURN_IF_ERROR(cfg.validate());
     CudaRunnerOptions opt = opt_in;
@@ -572,9 +599,8 @@ Result<std::unique_ptr<CudaBenchRunner>> make_cuda_runner_synthetic(const ModelC
         w.expert_count = cfg.n_routed_experts / opt.ep_size;
         w.expert_first = opt.ep_rank * w.expert_count;
     }
-    DSV4_RETURN_IF_ERROR(runner->init(nullptr, [&](DeviceArena& arena) {
-        return make_synthetic_weights(cfg, w, arena, bytes);
-    }));
+    DSV4_RETURN_IF_ERROR(
+        runner->init(nullptr, [&](DeviceArena& arena) { return make_synthetic_weights(cfg, w, arena, bytes); }));
     return std::unique_ptr<CudaBenchRunner>(std::move(runner));
 }
 
@@ -602,9 +628,8 @@ Result<std::unique_ptr<ModelRunner>> make_cuda_runner(const ModelConfig& cfg, co
     auto runner = std::make_unique<CudaRunner>(std::move(model), std::move(layout), opt);
     CheckpointLoadOptions lo;
     lo.progress = opt.verbose && opt.ep_rank == 0;
-    DSV4_RETURN_IF_ERROR(runner->init(nullptr, [&](DeviceArena& arena) {
-        return load_checkpoint_weights(cfg, plan, arena, lo);
-    }));
+    DSV4_RETURN_IF_ERROR(
+        runner->init(nullptr, [&](DeviceArena& arena) { return load_checkpoint_weights(cfg, plan, arena, lo); }));
     return std::unique_ptr<ModelRunner>(std::move(runner));
 }
 

@@ -27,7 +27,7 @@ namespace dsv4 {
 
 struct CudaRunnerOptions {
     int64_t page_tokens = 64;
-    int64_t n_pages = 0;          // 0: see gpu_memory_utilization
+    int64_t n_pages = 0;  // 0: see gpu_memory_utilization
     // With n_pages 0: > 0 sizes the page pool from the GPU's memory, the pool taking what is left of
     // this fraction of it after the weights, the workspaces and a reserve (the kFull sampler's
     // weights and 2 GiB for CUDA graphs, cuBLAS and the driver), as vLLM's --gpu-memory-utilization,
@@ -40,7 +40,7 @@ struct CudaRunnerOptions {
     // Every switch and kernel choice (runtime/runtime_options.h), filled once at start-up by the tool
     // (defaults < environment < --option) or set directly by tests; the runner reads no environment.
     RuntimeOptions rt;
-    bool verbose = true;          // print the weight summary and the variant table at start-up
+    bool verbose = true;  // print the weight summary and the variant table at start-up
     // Size the sparse_decode split workspace for at least this split-KV target (CTAs), so that
     // CudaBenchRunner::set_tuning_rules can install rules with targets up to it (`dsv4 tune`); 0: the
     // targets of the options and the tuning file only.
@@ -71,8 +71,7 @@ bool cuda_device_available();
 // `checkpoint_dir`: "" to upload model.weights() as f32 (built-in tiny model), else the checkpoint
 // whose tensors are uploaded in their own formats (must be the one `model` was loaded from).
 Result<std::unique_ptr<ModelRunner>> make_cuda_runner(std::shared_ptr<const RefModel> model,
-                                                      const std::string& checkpoint_dir,
-                                                      const CudaRunnerOptions& opt);
+                                                      const std::string& checkpoint_dir, const CudaRunnerOptions& opt);
 
 // The runner for a checkpoint directory without the CPU reference model: the tensors are planned
 // and validated on the host (model/load_plan.h: every tensor consumed or skipped with a reason)

@@ -54,8 +54,8 @@ Status CudaRunner::upload_plan_async(const HostPlan& hp, const std::vector<cuda:
     char* base = static_cast<char*>(slot.up.p);
     for (const void* src : srcs) std::memcpy(base + pieces[k].off, src, pieces[k].bytes), ++k;
     if (hp.batched)
-        for (const void* src : {(const void*)hp.pf_seq.data(), (const void*)hp.pf_pos.data(),
-                                (const void*)hp.pf_stage_from.data()})
+        for (const void* src :
+             {(const void*)hp.pf_seq.data(), (const void*)hp.pf_pos.data(), (const void*)hp.pf_stage_from.data()})
             std::memcpy(base + pieces[k].off, src, pieces[k].bytes), ++k;
     if (!hp.spec_seq.empty()) std::memcpy(base + pieces[k].off, hp.spec_seq.data(), pieces[k].bytes), ++k;
     std::memcpy(base + pieces[k].off, hp.pend_dst.data(), pieces[k].bytes), ++k;
@@ -195,8 +195,8 @@ Status CudaRunner::queue_step(const ForwardBatch& batch, bool honour_sample) {
         DSV4_RETURN_IF_ERROR(run_step(hp.B, hp.T, hp.max_t, hp.R, hp.end_pos));
     }
     const size_t V = size_t(cfg_.vocab_size);
-    const bool any_greedy = std::find(slot.dev_mode.begin(), slot.dev_mode.end(), DeviceSample::kGreedy) !=
-                            slot.dev_mode.end();
+    const bool any_greedy =
+        std::find(slot.dev_mode.begin(), slot.dev_mode.end(), DeviceSample::kGreedy) != slot.dev_mode.end();
     if (any_greedy) DSV4_CU(greedy_pick(hp.R, sampled_));
     if (!full.empty()) {
         const auto* args = static_cast<const cuda::SampleRowArgs*>(sample_args_.p);
@@ -231,7 +231,8 @@ Status CudaRunner::queue_step(const ForwardBatch& batch, bool honour_sample) {
     prev_rows_.clear();
     size_t d = 0;
     for (const auto& c : batch.seqs)
-        if (c.want_logits && honour_sample && c.sample != DeviceSample::kNone) prev_rows_[c.seq_id] = slot.dev_rows[d++];
+        if (c.want_logits && honour_sample && c.sample != DeviceSample::kNone)
+            prev_rows_[c.seq_id] = slot.dev_rows[d++];
     inflight_.push_back(next_slot_);
     next_slot_ ^= 1;
     return Status::ok();
@@ -293,7 +294,8 @@ Status CudaRunner::collect_step(StepOutput& out) {
     out.drafts.clear();
     const int32_t* drafts = static_cast<const int32_t*>(slot.drafts.p);
     for (const auto& [s, k] : slot.verify)
-        out.drafts.emplace_back(drafts + size_t(s) * size_t(spec_tokens_), drafts + size_t(s) * size_t(spec_tokens_) + k);
+        out.drafts.emplace_back(drafts + size_t(s) * size_t(spec_tokens_),
+                                drafts + size_t(s) * size_t(spec_tokens_) + k);
     return Status::ok();
 }
 

@@ -73,7 +73,8 @@ Result<int> CudaRunner::capture_decode_graphs() {
 Result<DecodeGraphTiming> CudaRunner::time_decode_graph(const ForwardBatch& batch, int warmup, int reps,
                                                         bool op_profile) {
     for (const auto& c : batch.seqs)
-        if (c.tokens.size() != 1) return invalid_argument("time_decode_graph: sequence {} has {} tokens, not 1", c.seq_id, c.tokens.size());
+        if (c.tokens.size() != 1)
+            return invalid_argument("time_decode_graph: sequence {} has {} tokens, not 1", c.seq_id, c.tokens.size());
     if (batch.seqs.empty() || reps <= 0) return invalid_argument("time_decode_graph: empty batch or no replays");
     HostPlan hp;
     DSV4_RETURN_IF_ERROR(plan(batch, 1, hp));

@@ -43,7 +43,6 @@
 
 namespace dsv4::cuda_runner_detail {
 
-
 // A sticky error comes back as kDeviceLost (runtime/cuda_status.h), which the runner keeps (lost_).
 inline Status cuda_ok(cudaError_t e, const char* what) { return cuda_error_status(e, what); }
 #define DSV4_CU(expr) DSV4_RETURN_IF_ERROR(cuda_ok((expr), #expr))
@@ -145,8 +144,8 @@ struct StepSlot {
     std::vector<DeviceSample> dev_mode;    // per dev_rows entry
     int R = 0;
     size_t n_full = 0;
-    PinnedBuf up2;     // the MTP prefill pass's plan (speculative decoding)
-    PinnedBuf drafts;  // [B, spec_tokens] int32 drafts
+    PinnedBuf up2;                            // the MTP prefill pass's plan (speculative decoding)
+    PinnedBuf drafts;                         // [B, spec_tokens] int32 drafts
     std::vector<std::pair<int, int>> verify;  // per verify chunk in batch order: (plan index, drafts)
 };
 
@@ -196,9 +195,7 @@ public:
     bool launch_is_async() const override { return true; }
 
     // Bench hooks (cuda_bench_runner.h).
-    CudaPoolInfo pool_info() const override {
-        return {pool_.base, layout_.page_bytes, opt_.n_pages, opt_.rt.kv_rows};
-    }
+    CudaPoolInfo pool_info() const override { return {pool_.base, layout_.page_bytes, opt_.n_pages, opt_.rt.kv_rows}; }
     Result<DecodeGraphTiming> time_decode_graph(const ForwardBatch& batch, int warmup, int reps,
                                                 bool op_profile) override;
     Status set_tuning_rules(const std::vector<TuningRule>& rules) override;
@@ -206,8 +203,10 @@ public:
     Result<std::string> profile_step(const ForwardBatch& batch) override;
     std::string variant_table() const override {
         return std::string("decode attention: ") +
-               (fast_attn_ ? "sparse_decode (sm90 mma; option attn_variant / heuristic)\n" : "attn_decode (CUDA cores)\n") +
-               (fast_attn_ ? std::string() : cuda::attn_variant_table(*variant_)) + cuda_fast_kernel_table(w_, cfg_, opt_.rt.fast_kernels);
+               (fast_attn_ ? "sparse_decode (sm90 mma; option attn_variant / heuristic)\n"
+                           : "attn_decode (CUDA cores)\n") +
+               (fast_attn_ ? std::string() : cuda::attn_variant_table(*variant_)) +
+               cuda_fast_kernel_table(w_, cfg_, opt_.rt.fast_kernels);
     }
     size_t device_bytes() const override { return arena_.bytes(); }
     GraphReplays graph_replays() const override { return replays_; }
@@ -315,7 +314,7 @@ private:
     bool gemm_step(int T) const { return gemm_.handle && gemm_.min_tokens > 0 && T >= gemm_.min_tokens; }
     // The GEMM thresholds of the step run_step is running (step_gemm_thresholds).
     void set_gemm_thresholds(int max_t);
-    int moe_gemm_min_tokens_ = 0;  // set_gemm_thresholds: MoeArgs::grouped_min_tokens of this step
+    int moe_gemm_min_tokens_ = 0;    // set_gemm_thresholds: MoeArgs::grouped_min_tokens of this step
     bool decode_only_step_ = false;  // set_gemm_thresholds: MoeArgs::decode_step of this step
     // Block l: decoder layer l < n_layers, else MTP block l - n_layers (spec §2.11: compress ratio 0,
     // learned routing); attention() and moe() run either.
@@ -380,11 +379,11 @@ private:
         std::swap(ws_.pf_stage_from, aux_.pf_stage_from);
     }
     PlanBufs aux_;
-    int spec_tokens_ = 0;          // KvLayout::spec_tokens (0: no speculative decoding)
-    int rows_cap_ = 0;             // logits rows a step may compute: max_seqs x (1 + spec_tokens)
-    int32_t* spec_seq_ = nullptr;  // [4, max_seqs] HostPlan::spec_seq of the step
-    int32_t* drafts_ = nullptr;    // [max_seqs, spec_tokens]
-    int32_t* draft_ids_ = nullptr; // [max_seqs] argmax of a pass
+    int spec_tokens_ = 0;           // KvLayout::spec_tokens (0: no speculative decoding)
+    int rows_cap_ = 0;              // logits rows a step may compute: max_seqs x (1 + spec_tokens)
+    int32_t* spec_seq_ = nullptr;   // [4, max_seqs] HostPlan::spec_seq of the step
+    int32_t* drafts_ = nullptr;     // [max_seqs, spec_tokens]
+    int32_t* draft_ids_ = nullptr;  // [max_seqs] argmax of a pass
     // [rows_cap_, kArgmaxParts] the split argmax's partial keys (option split_argmax; null: off).
     unsigned long long* argmax_ws_ = nullptr;
     cudaError_t greedy_pick(int R, int32_t* out) {
@@ -399,8 +398,8 @@ private:
     // staging, chunk compressors, the indexer and sparse_decode over pseudo-sequences of
     // prefill_query_block tokens, ring write-back. ka/ia/ra/sa as attention() fills them.
     Status attention_batched(const cuda::StepPlan& sp, int T, int max_t, bool csa, cuda::KvStepArgs& ka,
-                             cuda::IndexerArgs& ia, cuda::RowListArgs& ra, cuda::SparseDecodeArgs& sa, const float* rope,
-                             bool bf16_route);
+                             cuda::IndexerArgs& ia, cuda::RowListArgs& ra, cuda::SparseDecodeArgs& sa,
+                             const float* rope, bool bf16_route);
     // Batched prefill is built (fast attention, packed rows, option on) and used for steps with max_t > 1.
     bool batched_step(int max_t) const { return batched_ && max_t > 1 && !token_loop_; }
     bool token_loop_ = false;  // the MTP catch-up pass: its device-written plan has no batched-prefill arrays
@@ -459,32 +458,32 @@ private:
         return Status::ok();
     }
     const cuda::AttnVariant* variant_ = nullptr;  // CUDA-core attention (attn_decode)
-    int sd_variant_ = -1;                          // forced sparse_decode variant, -1 = heuristic
-    int moe_variant_ = -1;                         // forced MXFP4 expert variant, -1 = heuristic
-    int moe_gemm_variant_ = -1;                    // forced grouped expert GEMM variant, -1 = first legal
+    int sd_variant_ = -1;                         // forced sparse_decode variant, -1 = heuristic
+    int moe_variant_ = -1;                        // forced MXFP4 expert variant, -1 = heuristic
+    int moe_gemm_variant_ = -1;                   // forced grouped expert GEMM variant, -1 = first legal
     // Tuning-file rules, resolved (apply_tuning_rules); the ops' arguments point at the vectors.
     struct SparseDecodeRule {
         ShapeRange tokens, context;
-        int variant = -1;      // -1: the forced variant / heuristic
-        int target_ctas = 0;   // 0: RuntimeOptions::split_kv_target_ctas
+        int variant = -1;     // -1: the forced variant / heuristic
+        int target_ctas = 0;  // 0: RuntimeOptions::split_kv_target_ctas
     };
     std::vector<SparseDecodeRule> sd_rules_;
     std::vector<cuda::ShapeVariant> gemv_rules_, moe_rules_, grouped_rules_;
-    int sd_rule_ = -1;  // the running step's sparse_decode rule (graphs are captured per rule)
+    int sd_rule_ = -1;                   // the running step's sparse_decode rule (graphs are captured per rule)
     int64_t step_end_pos_ = kAnyEndPos;  // run_step's end_pos while it runs
-    int64_t test_delay_ns_ = 0;  // set_test_delay_ns: a spin at the start of every step
+    int64_t test_delay_ns_ = 0;          // set_test_delay_ns: a spin at the start of every step
     bool fast_attn_ = false;
-    bool batched_ = false;  // batched prefill available (batched_step)
+    bool batched_ = false;    // batched prefill available (batched_step)
     cuda::PrefillGemm gemm_;  // handle null: off
-    int pf_block_ = 1;      // query tokens per batched attention launch
+    int pf_block_ = 1;        // query tokens per batched attention launch
     int n_sms_ = 1;
     int pt_stride_ = 0;
     int n_gate_ranges_ = 0;
     std::map<int, cudaGraphExec_t> graphs_;
     std::map<int, cudaGraphExec_t> verify_graphs_;  // verify_graph: key B * 8 + n
-    GraphReplays replays_;                           // queue_step's graph launches
-    float* mtp_in_ = nullptr;       // [max_step_tokens, hc_mult, d] the MTP block's input streams (with an MTP block)
-    int32_t* mtp_next_ = nullptr;   // [max_step_tokens] the token after each position
+    GraphReplays replays_;                          // queue_step's graph launches
+    float* mtp_in_ = nullptr;      // [max_step_tokens, hc_mult, d] the MTP block's input streams (with an MTP block)
+    int32_t* mtp_next_ = nullptr;  // [max_step_tokens] the token after each position
     // [max_seqs] ids of the last step's device-sampled rows, by logits row: argmax_rows writes them,
     // kFull tokens are scattered in; the next step's pending tokens are read from here.
     int32_t* sampled_ = nullptr;
@@ -500,7 +499,9 @@ private:
     struct GrowBuf {
         void* p = nullptr;
         size_t cap = 0;
-        ~GrowBuf() { if (p) cudaFree(p); }
+        ~GrowBuf() {
+            if (p) cudaFree(p);
+        }
         Status reserve(size_t bytes) {
             if (bytes <= cap) return Status::ok();
             if (p) cudaFree(p);
@@ -512,7 +513,7 @@ private:
         }
     };
     GrowBuf sample_args_, sample_toks_, sample_saved_;
-    GrowBuf copy_pairs_;  // the step's PageCopy pairs
+    GrowBuf copy_pairs_;                          // the step's PageCopy pairs
     std::map<int, cudaGraphExec_t> head_graphs_;  // bench: non-layer work alone, per bucket
     OpProfile* prof_ = nullptr;                   // bench: op marks while capturing a profiled step
     Status lost_;                                 // the first sticky CUDA error (kDeviceLost); ok while healthy

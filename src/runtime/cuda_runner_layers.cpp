@@ -8,8 +8,8 @@ namespace dsv4::cuda_runner_detail {
 bool CudaRunner::bf16_route(int l, int T, int max_t) const {
     const int H = cfg_.n_heads, D = cfg_.head_dim, G = cfg_.o_groups, orank = cfg_.o_lora_rank;
     return batched_step(max_t) && gemm_step(T) &&
-           cuda::linear_reads_only_bf16(block_w(l).wo_a, orank, int64_t(H / G) * D, int64_t(H) * D,
-                                        int64_t(G) * orank, T);
+           cuda::linear_reads_only_bf16(block_w(l).wo_a, orank, int64_t(H / G) * D, int64_t(H) * D, int64_t(G) * orank,
+                                        T);
 }
 
 Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, int splits) {
@@ -37,7 +37,8 @@ Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, 
     if (ov) DSV4_RETURN_IF_ERROR(fork(n_side));
     mark(ov ? "q|kv|compressor|indexer proj (streams)" : "q: wq_a+norm+wq_b+rope");
     DSV4_CU(cuda::linear(L.wq_a, -1, ws_.xn, d, 0, 0, ws_.qlat_raw, qr, T, false, st, xnb));
-    DSV4_CU(cuda::norm_rope(ws_.qlat_raw, qr, ws_.qlat, qr, T, qr, true, L.q_norm, eps, nullptr, 0, ws_.pos, 1, false, st));
+    DSV4_CU(
+        cuda::norm_rope(ws_.qlat_raw, qr, ws_.qlat, qr, T, qr, true, L.q_norm, eps, nullptr, 0, ws_.pos, 1, false, st));
     const void* qlb = nullptr;
     DSV4_RETURN_IF_ERROR(bf16_input(ws_.qlat, qr, T, ws_.xb_qlat, ws_.xb_rows_wide, st, &qlb));
     const bool route = bf16_route(l, T, max_t);
@@ -51,7 +52,8 @@ Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, 
     } else {
         DSV4_CU(cuda::linear(L.wq_b, -1, ws_.qlat, qr, 0, 0, ws_.q, int64_t(H) * D, T, false, st, qlb));
         if (route)
-            DSV4_CU(cuda::norm_rope_to_bf16(ws_.q, D, ws_.pf_qb, D, T * H, D, true, nullptr, eps, rope, R, ws_.pos, H, st));
+            DSV4_CU(
+                cuda::norm_rope_to_bf16(ws_.q, D, ws_.pf_qb, D, T * H, D, true, nullptr, eps, rope, R, ws_.pos, H, st));
         else
             DSV4_CU(cuda::norm_rope(ws_.q, D, ws_.q, D, T * H, D, true, nullptr, eps, rope, R, ws_.pos, H, false, st));
     }
@@ -88,13 +90,13 @@ Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, 
     ka.rope_dim = R;
     ka.eps = eps;
     if (r > 0) {
-        ka.comp[0] = {r, D, csa, S.comp_kv_offset, S.comp_gate_offset, S.row_offset, pool_.main, ws_.cv, ws_.cg,
-                      L.comp.ape, L.comp.norm};
+        ka.comp[0] = {r,          D,      csa,    S.comp_kv_offset, S.comp_gate_offset, S.row_offset,
+                      pool_.main, ws_.cv, ws_.cg, L.comp.ape,       L.comp.norm};
         ka.n_comp = 1;
     }
     if (csa) {
-        ka.comp[1] = {r, ID, true, S.idx_kv_offset, S.idx_gate_offset, S.idx_row_offset, pool_.index, ws_.iv,
-                      ws_.ig, L.idx_comp.ape, L.idx_comp.norm};
+        ka.comp[1] = {r,           ID,     true,   S.idx_kv_offset, S.idx_gate_offset, S.idx_row_offset,
+                      pool_.index, ws_.iv, ws_.ig, L.idx_comp.ape,  L.idx_comp.norm};
         ka.n_comp = 2;
     }
     cuda::IndexerArgs ia;

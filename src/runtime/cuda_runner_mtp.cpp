@@ -8,8 +8,8 @@ namespace dsv4::cuda_runner_detail {
 
 Status CudaRunner::mtp_block(int m, int B, int T, int max_t, int R, float* streams, const int32_t* next) {
     if (m < 0 || m >= int(w_.mtp.size()))
-        return error(StatusCode::kFailedPrecondition, "MTP block {} asked; the runner holds {} (CudaRunnerOptions::mtp_blocks)",
-                     m, w_.mtp.size());
+        return error(StatusCode::kFailedPrecondition,
+                     "MTP block {} asked; the runner holds {} (CudaRunnerOptions::mtp_blocks)", m, w_.mtp.size());
     const DevMtp& M = w_.mtp[size_t(m)];
     const int l = cfg_.n_layers + m, n = cfg_.hc_mult, d = cfg_.hidden_size;
     const float eps = float(cfg_.rms_norm_eps);
@@ -31,8 +31,10 @@ Status CudaRunner::mtp_block(int m, int B, int T, int max_t, int R, float* strea
         mark("mtp: mhc_pre");
         DSV4_CU(cuda::mhc_pre_mix(ws_.X, T, ma, st));
         DSV4_CU(cuda::mhc_pre_apply(ws_.X, T, ma, ws_.coeffs, ws_.xn, st));
-        if (site == 0) DSV4_RETURN_IF_ERROR(attention(l, sp, T, max_t, splits));
-        else DSV4_RETURN_IF_ERROR(moe(l, T));
+        if (site == 0)
+            DSV4_RETURN_IF_ERROR(attention(l, sp, T, max_t, splits));
+        else
+            DSV4_RETURN_IF_ERROR(moe(l, T));
         mark("mtp: mhc_post");
         DSV4_CU(cuda::mhc_post(ws_.X, ws_.y, ws_.coeffs, T, n, d, st));
     }
@@ -46,18 +48,22 @@ Status CudaRunner::forward_with_mtp(const ForwardBatch& batch, std::span<const i
                                     std::vector<std::vector<float>>& mtp_logits) {
     if (!lost_.is_ok()) return lost_;
     if (w_.mtp.empty())
-        return error(StatusCode::kFailedPrecondition, "forward_with_mtp: the runner holds no MTP block (CudaRunnerOptions::mtp_blocks)");
-    if (!inflight_.empty()) return error(StatusCode::kFailedPrecondition, "forward_with_mtp: launched steps not collected");
+        return error(StatusCode::kFailedPrecondition,
+                     "forward_with_mtp: the runner holds no MTP block (CudaRunnerOptions::mtp_blocks)");
+    if (!inflight_.empty())
+        return error(StatusCode::kFailedPrecondition, "forward_with_mtp: launched steps not collected");
     if (batch.seqs.empty()) return invalid_argument("forward_with_mtp: an empty step");
     if (int64_t(next.size()) != batch.n_tokens())
-        return invalid_argument("forward_with_mtp: {} next tokens for a step of {} tokens", next.size(), batch.n_tokens());
+        return invalid_argument("forward_with_mtp: {} next tokens for a step of {} tokens", next.size(),
+                                batch.n_tokens());
     for (const auto& c : batch.seqs)
         for (int32_t t : c.tokens)
-            if (t == kPendingToken) return invalid_argument("forward_with_mtp: sequence {} has a pending token", c.seq_id);
+            if (t == kPendingToken)
+                return invalid_argument("forward_with_mtp: sequence {} has a pending token", c.seq_id);
     for (int32_t t : next)
         if (t < 0 || t >= cfg_.vocab_size)
-            return error(StatusCode::kOutOfRange, "forward_with_mtp: next token id {} outside the vocabulary [0, {})", t,
-                         cfg_.vocab_size);
+            return error(StatusCode::kOutOfRange, "forward_with_mtp: next token id {} outside the vocabulary [0, {})",
+                         t, cfg_.vocab_size);
     HostPlan hp;
     DSV4_RETURN_IF_ERROR(plan(batch, 0, hp));
     DSV4_RETURN_IF_ERROR(upload_plan(hp));
@@ -68,7 +74,8 @@ Status CudaRunner::forward_with_mtp(const ForwardBatch& batch, std::span<const i
         DSV4_CU(cudaMemcpyAsync(h.data(), ws_.logits, h.size() * sizeof(float), cudaMemcpyDeviceToHost, stream_));
         DSV4_CU(cudaStreamSynchronize(stream_));
         out.clear();
-        for (int r = 0; r < hp.R; ++r) out.emplace_back(h.begin() + int64_t(r) * int64_t(V), h.begin() + int64_t(r + 1) * int64_t(V));
+        for (int r = 0; r < hp.R; ++r)
+            out.emplace_back(h.begin() + int64_t(r) * int64_t(V), h.begin() + int64_t(r + 1) * int64_t(V));
         return Status::ok();
     };
     DSV4_RETURN_IF_ERROR(remember_loss(run_step(hp.B, hp.T, hp.max_t, hp.R, hp.end_pos)));
@@ -82,12 +89,15 @@ Status CudaRunner::forward_with_mtp(const ForwardBatch& batch, std::span<const i
 Result<std::vector<double>> CudaRunner::time_mtp_draft(const ForwardBatch& batch, int warmup, int reps) {
     if (!lost_.is_ok()) return lost_;
     if (w_.mtp.empty())
-        return error(StatusCode::kFailedPrecondition, "time_mtp_draft: the runner holds no MTP block (CudaRunnerOptions::mtp_blocks)");
-    if (!inflight_.empty()) return error(StatusCode::kFailedPrecondition, "time_mtp_draft: launched steps not collected");
+        return error(StatusCode::kFailedPrecondition,
+                     "time_mtp_draft: the runner holds no MTP block (CudaRunnerOptions::mtp_blocks)");
+    if (!inflight_.empty())
+        return error(StatusCode::kFailedPrecondition, "time_mtp_draft: launched steps not collected");
     if (batch.seqs.empty() || reps <= 0) return invalid_argument("time_mtp_draft: empty batch or no replays");
     for (const auto& c : batch.seqs)
         if (c.tokens.size() != 1 || c.tokens[0] == kPendingToken)
-            return invalid_argument("time_mtp_draft: sequence {} has {} tokens, not one known token", c.seq_id, c.tokens.size());
+            return invalid_argument("time_mtp_draft: sequence {} has {} tokens, not one known token", c.seq_id,
+                                    c.tokens.size());
     HostPlan hp;
     DSV4_RETURN_IF_ERROR(plan(batch, 1, hp));
     DSV4_RETURN_IF_ERROR(upload_plan(hp));

@@ -8,8 +8,8 @@
 //      the compressor state rows are left as the token loop leaves them (compress_state_chunk);
 //   3. per block of prefill_query_block tokens: indexer scores + top-k (CSA), row lists (window
 //      positions inside the chunk from staging, earlier ones from the ring), q to bf16,
-//      sparse_prefill (wgmma; else sparse_decode), the inverse-RoPE output rows; on the bf16 route (bf16_route) q arrives in
-//      bf16 for the whole step and the output rows are inverse-rotated in place once, after the blocks;
+//      sparse_prefill (wgmma; else sparse_decode), the inverse-RoPE output rows; on the bf16 route (bf16_route) q
+//      arrives in bf16 for the whole step and the output rows are inverse-rotated in place once, after the blocks;
 //   4. the ring gets each sequence's last W rows (ring_write_chunk).
 // A pseudo-sequence sees exactly the rows its token saw in the loop (window positions <= p,
 // compressed windows closed at or before p), in the same order, so with sparse_decode the output is
@@ -60,8 +60,9 @@ Status CudaRunner::attention_batched(const cuda::StepPlan& sp, int T, int max_t,
             mark("prefill: sparse_decode");
             const int64_t splits = cuda::sparse_decode_splits_for(sa);
             if (int64_t(sa.batch) * splits > ws_.sd_seq_splits)
-                return error(StatusCode::kInternal, "sparse_decode: {} query tokens x {} splits exceed the workspace ({})",
-                             sa.batch, splits, ws_.sd_seq_splits);
+                return error(StatusCode::kInternal,
+                             "sparse_decode: {} query tokens x {} splits exceed the workspace ({})", sa.batch, splits,
+                             ws_.sd_seq_splits);
             DSV4_RETURN_IF_ERROR(cuda::sparse_decode_launch(sa, st));
         }
         if (!bf16_route) {

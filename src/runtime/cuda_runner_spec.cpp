@@ -61,7 +61,8 @@ Status CudaRunner::spec_before(const HostPlan& hp) {
         //    S + 1 slots per sequence, the token loop: no batched-prefill arrays); its last row gives the
         //    first draft. Also clears every live sequence's pending count.
         mark("spec: catch-up plan");
-        const cuda::SpecPassPlan pp{aux_.tok_begin, aux_.n_tok, aux_.pos, aux_.logit_rows, mtp_next_, aux_.start_pos, mtp_in_};
+        const cuda::SpecPassPlan pp{aux_.tok_begin, aux_.n_tok,     aux_.pos, aux_.logit_rows,
+                                    mtp_next_,      aux_.start_pos, mtp_in_};
         DSV4_CU(cuda::spec_catchup_plan(sp, pool_, a, pp, stream_));
         if (hp.spec_live) {
             {

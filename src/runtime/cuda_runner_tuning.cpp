@@ -74,77 +74,91 @@ Status CudaRunner::apply_tuning_rules() {
     };
     for (const TuningRule& r : rt.tuning_rules) {
         switch (r.op) {
-        case TunedOp::kSparseDecode: {
-            DSV4_ASSIGN_OR_RETURN(const int v, resolve_name(r, file, cuda::sparse_decode_variant_count(),
-                                                            [](int i) { return cuda::sparse_decode_variant_name(i); }));
-            if (!fast_attn_)
-                return invalid_argument("tuning file {}: rule '{}': decode attention is not on sparse_decode here "
-                                        "(fast_attention off, or f32 rows){}",
-                                        file, r.describe(), hint);
-            const cuda::KvFormat fmt =
-                pool_.main.fmt == int32_t(KvRowFormat::kFp8) ? cuda::KvFormat::kFp8 : cuda::KvFormat::kBf16;
-            if (v >= 0 && !cuda::sparse_decode_variant_legal(v, fmt, H))
-                return invalid_argument("tuning file {}: rule '{}': {} is not legal for {} heads on {} rows{}", file,
-                                        r.describe(), r.variant, H, fmt == cuda::KvFormat::kFp8 ? "fp8" : "bf16", hint);
-            if (sd.size() == 63) return invalid_argument("tuning file {}: more than 63 sparse_decode rules", file);
-            if (r.split_kv_target_ctas > max_target)
-                return invalid_argument("tuning file {}: rule '{}': split-KV target {} beyond the workspace sized at "
-                                        "start-up ({})",
-                                        file, r.describe(), r.split_kv_target_ctas, max_target);
-            sd.push_back({r.tokens, r.context, v, r.split_kv_target_ctas});
-            break;
-        }
-        case TunedOp::kDenseGemv: {
-            DSV4_ASSIGN_OR_RETURN(const int v, resolve_name(r, file, cuda::dense_gemv_variant_count(),
-                                                            [](int i) { return cuda::dense_gemv_variant_name(i); }));
-            // Every dense weight of every layer as the layer blocks call it (cuda_runner_layers.cpp).
-            for (const DevLayer* Lp : all_blocks())
-                for (const DevLayer& L = *Lp; int T : token_samples(r.tokens, opt_.max_step_tokens)) {
-                    const struct {
-                        const cuda::WeightDesc* w;
-                        int n_per_group;
-                        int64_t group_in, ldx;
-                    } calls[] = {{&L.wq_a, 0, 0, d},         {&L.wq_b, 0, 0, qr},       {&L.idx_wq_b, 0, 0, qr},
-                                 {&L.wkv, 0, 0, d},          {&L.comp.wkv, 0, 0, d},    {&L.comp.wgate, 0, 0, d},
-                                 {&L.idx_comp.wkv, 0, 0, d}, {&L.idx_comp.wgate, 0, 0, d}, {&L.idx_wproj, 0, 0, d},
-                                 {&L.wo_a, orank, int64_t(H / G) * D, int64_t(H) * D},
-                                 {&L.wo_b, 0, 0, int64_t(G) * orank}, {&L.sh_w1, 0, 0, d}, {&L.sh_w3, 0, 0, d},
-                                 {&L.sh_w2, 0, 0, I}, {&L.gate, 0, 0, d}};
-                    for (const auto& c : calls) {
-                        if (!c.w->data) continue;
-                        const std::string why = cuda::linear_variant_refusal(*c.w, c.n_per_group, c.group_in, c.ldx, T, v);
+            case TunedOp::kSparseDecode: {
+                DSV4_ASSIGN_OR_RETURN(const int v,
+                                      resolve_name(r, file, cuda::sparse_decode_variant_count(),
+                                                   [](int i) { return cuda::sparse_decode_variant_name(i); }));
+                if (!fast_attn_)
+                    return invalid_argument(
+                        "tuning file {}: rule '{}': decode attention is not on sparse_decode here "
+                        "(fast_attention off, or f32 rows){}",
+                        file, r.describe(), hint);
+                const cuda::KvFormat fmt =
+                    pool_.main.fmt == int32_t(KvRowFormat::kFp8) ? cuda::KvFormat::kFp8 : cuda::KvFormat::kBf16;
+                if (v >= 0 && !cuda::sparse_decode_variant_legal(v, fmt, H))
+                    return invalid_argument("tuning file {}: rule '{}': {} is not legal for {} heads on {} rows{}",
+                                            file, r.describe(), r.variant, H,
+                                            fmt == cuda::KvFormat::kFp8 ? "fp8" : "bf16", hint);
+                if (sd.size() == 63) return invalid_argument("tuning file {}: more than 63 sparse_decode rules", file);
+                if (r.split_kv_target_ctas > max_target)
+                    return invalid_argument(
+                        "tuning file {}: rule '{}': split-KV target {} beyond the workspace sized at "
+                        "start-up ({})",
+                        file, r.describe(), r.split_kv_target_ctas, max_target);
+                sd.push_back({r.tokens, r.context, v, r.split_kv_target_ctas});
+                break;
+            }
+            case TunedOp::kDenseGemv: {
+                DSV4_ASSIGN_OR_RETURN(const int v, resolve_name(r, file, cuda::dense_gemv_variant_count(), [](int i) {
+                                          return cuda::dense_gemv_variant_name(i);
+                                      }));
+                // Every dense weight of every layer as the layer blocks call it (cuda_runner_layers.cpp).
+                for (const DevLayer* Lp : all_blocks())
+                    for (const DevLayer& L = *Lp; int T : token_samples(r.tokens, opt_.max_step_tokens)) {
+                        const struct {
+                            const cuda::WeightDesc* w;
+                            int n_per_group;
+                            int64_t group_in, ldx;
+                        } calls[] = {{&L.wq_a, 0, 0, d},
+                                     {&L.wq_b, 0, 0, qr},
+                                     {&L.idx_wq_b, 0, 0, qr},
+                                     {&L.wkv, 0, 0, d},
+                                     {&L.comp.wkv, 0, 0, d},
+                                     {&L.comp.wgate, 0, 0, d},
+                                     {&L.idx_comp.wkv, 0, 0, d},
+                                     {&L.idx_comp.wgate, 0, 0, d},
+                                     {&L.idx_wproj, 0, 0, d},
+                                     {&L.wo_a, orank, int64_t(H / G) * D, int64_t(H) * D},
+                                     {&L.wo_b, 0, 0, int64_t(G) * orank},
+                                     {&L.sh_w1, 0, 0, d},
+                                     {&L.sh_w3, 0, 0, d},
+                                     {&L.sh_w2, 0, 0, I},
+                                     {&L.gate, 0, 0, d}};
+                        for (const auto& c : calls) {
+                            if (!c.w->data) continue;
+                            const std::string why =
+                                cuda::linear_variant_refusal(*c.w, c.n_per_group, c.group_in, c.ldx, T, v);
+                            if (!why.empty()) return refused(r, why, T);
+                        }
+                    }
+                // The LM head (CudaRunner::lm_head), over the step's logit rows.
+                for (int T : token_samples(r.tokens, opt_.max_step_tokens))
+                    if (w_.head.data)
+                        if (const std::string why = cuda::linear_variant_refusal(w_.head, 0, 0, d, T, v); !why.empty())
+                            return refused(r, "LM head: " + why, T);
+                gemv.push_back(shape_variant_of(r, v));
+                break;
+            }
+            case TunedOp::kMoeExpert:
+            case TunedOp::kMoeGrouped: {
+                const bool grouped = r.op == TunedOp::kMoeGrouped;
+                DSV4_ASSIGN_OR_RETURN(const int v,
+                                      grouped ? resolve_name(r, file, cuda::moe_grouped_variant_count(),
+                                                             [](int i) { return cuda::moe_grouped_variant_name(i); })
+                                              : resolve_name(r, file, cuda::moe_expert_variant_count(),
+                                                             [](int i) { return cuda::moe_expert_variant_name(i); }));
+                if (!w_.layers.empty() && w_.layers[0].ex_w1.data)
+                    for (int T : token_samples(r.tokens, opt_.max_step_tokens)) {
+                        // Every layer's experts have one shape and layout. Hash routing is left out: its
+                        // token ids are not allocated yet, and the routing does not decide the variant.
+                        cuda::MoeArgs a = moe_args(0, T);
+                        a.tid2eid = nullptr;
+                        const std::string why = cuda::moe_variant_refusal(a, v, grouped);
                         if (!why.empty()) return refused(r, why, T);
                     }
-                }
-            // The LM head (CudaRunner::lm_head), over the step's logit rows.
-            for (int T : token_samples(r.tokens, opt_.max_step_tokens))
-                if (w_.head.data)
-                    if (const std::string why = cuda::linear_variant_refusal(w_.head, 0, 0, d, T, v); !why.empty())
-                        return refused(r, "LM head: " + why, T);
-            gemv.push_back(shape_variant_of(r, v));
-            break;
-        }
-        case TunedOp::kMoeExpert:
-        case TunedOp::kMoeGrouped: {
-            const bool grouped = r.op == TunedOp::kMoeGrouped;
-            DSV4_ASSIGN_OR_RETURN(
-                const int v,
-                grouped ? resolve_name(r, file, cuda::moe_grouped_variant_count(),
-                                       [](int i) { return cuda::moe_grouped_variant_name(i); })
-                        : resolve_name(r, file, cuda::moe_expert_variant_count(),
-                                       [](int i) { return cuda::moe_expert_variant_name(i); }));
-            if (!w_.layers.empty() && w_.layers[0].ex_w1.data)
-                for (int T : token_samples(r.tokens, opt_.max_step_tokens)) {
-                    // Every layer's experts have one shape and layout. Hash routing is left out: its
-                    // token ids are not allocated yet, and the routing does not decide the variant.
-                    cuda::MoeArgs a = moe_args(0, T);
-                    a.tid2eid = nullptr;
-                    const std::string why = cuda::moe_variant_refusal(a, v, grouped);
-                    if (!why.empty()) return refused(r, why, T);
-                }
-            (grouped ? grouped_v : moe).push_back(shape_variant_of(r, v));
-            break;
-        }
+                (grouped ? grouped_v : moe).push_back(shape_variant_of(r, v));
+                break;
+            }
         }
     }
     sd_rules_ = std::move(sd);
@@ -179,4 +193,4 @@ Status CudaRunner::set_tuning_rules(const std::vector<TuningRule>& rules) {
     return Status::ok();
 }
 
-}  // namespace cuda_runner_detail
+}  // namespace dsv4::cuda_runner_detail

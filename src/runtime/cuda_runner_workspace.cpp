@@ -89,13 +89,14 @@ Status CudaRunner::alloc_workspace() {
         for (int l = 0; l < cfg_.n_layers; ++l) {
             const int r = cfg_.compress_ratio(l);
             if (r > 0)
-                max_comp = std::max<int64_t>(max_comp, cfg_.layer_types[l] == AttnType::kCSA ? int64_t(cfg_.index_topk)
-                                                                                            : opt_.max_context / r + 1);
+                max_comp =
+                    std::max<int64_t>(max_comp, cfg_.layer_types[l] == AttnType::kCSA ? int64_t(cfg_.index_topk)
+                                                                                      : opt_.max_context / r + 1);
         }
         ws_.row_cap = int64_t(Bq) * (cfg_.sliding_window + max_comp);
         // batch x splits <= max(batch, target CTAs): a forced split-KV target larger than 2 x SMs must fit too.
-        int64_t target = std::max<int64_t>({2 * int64_t(n_sms_), opt_.rt.split_kv_target_ctas,
-                                            int64_t(opt_.split_kv_workspace_ctas)});
+        int64_t target = std::max<int64_t>(
+            {2 * int64_t(n_sms_), opt_.rt.split_kv_target_ctas, int64_t(opt_.split_kv_workspace_ctas)});
         for (const SparseDecodeRule& r : sd_rules_) target = std::max<int64_t>(target, r.target_ctas);
         ws_.sd_seq_splits = std::max<int64_t>(int64_t(Bq), target);
         t.push_back(raw("sparse_decode q bf16", ws_.qb, Bq * H * D * 2));
@@ -117,30 +118,29 @@ Status CudaRunner::alloc_workspace() {
         t.push_back(raw("bf16 xn", ws_.xb_xn, Bw * d * 2));
         t.push_back(raw("bf16 shared h", ws_.xb_sh, Bm * I * 2));
     }
-    for (Buffer b : {buf("head rows", ws_.hn, Rm * d), buf("logits", ws_.logits, Rm * V),
-                     buf("routed ids", ws_.ids, Tm * K), buf("expert counts", ws_.counts, 3 * E + 1),
-                     buf("permutation", ws_.perm, Tm * K), buf("permutation slots", ws_.slot, Tm * K),
-                     buf("indexer selection", ws_.sel, Bq * topk), buf("indexer selected", ws_.n_sel, Bq),
-                     buf("plan: logits rows", ws_.logit_rows, Rm), buf("plan: token begin", ws_.tok_begin, Bm),
-                     buf("plan: tokens per sequence", ws_.n_tok, Bm),
-                     buf("plan: page tables", ws_.page_table, Bm * size_t(pt_stride_)),
-                     buf("plan: tokens", ws_.tokens, Tm), buf("plan: positions", ws_.pos, Tm),
-                     buf("plan: start positions", ws_.start_pos, Bm)})
+    for (Buffer b :
+         {buf("head rows", ws_.hn, Rm * d), buf("logits", ws_.logits, Rm * V), buf("routed ids", ws_.ids, Tm * K),
+          buf("expert counts", ws_.counts, 3 * E + 1), buf("permutation", ws_.perm, Tm * K),
+          buf("permutation slots", ws_.slot, Tm * K), buf("indexer selection", ws_.sel, Bq * topk),
+          buf("indexer selected", ws_.n_sel, Bq), buf("plan: logits rows", ws_.logit_rows, Rm),
+          buf("plan: token begin", ws_.tok_begin, Bm), buf("plan: tokens per sequence", ws_.n_tok, Bm),
+          buf("plan: page tables", ws_.page_table, Bm * size_t(pt_stride_)), buf("plan: tokens", ws_.tokens, Tm),
+          buf("plan: positions", ws_.pos, Tm), buf("plan: start positions", ws_.start_pos, Bm)})
         t.push_back(std::move(b));
     if (!w_.mtp.empty()) {  // the MTP block's input streams and next tokens (mtp_block)
         t.push_back(buf("MTP input streams", mtp_in_, Tm * n * d));
         t.push_back(buf("MTP next tokens", mtp_next_, Tm));
     }
     if (spec_tokens_ > 0) {  // speculative decoding's cycle (cuda_runner_spec.cpp): the second plan arrays and more
-        for (Buffer b : {buf("aux plan: token begin", aux_.tok_begin, std::max(Bm, Tm)),
-                         buf("aux plan: tokens per sequence", aux_.n_tok, Bm),
-                         buf("aux plan: page tables", aux_.page_table, Bm * size_t(pt_stride_)),
-                         buf("aux plan: tokens", aux_.tokens, Tm), buf("aux plan: positions", aux_.pos, Tm),
-                         buf("aux plan: logits rows", aux_.logit_rows, Rm),
-                         buf("aux plan: start positions", aux_.start_pos, Bm),
-                         buf("spec: per-sequence flags", spec_seq_, 4 * Bm), buf("spec: drafts", drafts_, Bm * S),
-                         buf("spec: draft picks", draft_ids_, Bm), buf("spec: MTP pass rows", gather_idx_, Tm),
-                         buf("spec: MTP ring rows", ring_scratch_, Bm * S * size_t(layout_.row_words_main))})
+        for (Buffer b :
+             {buf("aux plan: token begin", aux_.tok_begin, std::max(Bm, Tm)),
+              buf("aux plan: tokens per sequence", aux_.n_tok, Bm),
+              buf("aux plan: page tables", aux_.page_table, Bm * size_t(pt_stride_)),
+              buf("aux plan: tokens", aux_.tokens, Tm), buf("aux plan: positions", aux_.pos, Tm),
+              buf("aux plan: logits rows", aux_.logit_rows, Rm), buf("aux plan: start positions", aux_.start_pos, Bm),
+              buf("spec: per-sequence flags", spec_seq_, 4 * Bm), buf("spec: drafts", drafts_, Bm * S),
+              buf("spec: draft picks", draft_ids_, Bm), buf("spec: MTP pass rows", gather_idx_, Tm),
+              buf("spec: MTP ring rows", ring_scratch_, Bm * S * size_t(layout_.row_words_main))})
             t.push_back(std::move(b));
         if (batched_) {
             t.push_back(buf("aux plan: prefill sequence", aux_.pf_seq, Tm));
@@ -166,7 +166,8 @@ Status CudaRunner::alloc_workspace() {
     const Buffer* largest = nullptr;
     for (const Buffer& b : t) {
         auto p = arena_.alloc(b.bytes);
-        if (!p.is_ok()) return p.status().with_context(fmt::format("the step workspace '{}' ({} bytes)", b.name, b.bytes));
+        if (!p.is_ok())
+            return p.status().with_context(fmt::format("the step workspace '{}' ({} bytes)", b.name, b.bytes));
         b.place(*p);
         total += b.bytes;
         if (!largest || b.bytes > largest->bytes) largest = &b;

@@ -37,12 +37,10 @@ bool cuda_error_is_sticky(cudaError_t e) {
 Status cuda_error_status(cudaError_t e, std::string_view what) {
     if (e == cudaSuccess) return Status::ok();
     if (cuda_error_is_sticky(e))
-        return error(StatusCode::kDeviceLost,
-                     "CUDA error in {}: {} ({}); the GPU context is lost for this process", what,
-                     cudaGetErrorName(e), cudaGetErrorString(e));
-    return error(
-        e == cudaErrorMemoryAllocation ? StatusCode::kResourceExhausted : StatusCode::kInternal,
-        "CUDA error in {}: {} ({})", what, cudaGetErrorName(e), cudaGetErrorString(e));
+        return error(StatusCode::kDeviceLost, "CUDA error in {}: {} ({}); the GPU context is lost for this process",
+                     what, cudaGetErrorName(e), cudaGetErrorString(e));
+    return error(e == cudaErrorMemoryAllocation ? StatusCode::kResourceExhausted : StatusCode::kInternal,
+                 "CUDA error in {}: {} ({})", what, cudaGetErrorName(e), cudaGetErrorString(e));
 }
 
 Result<void*> cuda_malloc(size_t bytes, std::string_view what) {
@@ -50,8 +48,7 @@ Result<void*> cuda_malloc(size_t bytes, std::string_view what) {
     const size_t ask = bytes ? bytes : 1;
     const cudaError_t e = cudaMalloc(&p, ask);
     if (e == cudaSuccess) return p;
-    if (e != cudaErrorMemoryAllocation)
-        return cuda_error_status(e, fmt::format("cudaMalloc for {}", what));
+    if (e != cudaErrorMemoryAllocation) return cuda_error_status(e, fmt::format("cudaMalloc for {}", what));
     (void)cudaGetLastError();  // not sticky: clear it, or the next launch check returns it
     size_t free_b = 0, total_b = 0;
     int dev = -1;

@@ -21,8 +21,7 @@ struct HostMat {
     std::vector<uint8_t> data, scale;
 };
 
-Result<HostMat> fetch_matrix(const Checkpoint* ckpt, const std::string& name, int64_t N, int64_t K,
-                             const F32Vec& f32) {
+Result<HostMat> fetch_matrix(const Checkpoint* ckpt, const std::string& name, int64_t N, int64_t K, const F32Vec& f32) {
     HostMat m;
     if (!ckpt) {
         if (int64_t(f32.size()) != N * K)
@@ -37,12 +36,14 @@ Result<HostMat> fetch_matrix(const Checkpoint* ckpt, const std::string& name, in
     switch (t.dtype) {
         case DType::kF32:
         case DType::kBF16:
-            if (t.numel() != N * K) return invalid_argument("{}: {} elements, expected [{}, {}]", name, t.numel(), N, K);
+            if (t.numel() != N * K)
+                return invalid_argument("{}: {} elements, expected [{}, {}]", name, t.numel(), N, K);
             m.fmt = t.dtype == DType::kF32 ? cuda::WFmt::kF32 : cuda::WFmt::kBF16;
             copy(t, m.data);
             return m;
         case DType::kF8E4M3: {
-            if (t.numel() != N * K) return invalid_argument("{}: {} elements, expected [{}, {}]", name, t.numel(), N, K);
+            if (t.numel() != N * K)
+                return invalid_argument("{}: {} elements, expected [{}, {}]", name, t.numel(), N, K);
             const TensorView* sc = nullptr;
             TensorView found;
             for (const char* suffix : {".scale", ".weight_scale_inv", ".weight_scale"}) {
@@ -55,10 +56,14 @@ Result<HostMat> fetch_matrix(const Checkpoint* ckpt, const std::string& name, in
             }
             if (!sc) return invalid_argument("{}: FP8 weight without a block scale (B14)", name);
             const int64_t want = ((N + 127) / 128) * ((K + 127) / 128);
-            if (sc->numel() != want) return invalid_argument("{}: scale has {} elements, expected {}", sc->name, sc->numel(), want);
-            if (sc->dtype == DType::kF8E8M0) m.fmt = cuda::WFmt::kFp8E8M0;
-            else if (sc->dtype == DType::kF32) m.fmt = cuda::WFmt::kFp8F32;
-            else return invalid_argument("{}: scale dtype {} not F8_E8M0 or F32", sc->name, dtype_name(sc->dtype));
+            if (sc->numel() != want)
+                return invalid_argument("{}: scale has {} elements, expected {}", sc->name, sc->numel(), want);
+            if (sc->dtype == DType::kF8E8M0)
+                m.fmt = cuda::WFmt::kFp8E8M0;
+            else if (sc->dtype == DType::kF32)
+                m.fmt = cuda::WFmt::kFp8F32;
+            else
+                return invalid_argument("{}: scale dtype {} not F8_E8M0 or F32", sc->name, dtype_name(sc->dtype));
             copy(t, m.data);
             copy(*sc, m.scale);
             return m;
@@ -110,8 +115,8 @@ struct Uploader {
         HostMat all;
         size_t stride = 0, sstride = 0;
         for (int e = first; e < first + E; ++e) {
-            DSV4_ASSIGN_OR_RETURN(HostMat m, fetch_matrix(ckpt, prefix + std::to_string(e) + "." + proj + ".weight", N, K,
-                                                          ew[e].*field));
+            DSV4_ASSIGN_OR_RETURN(
+                HostMat m, fetch_matrix(ckpt, prefix + std::to_string(e) + "." + proj + ".weight", N, K, ew[e].*field));
             if (e == first) {
                 all.fmt = m.fmt;
                 stride = m.data.size();
@@ -176,7 +181,8 @@ Result<DevLayer> upload_layer(Uploader& up, DeviceArena& arena, const ModelConfi
         const int64_t IH = cfg.index_n_heads, ID = cfg.index_head_dim;
         DSV4_ASSIGN_OR_RETURN(o.idx_comp, upload_comp(up, p + "attn.indexer.compressor.", L.indexer.compressor, d));
         DSV4_ASSIGN_OR_RETURN(o.idx_wq_b, up.matrix(p + "attn.indexer.wq_b.weight", IH * ID, qr, L.indexer.wq_b));
-        DSV4_ASSIGN_OR_RETURN(o.idx_wproj, up.matrix(p + "attn.indexer.weights_proj.weight", IH, d, L.indexer.weights_proj));
+        DSV4_ASSIGN_OR_RETURN(o.idx_wproj,
+                              up.matrix(p + "attn.indexer.weights_proj.weight", IH, d, L.indexer.weights_proj));
     }
     DSV4_ASSIGN_OR_RETURN(o.gate, up.matrix(p + "ffn.gate.weight", E, d, L.gate));
     if (!L.gate_bias.empty()) {
@@ -226,8 +232,8 @@ Result<size_t> upload_rope_tables(const ModelConfig& cfg, DeviceArena& arena, De
     return (rm.inv_freq.size() + rc.inv_freq.size()) * sizeof(float);
 }
 
-Result<DevWeights> upload_weights(const RefModel& model, const Checkpoint* ckpt, DeviceArena& arena,
-                                  int expert_first, int expert_count, int mtp_blocks) {
+Result<DevWeights> upload_weights(const RefModel& model, const Checkpoint* ckpt, DeviceArena& arena, int expert_first,
+                                  int expert_count, int mtp_blocks) {
     const ModelConfig& cfg = model.config();
     const ModelWeights& W = model.weights();
     Uploader up{ckpt, arena, {}};

@@ -85,7 +85,7 @@ struct DevWeights {
     const float* rope_compress = nullptr;  // [rope_dim/2]
     std::vector<DevLayer> layers;
     std::vector<DevMtp> mtp;  // the model's MTP blocks (uploads from a RefModel that holds them)
-    std::string summary;  // formats used, bytes
+    std::string summary;      // formats used, bytes
 };
 
 // The two RoPE inverse-frequency tables of `cfg` (main: rope_theta; compressed rows: compress_rope_theta

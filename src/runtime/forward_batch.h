@@ -48,11 +48,11 @@ inline constexpr int32_t kPendingToken = -1;
 
 // One sequence's slice of work in a step: a prefill chunk (many tokens) or a decode step (one).
 struct SeqChunk {
-    int64_t seq_id = 0;                  // engine-wide unique id of the sequence
-    std::span<const int32_t> tokens;     // [n_tokens] token ids of this chunk (or kPendingToken)
-    int64_t start_pos = 0;               // absolute position of tokens[0]; 0 = a new sequence
-    bool want_logits = true;             // produce logits for the last token of the chunk
-    std::span<const int32_t> page_table; // pages owned by the sequence, in KvLayout order
+    int64_t seq_id = 0;                         // engine-wide unique id of the sequence
+    std::span<const int32_t> tokens;            // [n_tokens] token ids of this chunk (or kPendingToken)
+    int64_t start_pos = 0;                      // absolute position of tokens[0]; 0 = a new sequence
+    bool want_logits = true;                    // produce logits for the last token of the chunk
+    std::span<const int32_t> page_table;        // pages owned by the sequence, in KvLayout order
     DeviceSample sample = DeviceSample::kNone;  // with want_logits: logits row or sampled token
     DeviceSampleParams params;                  // with sample == kFull
     // Speculative decoding (issue 24; ModelRunner::max_draft_tokens() > 0):

@@ -24,8 +24,12 @@ std::string load_progress_line(uint64_t done, uint64_t total, double seconds, in
 }
 
 LoadProgress::LoadProgress(uint64_t total, bool enabled, std::FILE* out, double interval_s)
-    : total_(total), enabled_(enabled), out_(out), interval_s_(interval_s),
-      t0_(std::chrono::steady_clock::now()), last_(t0_) {}
+    : total_(total),
+      enabled_(enabled),
+      out_(out),
+      interval_s_(interval_s),
+      t0_(std::chrono::steady_clock::now()),
+      last_(t0_) {}
 
 void LoadProgress::update(uint64_t done) {
     done_ = done;

@@ -20,7 +20,8 @@ Status resolve_pending_tokens(const ForwardBatch& batch, const std::unordered_ma
                 auto it = sampled.find(c.seq_id);
                 if (it == sampled.end())
                     return error(StatusCode::kFailedPrecondition,
-                                 "sequence {}: a pending token, but the previous step sampled no token for it", c.seq_id);
+                                 "sequence {}: a pending token, but the previous step sampled no token for it",
+                                 c.seq_id);
                 t = it->second;
             }
             storage.push_back(t);

@@ -35,7 +35,7 @@ public:
     virtual ~ModelRunner() = default;
     virtual const ModelConfig& config() const = 0;
     virtual const KvLayout& kv_layout() const = 0;
-    virtual int64_t n_pages() const = 0;   // pages in the pool
+    virtual int64_t n_pages() const = 0;  // pages in the pool
     // Positions one sequence may reach (prompt + output); the engine rejects longer requests at
     // admission. Runners with no limit of their own beyond the page pool keep the default.
     virtual int64_t max_positions() const { return INT64_MAX; }

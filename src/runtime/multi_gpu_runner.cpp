@@ -93,8 +93,7 @@ public:
         // would leave them waiting in the first all-reduce.
         for (const auto& c : batch.seqs)
             if (c.want_logits && !supports_device_sample(c.sample))
-                return invalid_argument("sequence {}: device sample mode {} is not supported", c.seq_id,
-                                        int(c.sample));
+                return invalid_argument("sequence {}: device sample mode {} is not supported", c.seq_id, int(c.sample));
         const ForwardBatch quiet = without_logits(batch);
         return threads_->run([&](int r) {
             if (r == 0) return ranks_[0]->forward_sampled(batch, out);
@@ -151,7 +150,7 @@ private:
 }  // namespace
 
 Result<std::unique_ptr<CudaBenchRunner>> make_multi_gpu_runner(int n_gpus, const CudaRunnerOptions& base,
-                                                                const RankRunnerFactory& factory) {
+                                                               const RankRunnerFactory& factory) {
     if (n_gpus < 1) return invalid_argument("--gpus {}: need at least 1", n_gpus);
     const int have = cuda_device_count();
     if (have < n_gpus) return error(StatusCode::kUnavailable, "--gpus {}: {} CUDA device(s) visible", n_gpus, have);

@@ -26,7 +26,7 @@ using RankRunnerFactory = std::function<Result<std::unique_ptr<ModelRunner>>(int
 // make_cuda_runner_synthetic). n_gpus 1: the factory's runner alone, no threads, no NCCL.
 // Errors: fewer devices than n_gpus, no NCCL, a rank's factory error, NCCL init errors.
 Result<std::unique_ptr<CudaBenchRunner>> make_multi_gpu_runner(int n_gpus, const CudaRunnerOptions& base,
-                                                                const RankRunnerFactory& factory);
+                                                               const RankRunnerFactory& factory);
 
 // Device count visible to this process (0 without a usable driver).
 int cuda_device_count();

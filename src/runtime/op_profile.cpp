@@ -32,8 +32,10 @@ void OpProfile::mark(const char* label, cudaStream_t st) {
     const cudaError_t e = cs == cudaStreamCaptureStatusActive
                               ? cudaEventRecordWithFlags(events_[n_used_], st, cudaEventRecordExternal)
                               : cudaEventRecord(events_[n_used_], st);
-    if (e == cudaSuccess) ++n_used_;
-    else (void)cudaGetLastError();  // a dropped mark must not fail the next launch's check
+    if (e == cudaSuccess)
+        ++n_used_;
+    else
+        (void)cudaGetLastError();  // a dropped mark must not fail the next launch's check
 }
 
 cudaError_t OpProfile::accumulate() {

@@ -13,8 +13,8 @@ RefRunner::RefRunner(std::shared_ptr<const RefModel> model, KvLayout layout, int
     scratch_.assign(size_t(layout_.n_state_pages * layout_.page_elems), 0.0f);
 }
 
-Result<std::unique_ptr<RefRunner>> RefRunner::create(std::shared_ptr<const RefModel> model,
-                                                     int64_t page_tokens, int64_t n_pages, RefSpeculation spec) {
+Result<std::unique_ptr<RefRunner>> RefRunner::create(std::shared_ptr<const RefModel> model, int64_t page_tokens,
+                                                     int64_t n_pages, RefSpeculation spec) {
     const bool mtp = spec.max_tokens > 0 && spec.draft == DraftSource::kMtp;
     if (mtp && model->mtp_blocks() < 1)
         return error(StatusCode::kFailedPrecondition,
@@ -22,8 +22,8 @@ Result<std::unique_ptr<RefRunner>> RefRunner::create(std::shared_ptr<const RefMo
     DSV4_ASSIGN_OR_RETURN(KvLayout layout, KvLayout::make(model->config(), page_tokens, 4, KvRowFormat::kF32,
                                                           mtp ? 1 : 0, spec.max_tokens));
     if (n_pages < layout.n_state_pages + 1)
-        return invalid_argument("page pool of {} pages cannot hold one sequence ({} state pages + 1)",
-                                n_pages, layout.n_state_pages);
+        return invalid_argument("page pool of {} pages cannot hold one sequence ({} state pages + 1)", n_pages,
+                                layout.n_state_pages);
     return std::unique_ptr<RefRunner>(new RefRunner(std::move(model), std::move(layout), n_pages, spec));
 }
 
@@ -120,18 +120,20 @@ Status RefRunner::speculative_chunk(const SeqChunk& c, const SeqStateView& view,
             const int64_t D = layout_.row_words_main, W = layout_.ring_rows;
             std::vector<float> ring(size_t(std::max(k - 1, 0)) * size_t(D));
             for (int i = 1; i < k; ++i)
-                std::memcpy(&ring[size_t(i - 1) * D], st + layout_.ring_row(mtp_layer, (P + i - 1) % W), sizeof(float) * D);
+                std::memcpy(&ring[size_t(i - 1) * D], st + layout_.ring_row(mtp_layer, (P + i - 1) % W),
+                            sizeof(float) * D);
             drafts.push_back(greedy_token(lg));
             for (int i = 1; i < k; ++i) {
                 const std::vector<float> h(mtp_streams.end() - nd, mtp_streams.end());
                 RefForwardOptions o;
                 o.streams_out = &mtp_streams;
-                DSV4_RETURN_IF_ERROR(model_->mtp_forward(0, view, h, std::span<const int32_t>(&drafts.back(), 1),
-                                                         P + i - 1, o, lg));
+                DSV4_RETURN_IF_ERROR(
+                    model_->mtp_forward(0, view, h, std::span<const int32_t>(&drafts.back(), 1), P + i - 1, o, lg));
                 drafts.push_back(greedy_token(lg));
             }
             for (int i = 1; i < k; ++i)
-                std::memcpy(st + layout_.ring_row(mtp_layer, (P + i - 1) % W), &ring[size_t(i - 1) * D], sizeof(float) * D);
+                std::memcpy(st + layout_.ring_row(mtp_layer, (P + i - 1) % W), &ring[size_t(i - 1) * D],
+                            sizeof(float) * D);
         } else {
             // The target's own greedy continuation; the state it wrote is put back whole.
             const std::vector<float> saved(st, st + layout_.state_elems);
@@ -167,7 +169,8 @@ Status RefRunner::speculative_chunk(const SeqChunk& c, const SeqStateView& view,
     SpecHeader h = spec_header(layout_, st);
     h.pending_start = int32_t(first_pending);
     h.pending_len = int32_t(P + n - first_pending);
-    for (int64_t q = first_pending; q < P + n; ++q) set_spec_pending_token(layout_, st, q - first_pending, tokens[size_t(q - P)]);
+    for (int64_t q = first_pending; q < P + n; ++q)
+        set_spec_pending_token(layout_, st, q - first_pending, tokens[size_t(q - P)]);
     const std::span<float> dst = spec_pending_streams(layout_, st, h.pending_len, nd);
     std::copy(streams.begin() + (first_pending - P) * nd, streams.end(), dst.begin());
     set_spec_header(layout_, st, h);
@@ -189,8 +192,10 @@ Status RefRunner::run(const ForwardBatch& batch, StepOutput& out) {
             return invalid_argument("sequence {}: this runner was built without speculative decoding", c.seq_id);
     for (const PageCopy& pc : batch.page_copies) {
         if (pc.src < 0 || pc.src >= n_pages_ || pc.dst < 0 || pc.dst >= n_pages_)
-            return error(StatusCode::kOutOfRange, "page copy {} -> {} outside the pool [0, {})", pc.src, pc.dst, n_pages_);
-        std::memcpy(&pool_[size_t(pc.dst) * size_t(pe)], &pool_[size_t(pc.src) * size_t(pe)], sizeof(float) * size_t(pe));
+            return error(StatusCode::kOutOfRange, "page copy {} -> {} outside the pool [0, {})", pc.src, pc.dst,
+                         n_pages_);
+        std::memcpy(&pool_[size_t(pc.dst) * size_t(pe)], &pool_[size_t(pc.src) * size_t(pe)],
+                    sizeof(float) * size_t(pe));
     }
     std::vector<float> rows;
     const int64_t V = config().vocab_size;

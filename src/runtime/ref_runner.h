@@ -25,9 +25,8 @@ public:
     // page_tokens: tokens per token page; n_pages: pool size. Errors: a pool too small for one
     // sequence; speculation the model or its layout cannot hold (MTP drafts without an MTP block,
     // more drafts than KvLayout::make allows).
-    static Result<std::unique_ptr<RefRunner>> create(std::shared_ptr<const RefModel> model,
-                                                     int64_t page_tokens, int64_t n_pages,
-                                                     RefSpeculation spec = {});
+    static Result<std::unique_ptr<RefRunner>> create(std::shared_ptr<const RefModel> model, int64_t page_tokens,
+                                                     int64_t n_pages, RefSpeculation spec = {});
 
     const ModelConfig& config() const override { return model_->config(); }
     const KvLayout& kv_layout() const override { return layout_; }
@@ -50,8 +49,8 @@ private:
     // last of them (the first draft's) and its output streams there. Nothing pending: false.
     // forward_sampled without its device-sampling check (forward() ignores SeqChunk::sample).
     Status run(const ForwardBatch& batch, StepOutput& out);
-    Status gather(const SeqChunk& c);   // the chunk's state pages into scratch_ (checks the page table)
-    void scatter(const SeqChunk& c);    // and back
+    Status gather(const SeqChunk& c);  // the chunk's state pages into scratch_ (checks the page table)
+    void scatter(const SeqChunk& c);   // and back
     SeqStateView view_of(const SeqChunk& c);
     Result<bool> mtp_catch_up(const SeqStateView& view, int32_t next, std::vector<float>& logits,
                               std::vector<float>& mtp_streams);

@@ -33,8 +33,7 @@ Result<ModelConfig> runner_model_config(const RunnerOptions& opt) {
     return load_model_config(opt.model);
 }
 
-Result<std::shared_ptr<const RefModel>> load_ref_model(const std::string& model, uint64_t seed,
-                                                       RefNumerics numerics) {
+Result<std::shared_ptr<const RefModel>> load_ref_model(const std::string& model, uint64_t seed, RefNumerics numerics) {
     if (model == "tiny") {
         ModelConfig cfg = tiny_model_config();
         DSV4_RETURN_IF_ERROR(cfg.validate());
@@ -61,12 +60,15 @@ Result<std::unique_ptr<ModelRunner>> make_model_runner(const RunnerOptions& opt)
                          "speculative decoding (--speculative-tokens) runs on the cpu backend only so far: the CUDA "
                          "runner's speculative cycle is not enabled yet");
         if (opt.speculative_tokens > 0 && opt.speculative_draft != "mtp")
-            return error(StatusCode::kUnimplemented,
-                         "speculative draft '{}' runs on the cpu backend only; the cuda backend drafts with the MTP block "
-                         "(--speculative-draft mtp)", opt.speculative_draft);
+            return error(
+                StatusCode::kUnimplemented,
+                "speculative draft '{}' runs on the cpu backend only; the cuda backend drafts with the MTP block "
+                "(--speculative-draft mtp)",
+                opt.speculative_draft);
         if (opt.speculative_tokens > 0 && opt.gpus != 1)
             return error(StatusCode::kUnimplemented,
-                         "speculative decoding (--speculative-tokens) runs on one GPU only so far (--gpus {})", opt.gpus);
+                         "speculative decoding (--speculative-tokens) runs on one GPU only so far (--gpus {})",
+                         opt.gpus);
 #ifdef DSV4_HAVE_CUDA
         CudaRunnerOptions co;
         co.page_tokens = opt.page_tokens;
@@ -83,11 +85,12 @@ Result<std::unique_ptr<ModelRunner>> make_model_runner(const RunnerOptions& opt)
             DSV4_ASSIGN_OR_RETURN(ModelConfig fcfg, runner_model_config(opt));
             SyntheticWeightsOptions wo;
             wo.seed = opt.seed + 1;
-            DSV4_ASSIGN_OR_RETURN(auto r, make_multi_gpu_runner(opt.gpus, co, [&](int, const CudaRunnerOptions& o)
-                                                                    -> Result<std::unique_ptr<ModelRunner>> {
-                DSV4_ASSIGN_OR_RETURN(auto b, make_cuda_runner_synthetic(fcfg, wo, o));
-                return std::unique_ptr<ModelRunner>(std::move(b));
-            }));
+            DSV4_ASSIGN_OR_RETURN(
+                auto r, make_multi_gpu_runner(
+                            opt.gpus, co, [&](int, const CudaRunnerOptions& o) -> Result<std::unique_ptr<ModelRunner>> {
+                                DSV4_ASSIGN_OR_RETURN(auto b, make_cuda_runner_synthetic(fcfg, wo, o));
+                                return std::unique_ptr<ModelRunner>(std::move(b));
+                            }));
             return std::unique_ptr<ModelRunner>(std::move(r));
         }
         if (opt.model == "tiny") {
@@ -95,8 +98,8 @@ Result<std::unique_ptr<ModelRunner>> make_model_runner(const RunnerOptions& opt)
             DSV4_ASSIGN_OR_RETURN(auto cmodel, load_ref_model(opt.model, opt.seed));
             if (opt.gpus == 1) return make_cuda_runner(cmodel, std::string(), co);
             DSV4_ASSIGN_OR_RETURN(auto r, make_multi_gpu_runner(opt.gpus, co, [&](int, const CudaRunnerOptions& o) {
-                return make_cuda_runner(cmodel, std::string(), o);
-            }));
+                                      return make_cuda_runner(cmodel, std::string(), o);
+                                  }));
             return std::unique_ptr<ModelRunner>(std::move(r));
         }
         // A checkpoint directory: streamed from the shards to the GPUs; the CPU RefModel (host f32
@@ -104,8 +107,8 @@ Result<std::unique_ptr<ModelRunner>> make_model_runner(const RunnerOptions& opt)
         DSV4_ASSIGN_OR_RETURN(ModelConfig cfg, load_model_config(opt.model));
         if (opt.gpus == 1) return make_cuda_runner(cfg, opt.model, co);
         DSV4_ASSIGN_OR_RETURN(auto r, make_multi_gpu_runner(opt.gpus, co, [&](int, const CudaRunnerOptions& o) {
-            return make_cuda_runner(cfg, opt.model, o);
-        }));
+                                  return make_cuda_runner(cfg, opt.model, o);
+                              }));
         return std::unique_ptr<ModelRunner>(std::move(r));
 #else
         return error(StatusCode::kUnimplemented, "backend 'cuda' is not available in this build (no nvcc)");
@@ -119,9 +122,9 @@ Result<std::unique_ptr<ModelRunner>> make_model_runner(const RunnerOptions& opt)
     int64_t n_pages = opt.n_pages;
     if (n_pages <= 0) {
         const bool mtp = opt.speculative_tokens > 0 && opt.speculative_draft == "mtp";
-        DSV4_ASSIGN_OR_RETURN(KvLayout layout, KvLayout::make(model->config(), opt.page_tokens, 4, KvRowFormat::kF32,
-                                                              mtp && model->mtp_blocks() > 0 ? 1 : 0,
-                                                              opt.speculative_tokens));
+        DSV4_ASSIGN_OR_RETURN(KvLayout layout,
+                              KvLayout::make(model->config(), opt.page_tokens, 4, KvRowFormat::kF32,
+                                             mtp && model->mtp_blocks() > 0 ? 1 : 0, opt.speculative_tokens));
         // Default: room for 64 sequences of 4096 tokens.
         n_pages = 64 * layout.pages_for_tokens(4096);
     }

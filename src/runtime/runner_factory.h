@@ -18,17 +18,17 @@ struct RunnerOptions {
     // cuda, with n_pages 0: > 0 sizes the page pool from this fraction of each GPU's memory
     // (CudaRunnerOptions::gpu_memory_utilization); 0: room for 64 sequences of 4096 tokens.
     double gpu_memory_utilization = 0.0;
-    uint64_t seed = 0;            // seed of the built-in tiny model's weights
-    RefNumerics numerics;         // CPU reference: quantisation simulation of the DeepSeek reference
-    RuntimeOptions rt;            // cuda: every switch and kernel choice (runtime/runtime_options.h)
-    int gpus = 1;                 // cuda: expert parallel over GPUs 0 .. gpus-1 (runtime/multi_gpu_runner.h)
+    uint64_t seed = 0;     // seed of the built-in tiny model's weights
+    RefNumerics numerics;  // CPU reference: quantisation simulation of the DeepSeek reference
+    RuntimeOptions rt;     // cuda: every switch and kernel choice (runtime/runtime_options.h)
+    int gpus = 1;          // cuda: expert parallel over GPUs 0 .. gpus-1 (runtime/multi_gpu_runner.h)
     // cuda: > 0 serves the synthetic Flash proxy of this many layers (model/flash_proxy.h: Flash
     // shapes, seeded weights generated on the GPU, no checkpoint; the output text is meaningless)
     // instead of `model`. 43 is the full Flash depth.
     int synthetic_flash_layers = 0;
-    int max_seqs = 64;            // cuda: sequences per step (the engine's max_running must not exceed it)
-    int64_t max_context = 0;      // cuda: positions per sequence (0: the runner's default, 65,536)
-    int max_step_tokens = 0;      // cuda: tokens per step (0: the runner's default, 8,192)
+    int max_seqs = 64;        // cuda: sequences per step (the engine's max_running must not exceed it)
+    int64_t max_context = 0;  // cuda: positions per sequence (0: the runner's default, 65,536)
+    int max_step_tokens = 0;  // cuda: tokens per step (0: the runner's default, 8,192)
     // Speculative decoding (issue 24): verify chunks of up to this many draft tokens (0: off).
     // The cpu backend only so far (drafts from the checkpoint's MTP block; "self": the target's own
     // greedy tokens, a test mode); the cuda backend answers kUnimplemented.

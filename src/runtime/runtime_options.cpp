@@ -41,23 +41,23 @@ Status one_of(std::string_view key, std::string_view v, std::initializer_list<st
     return invalid_argument("option {}: '{}' is not one of {}", key, v, list);
 }
 
-#define DSV4_BOOL_OPTION(field)                                                               \
-    [](RuntimeOptions& o, std::string_view k, std::string_view v) -> Status {                 \
-        DSV4_ASSIGN_OR_RETURN(o.field, parse_bool(k, v));                                     \
-        return Status::ok();                                                                  \
-    },                                                                                        \
+#define DSV4_BOOL_OPTION(field)                                               \
+    [](RuntimeOptions& o, std::string_view k, std::string_view v) -> Status { \
+        DSV4_ASSIGN_OR_RETURN(o.field, parse_bool(k, v));                     \
+        return Status::ok();                                                  \
+    },                                                                        \
         [](const RuntimeOptions& o) -> std::string { return o.field ? "1" : "0"; }
-#define DSV4_COUNT_OPTION(field)                                                              \
-    [](RuntimeOptions& o, std::string_view k, std::string_view v) -> Status {                 \
-        DSV4_ASSIGN_OR_RETURN(o.field, parse_count(k, v));                                    \
-        return Status::ok();                                                                  \
-    },                                                                                        \
+#define DSV4_COUNT_OPTION(field)                                              \
+    [](RuntimeOptions& o, std::string_view k, std::string_view v) -> Status { \
+        DSV4_ASSIGN_OR_RETURN(o.field, parse_count(k, v));                    \
+        return Status::ok();                                                  \
+    },                                                                        \
         [](const RuntimeOptions& o) -> std::string { return std::to_string(o.field); }
-#define DSV4_NAME_OPTION(field)                                                               \
-    [](RuntimeOptions& o, std::string_view, std::string_view v) -> Status {                   \
-        o.field = std::string(v);                                                             \
-        return Status::ok();                                                                  \
-    },                                                                                        \
+#define DSV4_NAME_OPTION(field)                                             \
+    [](RuntimeOptions& o, std::string_view, std::string_view v) -> Status { \
+        o.field = std::string(v);                                           \
+        return Status::ok();                                                \
+    },                                                                      \
         [](const RuntimeOptions& o) -> std::string { return o.field; }
 
 const std::vector<OptionDef>& option_defs() {
@@ -77,12 +77,14 @@ const std::vector<OptionDef>& option_defs() {
          DSV4_BOOL_OPTION(fast_attention)},
         {{"cuda_graphs", "DSV4_CUDA_GRAPHS", "replay decode steps as CUDA graphs"}, DSV4_BOOL_OPTION(cuda_graphs)},
         {{"fine_graph_buckets", "DSV4_FINE_GRAPH_BUCKETS",
-          "decode graph buckets 1-16 as powers of two, then steps of 16 to 128, 32 to 256, 64 above (0: powers of two)"},
+          "decode graph buckets 1-16 as powers of two, then steps of 16 to 128, 32 to 256, 64 above (0: powers of "
+          "two)"},
          DSV4_BOOL_OPTION(fine_graph_buckets)},
         {{"verify_graphs", "DSV4_VERIFY_GRAPHS",
           "steps of 2-4 tokens in every sequence (speculative verify steps) replayed as CUDA graphs"},
          DSV4_BOOL_OPTION(verify_graphs)},
-        {{"split_argmax", "DSV4_SPLIT_ARGMAX", "greedy picks split over many CTAs per vocabulary row (0: one CTA per row)"},
+        {{"split_argmax", "DSV4_SPLIT_ARGMAX",
+          "greedy picks split over many CTAs per vocabulary row (0: one CTA per row)"},
          DSV4_BOOL_OPTION(split_argmax)},
         {{"capture_graphs_at_start", "DSV4_CAPTURE_GRAPHS_AT_START",
           "capture every batch bucket's decode graph at start-up (0: on first use)"},
@@ -105,17 +107,18 @@ const std::vector<OptionDef>& option_defs() {
          DSV4_NAME_OPTION(attn_variant)},
         {{"gemv_variant", "DSV4_GEMV_VARIANT", "forced dense GEMV/GEMM variant (where legal for the shape)"},
          DSV4_NAME_OPTION(gemv_variant)},
-        {{"moe_variant", "DSV4_MOE_VARIANT", "forced MXFP4 expert variant (where legal)"}, DSV4_NAME_OPTION(moe_variant)},
+        {{"moe_variant", "DSV4_MOE_VARIANT", "forced MXFP4 expert variant (where legal)"},
+         DSV4_NAME_OPTION(moe_variant)},
         {{"moe_gemm_variant", "DSV4_MOE_GEMM_VARIANT", "forced grouped MXFP4 expert GEMM variant (where legal)"},
          DSV4_NAME_OPTION(moe_gemm_variant)},
-        {{"split_kv_target_ctas", "DSV4_SPLIT_KV_TARGET",
-          "sparse_decode split-KV target CTAs (0: 2 x the SM count)"},
+        {{"split_kv_target_ctas", "DSV4_SPLIT_KV_TARGET", "sparse_decode split-KV target CTAs (0: 2 x the SM count)"},
          DSV4_COUNT_OPTION(split_kv_target_ctas)},
         {{"batched_prefill", "DSV4_BATCHED_PREFILL",
           "prefill attention for all query tokens of a step at once (0: token by token; same bits with sparse_decode)"},
          DSV4_BOOL_OPTION(batched_prefill)},
         {{"prefill_x_bf16", "DSV4_PREFILL_X_BF16",
-          "prefill steps: xn and q_lat rounded to bf16 once for all their projections (0: each GEMM rounds its own copy)"},
+          "prefill steps: xn and q_lat rounded to bf16 once for all their projections (0: each GEMM rounds its own "
+          "copy)"},
          DSV4_BOOL_OPTION(prefill_x_bf16)},
         {{"prefill_q_bf16", "DSV4_PREFILL_Q_BF16",
           "prefill steps' q projection written as bf16 by the GEMM, normed in place (0: f32, normed, then rounded)"},
@@ -139,7 +142,8 @@ const std::vector<OptionDef>& option_defs() {
           "prefill_gemm_min_tokens and moe_gemm_min_tokens for decode-only steps (one token per sequence; 0: never)"},
          DSV4_COUNT_OPTION(decode_gemm_min_tokens)},
         {{"decode_moe_gemm_min_tokens", "DSV4_DECODE_MOE_GEMM",
-          "moe_gemm_min_tokens alone for decode-only steps and steps of <= 4 tokens per sequence (0: decode_gemm_min_tokens)"},
+          "moe_gemm_min_tokens alone for decode-only steps and steps of <= 4 tokens per sequence (0: "
+          "decode_gemm_min_tokens)"},
          DSV4_COUNT_OPTION(decode_moe_gemm_min_tokens)},
         {{"op_profile", "DSV4_OP_PROFILE", "proxy-bench: per-op table of the captured step after each point"},
          DSV4_BOOL_OPTION(op_profile)},
@@ -171,10 +175,14 @@ void note(OptionOrigins* origins, int i, OptionSource s, std::string detail) {
 
 const char* option_source_name(OptionSource s) {
     switch (s) {
-    case OptionSource::kDefault: return "default";
-    case OptionSource::kTuningFile: return "tuning file";
-    case OptionSource::kEnvironment: return "environment";
-    case OptionSource::kCommandLine: return "command line";
+        case OptionSource::kDefault:
+            return "default";
+        case OptionSource::kTuningFile:
+            return "tuning file";
+        case OptionSource::kEnvironment:
+            return "environment";
+        case OptionSource::kCommandLine:
+            return "command line";
     }
     return "?";
 }
@@ -188,8 +196,7 @@ const std::vector<OptionInfo>& runtime_option_infos() {
     return infos;
 }
 
-OptionOrigins::OptionOrigins()
-    : source(option_defs().size(), OptionSource::kDefault), detail(option_defs().size()) {}
+OptionOrigins::OptionOrigins() : source(option_defs().size(), OptionSource::kDefault), detail(option_defs().size()) {}
 
 Status set_runtime_option(RuntimeOptions& o, std::string_view key, std::string_view value) {
     const int i = find_option(key);
@@ -229,8 +236,7 @@ Status apply_runtime_env(RuntimeOptions& o, OptionOrigins* origins,
 Status apply_runtime_settings(RuntimeOptions& o, OptionOrigins* origins, const std::vector<std::string>& settings) {
     for (const std::string& kv : settings) {
         const size_t eq = kv.find('=');
-        if (eq == std::string::npos || eq == 0)
-            return invalid_argument("--option '{}': expected KEY=VALUE", kv);
+        if (eq == std::string::npos || eq == 0) return invalid_argument("--option '{}': expected KEY=VALUE", kv);
         const std::string_view key(kv.data(), eq), value(kv.data() + eq + 1, kv.size() - eq - 1);
         DSV4_RETURN_IF_ERROR(set_runtime_option(o, key, value));
         note(origins, find_option(key), OptionSource::kCommandLine, "--option");
@@ -257,10 +263,14 @@ std::vector<std::string> drop_overridden_tuning(RuntimeOptions& o, const OptionO
     };
     auto forced_key = [](TunedOp op) {
         switch (op) {
-        case TunedOp::kSparseDecode: return "attn_variant";
-        case TunedOp::kDenseGemv: return "gemv_variant";
-        case TunedOp::kMoeExpert: return "moe_variant";
-        case TunedOp::kMoeGrouped: return "moe_gemm_variant";
+            case TunedOp::kSparseDecode:
+                return "attn_variant";
+            case TunedOp::kDenseGemv:
+                return "gemv_variant";
+            case TunedOp::kMoeExpert:
+                return "moe_variant";
+            case TunedOp::kMoeGrouped:
+                return "moe_gemm_variant";
         }
         return "";
     };
@@ -317,7 +327,8 @@ std::string runtime_options_table(const RuntimeOptions& o, const OptionOrigins& 
 StepGemmThresholds step_gemm_thresholds(const RuntimeOptions& rt, int max_t) {
     StepGemmThresholds t;
     const bool decode_only = max_t <= 1;
-    const int decode_moe = rt.decode_moe_gemm_min_tokens > 0 ? rt.decode_moe_gemm_min_tokens : rt.decode_gemm_min_tokens;
+    const int decode_moe =
+        rt.decode_moe_gemm_min_tokens > 0 ? rt.decode_moe_gemm_min_tokens : rt.decode_gemm_min_tokens;
     t.dense_min_tokens = decode_only ? rt.decode_gemm_min_tokens : rt.prefill_gemm_min_tokens;
     t.moe_min_tokens = max_t <= StepGemmThresholds::kVerifyShapedMaxTokens ? decode_moe : rt.moe_gemm_min_tokens;
     t.decode_step = decode_only;

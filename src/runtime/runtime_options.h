@@ -31,7 +31,7 @@ struct RuntimeOptions {
     bool fast_kernels = true;
     // Decode attention through sparse_decode (sm90 mma) where legal; false: the CUDA-core attn_decode.
     bool fast_attention = true;
-    bool cuda_graphs = true;   // decode steps replayed as CUDA graphs
+    bool cuda_graphs = true;  // decode steps replayed as CUDA graphs
     // With cuda_graphs: capture every batch bucket's decode graph (and each sparse_decode rule's) when
     // the runner starts, as vLLM and SGLang do, so that no step waits for a capture and the memory the
     // graphs take is in use before the first request; false: each on its first use. Ledger E43: the
@@ -65,8 +65,8 @@ struct RuntimeOptions {
     // Forced kernel variants by canonical name ("" = the op's heuristic). attn_variant names either a
     // CUDA-core attention variant (attn_variants.cpp) or a sparse_decode variant.
     std::string attn_variant;
-    std::string gemv_variant;  // dense_gemv / dense_gemm_kc* (dsv4 decode-bench lists the names)
-    std::string moe_variant;   // MXFP4 expert GEMV
+    std::string gemv_variant;      // dense_gemv / dense_gemm_kc* (dsv4 decode-bench lists the names)
+    std::string moe_variant;       // MXFP4 expert GEMV
     std::string moe_gemm_variant;  // grouped MXFP4 expert GEMM (prefill-sized steps)
     // sparse_decode split-KV: CTAs the splits aim for (batch x head blocks x splits); 0 = 2 x SMs.
     int split_kv_target_ctas = 0;

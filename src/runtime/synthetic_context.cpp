@@ -20,8 +20,12 @@ Result<cuda::synth::KvFillRegion> row_region(const KvRowSpec& spec, int64_t word
     g.dim = spec.dim;
     g.stride = 4 * words;
     switch (spec.fmt) {
-        case KvRowFormat::kF32: g.kind = KvFillKind::kF32; break;
-        case KvRowFormat::kBf16: g.kind = KvFillKind::kBf16; break;
+        case KvRowFormat::kF32:
+            g.kind = KvFillKind::kF32;
+            break;
+        case KvRowFormat::kBf16:
+            g.kind = KvFillKind::kBf16;
+            break;
         case KvRowFormat::kFp8:
             // The fill writes the 584-byte reference row (448 e4m3 + 64 bf16 + 7 UE8M0 + pad).
             if (spec.bytes() != 584)
@@ -119,8 +123,8 @@ Status fill_synthetic_context(const CudaPoolInfo& pool, const KvLayout& layout, 
                                           nullptr),
                "fill state pages");
     if (s.is_ok() && !regions.empty())
-        s = cu(cuda::synth::fill_kv_pages(pool.base, pool.page_bytes, d_ids + state_ids.size(), int64_t(token_ids.size()),
-                                          d_reg + 1, int(regions.size()), seed + 1, nullptr),
+        s = cu(cuda::synth::fill_kv_pages(pool.base, pool.page_bytes, d_ids + state_ids.size(),
+                                          int64_t(token_ids.size()), d_reg + 1, int(regions.size()), seed + 1, nullptr),
                "fill token pages");
     // Packed ring rows (bf16 / fp8) over the f32 fill of the state area, one state page index at a
     // time (the regions are offsets within that page).

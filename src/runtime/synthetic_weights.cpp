@@ -55,7 +55,8 @@ struct Gen {
     Result<cuda::WeightDesc> bf16(int64_t N, int64_t K, int64_t* category, bool counts_params = true) {
         cuda::WeightDesc w{cuda::WFmt::kBF16, nullptr, nullptr, int32_t(N), int32_t(K)};
         DSV4_ASSIGN_OR_RETURN(void* d, alloc(size_t(2 * N * K)));
-        DSV4_RETURN_IF_ERROR(cu(cuda::synth::fill_bf16(d, N * K, next(), float(std::sqrt(3.0 / double(K))), st), "fill_bf16"));
+        DSV4_RETURN_IF_ERROR(
+            cu(cuda::synth::fill_bf16(d, N * K, next(), float(std::sqrt(3.0 / double(K))), st), "fill_bf16"));
         w.data = d;
         *category += 2 * N * K;
         if (counts_params) tally.streamed_params += N * K;

@@ -22,7 +22,7 @@ namespace dsv4 {
 struct SyntheticWeightsOptions {
     uint64_t seed = 1;
     bool skewed = false;
-    int hot_experts = 32;  // experts favoured by `skewed`
+    int hot_experts = 32;    // experts favoured by `skewed`
     float hot_bias = 16.0f;  // router bias of hot experts (scores are sqrt(softplus) ~ 0..3)
     // Expert parallelism: generate only routed experts [expert_first, expert_first + expert_count)
     // (expert_count 0: all), each with the bytes it has in the all-expert generation, so a rank's
@@ -42,8 +42,8 @@ struct SyntheticWeightsOptions {
 };
 
 // Generates and allocates every tensor of `cfg` in `arena`. The order of the seed streams (one per
-// fill) is a contract with the checkpoint writer, which draws them in the same order. `bytes` (optional) receives the bytes
-// allocated per category (equal to proxy_weight_bytes(cfg) by construction; tested).
+// fill) is a contract with the checkpoint writer, which draws them in the same order. `bytes` (optional) receives the
+// bytes allocated per category (equal to proxy_weight_bytes(cfg) by construction; tested).
 Result<DevWeights> make_synthetic_weights(const ModelConfig& cfg, const SyntheticWeightsOptions& opt,
                                           DeviceArena& arena, ProxyWeightBytes* bytes = nullptr);
 

@@ -90,9 +90,10 @@ Result<TuningRule> parse_rule(const json& j, const std::string& where) {
             if (!v.is_object()) return invalid_argument("{}: expected an object", f);
             r.measurement_json = v.dump();
         } else {
-            return invalid_argument("{}: unknown field (a rule takes op, tokens, rows_per_expert, context, variant, "
-                                    "split_kv_target_ctas, measurement)",
-                                    f);
+            return invalid_argument(
+                "{}: unknown field (a rule takes op, tokens, rows_per_expert, context, variant, "
+                "split_kv_target_ctas, measurement)",
+                f);
         }
     }
     if (r.variant.empty() && r.split_kv_target_ctas == 0)
@@ -151,23 +152,29 @@ Result<TuningFile> parse_tuning_json(std::string_view text, std::string_view ori
     if (const auto opts = j.find("options"); opts != j.end()) {
         if (!opts->is_object()) return invalid_argument("tuning file {}: \"options\" is not an object", o);
         for (const auto& [k, v] : opts->items()) {
-            if (v.is_string()) f.options.emplace_back(k, v.get<std::string>());
-            else if (v.is_boolean()) f.options.emplace_back(k, v.get<bool>() ? "1" : "0");
-            else if (v.is_number_integer()) f.options.emplace_back(k, std::to_string(v.get<int64_t>()));
-            else return invalid_argument("tuning file {}: options.{}: expected a string, integer or boolean", o, k);
+            if (v.is_string())
+                f.options.emplace_back(k, v.get<std::string>());
+            else if (v.is_boolean())
+                f.options.emplace_back(k, v.get<bool>() ? "1" : "0");
+            else if (v.is_number_integer())
+                f.options.emplace_back(k, std::to_string(v.get<int64_t>()));
+            else
+                return invalid_argument("tuning file {}: options.{}: expected a string, integer or boolean", o, k);
         }
     }
     if (const auto rules = j.find("rules"); rules != j.end()) {
         if (!rules->is_array()) return invalid_argument("tuning file {}: \"rules\" is not an array", o);
         for (size_t i = 0; i < rules->size(); ++i) {
-            DSV4_ASSIGN_OR_RETURN(TuningRule r, parse_rule((*rules)[i], fmt::format("tuning file {}: rules[{}]", o, i)));
+            DSV4_ASSIGN_OR_RETURN(TuningRule r,
+                                  parse_rule((*rules)[i], fmt::format("tuning file {}: rules[{}]", o, i)));
             for (size_t p = 0; p < f.rules.size(); ++p) {
                 const TuningRule& q = f.rules[p];
                 if (q.op == r.op && overlap(q.tokens, r.tokens) && overlap(q.rows_per_expert, r.rows_per_expert) &&
                     overlap(q.context, r.context))
-                    return invalid_argument("tuning file {}: rules[{}] ({}) overlaps rules[{}] ({}); each shape of an op "
-                                            "must have one rule",
-                                            o, i, r.describe(), p, q.describe());
+                    return invalid_argument(
+                        "tuning file {}: rules[{}] ({}) overlaps rules[{}] ({}); each shape of an op "
+                        "must have one rule",
+                        o, i, r.describe(), p, q.describe());
             }
             f.rules.push_back(std::move(r));
         }
@@ -222,7 +229,8 @@ std::vector<std::string> tuning_key_differences(const TuningFile& f, const Tunin
         bad = true;
     }
     if (f.key.model_shape != here.model_shape) {
-        out.push_back(fmt::format("made for model shape '{}', this model is '{}'", f.key.model_shape, here.model_shape));
+        out.push_back(
+            fmt::format("made for model shape '{}', this model is '{}'", f.key.model_shape, here.model_shape));
         bad = true;
     }
     if (!f.key.driver.empty() && !here.driver.empty() && f.key.driver != here.driver)
@@ -230,8 +238,8 @@ std::vector<std::string> tuning_key_differences(const TuningFile& f, const Tunin
     if (!f.key.cuda.empty() && !here.cuda.empty() && f.key.cuda != here.cuda)
         out.push_back(fmt::format("made with CUDA {}, this build uses {}", f.key.cuda, here.cuda));
     if (!f.made_git_sha.empty() && !here_git_sha.empty() && f.made_git_sha != here_git_sha)
-        out.push_back(fmt::format("made by build {}, this is build {} (kernels may have changed since)",
-                                  f.made_git_sha, here_git_sha));
+        out.push_back(fmt::format("made by build {}, this is build {} (kernels may have changed since)", f.made_git_sha,
+                                  here_git_sha));
     if (mismatch) *mismatch = bad;
     return out;
 }

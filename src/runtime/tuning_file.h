@@ -51,11 +51,11 @@ const char* tuned_op_name(TunedOp op);  // "sparse_decode", "dense_gemv", "moe_e
 struct TuningRule {
     TunedOp op = TunedOp::kDenseGemv;
     ShapeRange tokens, rows_per_expert, context;
-    std::string variant;            // the op's registry name; "" keeps the heuristic (parameters only)
-    int split_kv_target_ctas = 0;   // sparse_decode only; 0: the run-time option's value
-    std::string measurement_json;   // the measurement that chose it, kept verbatim ("" when absent)
+    std::string variant;                      // the op's registry name; "" keeps the heuristic (parameters only)
+    int split_kv_target_ctas = 0;             // sparse_decode only; 0: the run-time option's value
+    std::string measurement_json;             // the measurement that chose it, kept verbatim ("" when absent)
     bool matches(const ShapeQuery& q) const;  // every constrained dimension of q in range
-    std::string describe() const;   // "sparse_decode tokens 1-8 context 0-8192 -> NAME, split_kv_target_ctas 512"
+    std::string describe() const;  // "sparse_decode tokens 1-8 context 0-8192 -> NAME, split_kv_target_ctas 512"
 };
 
 // What a tuning file was made for.

@@ -62,10 +62,15 @@ std::string build_git_sha() { return DSV4_GIT_SHA; }
 
 std::vector<std::string> tuning_search_dirs(const std::function<const char*(const char*)>& env) {
     std::vector<std::string> out;
-    auto set = [&](const char* k) { const char* v = env(k); return v && *v ? std::string(v) : std::string(); };
+    auto set = [&](const char* k) {
+        const char* v = env(k);
+        return v && *v ? std::string(v) : std::string();
+    };
     if (const std::string d = set("DSV4_TUNING_DIR"); !d.empty()) out.push_back(d);
-    if (const std::string x = set("XDG_CONFIG_HOME"); !x.empty()) out.push_back(x + "/dsv4/tuning");
-    else if (const std::string h = set("HOME"); !h.empty()) out.push_back(h + "/.config/dsv4/tuning");
+    if (const std::string x = set("XDG_CONFIG_HOME"); !x.empty())
+        out.push_back(x + "/dsv4/tuning");
+    else if (const std::string h = set("HOME"); !h.empty())
+        out.push_back(h + "/.config/dsv4/tuning");
     return out;
 }
 
@@ -108,9 +113,10 @@ Result<TuningChoice> choose_tuning_file(const std::string& flag, const TuningKey
         if (!found.empty()) break;  // the first directory with a match wins
     }
     if (found.empty()) {
-        c.log.push_back(fmt::format("tuning file: none found for GPU '{}' and model shape '{}' (searched: {}); the "
-                                    "kernels' heuristics apply",
-                                    here.gpu, here.model_shape, dirs.empty() ? "no directory" : fmt::format("{}", fmt::join(dirs, ", "))));
+        c.log.push_back(fmt::format(
+            "tuning file: none found for GPU '{}' and model shape '{}' (searched: {}); the "
+            "kernels' heuristics apply",
+            here.gpu, here.model_shape, dirs.empty() ? "no directory" : fmt::format("{}", fmt::join(dirs, ", "))));
         return c;
     }
     // made.date is ISO 8601: text order is time order; the stable sort keeps file-name order on ties.

@@ -47,9 +47,8 @@ std::vector<TokenLogprob> top_logprobs(std::span<const float> raw, int k, double
         const float v = raw[size_t(i)];
         if (std::isnan(v)) continue;
         if (int(idx.size()) == k && !better(v, i, raw[size_t(idx.back())], idx.back())) continue;
-        auto pos = std::upper_bound(idx.begin(), idx.end(), i, [&](int32_t a, int32_t b) {
-            return better(raw[size_t(a)], a, raw[size_t(b)], b);
-        });
+        auto pos = std::upper_bound(idx.begin(), idx.end(), i,
+                                    [&](int32_t a, int32_t b) { return better(raw[size_t(a)], a, raw[size_t(b)], b); });
         idx.insert(pos, i);
         if (int(idx.size()) > k) idx.pop_back();
     }
@@ -93,8 +92,8 @@ Kept kept_tokens(std::span<const float> logits, const SamplingParams& params) {
     if (std::isfinite(m)) {
         for (int32_t i = 0; i < vocab; ++i) {
             const float v = logits[size_t(i)];
-            k.w[size_t(i)] = (v > -std::numeric_limits<float>::infinity() && !std::isnan(v)) ? std::exp((v - m) * inv_t)
-                                                                                              : 0.0f;
+            k.w[size_t(i)] =
+                (v > -std::numeric_limits<float>::infinity() && !std::isnan(v)) ? std::exp((v - m) * inv_t) : 0.0f;
         }
     }
     k.filtered = params.top_k > 0 || params.top_p < 1.0f || params.min_p > 0.0f;
@@ -183,8 +182,8 @@ void PenaltyState::reset(std::span<const int32_t> prompt, std::span<const int32_
 bool sample_is_plain_argmax(const SamplingParams& params, const SampleContext& ctx) {
     if (!params.greedy() || params.has_penalties() || params.logprobs >= 0 || !params.logit_bias.empty()) return false;
     // Stop masking changes the argmax only if there is something to mask.
-    const bool masks = ctx.suppress_stops && ((!params.ignore_eos && ctx.eos_token >= 0) ||
-                                              !params.stop_token_ids.empty());
+    const bool masks =
+        ctx.suppress_stops && ((!params.ignore_eos && ctx.eos_token >= 0) || !params.stop_token_ids.empty());
     return !masks;
 }
 
@@ -222,8 +221,7 @@ SampleResult sample_impl(std::span<float> logits, const SamplingParams& params, 
     if (params.presence_penalty != 0.0f || params.frequency_penalty != 0.0f) {
         for (const auto& [t, c] : penalties.output_counts()) {
             if (t < 0 || t >= vocab) continue;
-            modify(t, logits[size_t(t)] - params.frequency_penalty * float(c) -
-                          params.presence_penalty);
+            modify(t, logits[size_t(t)] - params.frequency_penalty * float(c) - params.presence_penalty);
         }
     }
     if (ctx.suppress_stops) {

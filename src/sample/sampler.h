@@ -20,8 +20,8 @@ struct TokenLogprob {
 
 struct SampleResult {
     int32_t token = 0;
-    float logprob = 0.0f;               // of the chosen token under the model's distribution
-    std::vector<TokenLogprob> top;      // params.logprobs most likely, best first
+    float logprob = 0.0f;           // of the chosen token under the model's distribution
+    std::vector<TokenLogprob> top;  // params.logprobs most likely, best first
 };
 
 // Per-sequence token history needed by the penalties. Rebuilt from tokens on recompute.
@@ -38,9 +38,9 @@ private:
 };
 
 struct SampleContext {
-    uint64_t seed = 0;          // the request's seed (or one drawn at admission)
-    uint64_t stream = 0;        // distinguishes the n choices of one request
-    int64_t position = 0;       // index of the token being sampled within the output
+    uint64_t seed = 0;            // the request's seed (or one drawn at admission)
+    uint64_t stream = 0;          // distinguishes the n choices of one request
+    int64_t position = 0;         // index of the token being sampled within the output
     bool suppress_stops = false;  // min_tokens not reached: EOS and stop ids are masked
     int32_t eos_token = -1;
 };
@@ -52,8 +52,8 @@ struct SampleContext {
 bool sample_is_plain_argmax(const SamplingParams& params, const SampleContext& ctx);
 
 // `logits` is modified in place (penalties, masking) to avoid a copy per step.
-SampleResult sample_token(std::span<float> logits, const SamplingParams& params,
-                          const PenaltyState& penalties, const SampleContext& ctx);
+SampleResult sample_token(std::span<float> logits, const SamplingParams& params, const PenaltyState& penalties,
+                          const SampleContext& ctx);
 
 // Speculative decoding (issue 24): the verdict on a draft token proposed for this position by a
 // greedy draft model (its proposal distribution q is one-hot at `draft`). Greedy: accepted iff the
@@ -65,7 +65,7 @@ SampleResult sample_token(std::span<float> logits, const SamplingParams& params,
 // "accept with min(1, p/q), else sample from max(0, p - q)", with q one-hot. Deterministic in
 // (seed, stream, position) and the draft.
 struct DraftVerdict {
-    SampleResult sample;    // the token (the draft when accepted) and its logprobs, as sample_token's
+    SampleResult sample;  // the token (the draft when accepted) and its logprobs, as sample_token's
     bool accepted = false;
 };
 DraftVerdict sample_token_with_draft(std::span<float> logits, const SamplingParams& params,

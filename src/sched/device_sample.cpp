@@ -7,8 +7,7 @@ namespace dsv4 {
 
 // The token ids sample_token's penalties and stop masking would touch for this row (unique),
 // with what each needs: the device sampler's input for a kFull row.
-std::vector<PenaltyToken> penalty_tokens(const SamplingParams& p, const PenaltyState& pen,
-                                         const SampleContext& ctx) {
+std::vector<PenaltyToken> penalty_tokens(const SamplingParams& p, const PenaltyState& pen, const SampleContext& ctx) {
     std::vector<PenaltyToken> out;
     std::unordered_map<int32_t, size_t> at;
     auto entry = [&](int32_t t) -> PenaltyToken& {

@@ -106,8 +106,7 @@ Status Engine::submit(GenRequest req) {
         if (queued >= cfg_.max_queued) {
             ++stats_.requests_rejected_total;
             return error(StatusCode::kResourceExhausted,
-                         "the server is busy: {} requests are already waiting; retry later",
-                         queued);
+                         "the server is busy: {} requests are already waiting; retry later", queued);
         }
         // Idle until now: the stall clock starts with this request, not with the last step.
         if (inbox_.empty() && stats_.running_requests.load() + stats_.waiting_requests.load() == 0)
@@ -166,8 +165,10 @@ void Engine::loop() {
             // A step that neither launched nor collected anything should not happen (admission
             // guarantees progress); never spin on it.
             const StepStats st = core_.step();
-            if (!core_.fatal().is_ok()) note_fatal();
-            else if (st.n_seqs == 0 && st.n_collected == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            if (!core_.fatal().is_ok())
+                note_fatal();
+            else if (st.n_seqs == 0 && st.n_collected == 0)
+                std::this_thread::sleep_for(std::chrono::milliseconds(1));
         } else {
             core_.publish_stats();
         }

@@ -70,8 +70,8 @@ private:
     bool flush_prefix_ = false;
     bool stopping_ = false;
     std::atomic<bool> failed_{false};
-    Status fatal_;                                  // guarded by mu_
-    std::function<void(const Status&)> on_fatal_;   // guarded by mu_
+    Status fatal_;                                 // guarded by mu_
+    std::function<void(const Status&)> on_fatal_;  // guarded by mu_
     uint64_t next_id_ = 1;
     std::thread thread_;
 };

@@ -32,11 +32,16 @@ SchedulerConfig within_runner(SchedulerConfig s, const ModelRunner& r, int64_t m
 
 const char* finish_reason_name(FinishReason r) {
     switch (r) {
-        case FinishReason::kNone: return "none";
-        case FinishReason::kStop: return "stop";
-        case FinishReason::kLength: return "length";
-        case FinishReason::kAbort: return "abort";
-        case FinishReason::kError: return "error";
+        case FinishReason::kNone:
+            return "none";
+        case FinishReason::kStop:
+            return "stop";
+        case FinishReason::kLength:
+            return "length";
+        case FinishReason::kAbort:
+            return "abort";
+        case FinishReason::kError:
+            return "error";
     }
     return "error";
 }
@@ -53,8 +58,7 @@ EngineCore::EngineCore(ModelRunner& runner, EngineConfig cfg, EngineStats& stats
       pages_(runner.n_pages(), cfg.page_shuffle_seed),
       sched_(within_runner(cfg.sched, runner, max_context_), runner.kv_layout(), pages_),
       seed_base_(cfg.default_seed ? cfg.default_seed
-                                  : (uint64_t(std::random_device{}()) << 32) ^
-                                        std::random_device{}()),
+                                  : (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}()),
       overlap_(cfg.overlap == EngineConfig::Overlap::kAlways ||
                (cfg.overlap == EngineConfig::Overlap::kAuto && runner.launch_is_async())) {
     cfg_.sched = within_runner(cfg_.sched, runner, max_context_);
@@ -67,12 +71,10 @@ Status EngineCore::validate(const GenRequest& req) const {
     for (size_t i = 0; i < req.prompt.size(); ++i) {
         const int32_t t = req.prompt[i];
         if (t < 0 || t >= vocab)
-            return invalid_argument(
-                "token id {} at prompt position {} is outside the vocabulary [0, {})", t, i, vocab);
+            return invalid_argument("token id {} at prompt position {} is outside the vocabulary [0, {})", t, i, vocab);
     }
     for (int32_t t : req.params.stop_token_ids)
-        if (t < 0 || t >= vocab)
-            return invalid_argument("stop token id {} is outside the vocabulary", t);
+        if (t < 0 || t >= vocab) return invalid_argument("stop token id {} is outside the vocabulary", t);
     for (const auto& [t, b] : req.params.logit_bias)
         if (t < 0 || t >= vocab)
             return invalid_argument("logit_bias token id {} is outside the vocabulary [0, {})", t, vocab);
@@ -84,14 +86,12 @@ Status EngineCore::validate(const GenRequest& req) const {
                      n_prompt, max_context_);
     if (req.params.max_tokens < 1) return invalid_argument("max_tokens must be at least 1");
     if (n_prompt + req.params.max_tokens > max_context_)
-        return error(StatusCode::kOutOfRange,
-                     "prompt ({} tokens) + max_tokens ({}) exceeds the context of {} tokens",
+        return error(StatusCode::kOutOfRange, "prompt ({} tokens) + max_tokens ({}) exceeds the context of {} tokens",
                      n_prompt, req.params.max_tokens, max_context_);
     // One sequence must always fit the whole pool, otherwise preemption could not make room.
     const int64_t pages = runner_.kv_layout().pages_for_tokens(n_prompt + req.params.max_tokens);
     if (pages > runner_.n_pages())
-        return error(StatusCode::kOutOfRange,
-                     "prompt + max_tokens = {} tokens needs {} cache pages; the pool has {}",
+        return error(StatusCode::kOutOfRange, "prompt + max_tokens = {} tokens needs {} cache pages; the pool has {}",
                      n_prompt + req.params.max_tokens, pages, runner_.n_pages());
     if (req.n < 1) return invalid_argument("n must be at least 1");
     return Status::ok();
@@ -99,8 +99,8 @@ Status EngineCore::validate(const GenRequest& req) const {
 
 Status EngineCore::add(GenRequest req) {
     if (!fatal_.is_ok())
-        return error(StatusCode::kUnavailable, "the engine stopped after a device error (the server must be restarted): {}",
-                     fatal_.message());
+        return error(StatusCode::kUnavailable,
+                     "the engine stopped after a device error (the server must be restarted): {}", fatal_.message());
     DSV4_RETURN_IF_ERROR(validate(req));
     const uint64_t seed = req.params.seed ? *req.params.seed : seed_base_ + n_seeded_++;
     for (int c = 0; c < req.n; ++c) {
@@ -275,7 +275,8 @@ void EngineCore::launch_plan(StepPlan plan, StepStats& st) {
         }
         f.out_at.push_back(int64_t(seq->tokens.size()));
         seq->tokens.push_back(kPendingToken);
-        const bool may_finish = seq->n_output() >= seq->params.max_tokens || int64_t(seq->tokens.size()) >= max_context_;
+        const bool may_finish =
+            seq->n_output() >= seq->params.max_tokens || int64_t(seq->tokens.size()) >= max_context_;
         // A constraint waiting for its start token: the next row's mode depends on this token.
         const bool may_constrain = seq->constraint && !seq->constraint_active;
         seq->await_output = f.mode[i] == DeviceSample::kNone || may_finish || may_constrain;
@@ -372,7 +373,8 @@ void EngineCore::collect_oldest(StepStats& st) {
             ++v;
         }
         if (fs.is_ok() && v != out.drafts.size())
-            fs = error(StatusCode::kInternal, "runner returned {} draft lists for {} verify chunks", out.drafts.size(), v);
+            fs = error(StatusCode::kInternal, "runner returned {} draft lists for {} verify chunks", out.drafts.size(),
+                       v);
     }
     auto alive = [&](size_t i) { return sched_.alive(f.plan.chunks[i].seq, f.seq_id[i]); };
     if (!fs.is_ok()) {
@@ -406,7 +408,8 @@ void EngineCore::collect_oldest(StepStats& st) {
                 const SampleContext ctx = sample_context(seq, at + j - seq->n_prompt);
                 DraftVerdict v;
                 if (j < k)
-                    v = sample_token_with_draft(out.logits[r + size_t(j)], seq->params, seq->penalties, ctx, (*drafts)[size_t(j)]);
+                    v = sample_token_with_draft(out.logits[r + size_t(j)], seq->params, seq->penalties, ctx,
+                                                (*drafts)[size_t(j)]);
                 else
                     v.sample = sample_token(out.logits[r + size_t(j)], seq->params, seq->penalties, ctx);
                 const bool accepted = v.accepted;

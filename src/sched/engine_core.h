@@ -43,10 +43,10 @@ struct GenRequest {
     uint64_t id = 0;
     std::vector<int32_t> prompt;
     SamplingParams params;
-    int n = 1;                        // independent choices
+    int n = 1;  // independent choices
     std::shared_ptr<RequestSink> sink;
     Clock::time_point arrival = Clock::now();
-    uint64_t cache_salt = 0;          // prefix-cache namespace (hash of the request's cache_salt; 0: shared)
+    uint64_t cache_salt = 0;  // prefix-cache namespace (hash of the request's cache_salt; 0: shared)
     // Constrained decoding: each choice gets a clone; active from the start, or once
     // constraint_after is sampled (>= 0). Constrained rows are sampled on the host.
     std::shared_ptr<const TokenConstraint> constraint;
@@ -103,10 +103,10 @@ private:
     // Scheduler::alive before use (a sequence may finish or be aborted meanwhile).
     struct InFlight {
         StepPlan plan;
-        std::vector<int64_t> seq_id;      // per chunk
-        std::vector<DeviceSample> mode;   // per chunk (want_logits rows)
-        std::vector<int64_t> out_at;      // per chunk: index in seq->tokens of its pending output, or -1
-        std::vector<int> drafts;          // per chunk: ScheduledChunk::draft_tokens
+        std::vector<int64_t> seq_id;     // per chunk
+        std::vector<DeviceSample> mode;  // per chunk (want_logits rows)
+        std::vector<int64_t> out_at;     // per chunk: index in seq->tokens of its pending output, or -1
+        std::vector<int> drafts;         // per chunk: ScheduledChunk::draft_tokens
         int64_t n_host_rows = 0, n_dev_rows = 0;
     };
     DeviceSample row_mode(const Sequence* seq, const SampleContext& ctx) const;

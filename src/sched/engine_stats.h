@@ -16,8 +16,8 @@ public:
     explicit Histogram(std::vector<double> upper_bounds);
     void observe(double v);
     struct Snapshot {
-        std::vector<double> bounds;     // upper bounds, ascending (+Inf implied)
-        std::vector<uint64_t> counts;   // cumulative count per bound, then the +Inf count
+        std::vector<double> bounds;    // upper bounds, ascending (+Inf implied)
+        std::vector<uint64_t> counts;  // cumulative count per bound, then the +Inf count
         double sum = 0.0;
         uint64_t count = 0;
     };

@@ -22,8 +22,7 @@ FakeRunner::FakeRunner(FakeRunnerOptions opt) : opt_(std::move(opt)) {
     pages_.assign(size_t(opt_.n_pages), std::vector<int32_t>(size_t(opt_.page_tokens), -1));
 }
 
-Status FakeRunner::parse_rules(const std::string& json_text,
-                               std::vector<FakeRunnerOptions::Rule>& out) {
+Status FakeRunner::parse_rules(const std::string& json_text, std::vector<FakeRunnerOptions::Rule>& out) {
     auto j = nlohmann::json::parse(json_text, nullptr, false);
     if (j.is_discarded() || !j.is_array()) return invalid_argument("fake rules: expected a JSON array");
     for (const auto& r : j) {
@@ -51,8 +50,7 @@ void FakeRunner::fill_logits(const std::vector<int32_t>& h, std::vector<float>& 
         // Longest m such that the history ends with output[0, m) after the trigger.
         size_t m = std::min(rule.output.size(), h.size() - e);
         for (; m > 0; --m)
-            if (std::equal(rule.output.begin(), rule.output.begin() + long(m), h.end() - long(m)))
-                break;
+            if (std::equal(rule.output.begin(), rule.output.begin() + long(m), h.end() - long(m))) break;
         const int64_t next = m < rule.output.size() ? rule.output[m] : opt_.eos_token_id;
         row[size_t(next)] = 30.0f;
         return;
@@ -61,8 +59,7 @@ void FakeRunner::fill_logits(const std::vector<int32_t>& h, std::vector<float>& 
     uint64_t x = 1469598103934665603ull;
     for (int32_t t : h) x = (x ^ uint32_t(t)) * 1099511628211ull;
     for (uint64_t j = 0; j < 8; ++j) {
-        const auto tok = int64_t(philox_uniform(x, 1, j) * double(opt_.vocab_size)) %
-                         opt_.vocab_size;
+        const auto tok = int64_t(philox_uniform(x, 1, j) * double(opt_.vocab_size)) % opt_.vocab_size;
         row[size_t(tok)] = 8.0f + 4.0f * philox_uniform(x, 2, j);
     }
 }
@@ -87,17 +84,16 @@ Status FakeRunner::forward(const ForwardBatch& batch, std::vector<std::vector<fl
                 return error(StatusCode::kOutOfRange, "token id {} outside the vocabulary", t);
         const int64_t end = s.start_pos + int64_t(s.tokens.size());
         if (int64_t(s.page_table.size()) < layout_.pages_for_tokens(end))
-            return error(StatusCode::kOutOfRange, "seq {}: page table has {} pages, needs {}",
-                         s.seq_id, s.page_table.size(), layout_.pages_for_tokens(end));
+            return error(StatusCode::kOutOfRange, "seq {}: page table has {} pages, needs {}", s.seq_id,
+                         s.page_table.size(), layout_.pages_for_tokens(end));
         for (int32_t p : s.page_table)
-            if (p < 0 || p >= opt_.n_pages)
-                return error(StatusCode::kOutOfRange, "page id {} outside the pool", p);
+            if (p < 0 || p >= opt_.n_pages) return error(StatusCode::kOutOfRange, "page id {} outside the pool", p);
         // State page slot 0: tokens processed so far, like a compressor's residual state.
         auto& state = pages_[size_t(s.page_table[0])];
         if (s.start_pos == 0) state[0] = 0;
         if (state[0] != s.start_pos)
-            return error(StatusCode::kInternal, "seq {}: state page holds {} tokens, chunk starts at {}",
-                         s.seq_id, state[0], s.start_pos);
+            return error(StatusCode::kInternal, "seq {}: state page holds {} tokens, chunk starts at {}", s.seq_id,
+                         state[0], s.start_pos);
         for (size_t i = 0; i < s.tokens.size(); ++i) {
             const int64_t pos = s.start_pos + int64_t(i);
             pages_[size_t(s.page_table[size_t(1 + pos / pt)])][size_t(pos % pt)] = s.tokens[i];
@@ -110,9 +106,7 @@ Status FakeRunner::forward(const ForwardBatch& batch, std::vector<std::vector<fl
         std::vector<int32_t> h(static_cast<size_t>(end));
         for (int64_t pos = 0; pos < end; ++pos) {
             const int32_t t = pages_[size_t(s.page_table[size_t(1 + pos / pt)])][size_t(pos % pt)];
-            if (t < 0)
-                return error(StatusCode::kInternal, "seq {}: position {} was never written",
-                             s.seq_id, pos);
+            if (t < 0) return error(StatusCode::kInternal, "seq {}: position {} was never written", s.seq_id, pos);
             h[size_t(pos)] = t;
         }
         logits.emplace_back();

@@ -26,8 +26,8 @@ struct FakeRunnerOptions {
     int64_t page_tokens = 16;
     int64_t n_pages = 4096;
     int64_t max_positions = INT64_MAX;  // a runner's own per-sequence limit (as the CUDA runner's max_context)
-    int64_t step_delay_us = 0;       // added to every forward (slow decode)
-    int64_t token_delay_us = 0;      // added per token in the batch (slow prefill)
+    int64_t step_delay_us = 0;          // added to every forward (slow decode)
+    int64_t token_delay_us = 0;         // added per token in the batch (slow prefill)
     // > 0: the N-th step with at least one sequence (1 = the first) and every later one fail with
     // StatusCode::kDeviceLost, the stand-in for a sticky CUDA error (RuntimeOptions::fault_inject_step).
     int64_t fault_inject_step = 0;

@@ -8,8 +8,7 @@
 
 namespace dsv4 {
 
-PageAllocator::PageAllocator(int64_t n_pages, uint64_t shuffle_seed)
-    : owners_(size_t(n_pages), 0) {
+PageAllocator::PageAllocator(int64_t n_pages, uint64_t shuffle_seed) : owners_(size_t(n_pages), 0) {
     free_.reserve(size_t(n_pages));
     for (int64_t i = n_pages - 1; i >= 0; --i) free_.push_back(int32_t(i));
     if (shuffle_seed != 0) {

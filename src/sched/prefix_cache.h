@@ -45,7 +45,7 @@ public:
     ~PrefixCache();
 
     struct Hit {
-        int64_t tokens = 0;               // cached prefix length, a multiple of block_tokens (0: miss)
+        int64_t tokens = 0;                // cached prefix length, a multiple of block_tokens (0: miss)
         std::vector<int32_t> token_pages;  // the prefix's token pages in order, one owner added for the caller
         std::vector<int32_t> snapshot;     // state pages holding the state after `tokens` (the cache's: copy them)
     };

@@ -181,7 +181,8 @@ StepPlan Scheduler::schedule() {
         const int64_t size = int64_t(seq->tokens.size());
         int64_t drafts = 0;
         if (speculate && seq->speculate) {
-            drafts = std::min<int64_t>({cfg_.speculative_tokens, budget - 1, seq->params.max_tokens - seq->n_output() - 1});
+            drafts =
+                std::min<int64_t>({cfg_.speculative_tokens, budget - 1, seq->params.max_tokens - seq->n_output() - 1});
             if (cfg_.max_positions > 0) drafts = std::min(drafts, cfg_.max_positions - size);
             drafts = std::max<int64_t>(drafts, 0);
             if (drafts > 0 && !ensure_pages(seq, size + drafts)) drafts = 0;
@@ -234,8 +235,8 @@ StepPlan Scheduler::schedule() {
 
 void Scheduler::commit(const StepPlan& plan) {
     for (const auto& c : plan.chunks) {
-        DSV4_CHECK(c.seq->n_computed == c.start, "seq {} computed {} planned start {}",
-                   c.seq->seq_id, c.seq->n_computed, c.start);
+        DSV4_CHECK(c.seq->n_computed == c.start, "seq {} computed {} planned start {}", c.seq->seq_id,
+                   c.seq->n_computed, c.start);
         c.seq->n_computed += c.n_tokens;
     }
     for (const auto& c : plan.chunks) after_computed(c.seq);
@@ -261,10 +262,8 @@ std::unique_ptr<Sequence> Scheduler::take(Sequence* seq) {
     offer_to_cache(seq);
     pages_.release(seq->pages);
     pages_.release(seq->snapshot);
-    if (auto it = std::find(running_.begin(), running_.end(), seq); it != running_.end())
-        running_.erase(it);
-    if (auto it = std::find(waiting_.begin(), waiting_.end(), seq); it != waiting_.end())
-        waiting_.erase(it);
+    if (auto it = std::find(running_.begin(), running_.end(), seq); it != running_.end()) running_.erase(it);
+    if (auto it = std::find(waiting_.begin(), waiting_.end(), seq); it != waiting_.end()) waiting_.erase(it);
     auto node = owned_.find(seq);
     DSV4_CHECK(node != owned_.end(), "unknown sequence");
     auto owned = std::move(node->second);

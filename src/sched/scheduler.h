@@ -54,10 +54,10 @@ struct SchedulerConfig {
 
 struct ScheduledChunk {
     Sequence* seq = nullptr;
-    int64_t start = 0;       // == seq->n_computed when scheduled
+    int64_t start = 0;  // == seq->n_computed when scheduled
     int64_t n_tokens = 0;
     bool want_logits = false;
-    int draft_tokens = 0;    // a verify chunk: n_tokens 1 plus this many drafts the runner adds
+    int draft_tokens = 0;  // a verify chunk: n_tokens 1 plus this many drafts the runner adds
 };
 
 struct StepPlan {

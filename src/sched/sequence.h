@@ -25,14 +25,14 @@ const char* finish_reason_name(FinishReason r);  // "stop", "length", "abort", "
 // thread: implementations must only hand the event off (post to an I/O thread), never block.
 struct SeqEvent {
     int choice = 0;
-    std::vector<int32_t> tokens;               // new output tokens (EOS / stop ids not included)
-    std::vector<SampleResult> logprobs;        // one per token in `tokens` when requested
+    std::vector<int32_t> tokens;         // new output tokens (EOS / stop ids not included)
+    std::vector<SampleResult> logprobs;  // one per token in `tokens` when requested
     FinishReason finish = FinishReason::kNone;
-    int32_t stop_token = -1;                   // the stop id or EOS that finished it, if any
+    int32_t stop_token = -1;  // the stop id or EOS that finished it, if any
     int64_t prompt_tokens = 0;
-    int64_t completion_tokens = 0;             // output so far, including a final EOS / stop id
-    int64_t cached_tokens = 0;                 // prompt tokens taken from the prefix cache
-    std::string error;                         // finish == kError
+    int64_t completion_tokens = 0;  // output so far, including a final EOS / stop id
+    int64_t cached_tokens = 0;      // prompt tokens taken from the prefix cache
+    std::string error;              // finish == kError
 };
 
 class RequestSink {
@@ -45,10 +45,10 @@ struct Sequence {
     int64_t seq_id = 0;
     uint64_t request_id = 0;
     int choice = 0;
-    std::vector<int32_t> tokens;   // prompt followed by the output so far
+    std::vector<int32_t> tokens;  // prompt followed by the output so far
     int64_t n_prompt = 0;
-    int64_t n_computed = 0;        // leading tokens whose state is in the pages
-    std::vector<int32_t> pages;    // KvLayout order: state pages, then token pages
+    int64_t n_computed = 0;      // leading tokens whose state is in the pages
+    std::vector<int32_t> pages;  // KvLayout order: state pages, then token pages
     SamplingParams params;
     uint64_t seed = 0;
     PenaltyState penalties;
@@ -63,12 +63,12 @@ struct Sequence {
     // finish with it); otherwise the next step can decode the pending token, which the runner fills in.
     bool await_output = false;
     // Prefix caching (sched/prefix_cache.h).
-    uint64_t cache_salt = 0;          // blocks are shared only between requests with the same salt
-    int64_t cached_tokens = 0;        // prompt tokens taken from the cache when first admitted
-    std::vector<int32_t> snapshot;    // own copy of the state pages after snapshot_tokens (or empty)
-    int64_t snapshot_tokens = 0;      // last block boundary a snapshot was taken or restored at
-    bool prompt_cached = false;       // its prompt's blocks have been offered to the cache
-    bool hold_for_prefix = false;     // choice > 0: admitted once choice 0 has cached the prompt
+    uint64_t cache_salt = 0;        // blocks are shared only between requests with the same salt
+    int64_t cached_tokens = 0;      // prompt tokens taken from the cache when first admitted
+    std::vector<int32_t> snapshot;  // own copy of the state pages after snapshot_tokens (or empty)
+    int64_t snapshot_tokens = 0;    // last block boundary a snapshot was taken or restored at
+    bool prompt_cached = false;     // its prompt's blocks have been offered to the cache
+    bool hold_for_prefix = false;   // choice > 0: admitted once choice 0 has cached the prompt
     // Constrained decoding (structured output): its rows are sampled on the host through
     // constraint->mask once active; it becomes active when constraint_after is sampled (-1: from
     // the start; e.g. the end of the reasoning in thinking mode).

@@ -34,8 +34,7 @@ ApiError status_to_error(const Status& s) {
         case StatusCode::kUnavailable:
             return ApiError{503, s.message(), "server_error", {}, "unavailable"};
         case StatusCode::kOutOfRange:
-            return ApiError{400, s.message(), "invalid_request_error", "prompt",
-                            "context_length_exceeded"};
+            return ApiError{400, s.message(), "invalid_request_error", "prompt", "context_length_exceeded"};
         case StatusCode::kInvalidArgument:
             return ApiError{400, s.message(), "invalid_request_error", {}, {}};
         default:
@@ -77,7 +76,7 @@ std::variant<std::shared_ptr<const TokenConstraint>, ApiError> App::constraint_f
 // token). Parameter schemas constrained decoding cannot enforce are a 400 for a strict tool and
 // any JSON value otherwise.
 std::variant<std::shared_ptr<const TokenConstraint>, ApiError> App::tool_constraint_for(const ParsedRequest& req,
-                                                                                      int32_t* after) const {
+                                                                                        int32_t* after) const {
     using json = nlohmann::json;
     *after = -1;
     if (!req.chat || !req.tools.is_array() || req.tools.empty() || req.tool_choice == "none")
@@ -105,15 +104,15 @@ std::variant<std::shared_ptr<const TokenConstraint>, ApiError> App::tool_constra
                 auto c = constrain::compile_json_schema(it.value());
                 if (!c.is_ok()) {
                     if (tool_strict)
-                        return bad_request(fmt::format("tool '{}' parameter '{}': {}", name, it.key(), c.status().message()),
-                                           "tools");
+                        return bad_request(
+                            fmt::format("tool '{}' parameter '{}': {}", name, it.key(), c.status().message()), "tools");
                     c = constrain::compile_json_schema(json(true));
                 }
                 const auto kind = c->nodes[size_t(c->root)].kind;
                 spec.params.push_back(it.key());
                 spec.flags.push_back(kind == constrain::SchemaNode::Kind::kString ? 1
                                      : kind == constrain::SchemaNode::Kind::kAny  ? 3
-                                                                                   : 2);
+                                                                                  : 2);
                 spec.schemas.push_back(std::make_shared<const constrain::CompiledSchema>(std::move(c.value())));
                 spec.required.push_back(std::find(required.begin(), required.end(), it.key()) != required.end());
             }
@@ -122,8 +121,9 @@ std::variant<std::shared_ptr<const TokenConstraint>, ApiError> App::tool_constra
         g->tools.push_back(std::move(spec));
     }
     if (g->tools.empty())
-        return bad_request(fmt::format("tool_choice names '{}', which is not among the tools", req.tool_choice_name.substr(0, 200)),
-                           "tool_choice");
+        return bad_request(
+            fmt::format("tool_choice names '{}', which is not among the tools", req.tool_choice_name.substr(0, 200)),
+            "tool_choice");
     const bool opened = !forced;
     if (forced) {
         if (req.thinking) *after = tok_.token_to_id("</think>").value_or(-1);
@@ -136,9 +136,12 @@ std::variant<std::shared_ptr<const TokenConstraint>, ApiError> App::tool_constra
 }
 
 void App::count_status(int status) {
-    if (status < 300) ++stats_.responses_2xx;
-    else if (status < 500) ++stats_.responses_4xx;
-    else ++stats_.responses_5xx;
+    if (status < 300)
+        ++stats_.responses_2xx;
+    else if (status < 500)
+        ++stats_.responses_4xx;
+    else
+        ++stats_.responses_5xx;
     if (status == 429) ++stats_.responses_429;
 }
 
@@ -206,8 +209,7 @@ void App::ready(ResponseWriter& w) {
 // generation prompt) -> {"count", "max_model_len", "tokens"}.
 void App::tokenize(const HttpRequest& req, ResponseWriter& w) {
     const json j = json::parse(req.body, nullptr, false);
-    if (j.is_discarded() || !j.is_object())
-        return send_error(w, bad_request("the request body must be a JSON object"));
+    if (j.is_discarded() || !j.is_object()) return send_error(w, bad_request("the request body must be a JSON object"));
     std::string text;
     if (j.contains("messages")) {
         // The chat request parser validates the messages (and tools) as /v1/chat/completions does;
@@ -224,7 +226,8 @@ void App::tokenize(const HttpRequest& req, ResponseWriter& w) {
         return send_error(w, bad_request("send 'prompt' (a string) or 'messages'", "prompt"));
     }
     auto ids = tok_.encode(text);
-    if (!ids.is_ok()) return send_error(w, ApiError{400, ids.status().message(), "invalid_request_error", "prompt", {}});
+    if (!ids.is_ok())
+        return send_error(w, ApiError{400, ids.status().message(), "invalid_request_error", "prompt", {}});
     count_status(200);
     w.send(200, "application/json",
            json{{"count", ids->size()}, {"max_model_len", engine_.max_context()}, {"tokens", *ids}}.dump());
@@ -238,8 +241,8 @@ void App::detokenize(const HttpRequest& req, ResponseWriter& w) {
     std::vector<int32_t> ids;
     for (const auto& t : j["tokens"]) {
         if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= tok_.vocab_size())
-            return send_error(w, bad_request(fmt::format("'tokens' must hold token ids in [0, {})", tok_.vocab_size()),
-                                             "tokens"));
+            return send_error(
+                w, bad_request(fmt::format("'tokens' must hold token ids in [0, {})", tok_.vocab_size()), "tokens"));
         ids.push_back(int32_t(t.get<int64_t>()));
     }
     count_status(200);
@@ -254,8 +257,12 @@ void App::handle(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& 
     const bool post = req.method == "POST";
     const bool open_route = (path == "/health" || path == "/ready" || path == "/metrics") && !opt_.guard_health_metrics;
     if (!open_route && !authorized(req)) {
-        send_error(*w, ApiError{401, "missing or invalid API key (send 'Authorization: Bearer <key>')",
-                                "invalid_request_error", {}, "invalid_api_key"},
+        send_error(*w,
+                   ApiError{401,
+                            "missing or invalid API key (send 'Authorization: Bearer <key>')",
+                            "invalid_request_error",
+                            {},
+                            "invalid_api_key"},
                    {{"WWW-Authenticate", "Bearer"}});
         return;
     }
@@ -297,12 +304,14 @@ void App::handle(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& 
         generate(req, true, w);
     } else if (path == "/v1/completions" && post) {
         generate(req, false, w);
-    } else if (path == "/v1/chat/completions" || path == "/v1/completions" || path == "/health" ||
-               path == "/metrics" || path == "/v1/models" || path == "/tokenize" || path == "/detokenize" ||
-               path == "/ready" || path == "/flush_cache" || path == "/reset_prefix_cache") {
-        send_error(*w, ApiError{405, fmt::format("method {} is not allowed on {}",
-                                                 req.method.substr(0, 16), path),
-                                "invalid_request_error", {}, "method_not_allowed"});
+    } else if (path == "/v1/chat/completions" || path == "/v1/completions" || path == "/health" || path == "/metrics" ||
+               path == "/v1/models" || path == "/tokenize" || path == "/detokenize" || path == "/ready" ||
+               path == "/flush_cache" || path == "/reset_prefix_cache") {
+        send_error(*w, ApiError{405,
+                                fmt::format("method {} is not allowed on {}", req.method.substr(0, 16), path),
+                                "invalid_request_error",
+                                {},
+                                "method_not_allowed"});
     } else {
         send_error(*w, ApiError{404, "no such endpoint", "invalid_request_error", {}, "not_found"});
     }
@@ -310,8 +319,10 @@ void App::handle(const HttpRequest& req, const std::shared_ptr<ResponseWriter>& 
 
 void App::generate(const HttpRequest& hreq, bool chat, const std::shared_ptr<ResponseWriter>& w) {
     if (!is_json_type(hreq.content_type)) {
-        send_error(*w, ApiError{415, "Content-Type must be application/json",
-                                "invalid_request_error", {}, "unsupported_media_type"});
+        send_error(
+            *w,
+            ApiError{
+                415, "Content-Type must be application/json", "invalid_request_error", {}, "unsupported_media_type"});
         return;
     }
     auto parsed = parse_openai_request(hreq.body, chat, &opt_.defaults);
@@ -321,9 +332,10 @@ void App::generate(const HttpRequest& hreq, bool chat, const std::shared_ptr<Res
     }
     ParsedRequest req = std::move(std::get<ParsedRequest>(parsed));
     if (!req.model.empty() && req.model != opt_.model_name) {
-        send_error(*w, ApiError{404, fmt::format("the model '{}' does not exist; this server "
-                                                 "serves '{}'",
-                                                 req.model.substr(0, 200), opt_.model_name),
+        send_error(*w, ApiError{404,
+                                fmt::format("the model '{}' does not exist; this server "
+                                            "serves '{}'",
+                                            req.model.substr(0, 200), opt_.model_name),
                                 "invalid_request_error", "model", "model_not_found"});
         return;
     }
@@ -382,10 +394,9 @@ void App::generate(const HttpRequest& hreq, bool chat, const std::shared_ptr<Res
     }
 
     const uint64_t id = engine_.next_request_id();
-    auto handler = std::make_shared<GenerationHandler>(engine_, tok_, opt_.model_name, req, id,
-                                                       int64_t(prompt.size()), w);
-    GenRequest g{.id = id, .prompt = std::move(prompt), .params = req.params, .n = req.n,
-                 .sink = handler};
+    auto handler =
+        std::make_shared<GenerationHandler>(engine_, tok_, opt_.model_name, req, id, int64_t(prompt.size()), w);
+    GenRequest g{.id = id, .prompt = std::move(prompt), .params = req.params, .n = req.n, .sink = handler};
     if (!req.cache_salt.empty()) g.cache_salt = std::hash<std::string>{}(req.cache_salt) | 1;
     g.constraint = std::get<std::shared_ptr<const TokenConstraint>>(constraint);
     // In thinking mode the answer follows the reasoning: the constraint starts after </think>.

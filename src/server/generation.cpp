@@ -18,17 +18,15 @@ std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
 
 }  // namespace
 
-GenerationHandler::GenerationHandler(Engine& engine, const Tokenizer& tok, std::string model_name,
-                                     ParsedRequest req, uint64_t request_id,
-                                     int64_t prompt_tokens, std::shared_ptr<ResponseWriter> writer)
+GenerationHandler::GenerationHandler(Engine& engine, const Tokenizer& tok, std::string model_name, ParsedRequest req,
+                                     uint64_t request_id, int64_t prompt_tokens, std::shared_ptr<ResponseWriter> writer)
     : engine_(engine),
       tok_(tok),
       model_(std::move(model_name)),
       req_(std::move(req)),
       id_(request_id),
       prompt_tokens_(prompt_tokens),
-      created_(std::chrono::duration_cast<std::chrono::seconds>(
-                   std::chrono::system_clock::now().time_since_epoch())
+      created_(std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
                    .count()),
       w_(std::move(writer)),
       choices_(size_t(req_.n)) {
@@ -107,10 +105,8 @@ void GenerationHandler::add_logprobs(Choice& c, const std::vector<SampleResult>&
         } else {
             json top = json::object();
             for (const auto& t : r.top) top[token_text(t.token)] = t.logprob;
-            c.logprobs.push_back({{"token", token_text(r.token)},
-                                  {"logprob", r.logprob},
-                                  {"top", top},
-                                  {"offset", c.text_offset}});
+            c.logprobs.push_back(
+                {{"token", token_text(r.token)}, {"logprob", r.logprob}, {"top", top}, {"offset", c.text_offset}});
         }
     }
 }
@@ -155,8 +151,7 @@ void GenerationHandler::emit(int index, const OutputDelta* d, const std::string*
                     c.n_tool_calls = std::max(c.n_tool_calls, te.index + 1);
                 }
                 if (!te.arguments_delta.empty())
-                    calls.push_back({{"index", te.index},
-                                     {"function", {{"arguments", te.arguments_delta}}}});
+                    calls.push_back({{"index", te.index}, {"function", {{"arguments", te.arguments_delta}}}});
             }
             delta["tool_calls"] = calls;
         }
@@ -212,12 +207,13 @@ void GenerationHandler::finish_choice(int index, const std::string& reason) {
     }
     if (req_.stream) {
         json choice = {{"index", index}, {"finish_reason", c.finish_reason}, {"logprobs", nullptr}};
-        if (req_.chat) choice["delta"] = json::object();
-        else choice["text"] = "";
+        if (req_.chat)
+            choice["delta"] = json::object();
+        else
+            choice["text"] = "";
         if (req_.return_token_ids) choice["token_ids"] = c.token_ids;  // all of them, in the last chunk
         if (req_.params.logprobs >= 0 && !c.logprobs.empty()) {
-            choice["logprobs"] = req_.chat ? json{{"content", c.logprobs}}
-                                           : completion_logprobs(c.logprobs);
+            choice["logprobs"] = req_.chat ? json{{"content", c.logprobs}} : completion_logprobs(c.logprobs);
             c.logprobs = json::array();
         }
         json chunk = chunk_base();
@@ -257,9 +253,8 @@ void GenerationHandler::complete() {
         if (req_.return_token_ids) choice["token_ids"] = c.token_ids;
         if (req_.chat) {
             json msg = {{"role", "assistant"}};
-            msg["content"] = c.parsed.content.empty() && !c.parsed.tool_calls.empty()
-                                 ? json(nullptr)
-                                 : json(c.parsed.content);
+            msg["content"] =
+                c.parsed.content.empty() && !c.parsed.tool_calls.empty() ? json(nullptr) : json(c.parsed.content);
             if (!c.parsed.reasoning.empty()) msg["reasoning_content"] = c.parsed.reasoning;
             if (!c.parsed.tool_calls.empty()) {
                 json calls = json::array();
@@ -272,12 +267,10 @@ void GenerationHandler::complete() {
                 msg["tool_calls"] = calls;
             }
             choice["message"] = msg;
-            choice["logprobs"] = req_.params.logprobs >= 0 ? json{{"content", c.logprobs}}
-                                                           : json(nullptr);
+            choice["logprobs"] = req_.params.logprobs >= 0 ? json{{"content", c.logprobs}} : json(nullptr);
         } else {
             choice["text"] = c.text;
-            choice["logprobs"] = req_.params.logprobs >= 0 ? completion_logprobs(c.logprobs)
-                                                           : json(nullptr);
+            choice["logprobs"] = req_.params.logprobs >= 0 ? completion_logprobs(c.logprobs) : json(nullptr);
         }
         arr.push_back(choice);
     }
@@ -314,11 +307,20 @@ void GenerationHandler::handle(SeqEvent ev) {
     feed_text(ev.choice, std::move(text));
     if (c.done) return;  // a stop string ended it
     switch (ev.finish) {
-        case FinishReason::kNone: break;
-        case FinishReason::kStop: finish_choice(ev.choice, "stop"); break;
-        case FinishReason::kLength: finish_choice(ev.choice, "length"); break;
-        case FinishReason::kAbort: fail("the request was aborted"); break;
-        case FinishReason::kError: fail(ev.error.empty() ? "generation failed" : ev.error); break;
+        case FinishReason::kNone:
+            break;
+        case FinishReason::kStop:
+            finish_choice(ev.choice, "stop");
+            break;
+        case FinishReason::kLength:
+            finish_choice(ev.choice, "length");
+            break;
+        case FinishReason::kAbort:
+            fail("the request was aborted");
+            break;
+        case FinishReason::kError:
+            fail(ev.error.empty() ? "generation failed" : ev.error);
+            break;
     }
 }
 

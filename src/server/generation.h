@@ -25,33 +25,31 @@
 
 namespace dsv4 {
 
-class GenerationHandler : public RequestSink,
-                          public std::enable_shared_from_this<GenerationHandler> {
+class GenerationHandler : public RequestSink, public std::enable_shared_from_this<GenerationHandler> {
 public:
-    GenerationHandler(Engine& engine, const Tokenizer& tok, std::string model_name,
-                      ParsedRequest req, uint64_t request_id, int64_t prompt_tokens,
-                      std::shared_ptr<ResponseWriter> writer);
+    GenerationHandler(Engine& engine, const Tokenizer& tok, std::string model_name, ParsedRequest req,
+                      uint64_t request_id, int64_t prompt_tokens, std::shared_ptr<ResponseWriter> writer);
 
     // On the executor, after the engine accepted the request.
     void begin();
     void on_event(SeqEvent&& ev) override;  // engine thread
-    void cancel();                           // executor: the client went away
+    void cancel();                          // executor: the client went away
 
 private:
     struct Choice {
         std::optional<IncrementalDetokenizer> detok;
         std::optional<StopMatcher> stop;
         std::optional<StreamingOutputParser> parser;
-        ParsedOutput parsed;        // chat, non-stream: accumulated
-        std::string text;           // completions, non-stream: accumulated
-        nlohmann::json logprobs;    // accumulated (non-stream) or pending (stream)
+        ParsedOutput parsed;      // chat, non-stream: accumulated
+        std::string text;         // completions, non-stream: accumulated
+        nlohmann::json logprobs;  // accumulated (non-stream) or pending (stream)
         int64_t text_offset = 0;
         int n_tool_calls = 0;
         bool done = false;
-        bool engine_done = false;   // the engine sent this choice's final event
+        bool engine_done = false;  // the engine sent this choice's final event
         std::string finish_reason;
         int64_t completion_tokens = 0;
-        int64_t cached_tokens = 0;  // prompt tokens the engine took from the prefix cache
+        int64_t cached_tokens = 0;       // prompt tokens the engine took from the prefix cache
         std::vector<int32_t> token_ids;  // generated ids (return_token_ids)
     };
 

@@ -28,7 +28,8 @@ Result<GenerationDefaults> load_generation_defaults(const std::string& dir) {
         if (!j[key].is_number()) return invalid_argument("{}: '{}' must be a number", file.string(), key);
         const double v = j[key].get<double>();
         if (!(lo_open ? v > lo : v >= lo) || !(v <= hi))
-            return invalid_argument("{}: '{}' = {} is outside {}{}, {}]", file.string(), key, v, lo_open ? "(" : "[", lo, hi);
+            return invalid_argument("{}: '{}' = {} is outside {}{}, {}]", file.string(), key, v, lo_open ? "(" : "[",
+                                    lo, hi);
         out = float(v);
         note(key, fmt::format("{}", v));
         return Status::ok();

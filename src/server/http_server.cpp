@@ -38,26 +38,38 @@ using tcp = net::ip::tcp;
 
 const char* reason_phrase(int status) {
     switch (status) {
-        case 200: return "OK";
-        case 400: return "Bad Request";
-        case 401: return "Unauthorized";
-        case 404: return "Not Found";
-        case 405: return "Method Not Allowed";
-        case 413: return "Payload Too Large";
-        case 415: return "Unsupported Media Type";
-        case 422: return "Unprocessable Entity";
-        case 429: return "Too Many Requests";
-        case 431: return "Request Header Fields Too Large";
-        case 500: return "Internal Server Error";
-        case 503: return "Service Unavailable";
-        default: return "Unknown";
+        case 200:
+            return "OK";
+        case 400:
+            return "Bad Request";
+        case 401:
+            return "Unauthorized";
+        case 404:
+            return "Not Found";
+        case 405:
+            return "Method Not Allowed";
+        case 413:
+            return "Payload Too Large";
+        case 415:
+            return "Unsupported Media Type";
+        case 422:
+            return "Unprocessable Entity";
+        case 429:
+            return "Too Many Requests";
+        case 431:
+            return "Request Header Fields Too Large";
+        case 500:
+            return "Internal Server Error";
+        case 503:
+            return "Service Unavailable";
+        default:
+            return "Unknown";
     }
 }
 
 class Session : public std::enable_shared_from_this<Session>, public ResponseWriter {
 public:
-    Session(tcp::socket&& s, App& app, const HttpServerOptions& opt)
-        : stream_(std::move(s)), app_(app), opt_(opt) {
+    Session(tcp::socket&& s, App& app, const HttpServerOptions& opt) : stream_(std::move(s)), app_(app), opt_(opt) {
         ++app_.stats().connections_open;
         ++app_.stats().connections_total;
         beast::error_code ec;
@@ -70,17 +82,15 @@ public:
     }
 
     void run() {
-        net::dispatch(stream_.get_executor(),
-                      beast::bind_front_handler(&Session::do_read, shared_from_this()));
+        net::dispatch(stream_.get_executor(), beast::bind_front_handler(&Session::do_read, shared_from_this()));
     }
 
     void post(std::function<void()> fn) override { net::post(stream_.get_executor(), std::move(fn)); }
 
-    void send(int status, const std::string& content_type, std::string body,
-              const HeaderList& extra) override {
+    void send(int status, const std::string& content_type, std::string body, const HeaderList& extra) override {
         if (response_done_) return;
-        std::string out = fmt::format("HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n",
-                                      status, reason_phrase(status), content_type, body.size());
+        std::string out = fmt::format("HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\n", status,
+                                      reason_phrase(status), content_type, body.size());
         for (const auto& [k, v] : extra) out += k + ": " + v + "\r\n";
         out += keep_alive_ ? "Connection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n";
         if (!head_) out += body;
@@ -130,8 +140,7 @@ private:
 
     void read_request() {
         stream_.expires_after(std::chrono::seconds(opt_.request_timeout_s));
-        http::async_read(stream_, buffer_, *parser_,
-                         beast::bind_front_handler(&Session::on_read, shared_from_this()));
+        http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&Session::on_read, shared_from_this()));
     }
 
     void on_read(beast::error_code ec, size_t) {
@@ -172,24 +181,21 @@ private:
         auto self = shared_from_this();
         const uint64_t gen = generation_;
         stream_.socket().async_wait(
-            tcp::socket::wait_read,
-            net::bind_executor(stream_.get_executor(), [self, gen](beast::error_code ec) {
+            tcp::socket::wait_read, net::bind_executor(stream_.get_executor(), [self, gen](beast::error_code ec) {
                 if (gen != self->generation_ || self->response_done_ || self->closed_) return;
                 if (ec == net::error::operation_aborted) return;
                 if (!ec) {
                     // Readiness can be stale (edge-triggered reactor): peek to tell EOF (0) from
                     // pipelined bytes (> 0) and from nothing at all (EAGAIN: wait again).
                     char c;
-                    const ssize_t n = ::recv(self->stream_.socket().native_handle(), &c, 1,
-                                             MSG_PEEK | MSG_DONTWAIT);
+                    const ssize_t n = ::recv(self->stream_.socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
                     if (n > 0) return;
                     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
                         // Re-arm after a pause: an immediate re-wait can complete spuriously again.
                         auto timer = std::make_shared<net::steady_timer>(self->stream_.get_executor());
                         timer->expires_after(std::chrono::milliseconds(20));
                         timer->async_wait([self, timer, gen](beast::error_code) {
-                            if (gen == self->generation_ && !self->response_done_ && !self->closed_)
-                                self->watch_peer();
+                            if (gen == self->generation_ && !self->response_done_ && !self->closed_) self->watch_peer();
                         });
                         return;
                     }
@@ -245,8 +251,10 @@ private:
         if (response_done_) {
             on_gone_ = nullptr;
             owe_reply(false);
-            if (keep_alive_) do_read();
-            else close();
+            if (keep_alive_)
+                do_read();
+            else
+                close();
         } else {
             stream_.expires_never();  // a stream between events: the engine sets the pace
         }
@@ -315,9 +323,9 @@ struct HttpServer::Impl {
             if (app.stats().connections_open.load() >= opt.max_connections) {
                 // Over the cap: a short 503 written synchronously (small, fits the socket buffer), then close.
                 beast::error_code ignored;
-                const std::string body = ApiError{503, "too many open connections; retry later", "server_error", {},
-                                                  "too_many_connections"}
-                                             .body();
+                const std::string body =
+                    ApiError{503, "too many open connections; retry later", "server_error", {}, "too_many_connections"}
+                        .body();
                 const std::string msg = fmt::format(
                     "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
                     "Connection: close\r\nContent-Length: {}\r\n\r\n{}",
@@ -349,8 +357,7 @@ struct HttpServer::Impl {
     bool woken = false;
 };
 
-HttpServer::HttpServer(App& app, HttpServerOptions opt)
-    : impl_(std::make_unique<Impl>(app, std::move(opt))) {}
+HttpServer::HttpServer(App& app, HttpServerOptions opt) : impl_(std::make_unique<Impl>(app, std::move(opt))) {}
 
 HttpServer::~HttpServer() { stop(); }
 
@@ -371,8 +378,8 @@ Status HttpServer::start() {
     if (!ec) acc.bind(ep, ec);
     if (!ec) acc.listen(net::socket_base::max_listen_connections, ec);
     if (ec)
-        return error(StatusCode::kUnavailable, "cannot listen on {}:{}: {}", impl_->opt.host,
-                     impl_->opt.port, ec.message());
+        return error(StatusCode::kUnavailable, "cannot listen on {}:{}: {}", impl_->opt.host, impl_->opt.port,
+                     ec.message());
     impl_->work.emplace(impl_->ioc.get_executor());
     impl_->do_accept();
     for (int i = 0; i < std::max(1, impl_->opt.io_threads); ++i)

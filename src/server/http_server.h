@@ -14,11 +14,11 @@ namespace dsv4 {
 
 struct HttpServerOptions {
     std::string host = "127.0.0.1";
-    uint16_t port = 8000;           // 0 = any free port (see HttpServer::port())
+    uint16_t port = 8000;  // 0 = any free port (see HttpServer::port())
     int io_threads = 2;
-    size_t max_body_bytes = 8u << 20;      // larger bodies: 413
-    size_t max_header_bytes = 64u << 10;   // larger request heads: 431
-    int idle_timeout_s = 300;              // keep-alive connections waiting for a request
+    size_t max_body_bytes = 8u << 20;     // larger bodies: 413
+    size_t max_header_bytes = 64u << 10;  // larger request heads: 431
+    int idle_timeout_s = 300;             // keep-alive connections waiting for a request
     // From a request's first byte to its last. Apart from the idle timeout so that keep-alive
     // clients may wait long between requests while a slowloris (headers or body trickled) loses
     // its connection soon; closed without a reply, as the client is not sending one anyway.
@@ -39,14 +39,14 @@ class HttpServer {
 public:
     HttpServer(App& app, HttpServerOptions opt);
     ~HttpServer();
-    Status start();            // binds, listens and starts the I/O threads
+    Status start();  // binds, listens and starts the I/O threads
     uint16_t port() const;
     // Blocks until SIGINT or SIGTERM (returns true) or until wake() (false; at once when wake()
     // came first). Needs no start().
     bool wait_for_signal();
     // Thread-safe: ends wait_for_signal() (the engine failed for good and the process must exit).
     void wake();
-    void stop_accepting();     // closes the listening socket; open connections keep being served
+    void stop_accepting();  // closes the listening socket; open connections keep being served
     void stop();
 
 private:

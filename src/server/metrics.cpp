@@ -15,8 +15,8 @@ void histogram(std::string& out, const char* name, const char* help, const Histo
     out += fmt::format("# HELP {} {}\n# TYPE {} histogram\n", name, help, name);
     for (size_t i = 0; i < s.bounds.size(); ++i)
         out += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, s.bounds[i], s.counts[i]);
-    out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name,
-                       s.counts.back(), name, s.sum, name, s.count);
+    out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n{}_sum {}\n{}_count {}\n", name, s.counts.back(), name, s.sum,
+                       name, s.count);
 }
 
 }  // namespace
@@ -34,9 +34,12 @@ std::string App::metrics_text() const {
     gauge(o, "dsv4_preemptions_total", "Sequences preempted by recompute", e.preemptions_total, "counter");
     gauge(o, "dsv4_prompt_tokens_total", "Prompt tokens admitted", e.prompt_tokens_total, "counter");
     gauge(o, "dsv4_generation_tokens_total", "Tokens generated", e.generated_tokens_total, "counter");
-    gauge(o, "dsv4_requests_finished_total", "Requests finished (stop or length)", e.requests_finished_total, "counter");
-    gauge(o, "dsv4_requests_aborted_total", "Requests aborted (client gone or stop string)", e.requests_aborted_total, "counter");
-    gauge(o, "dsv4_requests_rejected_total", "Requests refused because the queue was full", e.requests_rejected_total, "counter");
+    gauge(o, "dsv4_requests_finished_total", "Requests finished (stop or length)", e.requests_finished_total,
+          "counter");
+    gauge(o, "dsv4_requests_aborted_total", "Requests aborted (client gone or stop string)", e.requests_aborted_total,
+          "counter");
+    gauge(o, "dsv4_requests_rejected_total", "Requests refused because the queue was full", e.requests_rejected_total,
+          "counter");
     gauge(o, "dsv4_engine_steps_total", "Engine steps run", e.steps_total, "counter");
     gauge(o, "dsv4_step_prefill_tokens_total", "Prefill tokens computed", e.step_prefill_tokens_total, "counter");
     gauge(o, "dsv4_step_decode_tokens_total", "Decode tokens computed", e.step_decode_tokens_total, "counter");
@@ -78,7 +81,8 @@ std::string App::metrics_text() const {
     gauge(o, "dsv4_http_responses_5xx_total", "5xx replies", stats_.responses_5xx, "counter");
     gauge(o, "dsv4_http_streams_open", "Open SSE streams", stats_.streams_open);
     gauge(o, "dsv4_http_replies_pending", "Requests read whose reply is not yet all written", stats_.replies_pending);
-    gauge(o, "dsv4_http_client_disconnects_total", "Clients gone before their reply ended", stats_.client_disconnects, "counter");
+    gauge(o, "dsv4_http_client_disconnects_total", "Clients gone before their reply ended", stats_.client_disconnects,
+          "counter");
     gauge(o, "dsv4_http_request_timeouts_total", "Connections closed because a request arrived too slowly",
           stats_.request_timeouts, "counter");
     gauge(o, "dsv4_http_slow_readers_total",

@@ -30,15 +30,20 @@ bool nesting_ok(std::string_view s) {
     bool in_str = false, esc = false;
     for (char c : s) {
         if (in_str) {
-            if (esc) esc = false;
-            else if (c == '\\') esc = true;
-            else if (c == '"') in_str = false;
+            if (esc)
+                esc = false;
+            else if (c == '\\')
+                esc = true;
+            else if (c == '"')
+                in_str = false;
             continue;
         }
-        if (c == '"') in_str = true;
+        if (c == '"')
+            in_str = true;
         else if (c == '[' || c == '{') {
             if (++depth > kMaxNesting) return false;
-        } else if (c == ']' || c == '}') --depth;
+        } else if (c == ']' || c == '}')
+            --depth;
     }
     return true;
 }
@@ -69,22 +74,18 @@ public:
         if (!v->is_number()) return fail(fmt::format("'{}' must be a number", key), key), false;
         const double x = v->get<double>();
         if (!std::isfinite(x) || x < lo || x > hi || (lo_open && x == lo))
-            return fail(fmt::format("'{}' must be in {}{}, {}]", key, lo_open ? "(" : "[", lo, hi),
-                        key),
-                   false;
+            return fail(fmt::format("'{}' must be in {}{}, {}]", key, lo_open ? "(" : "[", lo, hi), key), false;
         out = float(x);
         return true;
     }
     bool integer(const char* key, int64_t& out, int64_t lo, int64_t hi) {
         const ojson* v = get(key);
         if (!v) return false;
-        if (!v->is_number_integer())
-            return fail(fmt::format("'{}' must be an integer", key), key), false;
+        if (!v->is_number_integer()) return fail(fmt::format("'{}' must be an integer", key), key), false;
         if (v->is_number_unsigned() && v->get<uint64_t>() > uint64_t(hi))
             return fail(fmt::format("'{}' must be at most {}", key, hi), key), false;
         const int64_t x = v->is_number_unsigned() ? int64_t(v->get<uint64_t>()) : v->get<int64_t>();
-        if (x < lo || x > hi)
-            return fail(fmt::format("'{}' must be in [{}, {}]", key, lo, hi), key), false;
+        if (x < lo || x > hi) return fail(fmt::format("'{}' must be in [{}, {}]", key, lo, hi), key), false;
         out = x;
         return true;
     }
@@ -105,7 +106,8 @@ std::optional<ApiError> parse_structured_output(Reader& rd, ParsedRequest& r) {
                 return bad_request("response_format type json_schema needs a 'json_schema' object", "response_format");
             const ojson& js = (*rf)["json_schema"];
             if (js.contains("schema") && !js["schema"].is_object() && !js["schema"].is_boolean())
-                return bad_request("response_format.json_schema.schema must be a JSON schema object", "response_format");
+                return bad_request("response_format.json_schema.schema must be a JSON schema object",
+                                   "response_format");
             r.json_schema = js.value("schema", ojson::object());
         } else if (type == "json_object") {
             r.json_object = true;
@@ -144,11 +146,9 @@ std::optional<ApiError> parse_structured_output(Reader& rd, ParsedRequest& r) {
     return std::nullopt;
 }
 
-std::optional<ApiError> parse_token_ids(const ojson& arr, std::vector<int32_t>& out,
-                                        const char* param) {
+std::optional<ApiError> parse_token_ids(const ojson& arr, std::vector<int32_t>& out, const char* param) {
     for (const auto& t : arr) {
-        if (!t.is_number_integer())
-            return bad_request(fmt::format("'{}' must hold integer token ids", param), param);
+        if (!t.is_number_integer()) return bad_request(fmt::format("'{}' must hold integer token ids", param), param);
         if (t.is_number_unsigned() ? t.get<uint64_t>() > uint64_t(std::numeric_limits<int32_t>::max())
                                    : (t.get<int64_t>() < std::numeric_limits<int32_t>::min() ||
                                       t.get<int64_t>() > std::numeric_limits<int32_t>::max()))
@@ -161,33 +161,26 @@ std::optional<ApiError> parse_token_ids(const ojson& arr, std::vector<int32_t>& 
 std::optional<ApiError> parse_messages(const ojson& m) {
     if (!m.is_array()) return bad_request("'messages' must be an array", "messages");
     if (m.empty()) return bad_request("'messages' must not be empty", "messages");
-    static const char* kRoles[] = {"system", "user", "assistant", "tool", "developer",
-                                   "latest_reminder"};
+    static const char* kRoles[] = {"system", "user", "assistant", "tool", "developer", "latest_reminder"};
     for (size_t i = 0; i < m.size(); ++i) {
         const auto& msg = m[i];
         const std::string where = fmt::format("messages[{}]", i);
         if (!msg.is_object()) return bad_request(where + " must be an object", "messages");
         auto role = msg.find("role");
-        if (role == msg.end() || !role->is_string())
-            return bad_request(where + ".role must be a string", "messages");
+        if (role == msg.end() || !role->is_string()) return bad_request(where + ".role must be a string", "messages");
         bool known = false;
         for (const char* r : kRoles) known |= *role == r;
         if (!known)
-            return bad_request(where + ".role must be one of system, user, assistant, tool, developer",
-                               "messages");
+            return bad_request(where + ".role must be one of system, user, assistant, tool, developer", "messages");
         auto content = msg.find("content");
-        if (content != msg.end() && !content->is_null() && !content->is_string() &&
-            !content->is_array())
-            return bad_request(where + ".content must be a string or an array of parts",
-                               "messages");
+        if (content != msg.end() && !content->is_null() && !content->is_string() && !content->is_array())
+            return bad_request(where + ".content must be a string or an array of parts", "messages");
         if (content != msg.end() && content->is_array()) {
             for (const auto& part : *content) {
                 if (!part.is_object() || !part.contains("type") || !part["type"].is_string())
-                    return bad_request(where + ".content parts must be objects with a type",
-                                       "messages");
+                    return bad_request(where + ".content parts must be objects with a type", "messages");
                 if (part["type"] == "text" && (!part.contains("text") || !part["text"].is_string()))
-                    return bad_request(where + ".content text parts need a string 'text'",
-                                       "messages");
+                    return bad_request(where + ".content text parts need a string 'text'", "messages");
             }
         }
         if (*role != "assistant" && (content == msg.end() || content->is_null()))
@@ -205,7 +198,8 @@ std::optional<ApiError> parse_tools(const ojson& t) {
         if (!tool.is_object() || !tool.contains("function") || !tool["function"].is_object() ||
             !tool["function"].contains("name") || !tool["function"]["name"].is_string())
             return bad_request(fmt::format("tools[{}] must be {{\"type\": \"function\", "
-                                           "\"function\": {{\"name\": ...}}}}", i),
+                                           "\"function\": {{\"name\": ...}}}}",
+                                           i),
                                "tools");
         if (tool.contains("type") && tool["type"] != "function")
             return bad_request(fmt::format("tools[{}].type must be \"function\"", i), "tools");
@@ -243,8 +237,7 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(std::string_view body
         }
         rd.boolean("stream", r.stream);
         if (const ojson* so = rd.get("stream_options")) {
-            if (!so->is_object())
-                return bad_request("'stream_options' must be an object", "stream_options");
+            if (!so->is_object()) return bad_request("'stream_options' must be an object", "stream_options");
             Reader sr(*so);
             sr.boolean("include_usage", r.include_usage);
             if (sr.err) return *sr.err;
@@ -257,8 +250,7 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(std::string_view body
         rd.number("presence_penalty", r.params.presence_penalty, -2.0, 2.0);
         rd.number("frequency_penalty", r.params.frequency_penalty, -2.0, 2.0);
         rd.number("repetition_penalty", r.params.repetition_penalty, 0.0, 2.0, true);
-        const char* mt_key = chat && rd.get("max_completion_tokens") ? "max_completion_tokens"
-                                                                     : "max_tokens";
+        const char* mt_key = chat && rd.get("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
         if (rd.integer(mt_key, v, 1, 1 << 30)) {
             r.params.max_tokens = v;
             r.max_tokens_given = true;
@@ -267,8 +259,7 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(std::string_view body
         if (rd.integer("n", v, 1, kMaxN)) r.n = int(v);
         if (const ojson* s = rd.get("seed")) {
             if (!s->is_number_integer()) return bad_request("'seed' must be an integer", "seed");
-            r.params.seed = s->is_number_unsigned() ? s->get<uint64_t>()
-                                                    : uint64_t(s->get<int64_t>());
+            r.params.seed = s->is_number_unsigned() ? s->get<uint64_t>() : uint64_t(s->get<int64_t>());
         }
         rd.boolean("ignore_eos", r.params.ignore_eos);
         rd.boolean("skip_special_tokens", r.skip_special_tokens);
@@ -289,7 +280,8 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(std::string_view body
                 }
             } else {
                 return bad_request(fmt::format("'stop' must be a string or an array of at most "
-                                               "{} strings", kMaxStops),
+                                               "{} strings",
+                                               kMaxStops),
                                    "stop");
             }
         }
@@ -340,15 +332,18 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(std::string_view body
             if (const ojson* tc = rd.get("tool_choice")) {
                 if (tc->is_string()) {
                     if (*tc != "none" && *tc != "auto" && *tc != "required")
-                        return bad_request("'tool_choice' must be none, auto, required or an "
-                                           "object", "tool_choice");
+                        return bad_request(
+                            "'tool_choice' must be none, auto, required or an "
+                            "object",
+                            "tool_choice");
                     r.tools_enabled = *tc != "none";
                     r.tool_choice = tc->get<std::string>();
                 } else if (!tc->is_object() || !tc->contains("function") || !(*tc)["function"].is_object() ||
                            !(*tc)["function"].contains("name") || !(*tc)["function"]["name"].is_string()) {
-                    return bad_request("'tool_choice' must be none, auto, required or "
-                                       "{\"type\": \"function\", \"function\": {\"name\": ...}}",
-                                       "tool_choice");
+                    return bad_request(
+                        "'tool_choice' must be none, auto, required or "
+                        "{\"type\": \"function\", \"function\": {\"name\": ...}}",
+                        "tool_choice");
                 } else {
                     r.tool_choice = "function";
                     r.tool_choice_name = (*tc)["function"]["name"].get<std::string>();
@@ -356,25 +351,26 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(std::string_view body
             }
             rd.boolean("parallel_tool_calls", r.parallel_tool_calls);
             if (const ojson* e = rd.get("reasoning_effort")) {
-                if (!e->is_string())
-                    return bad_request("'reasoning_effort' must be a string", "reasoning_effort");
+                if (!e->is_string()) return bad_request("'reasoning_effort' must be a string", "reasoning_effort");
                 r.reasoning_effort = e->get<std::string>();
                 r.thinking = r.reasoning_effort != "none";
             }
             // DeepSeek's {"thinking": {"type": "enabled"}}, a plain boolean, or vLLM's
             // chat_template_kwargs {"thinking": true} / {"enable_thinking": true}.
             if (const ojson* t = rd.get("thinking")) {
-                if (t->is_boolean()) r.thinking = t->get<bool>();
+                if (t->is_boolean())
+                    r.thinking = t->get<bool>();
                 else if (t->is_object() && t->contains("type") && (*t)["type"].is_string())
                     r.thinking = (*t)["type"] == "enabled";
                 else
-                    return bad_request("'thinking' must be a boolean or {\"type\": "
-                                       "\"enabled\"|\"disabled\"}", "thinking");
+                    return bad_request(
+                        "'thinking' must be a boolean or {\"type\": "
+                        "\"enabled\"|\"disabled\"}",
+                        "thinking");
             }
             if (const ojson* k = rd.get("chat_template_kwargs")) {
                 if (!k->is_object())
-                    return bad_request("'chat_template_kwargs' must be an object",
-                                       "chat_template_kwargs");
+                    return bad_request("'chat_template_kwargs' must be an object", "chat_template_kwargs");
                 for (const char* key : {"thinking", "enable_thinking"})
                     if (k->contains(key) && (*k)[key].is_boolean()) r.thinking = (*k)[key].get<bool>();
             }
@@ -384,8 +380,10 @@ std::variant<ParsedRequest, ApiError> parse_openai_request(std::string_view body
             const ojson* one = p;
             if (p->is_array() && !p->empty() && (p->front().is_string() || p->front().is_array())) {
                 if (p->size() != 1)
-                    return bad_request("batched prompts are not supported; send one prompt per "
-                                       "request", "prompt");
+                    return bad_request(
+                        "batched prompts are not supported; send one prompt per "
+                        "request",
+                        "prompt");
                 one = &p->front();
             }
             if (one->is_string()) {

@@ -19,16 +19,16 @@ namespace dsv4 {
 
 struct ParsedRequest {
     bool chat = false;
-    std::string model;               // as sent ("" = not given)
+    std::string model;  // as sent ("" = not given)
     bool stream = false;
     bool include_usage = false;
     int n = 1;
     SamplingParams params;
     bool max_tokens_given = false;
-    std::vector<std::string> stop;   // stop strings
+    std::vector<std::string> stop;  // stop strings
     bool skip_special_tokens = true;
-    std::string cache_salt;          // "" = the shared prefix-cache namespace
-    bool return_token_ids = false;   // vLLM's extension: each choice's generated token ids
+    std::string cache_salt;         // "" = the shared prefix-cache namespace
+    bool return_token_ids = false;  // vLLM's extension: each choice's generated token ids
     // Structured output (response_format, guided_json, structured_outputs): a JSON schema the
     // output must match, or any JSON object; null / false: unconstrained.
     nlohmann::ordered_json json_schema;
@@ -44,8 +44,8 @@ struct ParsedRequest {
     nlohmann::ordered_json response_format;  // null or object
     bool thinking = false;
     std::string reasoning_effort;
-    bool tools_enabled = true;               // false for tool_choice "none"
-    std::string tool_choice = "auto";        // auto | none | required | function (tool_choice_name)
+    bool tools_enabled = true;         // false for tool_choice "none"
+    std::string tool_choice = "auto";  // auto | none | required | function (tool_choice_name)
     std::string tool_choice_name;
     bool parallel_tool_calls = true;
 };

@@ -17,8 +17,7 @@ public:
     virtual ~ResponseWriter() = default;
     virtual void post(std::function<void()> fn) = 0;
     // A complete response.
-    virtual void send(int status, const std::string& content_type, std::string body,
-                      const HeaderList& extra = {}) = 0;
+    virtual void send(int status, const std::string& content_type, std::string body, const HeaderList& extra = {}) = 0;
     // Server-sent events: headers first, then data pieces, then the end.
     virtual void start_stream() = 0;
     virtual void stream_data(std::string data) = 0;

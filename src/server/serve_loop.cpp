@@ -15,9 +15,9 @@ namespace {
 
 // Polls `done` until it holds or `seconds` have passed.
 void wait_up_to(double seconds, const std::function<bool()>& done) {
-    const auto deadline = std::chrono::steady_clock::now() +
-                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                              std::chrono::duration<double>(seconds));
+    const auto deadline =
+        std::chrono::steady_clock::now() +
+        std::chrono::duration_cast<std::chrono::steady_clock::duration>(std::chrono::duration<double>(seconds));
     while (!done() && std::chrono::steady_clock::now() < deadline)
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
 }
@@ -30,8 +30,7 @@ public:
         if (seconds <= 0) return;
         thread_ = std::thread([this, seconds, log = std::move(log)] {
             std::unique_lock lk(mu_);
-            if (cv_.wait_for(lk, std::chrono::duration<double>(seconds), [this] { return done_; }))
-                return;
+            if (cv_.wait_for(lk, std::chrono::duration<double>(seconds), [this] { return done_; })) return;
             log(fmt::format("dsv4 serve: shutdown did not finish within {:.0f} s of the device error; exiting now",
                             seconds));
             std::fflush(stdout);
@@ -59,7 +58,8 @@ private:
 // let those errors reach their clients, stop, and report.
 int fail(HttpServer& server, App& app, Engine& engine, const ServeLoopOptions& opt,
          const std::function<void(const std::string&)>& err) {
-    err(fmt::format("dsv4 serve: fatal: unrecoverable device error, every request failed; exiting with "
+    err(
+        fmt::format("dsv4 serve: fatal: unrecoverable device error, every request failed; exiting with "
                     "status {} (the supervisor must restart the server): {}",
                     kExitEngineFailed, engine.fatal_error().message()));
     ExitWatchdog watchdog(opt.fatal_exit_deadline_s, err);
@@ -97,15 +97,13 @@ int run_serve_loop(HttpServer& server, App& app, Engine& engine, const ServeLoop
     server.stop_accepting();
     auto busy = [&] {
         const EngineStats& es = engine.stats();
-        return es.running_requests.load() + es.waiting_requests.load() > 0 ||
-               app.stats().replies_pending.load() > 0;
+        return es.running_requests.load() + es.waiting_requests.load() > 0 || app.stats().replies_pending.load() > 0;
     };
     wait_up_to(opt.drain_timeout_s, [&] { return !busy() || engine.failed(); });
     engine.on_fatal(nullptr);
     if (engine.failed()) return fail(server, app, engine, opt, err);
     const bool cancelling = busy();
-    info(fmt::format("dsv4 serve: shutting down{}",
-                     cancelling ? " (drain timeout: cancelling what is left)" : ""));
+    info(fmt::format("dsv4 serve: shutting down{}", cancelling ? " (drain timeout: cancelling what is left)" : ""));
     if (cancelling) {
         // The engine first, while the I/O threads still run: each request left gets its error (a
         // 500, or an error event ending its stream) instead of a connection cut mid-reply.

@@ -66,11 +66,12 @@ Result<AddedVocab> AddedVocab::create(const std::vector<AddedTokenSpec>& tokens,
     const auto vocab_size = static_cast<int64_t>(model.size());
     int64_t max_added = -1;
     for (const AddedTokenSpec& t : tokens) {
-        if (t.content.empty()) return invalid_argument("tokenizer.json: added token with id {} has empty content", t.id);
+        if (t.content.empty())
+            return invalid_argument("tokenizer.json: added token with id {} has empty content", t.id);
         if (t.single_word) {
-            return Status(StatusCode::kUnimplemented,
-                          fmt::format("tokenizer.json: added token {:?} uses single_word, which is not supported",
-                                      t.content));
+            return Status(
+                StatusCode::kUnimplemented,
+                fmt::format("tokenizer.json: added token {:?} uses single_word, which is not supported", t.content));
         }
         if (v.by_content_.count(t.content)) {
             return invalid_argument("tokenizer.json: added token {:?} appears twice", t.content);
@@ -158,8 +159,10 @@ void AddedVocab::split(std::string_view text, std::vector<TextSegment>& out) con
     std::vector<TextSegment> pass1(out.begin() + static_cast<std::ptrdiff_t>(first), out.end());
     out.resize(first);
     for (const TextSegment& s : pass1) {
-        if (s.id >= 0) out.push_back(s);
-        else find_matches(normalized_trie_, text, s.begin, s.end, out);
+        if (s.id >= 0)
+            out.push_back(s);
+        else
+            find_matches(normalized_trie_, text, s.begin, s.end, out);
     }
 }
 

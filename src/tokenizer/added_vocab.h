@@ -52,7 +52,7 @@ private:
     struct Trie {
         struct Node {
             std::vector<std::pair<uint8_t, int32_t>> children;  // sorted by byte
-            int32_t token = -1;                                  // index into tokens_
+            int32_t token = -1;                                 // index into tokens_
         };
         std::vector<Node> nodes{Node{}};
         void insert(std::string_view key, int32_t token);
@@ -67,9 +67,9 @@ private:
 
     std::vector<AddedTokenSpec> tokens_;
     std::unordered_map<std::string, int32_t> by_content_;  // content -> index into tokens_
-    std::unordered_map<int32_t, int32_t> by_id_;          // id -> index into tokens_
-    Trie raw_trie_;         // normalized == false
-    Trie normalized_trie_;  // normalized == true
+    std::unordered_map<int32_t, int32_t> by_id_;           // id -> index into tokens_
+    Trie raw_trie_;                                        // normalized == false
+    Trie normalized_trie_;                                 // normalized == true
     int32_t max_id_ = -1;
 };
 

@@ -49,8 +49,8 @@ Result<BpeModel> BpeModel::create(const BpeSpec& spec) {
         auto ib = m.token_to_id_.find(b);
         auto ic = m.token_to_id_.find(a + b);
         if (ia == m.token_to_id_.end() || ib == m.token_to_id_.end() || ic == m.token_to_id_.end()) {
-            return invalid_argument("tokenizer.json: merge #{} ({:?} {:?}) uses a token missing from the vocab",
-                                    rank, a, b);
+            return invalid_argument("tokenizer.json: merge #{} ({:?} {:?}) uses a token missing from the vocab", rank,
+                                    a, b);
         }
         m.merges_.insert(ia->second, ib->second, MergeEntry{static_cast<int32_t>(rank), ic->second});
     }
@@ -116,7 +116,8 @@ void BpeModel::merge_heap(std::vector<int32_t>& ids) const {
     auto consider = [&](int left) {
         if (left < 0 || next[left] < 0) return;
         const int right = next[left];
-        if (const MergeEntry* e = merges_.find(ids[left], ids[right])) heap.push({e->rank, left, ids[left], ids[right]});
+        if (const MergeEntry* e = merges_.find(ids[left], ids[right]))
+            heap.push({e->rank, left, ids[left], ids[right]});
     };
     for (int i = 0; i + 1 < n; ++i) consider(i);
     std::vector<bool> dead(n, false);
@@ -151,20 +152,26 @@ void BpeModel::encode_uncached(std::string_view bytes, std::vector<int32_t>& out
     ids.reserve(bytes.size());
     for (char c : bytes) {
         const int32_t id = byte_id_[static_cast<uint8_t>(c)];
-        if (id >= 0) ids.push_back(id);
-        else if (unk_id_) ids.push_back(*unk_id_);
+        if (id >= 0)
+            ids.push_back(id);
+        else if (unk_id_)
+            ids.push_back(*unk_id_);
         // Without an unk token the reference silently drops symbols missing from the vocab.
     }
-    if (ids.size() <= kQuadraticMaxSymbols) merge_quadratic(ids);
-    else merge_heap(ids);
+    if (ids.size() <= kQuadraticMaxSymbols)
+        merge_quadratic(ids);
+    else
+        merge_heap(ids);
     out.insert(out.end(), ids.begin(), ids.end());
 }
 
 void BpeModel::encode_word(std::string_view bytes, std::vector<int32_t>& out) const {
     if (bytes.size() == 1) {
         const int32_t id = byte_id_[static_cast<uint8_t>(bytes[0])];
-        if (id >= 0) out.push_back(id);
-        else if (unk_id_) out.push_back(*unk_id_);
+        if (id >= 0)
+            out.push_back(id);
+        else if (unk_id_)
+            out.push_back(*unk_id_);
         return;
     }
     if (bytes.size() > kMaxCachedWordBytes) {

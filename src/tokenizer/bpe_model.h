@@ -21,8 +21,8 @@
 namespace dsv4 {
 
 struct BpeSpec {
-    std::vector<std::pair<std::string, int32_t>> vocab;         // token -> id
-    std::vector<std::pair<std::string, std::string>> merges;    // in rank order
+    std::vector<std::pair<std::string, int32_t>> vocab;       // token -> id
+    std::vector<std::pair<std::string, std::string>> merges;  // in rank order
     std::optional<std::string> unk_token;
     bool ignore_merges = false;
 };

@@ -175,8 +175,7 @@ void render_message(std::string& out, const RenderState& st, int index) {
     } else if (m.role == "user" || m.role == "developer") {
         if (index + 1 == n && !st.add_generation_prompt) return;
         out += kAssistant;
-        const bool open_thinking =
-            st.thinking && (!st.drop_thinking || index >= st.last_user);
+        const bool open_thinking = st.thinking && (!st.drop_thinking || index >= st.last_user);
         out += open_thinking ? kThinkOpen : kThinkClose;
     }
 }
@@ -201,8 +200,7 @@ Result<std::string> render_chat(const ordered_json& messages, const ChatOptions&
     }
     const bool has_format = !opts.response_format.is_null() && !opts.response_format.empty();
     if (!req_tools.empty() || has_format) {
-        const bool has_head = !msgs.empty() && (msgs.front().role == "system" ||
-                                                msgs.front().role == "developer");
+        const bool has_head = !msgs.empty() && (msgs.front().role == "system" || msgs.front().role == "developer");
         if (!has_head) {
             ChatMessage lead;
             lead.role = "system";
@@ -221,8 +219,8 @@ Result<std::string> render_chat(const ordered_json& messages, const ChatOptions&
         if (!m.tools.empty()) drop = false;  // tool use keeps all reasoning visible
     if (opts.thinking && drop) msgs = drop_old_thinking(std::move(msgs));
 
-    RenderState st{msgs, opts.thinking, drop, opts.reasoning_effort == "max",
-                   opts.add_generation_prompt, last_user_index(msgs)};
+    RenderState st{
+        msgs, opts.thinking, drop, opts.reasoning_effort == "max", opts.add_generation_prompt, last_user_index(msgs)};
     std::string out(kBos);
     for (int i = 0; i < static_cast<int>(msgs.size()); ++i) render_message(out, st, i);
     return out;

@@ -15,21 +15,27 @@ namespace {
 // Python truthiness of a JSON value, which decides whether the reference renders a field.
 bool truthy(const ordered_json& v) {
     switch (v.type()) {
-        case ordered_json::value_t::null: return false;
-        case ordered_json::value_t::boolean: return v.get<bool>();
+        case ordered_json::value_t::null:
+            return false;
+        case ordered_json::value_t::boolean:
+            return v.get<bool>();
         case ordered_json::value_t::string:
         case ordered_json::value_t::array:
-        case ordered_json::value_t::object: return !v.empty();
-        case ordered_json::value_t::number_integer: return v.get<int64_t>() != 0;
-        case ordered_json::value_t::number_unsigned: return v.get<uint64_t>() != 0;
-        case ordered_json::value_t::number_float: return v.get<double>() != 0.0;
-        default: return true;
+        case ordered_json::value_t::object:
+            return !v.empty();
+        case ordered_json::value_t::number_integer:
+            return v.get<int64_t>() != 0;
+        case ordered_json::value_t::number_unsigned:
+            return v.get<uint64_t>() != 0;
+        case ordered_json::value_t::number_float:
+            return v.get<double>() != 0.0;
+        default:
+            return true;
     }
 }
 
 bool is_known_task(const std::string& t) {
-    return t == "action" || t == "query" || t == "authority" || t == "domain" || t == "title" ||
-           t == "read_url";
+    return t == "action" || t == "query" || t == "authority" || t == "domain" || t == "title" || t == "read_url";
 }
 
 // Content of system/user/assistant/developer/reminder turns: a string, null, or an array of
@@ -37,8 +43,7 @@ bool is_known_task(const std::string& t) {
 Result<std::string> text_content(const ordered_json& c, const std::string& where) {
     if (c.is_null()) return std::string();
     if (c.is_string()) return c.get<std::string>();
-    if (!c.is_array())
-        return invalid_argument("{}.content must be a string, null or an array of text parts", where);
+    if (!c.is_array()) return invalid_argument("{}.content must be a string, null or an array of text parts", where);
     std::string out;
     for (size_t j = 0; j < c.size(); ++j) {
         const auto& part = c[j];
@@ -46,8 +51,7 @@ Result<std::string> text_content(const ordered_json& c, const std::string& where
             return invalid_argument("{}.content[{}] must be an object with a \"type\"", where, j);
         const std::string type = part["type"].get<std::string>();
         if (type != "text")
-            return invalid_argument("{}.content[{}]: unsupported content part type '{}' (only text)",
-                                    where, j, type);
+            return invalid_argument("{}.content[{}]: unsupported content part type '{}' (only text)", where, j, type);
         if (!part.contains("text") || !part["text"].is_string())
             return invalid_argument("{}.content[{}]: text part without a string \"text\"", where, j);
         if (j > 0) out += '\n';
@@ -61,16 +65,13 @@ Result<std::string> text_content(const ordered_json& c, const std::string& where
 Result<std::string> tool_result_content(const ordered_json& c, const std::string& where) {
     if (c.is_null()) return std::string();
     if (c.is_string()) return c.get<std::string>();
-    if (!c.is_array())
-        return invalid_argument("{}.content must be a string, null or an array of parts", where);
+    if (!c.is_array()) return invalid_argument("{}.content must be a string, null or an array of parts", where);
     std::string out;
     for (size_t j = 0; j < c.size(); ++j) {
         const auto& part = c[j];
-        if (!part.is_object())
-            return invalid_argument("{}.content[{}] must be an object", where, j);
+        if (!part.is_object()) return invalid_argument("{}.content[{}] must be an object", where, j);
         if (j > 0) out += "\n\n";
-        std::string type = part.contains("type") && part["type"].is_string()
-                               ? part["type"].get<std::string>() : "None";
+        std::string type = part.contains("type") && part["type"].is_string() ? part["type"].get<std::string>() : "None";
         if (type == "text") {
             if (part.contains("text") && !part["text"].is_string())
                 return invalid_argument("{}.content[{}].text must be a string", where, j);
@@ -90,13 +91,11 @@ Result<ordered_json> call_arguments(const ordered_json& fn, const std::string& w
         const std::string& s = a.get_ref<const std::string&>();
         if (s.find_first_not_of(" \t\r\n") == std::string::npos) return ordered_json::object();
         args = ordered_json::parse(s, nullptr, /*allow_exceptions=*/false);
-        if (args.is_discarded())
-            return invalid_argument("{}.function.arguments is not valid JSON", where);
+        if (args.is_discarded()) return invalid_argument("{}.function.arguments is not valid JSON", where);
     } else {
         args = a;
     }
-    if (!args.is_object())
-        return invalid_argument("{}.function.arguments must be a JSON object", where);
+    if (!args.is_object()) return invalid_argument("{}.function.arguments must be a JSON object", where);
     return args;
 }
 
@@ -135,11 +134,12 @@ Result<ChatMessage> parse_message(const ordered_json& m, size_t i) {
     ChatMessage msg;
     msg.role = m["role"].get<std::string>();
     const std::string& role = msg.role;
-    if (role != "system" && role != "user" && role != "assistant" && role != "tool" &&
-        role != "developer" && role != "latest_reminder")
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool" && role != "developer" &&
+        role != "latest_reminder")
         return invalid_argument(
             "{}: unknown role '{}' (expected system, user, assistant, tool, developer or "
-            "latest_reminder)", where, role);
+            "latest_reminder)",
+            where, role);
     const ordered_json null_json;
     const ordered_json& content = m.contains("content") ? m["content"] : null_json;
 
@@ -177,13 +177,12 @@ Result<ChatMessage> parse_message(const ordered_json& m, size_t i) {
         if (!tools) return tools.status();
         msg.tools = std::move(*tools);
     }
-    if (m.contains("response_format") && truthy(m["response_format"]))
-        msg.response_format = m["response_format"];
+    if (m.contains("response_format") && truthy(m["response_format"])) msg.response_format = m["response_format"];
     if (m.contains("task") && !m["task"].is_null()) {
         if (!m["task"].is_string() || !is_known_task(m["task"].get<std::string>()))
             return invalid_argument(
-                "{}: unknown task {} (expected action, query, authority, domain, title or read_url)",
-                where, m["task"].dump());
+                "{}: unknown task {} (expected action, query, authority, domain, title or read_url)", where,
+                m["task"].dump());
         msg.task = m["task"].get<std::string>();
     }
     if (m.contains("wo_eos")) msg.wo_eos = truthy(m["wo_eos"]);
@@ -199,8 +198,7 @@ Result<std::vector<ordered_json>> parse_tools(const ordered_json& tools, const s
     for (size_t k = 0; k < tools.size(); ++k) {
         const auto& t = tools[k];
         if (!t.is_object() || !t.contains("function") || !t["function"].is_object())
-            return invalid_argument(
-                "{}[{}]: expected {{\"type\": \"function\", \"function\": {{...}}}}", where, k);
+            return invalid_argument("{}[{}]: expected {{\"type\": \"function\", \"function\": {{...}}}}", where, k);
         const auto& fn = t["function"];
         if (!fn.contains("name") || !fn["name"].is_string())
             return invalid_argument("{}[{}]: function without a name", where, k);

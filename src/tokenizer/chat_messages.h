@@ -45,8 +45,7 @@ Result<std::vector<ChatMessage>> parse_messages(const nlohmann::ordered_json& me
 
 // Converts an OpenAI tools array ([{"type":"function","function":{...}}, ...]) to the list of
 // function objects the prompt shows. `where` prefixes error messages.
-Result<std::vector<nlohmann::ordered_json>> parse_tools(const nlohmann::ordered_json& tools,
-                                                        const std::string& where);
+Result<std::vector<nlohmann::ordered_json>> parse_tools(const nlohmann::ordered_json& tools, const std::string& where);
 
 // Folds "tool" messages into user turns as tool-result blocks; consecutive user turns are
 // joined into one turn as well, as the reference does.

@@ -35,8 +35,7 @@ Result<ChatRequest> parse_chat_request(const nlohmann::ordered_json& doc) {
     if (Status s = read_bool(doc, "add_generation_prompt", o.add_generation_prompt); !s) return s;
     if (Status s = read_bool(doc, "drop_thinking", o.drop_thinking); !s) return s;
     if (doc.contains("reasoning_effort") && !doc["reasoning_effort"].is_null()) {
-        if (!doc["reasoning_effort"].is_string())
-            return invalid_argument("\"reasoning_effort\" must be a string");
+        if (!doc["reasoning_effort"].is_string()) return invalid_argument("\"reasoning_effort\" must be a string");
         o.reasoning_effort = doc["reasoning_effort"].get<std::string>();
     }
     if (doc.contains("tools")) o.tools = doc["tools"];

@@ -20,10 +20,10 @@ enum class Mode {
     kThinkStart,  // thinking mode, before the first character: a stray "<think>" is dropped
     kReasoning,
     kContent,
-    kBlock,       // inside <｜DSML｜tool_calls>, between invokes
-    kInvokeTag,   // after "<｜DSML｜invoke", reading ` name="...">`
-    kInvoke,      // inside an invoke, between parameters
-    kParamTag,    // after "<｜DSML｜parameter", reading ` name="..." string="...">`
+    kBlock,      // inside <｜DSML｜tool_calls>, between invokes
+    kInvokeTag,  // after "<｜DSML｜invoke", reading ` name="...">`
+    kInvoke,     // inside an invoke, between parameters
+    kParamTag,   // after "<｜DSML｜parameter", reading ` name="..." string="...">`
     kParamValue,
 };
 
@@ -97,10 +97,10 @@ constexpr size_t kMaxAttr = 256;
 // "</｜DSML｜": once this much of the parameter close tag is seen, the text is the tag.
 constexpr std::string_view kParamCloseHead = "</｜DSML｜";
 
-#define DSV4_TRY_MATCH(expr)                 \
-    do {                                     \
-        Match m_ = (expr);                   \
-        if (m_ != Match::kYes) return m_;    \
+#define DSV4_TRY_MATCH(expr)              \
+    do {                                  \
+        Match m_ = (expr);                \
+        if (m_ != Match::kYes) return m_; \
     } while (0)
 
 // ` name="NAME">` after "<｜DSML｜invoke".
@@ -141,8 +141,7 @@ Match match_param_attrs(std::string_view s, size_t& len, std::string& key, bool&
 // so alone it accepts "-7\0" followed by anything; JSON never holds a raw NUL (RFC 8259 wants
 // control characters escaped even in strings), so such text is rejected before it is asked.
 bool is_json(std::string_view text) {
-    return !text.empty() && text.find('\0') == std::string_view::npos &&
-           nlohmann::json::accept(text);
+    return !text.empty() && text.find('\0') == std::string_view::npos && nlohmann::json::accept(text);
 }
 
 // A string="false" value becomes JSON as written when it is JSON, else a JSON string.
@@ -160,17 +159,17 @@ std::string json_value_text(const std::string& raw) {
 
 struct StreamingOutputParser::State {
     Mode mode = Mode::kContent;
-    std::string buf;           // text received but not yet settled
-    std::string raw_pending;   // block text consumed since the last commitment, given back to
-                               // content if the block turns out malformed
-    OutputDelta out;           // what the current push() settles
-    int next_index = 0;        // index of the next tool call
-    bool in_call = false;      // an invoke was announced and its argument object is open
+    std::string buf;          // text received but not yet settled
+    std::string raw_pending;  // block text consumed since the last commitment, given back to
+                              // content if the block turns out malformed
+    OutputDelta out;          // what the current push() settles
+    int next_index = 0;       // index of the next tool call
+    bool in_call = false;     // an invoke was announced and its argument object is open
     bool calls_in_block = false;
-    int params = 0;            // parameters seen in the open call
-    bool value_open = false;   // inside a parameter value
+    int params = 0;           // parameters seen in the open call
+    bool value_open = false;  // inside a parameter value
     bool value_is_string = false;
-    std::string value_raw;     // string="false" value text, kept until it closes
+    std::string value_raw;  // string="false" value text, kept until it closes
 
     void consume(size_t n) { buf.erase(0, n); }
 
@@ -223,8 +222,7 @@ struct StreamingOutputParser::State {
         std::string rest = raw_pending + buf;
         raw_pending.clear();
         buf.clear();
-        if (!calls_in_block || rest.find_first_not_of(" \t\r\n") != std::string::npos)
-            out.content += rest;
+        if (!calls_in_block || rest.find_first_not_of(" \t\r\n") != std::string::npos) out.content += rest;
         mode = Mode::kContent;
     }
 
@@ -257,8 +255,7 @@ struct StreamingOutputParser::State {
                     mode = Mode::kContent;
                     return true;
                 }
-                size_t n = at_end ? buf.size()
-                                  : utf8_safe(buf, buf.size() - held_back(buf, kThinkClose));
+                size_t n = at_end ? buf.size() : utf8_safe(buf, buf.size() - held_back(buf, kThinkClose));
                 out.reasoning.append(buf, 0, n);
                 consume(n);
                 return false;
@@ -348,8 +345,7 @@ struct StreamingOutputParser::State {
                     mode = Mode::kBlock;
                     return true;
                 }
-                if (!at_end && (proper_prefix_of(buf, kParamHead) || proper_prefix_of(buf, kInvokeClose)))
-                    return false;
+                if (!at_end && (proper_prefix_of(buf, kParamHead) || proper_prefix_of(buf, kInvokeClose))) return false;
                 if (at_end) {
                     degrade_at_end();
                     return false;
@@ -389,7 +385,7 @@ struct StreamingOutputParser::State {
                 size_t p = buf.find(kParamClose);
                 size_t n = p != std::string::npos ? p
                            : at_end               ? buf.size()
-                                    : utf8_safe(buf, buf.size() - held_back(buf, kParamClose));
+                                                  : utf8_safe(buf, buf.size() - held_back(buf, kParamClose));
                 // Output cut off inside the closing tag: the tag's start is not value text.
                 if (at_end && p == std::string::npos && held_back(buf, kParamClose) >= kParamCloseHead.size())
                     n = buf.size() - held_back(buf, kParamClose);

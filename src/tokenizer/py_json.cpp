@@ -11,13 +11,27 @@ namespace dsv4 {
 void py_json_append_escaped(std::string& out, std::string_view s) {
     for (char c : s) {
         switch (c) {
-            case '"': out += "\\\""; break;
-            case '\\': out += "\\\\"; break;
-            case '\n': out += "\\n"; break;
-            case '\r': out += "\\r"; break;
-            case '\t': out += "\\t"; break;
-            case '\b': out += "\\b"; break;
-            case '\f': out += "\\f"; break;
+            case '"':
+                out += "\\\"";
+                break;
+            case '\\':
+                out += "\\\\";
+                break;
+            case '\n':
+                out += "\\n";
+                break;
+            case '\r':
+                out += "\\r";
+                break;
+            case '\t':
+                out += "\\t";
+                break;
+            case '\b':
+                out += "\\b";
+                break;
+            case '\f':
+                out += "\\f";
+                break;
             default:
                 if (static_cast<unsigned char>(c) < 0x20) {
                     char buf[8];
@@ -46,7 +60,10 @@ std::string py_float_repr(double v) {
     std::string sci(buf, res.ptr);
     std::string out;
     size_t pos = 0;
-    if (sci[0] == '-') { out += '-'; pos = 1; }
+    if (sci[0] == '-') {
+        out += '-';
+        pos = 1;
+    }
     size_t e = sci.find('e');
     std::string digits;
     for (size_t i = pos; i < e; ++i)
@@ -87,12 +104,24 @@ namespace {
 void dump(std::string& out, const nlohmann::ordered_json& v) {
     using T = nlohmann::ordered_json::value_t;
     switch (v.type()) {
-        case T::null: out += "null"; break;
-        case T::boolean: out += v.get<bool>() ? "true" : "false"; break;
-        case T::number_integer: out += std::to_string(v.get<int64_t>()); break;
-        case T::number_unsigned: out += std::to_string(v.get<uint64_t>()); break;
-        case T::number_float: out += py_float_repr(v.get<double>()); break;
-        case T::string: py_json_append_string(out, v.get_ref<const std::string&>()); break;
+        case T::null:
+            out += "null";
+            break;
+        case T::boolean:
+            out += v.get<bool>() ? "true" : "false";
+            break;
+        case T::number_integer:
+            out += std::to_string(v.get<int64_t>());
+            break;
+        case T::number_unsigned:
+            out += std::to_string(v.get<uint64_t>());
+            break;
+        case T::number_float:
+            out += py_float_repr(v.get<double>());
+            break;
+        case T::string:
+            py_json_append_string(out, v.get_ref<const std::string&>());
+            break;
         case T::array: {
             out += '[';
             bool first = true;
@@ -118,7 +147,9 @@ void dump(std::string& out, const nlohmann::ordered_json& v) {
             break;
         }
         case T::binary:
-        case T::discarded: out += "null"; break;
+        case T::discarded:
+            out += "null";
+            break;
     }
 }
 

@@ -33,8 +33,10 @@ Result<std::string> translate_onig_pattern(std::string_view p) {
             ++i;
             switch (e) {
                 case 's':
-                    if (class_depth > 0) out.append(kSpaceItems);
-                    else out.append("[").append(kSpaceItems).append("]");
+                    if (class_depth > 0)
+                        out.append(kSpaceItems);
+                    else
+                        out.append("[").append(kSpaceItems).append("]");
                     continue;
                 case 'S':
                     if (class_depth > 0) {
@@ -58,8 +60,10 @@ Result<std::string> translate_onig_pattern(std::string_view p) {
                     if (extra.empty()) {
                         out.append(prop);
                     } else if (e == 'p') {
-                        if (class_depth > 0) out.append("\\p{").append(name).append("}").append(extra);
-                        else out.append("[\\p{").append(name).append("}").append(extra).append("]");
+                        if (class_depth > 0)
+                            out.append("\\p{").append(name).append("}").append(extra);
+                        else
+                            out.append("[\\p{").append(name).append("}").append(extra).append("]");
                     } else if (class_depth == 0) {
                         out.append("[^\\p{").append(name).append("}").append(extra).append("]");
                     } else {
@@ -68,8 +72,19 @@ Result<std::string> translate_onig_pattern(std::string_view p) {
                     }
                     continue;
                 }
-                case 'w': case 'W': case 'b': case 'B': case 'h': case 'H': case 'R': case 'X':
-                case 'K': case 'G': case 'y': case 'Y': case 'O':
+                case 'w':
+                case 'W':
+                case 'b':
+                case 'B':
+                case 'h':
+                case 'H':
+                case 'R':
+                case 'X':
+                case 'K':
+                case 'G':
+                case 'y':
+                case 'Y':
+                case 'O':
                     return Status(StatusCode::kUnimplemented,
                                   fmt::format("unsupported regex construct \\{} in {}", e, p));
                 default:
@@ -80,8 +95,7 @@ Result<std::string> translate_onig_pattern(std::string_view p) {
         }
         if (c == '[') {
             if (class_depth > 0 && i + 1 < p.size() && p[i + 1] == ':') {
-                return Status(StatusCode::kUnimplemented,
-                              fmt::format("unsupported POSIX bracket in regex {}", p));
+                return Status(StatusCode::kUnimplemented, fmt::format("unsupported POSIX bracket in regex {}", p));
             }
             if (class_depth > 0) {
                 return Status(StatusCode::kUnimplemented,
@@ -97,8 +111,7 @@ Result<std::string> translate_onig_pattern(std::string_view p) {
         }
         if (c == ']' && class_depth > 0) class_depth = 0;
         if (c == '&' && class_depth > 0 && i + 1 < p.size() && p[i + 1] == '&') {
-            return Status(StatusCode::kUnimplemented,
-                          fmt::format("unsupported class intersection && in regex {}", p));
+            return Status(StatusCode::kUnimplemented, fmt::format("unsupported class intersection && in regex {}", p));
         }
         out.push_back(c);
     }
@@ -111,8 +124,8 @@ Result<RegexSplit> RegexSplit::create(const std::string& pattern, bool literal, 
     PCRE2_SIZE err_offset = 0;
     uint32_t options = PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK;
     if (literal) options |= PCRE2_LITERAL;
-    pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options,
-                                     &err, &err_offset, nullptr);
+    pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(), options, &err,
+                                     &err_offset, nullptr);
     if (code == nullptr) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(err, msg, sizeof msg);
@@ -138,8 +151,8 @@ Status RegexSplit::split(std::string_view text, size_t base, std::vector<std::pa
     auto* md = static_cast<pcre2_match_data*>(scratch.match_data());
     if (md == nullptr) return Status(StatusCode::kResourceExhausted, "pcre2 match data allocation failed");
     const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
-    size_t pos = 0;        // where the next search starts
-    size_t last_end = 0;   // end of the text already assigned to pieces
+    size_t pos = 0;       // where the next search starts
+    size_t last_end = 0;  // end of the text already assigned to pieces
     bool merge_next = false;
     size_t pending_begin = 0;  // for kMergedWithNext: start of the match waiting for its tail
     auto emit = [&](size_t b, size_t e) {
@@ -182,8 +195,10 @@ Status RegexSplit::split(std::string_view text, size_t base, std::vector<std::pa
                 emit(last_end, me);
                 break;
             case SplitBehavior::kMergedWithNext:
-                if (merge_next) emit(pending_begin, mb);
-                else emit(last_end, mb);
+                if (merge_next)
+                    emit(pending_begin, mb);
+                else
+                    emit(last_end, mb);
                 merge_next = true;
                 pending_begin = mb;
                 break;
@@ -192,8 +207,10 @@ Status RegexSplit::split(std::string_view text, size_t base, std::vector<std::pa
         pos = me;
     }
     if (!status.is_ok()) return status;
-    if (merge_next) emit(pending_begin, text.size());
-    else emit(last_end, text.size());
+    if (merge_next)
+        emit(pending_begin, text.size());
+    else
+        emit(last_end, text.size());
     return Status::ok();
 }
 

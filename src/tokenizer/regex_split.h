@@ -39,8 +39,7 @@ private:
 class RegexSplit {
 public:
     // `pcre2_pattern` is already in PCRE2 syntax; `literal` treats it as a plain string.
-    static Result<RegexSplit> create(const std::string& pcre2_pattern, bool literal,
-                                     SplitBehavior behavior);
+    static Result<RegexSplit> create(const std::string& pcre2_pattern, bool literal, SplitBehavior behavior);
 
     // Appends the pieces of `text` (a valid UTF-8 substring) as [begin, end) byte ranges,
     // offset by `base`, to `out`. Lookarounds never see beyond `text`.

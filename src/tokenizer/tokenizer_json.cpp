@@ -12,9 +12,7 @@ using nlohmann::json;
 Status unsupported(const std::string& what) {
     return Status(StatusCode::kUnimplemented, "tokenizer.json: unsupported " + what);
 }
-Status malformed(const std::string& what) {
-    return Status(StatusCode::kInvalidArgument, "tokenizer.json: " + what);
-}
+Status malformed(const std::string& what) { return Status(StatusCode::kInvalidArgument, "tokenizer.json: " + what); }
 
 // Field `key` of object `o`, or nullptr when absent.
 const json* field(const json& o, const char* key) {
@@ -197,8 +195,10 @@ Result<TokenizerSpec> parse_tokenizer_json(std::string_view text) {
     if (const json* n = field(doc, "normalizer")) DSV4_RETURN_IF_ERROR(check_normalizer(*n, "normalizer"));
     const json* pre = field(doc, "pre_tokenizer");
     bool byte_level = false;
-    if (pre != nullptr && !pre->is_null()) DSV4_RETURN_IF_ERROR(parse_pre_tokenizer(*pre, "pre_tokenizer", spec, byte_level));
-    if (!byte_level) return unsupported("pre_tokenizer without a final ByteLevel step (only byte-level BPE is supported)");
+    if (pre != nullptr && !pre->is_null())
+        DSV4_RETURN_IF_ERROR(parse_pre_tokenizer(*pre, "pre_tokenizer", spec, byte_level));
+    if (!byte_level)
+        return unsupported("pre_tokenizer without a final ByteLevel step (only byte-level BPE is supported)");
     const json* dec = field(doc, "decoder");
     if (dec == nullptr || dec->is_null()) return unsupported("missing decoder (ByteLevel is required)");
     DSV4_ASSIGN_OR_RETURN(std::string dec_type, get_type(*dec, "decoder"));
@@ -207,7 +207,8 @@ Result<TokenizerSpec> parse_tokenizer_json(std::string_view text) {
     const json* model = field(doc, "model");
     if (model == nullptr) return malformed("missing model");
     DSV4_RETURN_IF_ERROR(parse_model(*model, spec.bpe));
-    if (const json* added = field(doc, "added_tokens")) DSV4_RETURN_IF_ERROR(parse_added_tokens(*added, spec.added_tokens));
+    if (const json* added = field(doc, "added_tokens"))
+        DSV4_RETURN_IF_ERROR(parse_added_tokens(*added, spec.added_tokens));
     return spec;
 }
 

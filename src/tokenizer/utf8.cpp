@@ -62,9 +62,16 @@ size_t decode_prefix(std::string_view s, std::string& out) {
         if (i == s.size()) break;
         size_t consumed = 0;
         switch (scan(s.substr(i), consumed)) {
-            case Scan::kComplete: out.append(s.data() + i, consumed); i += consumed; break;
-            case Scan::kInvalid: out.append(kReplacement); i += consumed; break;
-            case Scan::kIncomplete: return s.size() - i;
+            case Scan::kComplete:
+                out.append(s.data() + i, consumed);
+                i += consumed;
+                break;
+            case Scan::kInvalid:
+                out.append(kReplacement);
+                i += consumed;
+                break;
+            case Scan::kIncomplete:
+                return s.size() - i;
         }
     }
     return 0;

@@ -28,7 +28,7 @@ struct CalibrationOptions {
 
 // One comparison: its verdict and the step times it was made from (ms; a[k], b[k] one ABBA pair).
 struct CalibrationComparison {
-    bench::RatioTest test;  // B/A step time; the verdict with the minimum effect applied
+    bench::RatioTest test;          // B/A step time; the verdict with the minimum effect applied
     bool below_min_effect = false;  // the paired test alone said faster/slower
     std::vector<double> a_ms, b_ms;
 };
@@ -36,9 +36,9 @@ struct CalibrationComparison {
 struct CalibrationReport {
     ShapePoint at;
     CalibrationOptions opt;
-    std::vector<CalibrationComparison> aa, detect;  // every comparison
-    bench::Proportion false_verdicts;          // A/A comparisons that said faster or slower
-    bench::Proportion detected;                // slowed comparisons that said slower
+    std::vector<CalibrationComparison> aa, detect;                     // every comparison
+    bench::Proportion false_verdicts;                                  // A/A comparisons that said faster or slower
+    bench::Proportion detected;                                        // slowed comparisons that said slower
     bench::Proportion false_verdicts_test_alone, detected_test_alone;  // without the minimum effect
     double seconds = 0;
 };

@@ -52,8 +52,10 @@ Status append_ledger_jsonl(const std::string& path, const TuneRunInfo& info, con
     for (const Outcome& o : rep.outcomes) {
         const TuningRule& r = o.cand.rule;
         json j = run_json("dsv4.tune.ledger.v1", info);
-        j.update({{"class", {{"batch", range_json(o.cls.tokens)}, {"context", range_json(o.cls.context)},
-                             {"measured_at", {{"batch", o.cls.at.batch}, {"context", o.cls.at.context}}}}},
+        j.update({{"class",
+                   {{"batch", range_json(o.cls.tokens)},
+                    {"context", range_json(o.cls.context)},
+                    {"measured_at", {{"batch", o.cls.at.batch}, {"context", o.cls.at.context}}}}},
                   {"hypothesis", fmt::format("{} {} is faster than the heuristics at {}", tuned_op_name(r.op),
                                              o.cand.label, o.cls.label())},
                   {"op", tuned_op_name(r.op)},
@@ -101,7 +103,9 @@ std::string ledger_markdown(const TuneRunInfo& info, const TuneReport& rep) {
         rep.m, 100 * rep.alpha, 100 * rep.min_effect);
     md += fmt::format("- **Kept.** {} rule(s){}.\n\n", rep.chosen.size(),
                       info.tuning_file.empty() ? "" : " written to `" + info.tuning_file + "`");
-    md += "| class | op | candidate | stage | op ms (heur. / cand.) | step ms (heur. / cand.) | cand./heur. [CI] | Holm p | verdict | kept |\n";
+    md +=
+        "| class | op | candidate | stage | op ms (heur. / cand.) | step ms (heur. / cand.) | cand./heur. [CI] | Holm "
+        "p | verdict | kept |\n";
     md += "|---|---|---|---|---|---|---|---|---|---|\n";
     for (const Outcome& o : rep.outcomes) {
         const bool m = o.stage == Stage::kMeasured;
@@ -135,20 +139,22 @@ Status append_calibration_jsonl(const std::string& path, const TuneRunInfo& info
         }
         return a;
     };
-    auto prop = [](const bench::Proportion& p) { return json{{"k", p.k}, {"n", p.n}, {"rate", p.p}, {"wilson95", {p.lo, p.hi}}}; };
+    auto prop = [](const bench::Proportion& p) {
+        return json{{"k", p.k}, {"n", p.n}, {"rate", p.p}, {"wilson95", {p.lo, p.hi}}};
+    };
     json j = run_json("dsv4.tune.calibration.v1", info);
     j.update({{"point", {{"batch", rep.at.batch}, {"context", rep.at.context}}},
-                    {"pairs", rep.opt.pairs},
-                    {"confidence", rep.opt.confidence},
-                    {"slowdown", rep.opt.slowdown},
-                    {"min_effect", rep.opt.min_effect},
-                    {"false_verdicts", prop(rep.false_verdicts)},
-                    {"detected", prop(rep.detected)},
-                    {"false_verdicts_test_alone", prop(rep.false_verdicts_test_alone)},
-                    {"detected_test_alone", prop(rep.detected_test_alone)},
-                    {"aa", tests(rep.aa)},
-                    {"detect", tests(rep.detect)},
-                    {"seconds", rep.seconds}});
+              {"pairs", rep.opt.pairs},
+              {"confidence", rep.opt.confidence},
+              {"slowdown", rep.opt.slowdown},
+              {"min_effect", rep.opt.min_effect},
+              {"false_verdicts", prop(rep.false_verdicts)},
+              {"detected", prop(rep.detected)},
+              {"false_verdicts_test_alone", prop(rep.false_verdicts_test_alone)},
+              {"detected_test_alone", prop(rep.detected_test_alone)},
+              {"aa", tests(rep.aa)},
+              {"detect", tests(rep.detect)},
+              {"seconds", rep.seconds}});
     return append_text_file(path, j.dump() + "\n");
 }
 
@@ -158,18 +164,21 @@ std::string calibration_markdown(const TuneRunInfo& info, const CalibrationRepor
     std::string md = fmt::format("## {} · dsv4 tune --calibrate (machine-written)\n\n", info.date.substr(0, 10));
     const auto& fa = rep.false_verdicts_test_alone;
     const auto& da = rep.detected_test_alone;
-    md += fmt::format("- **Run.** `{}` on {} (driver {}, CUDA {}), build {}; batch {}, context {}; {} ABBA pairs per "
-                      "comparison, each judged alone at {:.0f}% with a minimum effect of {:.1f}% (as the tuner); "
-                      "{:.0f} s.\n",
-                      info.command, info.key.gpu, info.key.driver, info.key.cuda, info.git_sha, rep.at.batch,
-                      rep.at.context, rep.opt.pairs, 100 * rep.opt.confidence, 100 * rep.opt.min_effect, rep.seconds);
-    md += fmt::format("- **A/A.** {} of {} comparisons of the heuristics with themselves said faster or slower: {:.1f}% "
-                      "(95% Wilson interval {:.1f}-{:.1f}%; the target is at most 5%). The paired test alone: {} of "
-                      "{} ({:.1f}%, {:.1f}-{:.1f}%).\n",
-                      f.k, f.n, 100 * f.p, 100 * f.lo, 100 * f.hi, fa.k, fa.n, 100 * fa.p, 100 * fa.lo, 100 * fa.hi);
-    md += fmt::format("- **Detection.** A step slowed by {:.0f}% was found slower in {} of {}: {:.1f}% (95% Wilson "
-                      "interval {:.1f}-{:.1f}%; the target is at least 90%). The paired test alone: {} of {}.\n\n",
-                      100 * rep.opt.slowdown, d.k, d.n, 100 * d.p, 100 * d.lo, 100 * d.hi, da.k, da.n);
+    md += fmt::format(
+        "- **Run.** `{}` on {} (driver {}, CUDA {}), build {}; batch {}, context {}; {} ABBA pairs per "
+        "comparison, each judged alone at {:.0f}% with a minimum effect of {:.1f}% (as the tuner); "
+        "{:.0f} s.\n",
+        info.command, info.key.gpu, info.key.driver, info.key.cuda, info.git_sha, rep.at.batch, rep.at.context,
+        rep.opt.pairs, 100 * rep.opt.confidence, 100 * rep.opt.min_effect, rep.seconds);
+    md += fmt::format(
+        "- **A/A.** {} of {} comparisons of the heuristics with themselves said faster or slower: {:.1f}% "
+        "(95% Wilson interval {:.1f}-{:.1f}%; the target is at most 5%). The paired test alone: {} of "
+        "{} ({:.1f}%, {:.1f}-{:.1f}%).\n",
+        f.k, f.n, 100 * f.p, 100 * f.lo, 100 * f.hi, fa.k, fa.n, 100 * fa.p, 100 * fa.lo, 100 * fa.hi);
+    md += fmt::format(
+        "- **Detection.** A step slowed by {:.0f}% was found slower in {} of {}: {:.1f}% (95% Wilson "
+        "interval {:.1f}-{:.1f}%; the target is at least 90%). The paired test alone: {} of {}.\n\n",
+        100 * rep.opt.slowdown, d.k, d.n, 100 * d.p, 100 * d.lo, 100 * d.hi, da.k, da.n);
     return md;
 }
 

@@ -29,8 +29,8 @@ struct ShapePoint {
 // The shapes a rule covers and the point it is measured at (the class's largest batch and context).
 struct ShapeClass {
     ShapePoint at;
-    ShapeRange tokens;   // batch sizes (decode: tokens per step)
-    ShapeRange context;  // any for ops without a context dimension
+    ShapeRange tokens;          // batch sizes (decode: tokens per step)
+    ShapeRange context;         // any for ops without a context dimension
     std::string label() const;  // "batch 9-64, context 1025-8192"
 };
 
@@ -75,8 +75,8 @@ public:
 };
 
 struct TuneOptions {
-    int pairs = 8;                 // end-to-end ABBA pairs per candidate and class (>= 2)
-    double confidence = 0.95;      // family-wise: 1 - the FWER over all comparisons of the run
+    int pairs = 8;             // end-to-end ABBA pairs per candidate and class (>= 2)
+    double confidence = 0.95;  // family-wise: 1 - the FWER over all comparisons of the run
     // A faster/slower verdict also needs |ratio - 1| >= min_effect: below about 0.5% the paired test
     // on real GPUs said "faster" or "slower" of a step against itself more often than its nominal
     // rate (ledger E40: 8 of 100 A/A comparisons, every one within 0.3%), and such gains are not
@@ -85,9 +85,9 @@ struct TuneOptions {
     // Kernel stage: keep a candidate whose op time <= this x the heuristics' (one profiled measurement
     // each: a margin above its noise, so that only clearly slower kernels skip the end-to-end stage).
     double kernel_keep = 1.05;
-    double time_budget_s = 0;      // > 0: candidates not started by then are skipped ("time budget")
+    double time_budget_s = 0;       // > 0: candidates not started by then are skipped ("time budget")
     std::function<double()> now_s;  // clock for the budget (seconds); null: steady_clock
-    std::string date, git_sha;     // stamped into each kept rule's measurement
+    std::string date, git_sha;      // stamped into each kept rule's measurement
 };
 
 enum class Stage { kIllegal, kIncorrect, kKernelSlower, kOverBudget, kMeasured };
@@ -96,17 +96,17 @@ const char* stage_name(Stage s);
 // One candidate at one class.
 struct Outcome {
     ShapeClass cls;
-    Candidate cand;                 // rule ranges set to the class
+    Candidate cand;  // rule ranges set to the class
     Stage stage = Stage::kMeasured;
-    std::string detail;             // the refusal, or the numbers that stopped it
-    double correctness_error = -1;  // in units of the check's bound; -1: not checked
-    std::string correctness_check;  // what was compared (TuneBench::Correctness::check)
-    bool below_min_effect = false;  // the test alone said faster/slower, by less than min_effect
+    std::string detail;                                 // the refusal, or the numbers that stopped it
+    double correctness_error = -1;                      // in units of the check's bound; -1: not checked
+    std::string correctness_check;                      // what was compared (TuneBench::Correctness::check)
+    bool below_min_effect = false;                      // the test alone said faster/slower, by less than min_effect
     double op_ms_heuristic = -1, op_ms_candidate = -1;  // -1: not measured
     std::vector<double> heuristic_ms, candidate_ms;     // end-to-end pairs, in pair order
     std::vector<bool> candidate_first;                  // per pair: the order it ran in (ABBA)
-    bench::RatioTest test;          // candidate / heuristics step time, at the family's interval level
-    double adjusted_p = 1;          // Holm over the run's measured comparisons
+    bench::RatioTest test;  // candidate / heuristics step time, at the family's interval level
+    double adjusted_p = 1;  // Holm over the run's measured comparisons
     bool kept = false;
 };
 

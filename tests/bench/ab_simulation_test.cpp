@@ -21,22 +21,21 @@ enum class Analysis { kPairedHolm, kWelchPerLevel };
 
 struct Scenario {
     int levels = 3;
-    int pairs = 4;              // per level (the default --iterations)
-    double noise = 0.03;        // per-batch coefficient of variation (log sd)
-    double drift = 0.0;         // log change per batch, all levels run one after the other
-    double true_ratio = 1.0;    // B/A at every level
+    int pairs = 4;            // per level (the default --iterations)
+    double noise = 0.03;      // per-batch coefficient of variation (log sd)
+    double drift = 0.0;       // log change per batch, all levels run one after the other
+    double true_ratio = 1.0;  // B/A at every level
 };
 
 struct Outcome {
     int families = 0;
     int families_with_any_verdict = 0;  // a "faster"/"slower" anywhere in the family
     int level_tests = 0;
-    int level_detections = 0;           // rows whose verdict points the true way
+    int level_detections = 0;  // rows whose verdict points the true way
 };
 
 // One family: batch values in run order, then the chosen analysis.
-void simulate_family(const Scenario& sc, Order order, Analysis analysis, SplitMix64& rng,
-                     Outcome& out) {
+void simulate_family(const Scenario& sc, Order order, Analysis analysis, SplitMix64& rng, Outcome& out) {
     std::vector<RatioSamples> members;
     double t = 0;  // batch clock across the whole sweep
     for (int level = 0; level < sc.levels; ++level) {
@@ -80,12 +79,8 @@ Outcome simulate(const Scenario& sc, Order order, Analysis analysis, int familie
     return out;
 }
 
-double family_rate(const Outcome& o) {
-    return static_cast<double>(o.families_with_any_verdict) / o.families;
-}
-double level_power(const Outcome& o) {
-    return static_cast<double>(o.level_detections) / o.level_tests;
-}
+double family_rate(const Outcome& o) { return static_cast<double>(o.families_with_any_verdict) / o.families; }
+double level_power(const Outcome& o) { return static_cast<double>(o.level_detections) / o.level_tests; }
 
 constexpr int kFamilies = 2000;
 
@@ -96,10 +91,10 @@ TEST(BenchAbSimulation, AaFamilyWiseFalseVerdictsStayAtFivePercent) {
         Scenario sc{.drift = drift};
         const Outcome now = simulate(sc, Order::kAbba, Analysis::kPairedHolm, kFamilies, 101);
         const Proportion p = wilson_interval(now.families_with_any_verdict, now.families);
-        std::printf("A/A, 3 levels x 4 ABBA pairs, noise 3%%, drift %.1f%%/batch: %d of %d families "
-                    "with a false verdict (%.2f%%, 95%% CI [%.2f%%, %.2f%%])\n",
-                    100 * drift, now.families_with_any_verdict, now.families, 100 * p.p,
-                    100 * p.lo, 100 * p.hi);
+        std::printf(
+            "A/A, 3 levels x 4 ABBA pairs, noise 3%%, drift %.1f%%/batch: %d of %d families "
+            "with a false verdict (%.2f%%, 95%% CI [%.2f%%, %.2f%%])\n",
+            100 * drift, now.families_with_any_verdict, now.families, 100 * p.p, 100 * p.lo, 100 * p.hi);
         // 5% plus two binomial standard errors at 2,000 families (0.5%).
         EXPECT_LE(family_rate(now), 0.06) << "drift " << drift;
     }
@@ -125,9 +120,10 @@ TEST(BenchAbSimulation, PairedAnalysisNeedsAbbaOrderUnderDrift) {
     Scenario sc{.drift = 0.02};
     const Outcome abab = simulate(sc, Order::kAbab, Analysis::kPairedHolm, kFamilies, 303);
     const Outcome abba = simulate(sc, Order::kAbba, Analysis::kPairedHolm, kFamilies, 303);
-    std::printf("A/A, drift 2%%/batch, paired + Holm: ABAB order %.2f%%, ABBA order %.2f%% of "
-                "families\n",
-                100 * family_rate(abab), 100 * family_rate(abba));
+    std::printf(
+        "A/A, drift 2%%/batch, paired + Holm: ABAB order %.2f%%, ABBA order %.2f%% of "
+        "families\n",
+        100 * family_rate(abab), 100 * family_rate(abba));
     EXPECT_GE(family_rate(abab), 0.08);
     EXPECT_LE(family_rate(abba), 0.06);
 }
@@ -140,11 +136,11 @@ TEST(BenchAbSimulation, TenPercentEffectIsDetectedWithSixPairs) {
             for (double drift : {0.0, 0.005}) {
                 Scenario sc{.levels = levels, .pairs = 6, .drift = drift, .true_ratio = ratio};
                 const Outcome now = simulate(sc, Order::kAbba, Analysis::kPairedHolm, kFamilies, 404);
-                std::printf("B/A %.3f, %d level(s) x 6 ABBA pairs, noise 3%%, drift %.1f%%: "
-                            "detected at %.2f%% of levels\n",
-                            ratio, levels, 100 * drift, 100 * level_power(now));
-                EXPECT_GE(level_power(now), 0.90)
-                    << "ratio " << ratio << " levels " << levels << " drift " << drift;
+                std::printf(
+                    "B/A %.3f, %d level(s) x 6 ABBA pairs, noise 3%%, drift %.1f%%: "
+                    "detected at %.2f%% of levels\n",
+                    ratio, levels, 100 * drift, 100 * level_power(now));
+                EXPECT_GE(level_power(now), 0.90) << "ratio " << ratio << " levels " << levels << " drift " << drift;
             }
         }
     }

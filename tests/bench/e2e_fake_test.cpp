@@ -77,8 +77,12 @@ TEST(BenchE2eFake, OpenLoopArrivalsAndCap) {
     ASSERT_EQ(at.size(), 30u);
     for (size_t i = 1; i < at.size(); ++i) EXPECT_GT(at[i], at[i - 1]);
     EXPECT_EQ(poisson_arrivals(30, 200.0, 99), at);  // seeded
-    BatchOptions b{.url = *url, .path = "/v1/completions", .concurrency = 3, .timeout_s = 60,
-                   .request_rate = 200.0, .arrival_seed = 99};
+    BatchOptions b{.url = *url,
+                   .path = "/v1/completions",
+                   .concurrency = 3,
+                   .timeout_s = 60,
+                   .request_rate = 200.0,
+                   .arrival_seed = 99};
     auto r = run_streaming_batch(b, jobs, nullptr);
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
     ASSERT_EQ(r->size(), 30u);
@@ -104,7 +108,8 @@ TEST(BenchE2eFake, ChunkCountsWithoutUsage) {
     o.max_tokens = 5;
     o.iterations = 1;
     o.warmup = 0;
-    auto r = run_sweep(o, words(4), {Target{.name = "", .url = parse_url(srv.url()).value(), .model = "fake-model"}}, {});
+    auto r =
+        run_sweep(o, words(4), {Target{.name = "", .url = parse_url(srv.url()).value(), .model = "fake-model"}}, {});
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
     EXPECT_EQ((*r)[0].output_tokens, 20);
     EXPECT_FALSE((*r)[0].input_tokens_known);
@@ -175,7 +180,8 @@ TEST(BenchE2eFake, CommandWritesTableJsonlPlotAndCompares) {
     std::filesystem::remove(dir + "run.svg");
     ASSERT_EQ(run_cli("bench --url " + srv.url() +
                           " --conc 1,4 --n 8 --max-tokens 8 --iterations 3 --warmup 2 "
-                          "--input-len 6 --no-progress --out " + jsonl,
+                          "--input-len 6 --no-progress --out " +
+                          jsonl,
                       log),
               0)
         << slurp(log);
@@ -210,7 +216,8 @@ TEST(BenchE2eFake, AaRunReportsNoDifference) {
         const std::string log = dir + "aa.log";
         ASSERT_EQ(run_cli("bench --url " + srv.url() + " --ab " + srv.url() +
                               " --conc 1,4 --n 8 --max-tokens 8 --iterations 4 --warmup 1 "
-                              "--confidence 0.99 --no-progress --plot none --out " + dir + "aa.jsonl",
+                              "--confidence 0.99 --no-progress --plot none --out " +
+                              dir + "aa.jsonl",
                           log),
                   0)
             << slurp(log);
@@ -246,10 +253,8 @@ TEST(BenchE2eFake, AaRunReportsNoDifference) {
     EXPECT_EQ(run_cli("bench compare " + dir + "aa.jsonl " + dir + "aa.jsonl", cmp), 0) << slurp(cmp);
     EXPECT_NE(slurp(cmp).find("unpaired"), std::string::npos) << slurp(cmp);
     // A series of one: the tally and its JSON.
-    EXPECT_EQ(run_cli("bench series " + dir + "aa.jsonl --json " + dir + "series.json", cmp), 0)
-        << slurp(cmp);
-    EXPECT_NE(slurp(cmp).find("1 family (1 paired), 2 levels tested"), std::string::npos)
-        << slurp(cmp);
+    EXPECT_EQ(run_cli("bench series " + dir + "aa.jsonl --json " + dir + "series.json", cmp), 0) << slurp(cmp);
+    EXPECT_NE(slurp(cmp).find("1 family (1 paired), 2 levels tested"), std::string::npos) << slurp(cmp);
     EXPECT_NE(slurp(dir + "series.json").find("\"families_any_verdict\""), std::string::npos);
     EXPECT_NE(run_cli("bench series " + dir + "missing.jsonl", cmp), 0);
 }

@@ -100,7 +100,8 @@ TEST_F(BenchE2eServe, SweepWritesTableJsonlAndPlot) {
     std::filesystem::remove(dir_ + "sweep.svg");
     ASSERT_EQ(run_cli("bench --url " + serve.url() +
                           " --conc 1,4 --n 8 --max-tokens 8 --iterations 2 --warmup 1 "
-                          "--input-len 8 --no-progress --out " + dir_ + "sweep.jsonl",
+                          "--input-len 8 --no-progress --out " +
+                          dir_ + "sweep.jsonl",
                       log),
               0)
         << slurp(log) << serve.log();

@@ -38,8 +38,7 @@ namespace {
 
 class Session : public std::enable_shared_from_this<Session> {
 public:
-    Session(FakeOpenAiServer::Impl& srv, tcp::socket s)
-        : srv_(srv), socket_(std::move(s)), timer_(srv.io) {}
+    Session(FakeOpenAiServer::Impl& srv, tcp::socket s) : srv_(srv), socket_(std::move(s)), timer_(srv.io) {}
 
     void start() {
         parser_.body_limit(1 << 24);
@@ -50,9 +49,10 @@ public:
 
 private:
     void write_plain(int status, const std::string& content_type, const std::string& body) {
-        out_ = fmt::format("HTTP/1.1 {} X\r\nContent-Type: {}\r\nContent-Length: {}\r\n"
-                           "Connection: close\r\n\r\n{}",
-                           status, content_type, body.size(), body);
+        out_ = fmt::format(
+            "HTTP/1.1 {} X\r\nContent-Type: {}\r\nContent-Length: {}\r\n"
+            "Connection: close\r\n\r\n{}",
+            status, content_type, body.size(), body);
         asio::async_write(socket_, asio::buffer(out_),
                           [self = shared_from_this()](beast::error_code, size_t) { self->close(); });
     }
@@ -61,8 +61,7 @@ private:
         const auto& req = parser_.get();
         const std::string target(req.target());
         if (req.method() == http::verb::get && target == "/v1/models") {
-            nlohmann::json j = {{"object", "list"},
-                                {"data", {{{"id", srv_.opt.model}, {"object", "model"}}}}};
+            nlohmann::json j = {{"object", "list"}, {"data", {{{"id", srv_.opt.model}, {"object", "model"}}}}};
             return write_plain(200, "application/json", j.dump());
         }
         const bool chat = target == "/v1/chat/completions";
@@ -76,12 +75,13 @@ private:
         }
         chat_ = chat;
         n_tokens_ = j.value("max_tokens", 16);
-        usage_ = srv_.opt.send_usage && j.contains("stream_options") &&
-                 j["stream_options"].value("include_usage", false);
+        usage_ =
+            srv_.opt.send_usage && j.contains("stream_options") && j["stream_options"].value("include_usage", false);
         ++srv_.active;
         ++srv_.served;
-        out_ = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-               "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+        out_ =
+            "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
         asio::async_write(socket_, asio::buffer(out_), [self = shared_from_this()](beast::error_code ec, size_t) {
             if (ec) return self->finish_stream();
             self->schedule(self->srv_.opt.ttft_ms);
@@ -102,8 +102,7 @@ private:
             c = {{"object", "chat.completion.chunk"},
                  {"choices", {{{"index", 0}, {"delta", {{"content", fmt::format("t{} ", i)}}}}}}};
         } else {
-            c = {{"object", "text_completion"},
-                 {"choices", {{{"index", 0}, {"text", fmt::format("t{} ", i)}}}}};
+            c = {{"object", "text_completion"}, {"choices", {{{"index", 0}, {"text", fmt::format("t{} ", i)}}}}};
         }
         if (i + 1 == n_tokens_) c["choices"][0]["finish_reason"] = "length";
         return "data: " + c.dump() + "\n\n";
@@ -129,15 +128,13 @@ private:
         }
         out_ = fmt::format("{:x}\r\n{}\r\n", ev.size(), ev);
         if (last) out_ += "0\r\n\r\n";
-        asio::async_write(socket_, asio::buffer(out_),
-                          [self = shared_from_this(), last](beast::error_code ec, size_t) {
-                              if (ec || last) return self->finish_stream();
-                              const bool token_next = self->sent_ < self->n_tokens_;
-                              const auto& o = self->srv_.opt;
-                              const double wait =
-                                  token_next ? o.per_token_ms + o.per_active_ms * (self->srv_.active - 1) : 0;
-                              self->schedule(wait);
-                          });
+        asio::async_write(socket_, asio::buffer(out_), [self = shared_from_this(), last](beast::error_code ec, size_t) {
+            if (ec || last) return self->finish_stream();
+            const bool token_next = self->sent_ < self->n_tokens_;
+            const auto& o = self->srv_.opt;
+            const double wait = token_next ? o.per_token_ms + o.per_active_ms * (self->srv_.active - 1) : 0;
+            self->schedule(wait);
+        });
     }
 
     void finish_stream() {

@@ -15,11 +15,11 @@ namespace dsv4::bench::testing {
 
 struct FakeServerOptions {
     std::string model = "fake-model";
-    double ttft_ms = 2.0;        // before the first token
+    double ttft_ms = 2.0;  // before the first token
     double per_token_ms = 1.0;
-    double per_active_ms = 0.05; // extra per concurrently active stream
-    bool send_usage = true;      // honour stream_options.include_usage
-    int prompt_tokens = 7;       // reported in usage
+    double per_active_ms = 0.05;  // extra per concurrently active stream
+    bool send_usage = true;       // honour stream_options.include_usage
+    int prompt_tokens = 7;        // reported in usage
 };
 
 class FakeOpenAiServer {

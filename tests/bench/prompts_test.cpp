@@ -27,8 +27,9 @@ TEST(BenchPrompts, ShareGptTakesFirstHumanTurn) {
 }
 
 TEST(BenchPrompts, JsonlTurnsOrPrompt) {
-    auto r = load_jsonl_prompts("{\"question_id\":1,\"turns\":[\"q1\",\"q2\"]}\n\n"
-                                "{\"task_id\":\"H/0\",\"prompt\":\"def f():\"}\n");
+    auto r = load_jsonl_prompts(
+        "{\"question_id\":1,\"turns\":[\"q1\",\"q2\"]}\n\n"
+        "{\"task_id\":\"H/0\",\"prompt\":\"def f():\"}\n");
     ASSERT_TRUE(r.is_ok());
     ASSERT_EQ(r->size(), 2u);
     EXPECT_EQ((*r)[0], "q1");

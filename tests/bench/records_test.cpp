@@ -45,7 +45,7 @@ TEST(BenchMetrics, IterationDefinitions) {
     EXPECT_NEAR(m.total_tok_s, 42 / 2.3, 1e-9);
     EXPECT_NEAR(m.req_s, 2 / 2.3, 1e-9);
     EXPECT_NEAR(m.ttft_ms.mean, 200, 1e-9);
-    EXPECT_NEAR(m.tpot_ms.median, 150, 1e-9);    // (100 + 200) / 2 ms per token
+    EXPECT_NEAR(m.tpot_ms.median, 150, 1e-9);  // (100 + 200) / 2 ms per token
     EXPECT_NEAR(m.tok_s_per_user, (10 + 5) / 2.0, 1e-9);
     EXPECT_EQ(m.itl_ms.count, 20);
     EXPECT_NEAR(m.e2e_ms.max, 2300, 1e-9);

@@ -38,8 +38,8 @@ TEST(BenchSse, IncompleteEventIsNotDispatched) {
 }
 
 TEST(BenchSse, ParsesChatCompletionAndUsageChunks) {
-    auto c = parse_openai_chunk(
-        R"({"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"Hi"}}]})");
+    auto c =
+        parse_openai_chunk(R"({"object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"Hi"}}]})");
     EXPECT_EQ(c.text, "Hi");
     EXPECT_FALSE(c.error);
     auto r = parse_openai_chunk(R"({"choices":[{"delta":{"reasoning_content":"hm","content":null}}]})");
@@ -49,8 +49,8 @@ TEST(BenchSse, ParsesChatCompletionAndUsageChunks) {
     auto t = parse_openai_chunk(R"({"choices":[{"text":"abc","finish_reason":"length"}]})");
     EXPECT_EQ(t.text, "abc");
     EXPECT_EQ(t.finish_reason, "length");
-    auto u = parse_openai_chunk(
-        R"({"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":34,"total_tokens":46}})");
+    auto u =
+        parse_openai_chunk(R"({"choices":[],"usage":{"prompt_tokens":12,"completion_tokens":34,"total_tokens":46}})");
     EXPECT_EQ(u.prompt_tokens, 12);
     EXPECT_EQ(u.completion_tokens, 34);
     EXPECT_TRUE(parse_openai_chunk("[DONE]").done);
@@ -73,9 +73,10 @@ TEST(BenchSse, RecorderTimesTokensAndPrefersUsage) {
     r.on_body("data: {\"choices\":[{\"delta\":{\"content\":\"c\"}}]}\n\n", 2.0);
     r.finish(2.1);
     EXPECT_FALSE(rec.ok) << "no [DONE] yet";
-    r.on_body("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":6}}\n\n"
-              "data: [DONE]\n\n",
-              2.2);
+    r.on_body(
+        "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":6}}\n\n"
+        "data: [DONE]\n\n",
+        2.2);
     r.finish(2.3);
     EXPECT_TRUE(rec.ok) << rec.error;
     EXPECT_DOUBLE_EQ(rec.ttft(), 0.5);
@@ -90,9 +91,10 @@ TEST(BenchSse, RecorderTimesTokensAndPrefersUsage) {
 TEST(BenchSse, RecorderCountsChunksWithoutUsage) {
     RequestRecord rec;
     StreamRecorder r(rec);
-    r.on_body("data: {\"choices\":[{\"text\":\"x\"}]}\n\ndata: {\"choices\":[{\"text\":\"y\"}]}\n\n"
-              "data: [DONE]\n\n",
-              0.5);
+    r.on_body(
+        "data: {\"choices\":[{\"text\":\"x\"}]}\n\ndata: {\"choices\":[{\"text\":\"y\"}]}\n\n"
+        "data: [DONE]\n\n",
+        0.5);
     r.finish(0.6);
     EXPECT_TRUE(rec.ok);
     EXPECT_EQ(rec.output_tokens(), 2);

@@ -96,8 +96,7 @@ TEST(BenchStats, PairedTestMatchesRSleepExample) {
     EXPECT_NEAR(t.p, 0.002833, 1e-6);
     EXPECT_EQ(t.verdict, Verdict::kFaster);
     // A latency metric: the same numbers, the other direction.
-    EXPECT_EQ(compare_ratio_paired(exp_of(kSleep1), exp_of(kSleep2), false).verdict,
-              Verdict::kSlower);
+    EXPECT_EQ(compare_ratio_paired(exp_of(kSleep1), exp_of(kSleep2), false).verdict, Verdict::kSlower);
 }
 
 TEST(BenchStats, WelchTestMatchesRSleepExample) {

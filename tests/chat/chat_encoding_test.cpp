@@ -41,8 +41,7 @@ TEST(ChatEncoding, PlainJsonOverloadRendersTheSame) {
 TEST(ChatEncoding, ErrorsNameTheProblem) {
     EXPECT_EQ(error_of(ordered_json::object()), "messages must be a JSON array");
     EXPECT_EQ(error_of(ordered_json::parse(R"([42])")), "messages[0] must be an object");
-    EXPECT_EQ(error_of(ordered_json::parse(R"([{"content":"x"}])")),
-              "messages[0]: missing or non-string \"role\"");
+    EXPECT_EQ(error_of(ordered_json::parse(R"([{"content":"x"}])")), "messages[0]: missing or non-string \"role\"");
     EXPECT_NE(error_of(ordered_json::parse(R"([{"role":"user","content":"a"},{"role":"robot","content":"x"}])"))
                   .find("messages[1]: unknown role 'robot'"),
               std::string::npos);
@@ -68,8 +67,9 @@ TEST(ChatEncoding, ErrorsNameTheProblem) {
               "messages[0]: a latest_reminder message needs string content");
     EXPECT_NE(error_of(ordered_json::parse(R"([{"role":"user","content":"x","task":"dance"}])")).find("unknown task"),
               std::string::npos);
-    EXPECT_EQ(error_of(ordered_json::parse(R"([{"role":"user","content":"x","tool_calls":[{"function":{"name":"f"}}]}])")),
-              "messages[0]: only assistant messages may carry tool_calls");
+    EXPECT_EQ(
+        error_of(ordered_json::parse(R"([{"role":"user","content":"x","tool_calls":[{"function":{"name":"f"}}]}])")),
+        "messages[0]: only assistant messages may carry tool_calls");
     ChatOptions bad_tools;
     bad_tools.tools = ordered_json::parse(R"([{"name":"f"}])");
     EXPECT_NE(error_of(ordered_json::parse(R"([{"role":"user","content":"x"}])"), bad_tools).find("tools[0]"),
@@ -77,8 +77,10 @@ TEST(ChatEncoding, ErrorsNameTheProblem) {
 }
 
 TEST(ChatEncoding, EmptyArgumentsStringMeansNoParameters) {
-    auto r = render_chat(ordered_json::parse(
-        R"([{"role":"assistant","content":"","tool_calls":[{"function":{"name":"now","arguments":""}}]}])"), {});
+    auto r = render_chat(
+        ordered_json::parse(
+            R"([{"role":"assistant","content":"","tool_calls":[{"function":{"name":"now","arguments":""}}]}])"),
+        {});
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
     EXPECT_NE(r->find("<｜DSML｜invoke name=\"now\">\n\n</｜DSML｜invoke>"), std::string::npos);
 }
@@ -98,7 +100,8 @@ TEST(ChatRequest, AcceptsArrayOrObjectWithOptions) {
 
 TEST(PyJson, MatchesPythonJsonDumps) {
     // Expected strings are what Python 3.11 json.dumps(..., ensure_ascii=False) prints.
-    auto j = ordered_json::parse(R"({"z": 1, "a": [1.5, 1e-07, 1e16, 100.0, true, null, -0.0, 0.0001, 123456789.125]})");
+    auto j =
+        ordered_json::parse(R"({"z": 1, "a": [1.5, 1e-07, 1e16, 100.0, true, null, -0.0, 0.0001, 123456789.125]})");
     EXPECT_EQ(py_json_dumps(j),
               R"({"z": 1, "a": [1.5, 1e-07, 1e+16, 100.0, true, null, -0.0, 0.0001, 123456789.125]})");
     EXPECT_EQ(py_json_dumps(ordered_json(1e15)), "1000000000000000.0");

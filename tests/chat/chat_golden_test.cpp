@@ -34,8 +34,7 @@ std::vector<std::string> case_names() {
 }
 
 Result<std::string> render_case(const std::string& name) {
-    auto doc = nlohmann::ordered_json::parse(
-        read_file(fs::path(DSV4_CHAT_DATA_DIR) / "cases" / (name + ".json")));
+    auto doc = nlohmann::ordered_json::parse(read_file(fs::path(DSV4_CHAT_DATA_DIR) / "cases" / (name + ".json")));
     auto req = parse_chat_request(doc);
     if (!req) return req.status();
     return render_chat(req->messages, req->options);

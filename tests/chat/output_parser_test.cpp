@@ -241,10 +241,10 @@ TEST(OutputParser, MalformedDsmlDegradesToContentWithoutLoss) {
         pre + "<｜DSML｜invoke nam=\"x\">\n</｜DSML｜invoke>",
         pre + "<｜DSML｜invoke name=\"\">\n",
         pre + "<｜DSML｜invoke name=\"a<b\">",
-        pre + "<｜DSML｜inv",                       // truncated inside a marker
-        pre + "<｜DSML｜invoke name=\"f",           // truncated inside the tag
-        pre,                                        // block opened, nothing else
-        "text <｜DSML｜tool_calls",                 // partial block marker at the end
+        pre + "<｜DSML｜inv",              // truncated inside a marker
+        pre + "<｜DSML｜invoke name=\"f",  // truncated inside the tag
+        pre,                               // block opened, nothing else
+        "text <｜DSML｜tool_calls",        // partial block marker at the end
         "just \n\n text with <｜DSML｜ inside",
     };
     for (const auto& t : texts) {
@@ -273,7 +273,8 @@ TEST(OutputParser, TruncatedCallsStayValidJson) {
     const std::vector<std::string> texts = {
         "\n\n" + kBlockOpen + "\n<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter name=\"a\" string=\"true\">hal",
         "\n\n" + kBlockOpen + "\n<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter name=\"a\" string=\"false\">[1, 2",
-        "\n\n" + kBlockOpen + "\n<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter name=\"a\" string=\"true\">x</｜DSML｜par",
+        "\n\n" + kBlockOpen +
+            "\n<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter name=\"a\" string=\"true\">x</｜DSML｜par",
         "\n\n" + kBlockOpen + "\n<｜DSML｜invoke name=\"f\">\n",
     };
     for (const auto& t : texts) {
@@ -287,8 +288,8 @@ TEST(OutputParser, TruncatedCallsStayValidJson) {
 }
 
 TEST(OutputParser, NonJsonValueBecomesAString) {
-    std::string t = kBlockOpen + "\n" + invoke("f", {param("a", false, "not json"), param("b", false, " 2 ")}) + "\n" +
-                    kBlockClose;
+    std::string t =
+        kBlockOpen + "\n" + invoke("f", {param("a", false, "not json"), param("b", false, " 2 ")}) + "\n" + kBlockClose;
     ParsedOutput o = parse_output(t, false);
     ASSERT_EQ(o.tool_calls.size(), 1u);
     EXPECT_EQ(o.tool_calls[0].arguments_json, R"({"a": "not json", "b": 2})");
@@ -307,25 +308,21 @@ bool strict_json_object(const std::string& s) {
 // a forged second key) landed unescaped in the arguments.
 TEST(OutputParser, ValueWithNulIsNotJson) {
     const std::string value("-7\0\"}, \"x\": 1", 13);
-    const std::string t =
-        kBlockOpen + "\n" + invoke("f", {param("timeout", false, value)}) + "\n" + kBlockClose;
+    const std::string t = kBlockOpen + "\n" + invoke("f", {param("timeout", false, value)}) + "\n" + kBlockClose;
     ParsedOutput o = parse_output(t, false);
     ASSERT_EQ(o.tool_calls.size(), 1u);
     EXPECT_EQ(o.tool_calls[0].arguments_json, R"({"timeout": "-7\u0000\"}, \"x\": 1"})");
-    EXPECT_TRUE(strict_json_object(o.tool_calls[0].arguments_json))
-        << o.tool_calls[0].arguments_json;
+    EXPECT_TRUE(strict_json_object(o.tool_calls[0].arguments_json)) << o.tool_calls[0].arguments_json;
     EXPECT_EQ(o.content, "");
     check_all_chunkings(t, false, 30);
 
     // A NUL alone, before the value and inside a quoted JSON string: never JSON either.
     const std::vector<std::string> nul_values = {{'\0'}, {'\0', '1'}, {'"', 'a', '\0', 'b', '"'}};
     for (const std::string& v : nul_values) {
-        const std::string u =
-            kBlockOpen + "\n" + invoke("f", {param("v", false, v)}) + "\n" + kBlockClose;
+        const std::string u = kBlockOpen + "\n" + invoke("f", {param("v", false, v)}) + "\n" + kBlockClose;
         ParsedOutput p = parse_output(u, false);
         ASSERT_EQ(p.tool_calls.size(), 1u);
-        EXPECT_TRUE(strict_json_object(p.tool_calls[0].arguments_json))
-            << p.tool_calls[0].arguments_json;
+        EXPECT_TRUE(strict_json_object(p.tool_calls[0].arguments_json)) << p.tool_calls[0].arguments_json;
         EXPECT_EQ(nlohmann::json::parse(p.tool_calls[0].arguments_json)["v"], v);
     }
 }
@@ -348,19 +345,41 @@ TEST(OutputParser, DeltasNeverSplitAUtf8Character) {
     StreamingOutputParser p(true);
     for (size_t i = 0; i < t.size(); ++i) {
         OutputDelta d = p.push(std::string_view(t).substr(i, 1));
-        for (const std::string* s : {&d.reasoning, &d.content})
-            EXPECT_TRUE(whole_utf8(*s)) << "delta at byte " << i;
+        for (const std::string* s : {&d.reasoning, &d.content}) EXPECT_TRUE(whole_utf8(*s)) << "delta at byte " << i;
     }
 }
 
 // Random texts built from markers, marker fragments and ordinary text: whatever the parser makes
 // of them, every chunking must make the same, and arguments must stay valid JSON.
 TEST(OutputParser, RandomDsmlSoupIsChunkingInvariant) {
-    const std::vector<std::string> pieces = {
-        "hello", " ", "\n", "\n\n", "Zürich", "\"", "<", ">", "}", "{\"k\": [1]}", "-7", "true",
-        kBlockOpen, kBlockClose, "<｜DSML｜invoke name=\"f\">", "<｜DSML｜invoke", " name=\"g\"", ">",
-        "</｜DSML｜invoke>", "<｜DSML｜parameter name=\"a\" string=\"true\">", "<｜DSML｜parameter name=\"b\" string=\"false\">",
-        "</｜DSML｜parameter>", "</｜DSML｜par", "<｜DSML｜", "</think>", "<think>", "</thi", "｜"};
+    const std::vector<std::string> pieces = {"hello",
+                                             " ",
+                                             "\n",
+                                             "\n\n",
+                                             "Zürich",
+                                             "\"",
+                                             "<",
+                                             ">",
+                                             "}",
+                                             "{\"k\": [1]}",
+                                             "-7",
+                                             "true",
+                                             kBlockOpen,
+                                             kBlockClose,
+                                             "<｜DSML｜invoke name=\"f\">",
+                                             "<｜DSML｜invoke",
+                                             " name=\"g\"",
+                                             ">",
+                                             "</｜DSML｜invoke>",
+                                             "<｜DSML｜parameter name=\"a\" string=\"true\">",
+                                             "<｜DSML｜parameter name=\"b\" string=\"false\">",
+                                             "</｜DSML｜parameter>",
+                                             "</｜DSML｜par",
+                                             "<｜DSML｜",
+                                             "</think>",
+                                             "<think>",
+                                             "</thi",
+                                             "｜"};
     std::mt19937 rng(42);
     int texts = 0;
     for (int r = 0; r < 400; ++r) {

@@ -58,15 +58,21 @@ TEST(DsmlMatcher, AcceptsTheEncodersBlockForAllowedCalls) {
     EXPECT_FALSE(accepts(weather_tools(1), kCall + kNoop + kClose));  // parallel_tool_calls false
     EXPECT_TRUE(accepts(weather_tools(1), kCall + kClose));
     auto one = [](const std::string& params) {
-        return "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n" + params + "</｜DSML｜invoke>\n" + kClose;
+        return "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_weather\">\n" + params + "</｜DSML｜invoke>\n" +
+               kClose;
     };
-    EXPECT_TRUE(accepts(weather_tools(-1), one("<｜DSML｜parameter name=\"city\" string=\"true\">x</｜DSML｜parameter>\n")));
+    EXPECT_TRUE(
+        accepts(weather_tools(-1), one("<｜DSML｜parameter name=\"city\" string=\"true\">x</｜DSML｜parameter>\n")));
     EXPECT_FALSE(accepts(weather_tools(-1), one("")));  // city is required
-    EXPECT_FALSE(accepts(weather_tools(-1), one("<｜DSML｜parameter name=\"days\" string=\"false\">2</｜DSML｜parameter>\n")));
-    EXPECT_FALSE(accepts(weather_tools(-1), one("<｜DSML｜parameter name=\"city\" string=\"false\">\"x\"</｜DSML｜parameter>\n")));
-    EXPECT_FALSE(accepts(weather_tools(-1), one("<｜DSML｜parameter name=\"city\" string=\"true\">x</｜DSML｜parameter>\n"
-                                                "<｜DSML｜parameter name=\"days\" string=\"false\">2.5</｜DSML｜parameter>\n")));
-    EXPECT_FALSE(accepts(weather_tools(-1), one("<｜DSML｜parameter name=\"cty\" string=\"true\">x</｜DSML｜parameter>\n")));
+    EXPECT_FALSE(
+        accepts(weather_tools(-1), one("<｜DSML｜parameter name=\"days\" string=\"false\">2</｜DSML｜parameter>\n")));
+    EXPECT_FALSE(accepts(weather_tools(-1),
+                         one("<｜DSML｜parameter name=\"city\" string=\"false\">\"x\"</｜DSML｜parameter>\n")));
+    EXPECT_FALSE(
+        accepts(weather_tools(-1), one("<｜DSML｜parameter name=\"city\" string=\"true\">x</｜DSML｜parameter>\n"
+                                       "<｜DSML｜parameter name=\"days\" string=\"false\">2.5</｜DSML｜parameter>\n")));
+    EXPECT_FALSE(
+        accepts(weather_tools(-1), one("<｜DSML｜parameter name=\"cty\" string=\"true\">x</｜DSML｜parameter>\n")));
     EXPECT_FALSE(accepts(weather_tools(-1), "<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"get_time\">\n"));
     EXPECT_FALSE(accepts(weather_tools(-1), "Sure! " + kCall + kClose));  // nothing before the block
     DsmlMatcher m(weather_tools(-1));
@@ -80,10 +86,29 @@ TEST(DsmlMatcher, AcceptsTheEncodersBlockForAllowedCalls) {
 }
 
 std::vector<std::string> fragments() {
-    std::vector<std::string> v = {"", "<｜DSML｜tool_calls>", "</｜DSML｜tool_calls>", "<｜DSML｜invoke name=\"",
-                                  "</｜DSML｜invoke>", "<｜DSML｜parameter name=\"", "</｜DSML｜parameter>", "｜DSML｜",
-                                  "\" string=\"", "true\">", "false\">", "\">", "get_weather", "noop", "city", "days",
-                                  "\n", "\n\n", "<", "</", "12", "Paris", "\\\""};
+    std::vector<std::string> v = {"",
+                                  "<｜DSML｜tool_calls>",
+                                  "</｜DSML｜tool_calls>",
+                                  "<｜DSML｜invoke name=\"",
+                                  "</｜DSML｜invoke>",
+                                  "<｜DSML｜parameter name=\"",
+                                  "</｜DSML｜parameter>",
+                                  "｜DSML｜",
+                                  "\" string=\"",
+                                  "true\">",
+                                  "false\">",
+                                  "\">",
+                                  "get_weather",
+                                  "noop",
+                                  "city",
+                                  "days",
+                                  "\n",
+                                  "\n\n",
+                                  "<",
+                                  "</",
+                                  "12",
+                                  "Paris",
+                                  "\\\""};
     for (char ch = 0x20; ch < 0x7f; ++ch) v.push_back(std::string(1, ch));
     return v;
 }
@@ -113,7 +138,8 @@ TEST(ToolCallConstraint, RandomGenerationAlwaysParsesIntoValidCalls) {
         ++done;
         const ParsedOutput p = parse_output(text, false);
         ASSERT_FALSE(p.tool_calls.empty()) << text;
-        EXPECT_TRUE(p.content.find_first_not_of(" \n") == std::string::npos) << "content: '" << p.content << "' in " << text;
+        EXPECT_TRUE(p.content.find_first_not_of(" \n") == std::string::npos)
+            << "content: '" << p.content << "' in " << text;
         if (trial % 2) EXPECT_EQ(p.tool_calls.size(), 1u);
         for (const ToolCall& tc : p.tool_calls) {
             const json args = json::parse(tc.arguments_json);
@@ -127,8 +153,10 @@ TEST(ToolCallConstraint, RandomGenerationAlwaysParsesIntoValidCalls) {
         }
     }
     EXPECT_GT(done, 100);
-    std::printf("[tool-call constraint] %d of 200 random generations closed their block; every one parsed into "
-                "valid calls\n", done);
+    std::printf(
+        "[tool-call constraint] %d of 200 random generations closed their block; every one parsed into "
+        "valid calls\n",
+        done);
 }
 
 }  // namespace

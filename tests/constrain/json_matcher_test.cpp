@@ -33,9 +33,10 @@ bool matches(const std::shared_ptr<const CompiledSchema>& s, const std::string& 
 }
 
 TEST(JsonSchema, UnsupportedKeywordsAreNamed) {
-    for (const char* bad : {R"({"type":"string","pattern":"a+"})", R"({"type":"object","properties":{"x":{"minLength":1}}})",
-                            R"({"type":"number","minimum":0})", R"({"$ref":"http://x/y"})", R"({"type":"strng"})",
-                            R"({"type":"object","required":["y"],"properties":{"x":{}}})"}) {
+    for (const char* bad :
+         {R"({"type":"string","pattern":"a+"})", R"({"type":"object","properties":{"x":{"minLength":1}}})",
+          R"({"type":"number","minimum":0})", R"({"$ref":"http://x/y"})", R"({"type":"strng"})",
+          R"({"type":"object","required":["y"],"properties":{"x":{}}})"}) {
         auto r = compile_json_schema(json::parse(bad));
         ASSERT_FALSE(r.is_ok()) << bad;
         EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
@@ -56,11 +57,11 @@ TEST(JsonMatcher, ObjectSchemaAcceptsExactlyValidDocuments) {
                            R"({"name":"n","age":1,"kind":null})", R"({"name":"n","age":1,"kind":3})",
                            "{\n  \"name\": \"a\",\n  \"age\": 12\n}"})
         EXPECT_TRUE(matches(s, ok)) << ok;
-    for (const char* bad : {R"({"name":"a"})", R"({"name":1,"age":2})", R"({"nam":"a","age":1})",
-                            R"({"name":"a","age":1.5})", R"(["a"])", R"({"name":"a","age":1,"tags":["a","b","c"]})",
-                            R"({"name":"a","name":"b","age":1})", R"({"name":"a","age":1,"extra":1})",
-                            R"({"name":"a","age":01})", R"({"name":"a","age":1,"kind":"b"})",
-                            R"({"name":"a","age":1} )", R"({"name":"a\x","age":1})", R"({"name":"a","age":1,})"})
+    for (const char* bad :
+         {R"({"name":"a"})", R"({"name":1,"age":2})", R"({"nam":"a","age":1})", R"({"name":"a","age":1.5})", R"(["a"])",
+          R"({"name":"a","age":1,"tags":["a","b","c"]})", R"({"name":"a","name":"b","age":1})",
+          R"({"name":"a","age":1,"extra":1})", R"({"name":"a","age":01})", R"({"name":"a","age":1,"kind":"b"})",
+          R"({"name":"a","age":1} )", R"({"name":"a\x","age":1})", R"({"name":"a","age":1,})"})
         EXPECT_FALSE(matches(s, bad)) << bad;
 }
 
@@ -70,7 +71,8 @@ TEST(JsonMatcher, RefsAnyOfTypeListsAndAnyObject) {
         "required":["v"],"additionalProperties":false}},"$ref":"#/$defs/node"})");
     EXPECT_TRUE(matches(tree, R"({"v":1,"kids":[{"v":null},{"v":2,"kids":[{"v":3}]}]})"));
     EXPECT_FALSE(matches(tree, R"({"v":1,"kids":[{"w":1}]})"));
-    const auto alt = compile(R"({"anyOf":[{"type":"string"},{"type":"array","items":{"const":true}},{"type":"number"}]})");
+    const auto alt =
+        compile(R"({"anyOf":[{"type":"string"},{"type":"array","items":{"const":true}},{"type":"number"}]})");
     for (const char* ok : {R"("x")", R"([true,true])", "1.5e-3", "-2"}) EXPECT_TRUE(matches(alt, ok)) << ok;
     for (const char* bad : {"[false]", "true", "{}", "1.", "--1"}) EXPECT_FALSE(matches(alt, bad)) << bad;
     const auto obj = std::make_shared<const CompiledSchema>(any_json_object());
@@ -81,7 +83,8 @@ TEST(JsonMatcher, RefsAnyOfTypeListsAndAnyObject) {
 }
 
 TEST(JsonMatcher, EveryPrefixIsLiveAndOnlyTheWholeIsComplete) {
-    const auto s = compile(R"({"type":"object","properties":{"a":{"type":"number"},"b":{"type":"string"}},"required":["a"]})");
+    const auto s =
+        compile(R"({"type":"object","properties":{"a":{"type":"number"},"b":{"type":"string"}},"required":["a"]})");
     const std::string doc = R"({"b": "x y", "a": 12.5e+3, "c": [1, {"d": false}]})";
     JsonMatcher m(s);
     for (size_t i = 0; i < doc.size(); ++i) {
@@ -155,13 +158,20 @@ bool valid(const json& v, const json& s, const json& root) {
 json random_schema(std::mt19937& g, int depth) {
     const int kind = int(g() % (depth > 2 ? 7 : 10));
     switch (kind) {
-        case 0: return {{"type", "string"}};
-        case 1: return {{"type", "number"}};
-        case 2: return {{"type", "integer"}};
-        case 3: return {{"type", "boolean"}};
-        case 4: return {{"enum", json::array({"x", 7, nullptr, "yz"})}};
-        case 5: return {{"const", "k"}};
-        case 6: return {{"type", "null"}};
+        case 0:
+            return {{"type", "string"}};
+        case 1:
+            return {{"type", "number"}};
+        case 2:
+            return {{"type", "integer"}};
+        case 3:
+            return {{"type", "boolean"}};
+        case 4:
+            return {{"enum", json::array({"x", 7, nullptr, "yz"})}};
+        case 5:
+            return {{"const", "k"}};
+        case 6:
+            return {{"type", "null"}};
         case 7: {
             json props = json::object(), req = json::array();
             const int n = int(g() % 4);
@@ -178,20 +188,23 @@ json random_schema(std::mt19937& g, int depth) {
             json a = {{"type", "array"}, {"items", random_schema(g, depth + 1)}};
             if (g() % 2) a["minItems"] = int(g() % 2);
             if (g() % 2) a["maxItems"] = 1 + int(g() % 3);
-            if (a.contains("minItems") && a.contains("maxItems") && a["maxItems"] < a["minItems"]) a["maxItems"] = a["minItems"];
+            if (a.contains("minItems") && a.contains("maxItems") && a["maxItems"] < a["minItems"])
+                a["maxItems"] = a["minItems"];
             return a;
         }
-        default: return {{"anyOf", json::array({random_schema(g, depth + 1), random_schema(g, depth + 1)})}};
+        default:
+            return {{"anyOf", json::array({random_schema(g, depth + 1), random_schema(g, depth + 1)})}};
     }
 }
 
 // A small vocabulary: every printable ASCII character (a byte-level BPE vocabulary holds every
 // byte, so no document is ever cut off) and common JSON pieces.
 std::vector<std::string> fragments() {
-    std::vector<std::string> v = {"", "{", "}", "[", "]", ",", ":", "\"", " ", "\n", "-", ".", "e", "+", "0", "1", "7",
-                                  "x", "k", "y", "z", "a", "b", "c", "ab", "bb", "cb", "true", "false", "null", "\\",
-                                  "\\\"", "\\u00", "41", "{\"", "\":", "\",", "\"}", "},", "],", "[\"", "12", "3.5", "yz\"",
-                                  "\"a", "\"ab", "\"b\":", "nul", "tr", "ue", "}]", "\"k\"", " \"", "\":\""};
+    std::vector<std::string> v = {
+        "",      "{",    "}",   "[",    "]",      ",",   ":",   "\"",  " ",   "\n",    "-",   ".",    "e",   "+",
+        "0",     "1",    "7",   "x",    "k",      "y",   "z",   "a",   "b",   "c",     "ab",  "bb",   "cb",  "true",
+        "false", "null", "\\",  "\\\"", "\\u00",  "41",  "{\"", "\":", "\",", "\"}",   "},",  "],",   "[\"", "12",
+        "3.5",   "yz\"", "\"a", "\"ab", "\"b\":", "nul", "tr",  "ue",  "}]",  "\"k\"", " \"", "\":\""};
     for (char ch = 0x20; ch < 0x7f; ++ch)
         if (std::find(v.begin(), v.end(), std::string(1, ch)) == v.end()) v.push_back(std::string(1, ch));
     return v;
@@ -217,8 +230,8 @@ TEST(JsonConstraint, MaskEqualsTryingEveryTokenAndFuzzedOutputsValidate) {
             for (int32_t t = 1; t < vocab->size(); ++t) {
                 JsonMatcher probe = shadow;
                 const bool ok = probe.feed(vocab->bytes(t));
-                ASSERT_EQ(std::isfinite(logits[size_t(t)]), ok) << schema.dump() << " after '" << text << "' token '"
-                                                                 << vocab->bytes(t) << "'";
+                ASSERT_EQ(std::isfinite(logits[size_t(t)]), ok)
+                    << schema.dump() << " after '" << text << "' token '" << vocab->bytes(t) << "'";
             }
             ++checked_states;
             ASSERT_EQ(std::isfinite(logits[0]), shadow.accepting());
@@ -243,8 +256,10 @@ TEST(JsonConstraint, MaskEqualsTryingEveryTokenAndFuzzedOutputsValidate) {
         }
     }
     EXPECT_GT(complete_docs, 150);
-    std::printf("[json constraint] 300 random schemas: %d complete documents parsed and validated; %d masks equal to "
-                "trying every token\n", complete_docs, checked_states);
+    std::printf(
+        "[json constraint] 300 random schemas: %d complete documents parsed and validated; %d masks equal to "
+        "trying every token\n",
+        complete_docs, checked_states);
 }
 
 }  // namespace
@@ -268,9 +283,10 @@ TEST(JsonConstraint, OfficialVocabularyAllowsRealTokenizations) {
         "capital":{"type":"boolean"},"mayor":{"type":["string","null"]}},"required":["city","population"]})");
     int64_t steps = 0;
     double total_ms = 0, worst_ms = 0;
-    for (const char* doc : {R"({"city": "Zürich", "population": 421878, "rivers": ["Limmat", "Sihl"], "capital": false})",
-                            "{\n  \"city\": \"東京\",\n  \"population\": 13960000,\n  \"mayor\": null\n}",
-                            R"({"population":1,"city":"a \"quoted\" name\\n"})"}) {
+    for (const char* doc :
+         {R"({"city": "Zürich", "population": 421878, "rivers": ["Limmat", "Sihl"], "capital": false})",
+          "{\n  \"city\": \"東京\",\n  \"population\": 13960000,\n  \"mayor\": null\n}",
+          R"({"population":1,"city":"a \"quoted\" name\\n"})"}) {
         auto ids = tok->encode(doc);
         ASSERT_TRUE(ids.is_ok());
         JsonMatcher m(schema);
@@ -280,13 +296,16 @@ TEST(JsonConstraint, OfficialVocabularyAllowsRealTokenizations) {
             vocab->allowed(m, allow);
             const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
             total_ms += ms, worst_ms = std::max(worst_ms, ms), ++steps;
-            ASSERT_TRUE(allow[size_t(id)]) << "token " << id << " '" << tok->token_bytes(id, false) << "' refused in " << doc;
+            ASSERT_TRUE(allow[size_t(id)])
+                << "token " << id << " '" << tok->token_bytes(id, false) << "' refused in " << doc;
             ASSERT_TRUE(m.feed(tok->token_bytes(id, false)));
         }
         EXPECT_TRUE(m.accepting()) << doc;
     }
-    std::printf("[json constraint, official vocabulary] %lld steps: every real token allowed; uncached mask %.2f ms "
-                "mean, %.2f ms worst\n", (long long)steps, total_ms / double(steps), worst_ms);
+    std::printf(
+        "[json constraint, official vocabulary] %lld steps: every real token allowed; uncached mask %.2f ms "
+        "mean, %.2f ms worst\n",
+        (long long)steps, total_ms / double(steps), worst_ms);
 }
 
 }  // namespace

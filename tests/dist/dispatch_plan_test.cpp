@@ -101,7 +101,9 @@ void check_exchange(int N, int E, int K, Pattern pat, uint32_t seed) {
             }
         }
         for (size_t s = 0; s < ids[r].size(); ++s)
-            if (ids[r][s] < 0) { EXPECT_EQ(p.slot_row[s], -1); }
+            if (ids[r][s] < 0) {
+                EXPECT_EQ(p.slot_row[s], -1);
+            }
     }
     // Receive side: headers, layouts, and the simulated all-to-all-v of row tags.
     for (int me = 0; me < N; ++me) {
@@ -132,12 +134,16 @@ void check_exchange(int N, int E, int K, Pattern pat, uint32_t seed) {
             for (int64_t i = o; i < o + n; ++i) {
                 const int32_t ge = ids[size_t(em_src[i])][size_t(em_slot[i])];
                 EXPECT_EQ(ge, ep.first(me) + e) << "row " << i;
-                if (i > o) { EXPECT_LT(std::tie(em_src[i - 1], em_slot[i - 1]), std::tie(em_src[i], em_slot[i])); }
+                if (i > o) {
+                    EXPECT_LT(std::tie(em_src[i - 1], em_slot[i - 1]), std::tie(em_src[i], em_slot[i]));
+                }
             }
         }
         EXPECT_EQ(expected_total, L->n_recv());
         for (int64_t i = 0; i < L->n_recv(); ++i) EXPECT_EQ(L->expert_to_recv[size_t(L->recv_to_expert[i])], i);
-        if (pat == Pattern::kAllToOneRank && me != N - 1) { EXPECT_EQ(L->n_recv(), 0); }
+        if (pat == Pattern::kAllToOneRank && me != N - 1) {
+            EXPECT_EQ(L->n_recv(), 0);
+        }
     }
 }
 

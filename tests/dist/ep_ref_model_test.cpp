@@ -28,8 +28,8 @@ constexpr int64_t kPageTokens = 64;
 constexpr int64_t kPages = 48;
 
 struct GenRun {
-    std::vector<int32_t> tokens;              // greedy continuation
-    std::vector<std::vector<float>> logits;   // prefill's last position, then each decode step
+    std::vector<int32_t> tokens;             // greedy continuation
+    std::vector<std::vector<float>> logits;  // prefill's last position, then each decode step
 };
 
 std::shared_ptr<const RefModel> tiny_model() {
@@ -101,8 +101,11 @@ TEST(EpRefModel, ExpertParallelRanksMatchOneRank) {
             ASSERT_EQ(runs[r].logits.size(), single[r].logits.size());
             for (size_t step = 0; step < runs[r].logits.size(); ++step)
                 for (size_t v = 0; v < runs[r].logits[step].size(); ++v)
-                    max_diff = std::max(max_diff, double(std::fabs(runs[r].logits[step][v] - single[r].logits[step][v])));
-            if (N > 1) { EXPECT_GT(stats[r].remote_rows, 0) << "rank " << r << " sent nothing to its peers"; }
+                    max_diff =
+                        std::max(max_diff, double(std::fabs(runs[r].logits[step][v] - single[r].logits[step][v])));
+            if (N > 1) {
+                EXPECT_GT(stats[r].remote_rows, 0) << "rank " << r << " sent nothing to its peers";
+            }
             // Every routed slot was computed by some rank's experts: sent == received over the group.
         }
         int64_t sent = 0, received = 0;

@@ -121,7 +121,8 @@ TEST(EpRoutedMoe, EqualsTheLocalLoopBitwise) {
             std::mt19937 rng(100 + c.rank());
             const int64_t T = c.rank() == N - 1 && N > 1 ? 0 : 1 + rng() % 20;  // last rank: no tokens
             std::vector<int32_t> ids(static_cast<size_t>(T * K));
-            std::vector<float> w(static_cast<size_t>(T * K)), x(static_cast<size_t>(T * d)), out(size_t(T * d), 0.0f), want(out);
+            std::vector<float> w(static_cast<size_t>(T * K)), x(static_cast<size_t>(T * d)), out(size_t(T * d), 0.0f),
+                want(out);
             for (auto& v : x) v = float(rng() % 1000) / 37.0f;
             for (size_t i = 0; i < ids.size(); ++i) {
                 ids[i] = (i % 5 == 4) ? -1 : int32_t(rng() % E);  // some unused slots, repeats allowed
@@ -143,11 +144,14 @@ TEST(EpRoutedMoe, EqualsTheLocalLoopBitwise) {
             EpMoeStats st;
             DSV4_RETURN_IF_ERROR(ep_routed_moe(c, *ep, d, T, K, ids, w, x.data(), run, out.data(), &st));
             remote[c.rank()] = st.remote_rows;
-            if (out != want) return error(StatusCode::kInternal, "rank {}: result differs from the local loop", c.rank());
+            if (out != want)
+                return error(StatusCode::kInternal, "rank {}: result differs from the local loop", c.rank());
             return Status::ok();
         });
         EXPECT_TRUE(s.is_ok()) << "N " << N << ": " << s.to_string();
-        if (N > 1) { EXPECT_GT(remote[0], 0) << "N " << N; }
+        if (N > 1) {
+            EXPECT_GT(remote[0], 0) << "N " << N;
+        }
     }
 }
 

@@ -28,7 +28,7 @@ TEST(WeightInventory, FlashTotalIsTheCheckpointSize) {
 
 TEST(WeightInventory, StorageBytesIncludeScales) {
     EXPECT_EQ(storage_bytes(Storage::kFp8Block, 1024, 4096), 1024 * 4096 + 8 * 32);  // wq_a + [8, 32] scale
-    EXPECT_EQ(storage_bytes(Storage::kFp8Block, 100, 100), 100 * 100 + 1);         // partial blocks round up
+    EXPECT_EQ(storage_bytes(Storage::kFp8Block, 100, 100), 100 * 100 + 1);           // partial blocks round up
     EXPECT_EQ(storage_bytes(Storage::kMxfp4, 4096, 2048), 4096 * 1024 + 4096 * 64);
     EXPECT_EQ(storage_bytes(Storage::kBf16, 3, 5), 30);
     EXPECT_EQ(storage_bytes(Storage::kI64, 129280, 6), 129280 * 6 * 8);

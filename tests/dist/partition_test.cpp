@@ -25,7 +25,9 @@ TEST(ExpertPartition, ContiguousBlocksCoverEveryExpertOnce) {
                     EXPECT_EQ(p->owner(e), r);
                     EXPECT_EQ(p->local_index(e), i);
                     EXPECT_TRUE(p->owns(r, e));
-                    if (r > 0) { EXPECT_FALSE(p->owns(r - 1, e)); }
+                    if (r > 0) {
+                        EXPECT_FALSE(p->owns(r - 1, e));
+                    }
                 }
             for (int e = 0; e < E; ++e) EXPECT_EQ(seen[e], 1) << "expert " << e;
         }

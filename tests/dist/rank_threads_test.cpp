@@ -24,9 +24,9 @@ TEST(RankThreads, InitOncePerThreadThenEveryJobOnThatThread) {
     for (int job = 0; job < 3; ++job) {
         std::vector<std::thread::id> ids(n);
         ASSERT_TRUE(t.run([&](int r) {
-                        ids[size_t(r)] = std::this_thread::get_id();
-                        return Status::ok();
-                    }).is_ok());
+                         ids[size_t(r)] = std::this_thread::get_id();
+                         return Status::ok();
+                     }).is_ok());
         for (int r = 0; r < n; ++r) EXPECT_EQ(ids[size_t(r)], init_ids[size_t(r)]) << "rank " << r;
     }
     EXPECT_EQ(inits.load(), n);
@@ -40,12 +40,12 @@ TEST(RankThreads, JobsOfOneRunAreConcurrent) {
     std::atomic<int> arrived{0};
     std::atomic<int> saw_all{0};
     ASSERT_TRUE(t.run([&](int) {
-                    ++arrived;
-                    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-                    while (arrived.load() < n && std::chrono::steady_clock::now() < until) std::this_thread::yield();
-                    if (arrived.load() == n) ++saw_all;
-                    return Status::ok();
-                }).is_ok());
+                     ++arrived;
+                     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+                     while (arrived.load() < n && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+                     if (arrived.load() == n) ++saw_all;
+                     return Status::ok();
+                 }).is_ok());
     EXPECT_EQ(saw_all.load(), n);
 }
 

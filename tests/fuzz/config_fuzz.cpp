@@ -123,31 +123,96 @@ const json& base() {
     return j;
 }
 
-const char* const kFields[] = {
-    "model_type", "vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-    "head_dim", "qk_rope_head_dim", "partial_rotary_factor", "q_lora_rank", "o_lora_rank", "o_groups",
-    "sliding_window", "num_nextn_predict_layers", "compress_ratios", "layer_types", "compress_rates",
-    "mlp_layer_types", "num_hash_layers", "rope_theta", "compress_rope_theta", "rope_scaling", "rope_parameters",
-    "max_position_embeddings", "index_n_heads", "index_head_dim", "index_topk", "hc_mult", "hc_sinkhorn_iters",
-    "hc_eps", "n_routed_experts", "n_shared_experts", "num_experts_per_tok", "moe_intermediate_size",
-    "routed_scaling_factor", "norm_topk_prob", "swiglu_limit", "rms_norm_eps", "bos_token_id", "eos_token_id",
-    "scoring_func", "hidden_act", "topk_method", "expert_dtype", "tie_word_embeddings", "quantization_config",
-    "type", "rope_type", "factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "attention_factor",
-    "main", "compress", "compressed_sparse_attention", "heavily_compressed_attention"};
-const char* const kWords[] = {"deepseek_v4", "yarn", "default", "sliding_attention", "compressed_sparse_attention",
-                              "heavily_compressed_attention", "hash_moe", "moe", "fp4", "fp8", "silu",
-                              "sqrtsoftplus", "noaux_tc", ""};
+const char* const kFields[] = {"model_type",
+                               "vocab_size",
+                               "hidden_size",
+                               "num_hidden_layers",
+                               "num_attention_heads",
+                               "num_key_value_heads",
+                               "head_dim",
+                               "qk_rope_head_dim",
+                               "partial_rotary_factor",
+                               "q_lora_rank",
+                               "o_lora_rank",
+                               "o_groups",
+                               "sliding_window",
+                               "num_nextn_predict_layers",
+                               "compress_ratios",
+                               "layer_types",
+                               "compress_rates",
+                               "mlp_layer_types",
+                               "num_hash_layers",
+                               "rope_theta",
+                               "compress_rope_theta",
+                               "rope_scaling",
+                               "rope_parameters",
+                               "max_position_embeddings",
+                               "index_n_heads",
+                               "index_head_dim",
+                               "index_topk",
+                               "hc_mult",
+                               "hc_sinkhorn_iters",
+                               "hc_eps",
+                               "n_routed_experts",
+                               "n_shared_experts",
+                               "num_experts_per_tok",
+                               "moe_intermediate_size",
+                               "routed_scaling_factor",
+                               "norm_topk_prob",
+                               "swiglu_limit",
+                               "rms_norm_eps",
+                               "bos_token_id",
+                               "eos_token_id",
+                               "scoring_func",
+                               "hidden_act",
+                               "topk_method",
+                               "expert_dtype",
+                               "tie_word_embeddings",
+                               "quantization_config",
+                               "type",
+                               "rope_type",
+                               "factor",
+                               "original_max_position_embeddings",
+                               "beta_fast",
+                               "beta_slow",
+                               "attention_factor",
+                               "main",
+                               "compress",
+                               "compressed_sparse_attention",
+                               "heavily_compressed_attention"};
+const char* const kWords[] = {"deepseek_v4",
+                              "yarn",
+                              "default",
+                              "sliding_attention",
+                              "compressed_sparse_attention",
+                              "heavily_compressed_attention",
+                              "hash_moe",
+                              "moe",
+                              "fp4",
+                              "fp8",
+                              "silu",
+                              "sqrtsoftplus",
+                              "noaux_tc",
+                              ""};
 
 json fuzz_value(FuzzedDataProvider& fdp, int depth) {
     switch (fdp.ConsumeIntegralInRange<int>(0, depth > 0 ? 9 : 7)) {
-        case 0: return fdp.ConsumeIntegralInRange<int64_t>(-2, 300);
-        case 1: return fdp.ConsumeIntegral<int64_t>();
-        case 2: return fdp.ConsumeIntegral<uint64_t>();
-        case 3: return fdp.ConsumeFloatingPoint<double>();  // non-finite values are written as null
-        case 4: return fdp.PickValueInArray(kWords);
-        case 5: return fdp.ConsumeBool();
-        case 6: return nullptr;
-        case 7: return fdp.ConsumeRandomLengthString(16);
+        case 0:
+            return fdp.ConsumeIntegralInRange<int64_t>(-2, 300);
+        case 1:
+            return fdp.ConsumeIntegral<int64_t>();
+        case 2:
+            return fdp.ConsumeIntegral<uint64_t>();
+        case 3:
+            return fdp.ConsumeFloatingPoint<double>();  // non-finite values are written as null
+        case 4:
+            return fdp.PickValueInArray(kWords);
+        case 5:
+            return fdp.ConsumeBool();
+        case 6:
+            return nullptr;
+        case 7:
+            return fdp.ConsumeRandomLengthString(16);
         case 8: {
             json a = json::array();
             const int n = fdp.ConsumeIntegralInRange<int>(0, 64);
@@ -172,16 +237,19 @@ std::string edited(FuzzedDataProvider& fdp) {
         j["layer_types"] = json::array();
         j["mlp_layer_types"] = json::array();
         for (int l = 0; l < 43; ++l) {
-            j["layer_types"].push_back(l < 2 ? "sliding_attention"
-                                       : l % 2 ? "heavily_compressed_attention" : "compressed_sparse_attention");
+            j["layer_types"].push_back(l < 2   ? "sliding_attention"
+                                       : l % 2 ? "heavily_compressed_attention"
+                                               : "compressed_sparse_attention");
             j["mlp_layer_types"].push_back(l < 3 ? "hash_moe" : "moe");
         }
         j["compress_rates"] = {{"compressed_sparse_attention", 4}, {"heavily_compressed_attention", 128}};
     }
     for (int n = fdp.ConsumeIntegralInRange<int>(1, 8); n > 0; --n) {
         const char* field = fdp.PickValueInArray(kFields);
-        if (fdp.ConsumeIntegralInRange<int>(0, 5) == 0) j.erase(field);
-        else j[field] = fuzz_value(fdp, 2);
+        if (fdp.ConsumeIntegralInRange<int>(0, 5) == 0)
+            j.erase(field);
+        else
+            j[field] = fuzz_value(fdp, 2);
     }
     return j.dump(-1, ' ', false, json::error_handler_t::replace);
 }

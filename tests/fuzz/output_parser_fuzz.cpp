@@ -150,18 +150,24 @@ std::string utf8_string(FuzzedDataProvider& fdp, size_t max) {
 }
 
 // A name the DSML attribute syntax can carry.
-bool attr_ok(const std::string& s) { return !s.empty() && s.size() <= 256 && s.find_first_of("\"<>\n") == std::string::npos; }
+bool attr_ok(const std::string& s) {
+    return !s.empty() && s.size() <= 256 && s.find_first_of("\"<>\n") == std::string::npos;
+}
 
 nlohmann::ordered_json value(FuzzedDataProvider& fdp, int depth) {
     switch (fdp.ConsumeIntegralInRange<int>(0, depth > 0 ? 6 : 4)) {
-        case 0: return utf8_string(fdp, 64);
-        case 1: return fdp.ConsumeIntegral<int64_t>();
+        case 0:
+            return utf8_string(fdp, 64);
+        case 1:
+            return fdp.ConsumeIntegral<int64_t>();
         case 2: {
             const double d = fdp.ConsumeFloatingPoint<double>();
             return std::isfinite(d) ? nlohmann::ordered_json(d) : nlohmann::ordered_json(0.5);
         }
-        case 3: return fdp.ConsumeBool();
-        case 4: return nullptr;
+        case 3:
+            return fdp.ConsumeBool();
+        case 4:
+            return nullptr;
         case 5: {
             auto a = nlohmann::ordered_json::array();
             for (int n = fdp.ConsumeIntegralInRange<int>(0, 3); n > 0; --n) a.push_back(value(fdp, depth - 1));

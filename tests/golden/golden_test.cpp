@@ -32,9 +32,9 @@ struct Golden {
     std::unique_ptr<Checkpoint> expected;
     std::vector<int32_t> ids;
     std::vector<int32_t> lengths;
-    std::vector<float> logits;      // [lengths, V]
-    std::vector<int32_t> probes;    // probe positions
-    std::vector<float> all_logits;  // our one-shot forward, [2200, V]
+    std::vector<float> logits;                        // [lengths, V]
+    std::vector<int32_t> probes;                      // probe positions
+    std::vector<float> all_logits;                    // our one-shot forward, [2200, V]
     std::map<std::string, std::vector<float>> dumps;  // our named outputs of the one-shot forward
 };
 
@@ -208,7 +208,7 @@ TEST_P(GoldenTest, ChunkedPrefillEqualsOneShot) {
     ASSERT_TRUE(gd.model);
     // Chunk schedules crossing window, ratio-4, ratio-16/128 and top-k boundaries (B04).
     const std::vector<std::vector<int64_t>> schedules = {
-        {10, 17, 1, 1, 1, 1}, {7, 16, 37, 4}, {100, 29, 1, 1, 127, 3}, {1000, 1000, 45, 1, 1, 1, 1, 1, 1, 1, 1},
+        {10, 17, 1, 1, 1, 1},  {7, 16, 37, 4},   {100, 29, 1, 1, 127, 3}, {1000, 1000, 45, 1, 1, 1, 1, 1, 1, 1, 1},
         {127, 1, 128, 3, 257}, {5, 4, 3, 1, 500}};
     for (int64_t page_tokens : {16, 128}) {
         auto runner = make_runner(page_tokens);
@@ -258,8 +258,8 @@ TEST_P(GoldenTest, PrefillThenDecodeAtEveryResidue) {
         }
     }
     for (auto [res, e] : worst_by_residue)
-        std::printf("[golden %s] prefill+decode residue %d mod 4: max |logit error| %.3g\n", GetParam().c_str(),
-                    res, e);
+        std::printf("[golden %s] prefill+decode residue %d mod 4: max |logit error| %.3g\n", GetParam().c_str(), res,
+                    e);
 }
 
 TEST_P(GoldenTest, GreedyContinuationsMatch) {
@@ -340,11 +340,12 @@ TEST_P(GoldenTest, MtpLogitsMatchSpecBlockOnTransformersModules) {
     ASSERT_EQ(int64_t(hidden.size()), T * d);
     double worst_h = 0;
     for (size_t j = 0; j < probes.size(); ++j)
-        worst_h = std::max(worst_h, max_abs_diff(std::span<const float>(hidden).subspan(size_t(probes[j]) * d, size_t(d)),
-                                                 std::span<const float>(want_h).subspan(j * d, size_t(d))));
+        worst_h =
+            std::max(worst_h, max_abs_diff(std::span<const float>(hidden).subspan(size_t(probes[j]) * d, size_t(d)),
+                                           std::span<const float>(want_h).subspan(j * d, size_t(d))));
     EXPECT_LT(worst_h, kLogitTol);
-    std::printf("[golden %s] MTP: %zu positions, max |logit error| %.3g, max |hidden error| %.3g\n",
-                GetParam().c_str(), rows.size(), worst, worst_h);
+    std::printf("[golden %s] MTP: %zu positions, max |logit error| %.3g, max |hidden error| %.3g\n", GetParam().c_str(),
+                rows.size(), worst, worst_h);
 }
 
 // Greedy speculative decoding on the reference (model/ref_speculative.h) gives transformers' greedy
@@ -406,13 +407,13 @@ TEST_P(GoldenTest, EngineSpeculativeGreedyMatchesTransformers) {
             ASSERT_TRUE(core.add({.id = i + 1, .prompt = prompts[i], .params = p, .sink = sinks.back()}).is_ok());
         }
         for (int guard = 0; core.has_work() && guard < 5000; ++guard) core.step();
-        for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(sinks[i]->tokens, want[i]) << "prompt " << i << " k " << k;
+        for (size_t i = 0; i < prompts.size(); ++i)
+            EXPECT_EQ(sinks[i]->tokens, want[i]) << "prompt " << i << " k " << k;
         EXPECT_GT(stats.spec_verify_chunks_total, 0);
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Configs, GoldenTest,
-                         ::testing::Values("tiny_f32", "tiny_quant", "tiny_real_window"));
+INSTANTIATE_TEST_SUITE_P(Configs, GoldenTest, ::testing::Values("tiny_f32", "tiny_quant", "tiny_real_window"));
 
 }  // namespace
 }  // namespace dsv4

@@ -105,8 +105,10 @@ TEST(RegressionB04, UniformChunkSizesGiveTheSameLogitsAndContinuation) {
         int64_t pos = 0;
         while (pos < P) {
             const int64_t c = std::min(cs, P - pos);
-            ASSERT_TRUE(R.forward_seq(SeqChunk{1, std::span<const int32_t>(ids->data() + pos, size_t(c)), pos, true,
-                                               table}, {}, logits).is_ok());
+            ASSERT_TRUE(
+                R.forward_seq(SeqChunk{1, std::span<const int32_t>(ids->data() + pos, size_t(c)), pos, true, table}, {},
+                              logits)
+                    .is_ok());
             pos += c;
         }
         for (float v : logits) ASSERT_TRUE(std::isfinite(v)) << "chunk size " << cs;
@@ -164,7 +166,7 @@ TEST(RegressionB11, Tid2eidOutOfRangeOrRepeatedIsALoadError) {
             if (name == "layers.1.ffn.gate.tid2eid") {
                 int64_t v[2];
                 std::memcpy(v, bytes.data() + 8 * 4 * 77, 16);  // row 77
-                v[0] = variant == 0 ? 16 : v[1];                 // 16 == n_routed_experts; or a repeat
+                v[0] = variant == 0 ? 16 : v[1];                // 16 == n_routed_experts; or a repeat
                 std::memcpy(bytes.data() + 8 * 4 * 77, v, 16);
             }
             ASSERT_TRUE(w.add(name, t->dtype, t->shape, bytes).is_ok());

@@ -7,8 +7,7 @@
 namespace dsv4 {
 
 Result<std::unique_ptr<ModelRunner>> make_model_runner(const RunnerOptions&) {
-    return Status(StatusCode::kUnimplemented,
-                  "the reference model is not in the sanitized test binaries");
+    return Status(StatusCode::kUnimplemented, "the reference model is not in the sanitized test binaries");
 }
 
 }  // namespace dsv4

@@ -19,9 +19,7 @@ namespace {
 using test::RecordingWriter;
 using namespace std::chrono_literals;
 
-bool contains(const std::string& s, const std::string& part) {
-    return s.find(part) != std::string::npos;
-}
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 HttpRequest get(const std::string& path) {
     HttpRequest r;

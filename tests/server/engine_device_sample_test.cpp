@@ -121,7 +121,7 @@ TEST(DeviceSampling, PlainArgmaxOnlyWhenTheHostSamplerWouldDoNothingElse) {
     EXPECT_TRUE(sample_is_plain_argmax(p, none));
     EXPECT_FALSE(sample_is_plain_argmax(p, masking));  // EOS masked before min_tokens
     p.ignore_eos = true;
-    EXPECT_TRUE(sample_is_plain_argmax(p, masking));   // nothing left to mask
+    EXPECT_TRUE(sample_is_plain_argmax(p, masking));  // nothing left to mask
     p.stop_token_ids = {7};
     EXPECT_FALSE(sample_is_plain_argmax(p, masking));
     EXPECT_TRUE(sample_is_plain_argmax(p, none));
@@ -202,25 +202,25 @@ RunResult run(bool device_sampling, const std::vector<SamplingParams>& params) {
 
 TEST(DeviceSampling, EngineOutputsIdenticalWithDeviceSamplingOnAndOff) {
     std::vector<SamplingParams> ps;
-    ps.push_back(greedy(20));                      // seq 1: device every step
+    ps.push_back(greedy(20));  // seq 1: device every step
     SamplingParams p = greedy(20);
-    p.repetition_penalty = 1.3f;                   // seq 2: host
+    p.repetition_penalty = 1.3f;  // seq 2: host
     ps.push_back(p);
     p = greedy(20);
-    p.min_tokens = 6;                              // seq 3: host for 6 tokens, then device
+    p.min_tokens = 6;  // seq 3: host for 6 tokens, then device
     ps.push_back(p);
     p = greedy(20);
-    p.logprobs = 2;                                // seq 4: host
+    p.logprobs = 2;  // seq 4: host
     ps.push_back(p);
     p = SamplingParams{};
     p.temperature = 0.8f;
     p.top_k = 20;
     p.seed = 5;
-    p.max_tokens = 20;                             // seq 5: host
+    p.max_tokens = 20;  // seq 5: host
     ps.push_back(p);
     p = greedy(20);
     p.ignore_eos = true;
-    p.min_tokens = 4;                              // seq 6: device (nothing to mask)
+    p.min_tokens = 4;  // seq 6: device (nothing to mask)
     ps.push_back(p);
     const RunResult on = run(true, ps), off = run(false, ps);
     EXPECT_EQ(on.tokens, off.tokens);
@@ -238,8 +238,9 @@ TEST(DeviceSampling, EngineOutputsIdenticalWithDeviceSamplingOnAndOff) {
         ASSERT_GT(on.device_rows.count(3), 0u);
         EXPECT_LE(on.device_rows.at(3), int(on.tokens[2].size()) - 6 + 1);
     }
-    std::printf("[device sampling, CPU] %zu requests, %lld of %lld tokens sampled by the runner; outputs identical on/off\n",
-                ps.size(), (long long)on.device_sampled, (long long)total);
+    std::printf(
+        "[device sampling, CPU] %zu requests, %lld of %lld tokens sampled by the runner; outputs identical on/off\n",
+        ps.size(), (long long)on.device_sampled, (long long)total);
 }
 
 }  // namespace

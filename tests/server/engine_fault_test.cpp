@@ -31,9 +31,7 @@ GenRequest request(uint64_t id, std::shared_ptr<RequestSink> sink) {
     return r;
 }
 
-bool contains(const std::string& s, const std::string& part) {
-    return s.find(part) != std::string::npos;
-}
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 class EngineFaultCore : public ::testing::TestWithParam<EngineConfig::Overlap> {};
 
@@ -55,20 +53,16 @@ TEST_P(EngineFaultCore, FailsTheStepAndEveryOtherRequestThenRefusesNewOnes) {
     EXPECT_FALSE(core.has_work());
 
     ASSERT_EQ(core.fatal().code(), StatusCode::kDeviceLost) << core.fatal().to_string();
-    EXPECT_TRUE(contains(core.fatal().message(), "injected device fault at step 3"))
-        << core.fatal().message();
+    EXPECT_TRUE(contains(core.fatal().message(), "injected device fault at step 3")) << core.fatal().message();
     for (size_t i = 0; i < sinks.size(); ++i) {
         SCOPED_TRACE(i);
         EXPECT_EQ(sinks[i]->n_finishes(), 1);
         EXPECT_EQ(sinks[i]->reason(), FinishReason::kError);
-        EXPECT_TRUE(contains(sinks[i]->error_text(), "injected device fault"))
-            << sinks[i]->error_text();
+        EXPECT_TRUE(contains(sinks[i]->error_text(), "injected device fault")) << sinks[i]->error_text();
     }
     // The two in the failed step name the step; the two that waited name the restart.
-    for (int i : {0, 1})
-        EXPECT_TRUE(contains(sinks[size_t(i)]->error_text(), "model step failed")) << i;
-    for (int i : {2, 3})
-        EXPECT_TRUE(contains(sinks[size_t(i)]->error_text(), "must be restarted")) << i;
+    for (int i : {0, 1}) EXPECT_TRUE(contains(sinks[size_t(i)]->error_text(), "model step failed")) << i;
+    for (int i : {2, 3}) EXPECT_TRUE(contains(sinks[size_t(i)]->error_text(), "must be restarted")) << i;
     // Nothing is held and nothing runs again.
     EXPECT_EQ(core.pages().n_used(), 0);
     EXPECT_EQ(stats.engine_failed.load(), 1);
@@ -83,11 +77,8 @@ TEST_P(EngineFaultCore, FailsTheStepAndEveryOtherRequestThenRefusesNewOnes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Overlap, EngineFaultCore,
-                         ::testing::Values(EngineConfig::Overlap::kOff,
-                                           EngineConfig::Overlap::kAlways),
-                         [](const auto& info) {
-                             return info.param == EngineConfig::Overlap::kOff ? "Off" : "Always";
-                         });
+                         ::testing::Values(EngineConfig::Overlap::kOff, EngineConfig::Overlap::kAlways),
+                         [](const auto& info) { return info.param == EngineConfig::Overlap::kOff ? "Off" : "Always"; });
 
 // A step error that is not a lost device fails only that step's requests: the engine goes on.
 TEST(EngineFault, OrdinaryStepErrorIsNotFatal) {

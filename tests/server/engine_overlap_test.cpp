@@ -73,7 +73,8 @@ Outcome drive(ModelRunner& inner, const std::vector<Job>& jobs, Overlap overlap,
     uint64_t id = 1;
     for (const auto& j : jobs) {
         sinks.push_back(std::make_shared<Sink>());
-        EXPECT_TRUE(core.add({.id = id++, .prompt = j.prompt, .params = j.params, .n = j.n, .sink = sinks.back()}).is_ok());
+        EXPECT_TRUE(
+            core.add({.id = id++, .prompt = j.prompt, .params = j.params, .n = j.n, .sink = sinks.back()}).is_ok());
     }
     Outcome o;
     for (int guard = 0; core.has_work() && guard < 20000; ++guard) {
@@ -182,8 +183,10 @@ TEST(EngineOverlap, PendingTokensCountInThePenalties) {
     std::vector<Job> jobs;
     for (int i = 0; i < 4; ++i) {
         SamplingParams p = greedy(24);
-        if (i % 2) p.repetition_penalty = 1.8f;
-        else p.frequency_penalty = 1.5f, p.presence_penalty = 0.5f;
+        if (i % 2)
+            p.repetition_penalty = 1.8f;
+        else
+            p.frequency_penalty = 1.5f, p.presence_penalty = 0.5f;
         if (i == 3) p.temperature = 0.8f, p.seed = 9;
         jobs.push_back({prompt_ids(20 + uint64_t(i), 6 + 5 * i, 2, 60), p});
     }
@@ -195,7 +198,8 @@ TEST(EngineOverlap, PendingTokensCountInThePenalties) {
     EXPECT_GT(on.pending_seen, 60);
     // The penalties did decide: without them the model repeats itself.
     std::vector<Job> plain = jobs;
-    for (auto& j : plain) j.params.repetition_penalty = 1.0f, j.params.frequency_penalty = j.params.presence_penalty = 0;
+    for (auto& j : plain)
+        j.params.repetition_penalty = 1.0f, j.params.frequency_penalty = j.params.presence_penalty = 0;
     FakeRunner c(fake_options(4096));
     EXPECT_NE(drive(c, plain, Overlap::kOff, sched, 0, -1, 11.0f).results, off.results);
 }
@@ -223,7 +227,8 @@ TEST(EngineOverlap, AbortWithAStepInFlight) {
         const Outcome base = drive(a, jobs, Overlap::kOff, sched);
         const Outcome on = drive(b, jobs, Overlap::kAlways, sched, /*abort_id=*/1, after);
         EXPECT_EQ(on.results[0].at(0).finish, FinishReason::kAbort) << after;
-        for (size_t i = 1; i < jobs.size(); ++i) EXPECT_EQ(on.results[i], base.results[i]) << "job " << i << " after " << after;
+        for (size_t i = 1; i < jobs.size(); ++i)
+            EXPECT_EQ(on.results[i], base.results[i]) << "job " << i << " after " << after;
         EXPECT_EQ(on.pages_used, 0);
     }
 }
@@ -269,7 +274,11 @@ TEST(ModelRunnerLaunch, PendingTokenNeedsADeviceRowOfThePreviousStep) {
     for (int64_t i = 0; i < inner.kv_layout().pages_for_tokens(8); ++i) pages.push_back(int32_t(i));
     const std::vector<int32_t> prompt = {5, 6, 7}, pending = {kPendingToken};
     ForwardBatch b;
-    b.seqs.push_back(SeqChunk{.seq_id = 4, .tokens = pending, .start_pos = 3, .want_logits = true, .page_table = pages,
+    b.seqs.push_back(SeqChunk{.seq_id = 4,
+                              .tokens = pending,
+                              .start_pos = 3,
+                              .want_logits = true,
+                              .page_table = pages,
                               .sample = DeviceSample::kGreedy});
     Status s = r.launch(b);
     EXPECT_EQ(s.code(), StatusCode::kFailedPrecondition) << s.to_string();

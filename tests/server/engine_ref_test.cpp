@@ -32,8 +32,7 @@ struct EngineSetup {
     uint64_t shuffle = 0;
 };
 
-std::vector<std::vector<int32_t>> run(const std::vector<Job>& jobs, const EngineSetup& s,
-                                      int64_t* preempted) {
+std::vector<std::vector<int32_t>> run(const std::vector<Job>& jobs, const EngineSetup& s, int64_t* preempted) {
     auto runner = make_model_runner({.model = "tiny", .page_tokens = s.page_tokens, .n_pages = 1024});
     EXPECT_TRUE(runner.is_ok());
     EngineConfig cfg;
@@ -79,8 +78,8 @@ TEST(EngineRefInvariance, TinyModelGreedyAndSeeded) {
     for (const auto& r : ref) ASSERT_EQ(r.size(), 6u);
 
     const EngineSetup setups[] = {
-        {.budget = 512, .chunk = 512},                        // mixed batch, whole prompts
-        {.budget = 24, .chunk = 5},                           // chunked prefill, 5-token chunks
+        {.budget = 512, .chunk = 512},                                 // mixed batch, whole prompts
+        {.budget = 24, .chunk = 5},                                    // chunked prefill, 5-token chunks
         {.page_tokens = 16, .budget = 64, .chunk = 64, .shuffle = 9},  // other page size/layout
     };
     for (const auto& s : setups) {
@@ -88,8 +87,7 @@ TEST(EngineRefInvariance, TinyModelGreedyAndSeeded) {
         auto got = run(jobs, s, &preempted);
         ASSERT_EQ(got.size(), jobs.size());
         for (size_t i = 0; i < jobs.size(); ++i)
-            EXPECT_EQ(got[i], ref[i]) << "job " << i << " chunk " << s.chunk << " page_tokens "
-                                      << s.page_tokens;
+            EXPECT_EQ(got[i], ref[i]) << "job " << i << " chunk " << s.chunk << " page_tokens " << s.page_tokens;
     }
 }
 

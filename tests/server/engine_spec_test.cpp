@@ -35,13 +35,13 @@ struct Job {
 };
 
 struct SpecSetup {
-    int k = 0;                              // speculative tokens (0: off)
+    int k = 0;  // speculative tokens (0: off)
     DraftSource draft = DraftSource::kMtp;
     int64_t budget = 512, chunk = 512;
     int max_running = 16, max_batch = 0;
-    int64_t tight_pool = 0;                 // > 0: a pool of two sequences of this many tokens and one page
+    int64_t tight_pool = 0;  // > 0: a pool of two sequences of this many tokens and one page
     bool prefix_cache = false;
-    bool overlap = false;                   // EngineConfig::Overlap::kAlways (the bookkeeping of a step in flight)
+    bool overlap = false;  // EngineConfig::Overlap::kAlways (the bookkeeping of a step in flight)
 };
 
 struct Outcome {
@@ -88,7 +88,8 @@ Outcome run(const std::vector<Job>& jobs, const SpecSetup& s, FinishReason want 
     uint64_t id = 1;
     for (const Job& j : jobs) {
         sinks.push_back(std::make_shared<Sink>());
-        EXPECT_TRUE(core.add({.id = id++, .prompt = j.prompt, .params = j.params, .n = j.n, .sink = sinks.back()}).is_ok());
+        EXPECT_TRUE(
+            core.add({.id = id++, .prompt = j.prompt, .params = j.params, .n = j.n, .sink = sinks.back()}).is_ok());
     }
     for (int guard = 0; core.has_work() && guard < 20000; ++guard) core.step();
     EXPECT_FALSE(core.has_work());
@@ -160,7 +161,8 @@ TEST(EngineSpeculative, SelfDraftsAreAllAcceptedAndCutTheSteps) {
 TEST(EngineSpeculative, GreedyIdenticalUnderPreemption) {
     // Three 60-token prompts, room for two of them plus one page: crossing position 64 needs a page
     // that only a preemption frees.
-    const std::vector<Job> jobs = {{prompt(11, 60), greedy(12)}, {prompt(12, 60), greedy(12)}, {prompt(13, 60), greedy(12)}};
+    const std::vector<Job> jobs = {
+        {prompt(11, 60), greedy(12)}, {prompt(12, 60), greedy(12)}, {prompt(13, 60), greedy(12)}};
     const Outcome base = run(jobs, {.tight_pool = 61});
     EXPECT_GT(base.preempted, 0);
     // With overlap a sequence can be preempted while its verify chunk is in flight; self drafts are
@@ -200,7 +202,8 @@ TEST(EngineSpeculative, StopInsideAcceptedDrafts) {
     for (const int at : {2, 3, 6}) {  // the first stop falls on a draft of the first or second verify chunk
         Job j = probe;
         j.params.stop_token_ids = {free_run[size_t(at)]};
-        const Outcome base = run({j}, {}, FinishReason::kStop), on = run({j}, {.k = 3, .draft = DraftSource::kSelf}, FinishReason::kStop);
+        const Outcome base = run({j}, {}, FinishReason::kStop),
+                      on = run({j}, {.k = 3, .draft = DraftSource::kSelf}, FinishReason::kStop);
         EXPECT_EQ(on.tokens, base.tokens) << at;
         EXPECT_LE(on.tokens[0].at(0).size(), size_t(at));
     }
@@ -318,7 +321,9 @@ TEST(EngineSpeculative, RunnerDraftsAreTheReferenceAlgorithms) {
         std::vector<int32_t> pages;
         for (int i = 0; i < L.pages_for_tokens(int64_t(p.size()) + n_new + k + 1); ++i) pages.push_back(i);
         const int64_t V = tiny()->config().vocab_size;
-        auto argmax = [&](const std::vector<float>& row) { return greedy_token(std::span<const float>(row).first(size_t(V))); };
+        auto argmax = [&](const std::vector<float>& row) {
+            return greedy_token(std::span<const float>(row).first(size_t(V)));
+        };
         ForwardBatch prefill;
         prefill.seqs.push_back(SeqChunk{.seq_id = 1, .tokens = p, .start_pos = 0, .page_table = pages, .mtp = true});
         StepOutput out;
@@ -328,8 +333,12 @@ TEST(EngineSpeculative, RunnerDraftsAreTheReferenceAlgorithms) {
         while (int(got.size()) < n_new) {
             const int32_t g = got.back();
             ForwardBatch verify;
-            verify.seqs.push_back(SeqChunk{.seq_id = 1, .tokens = std::span(&g, 1), .start_pos = S, .page_table = pages,
-                                           .mtp = true, .draft_tokens = k});
+            verify.seqs.push_back(SeqChunk{.seq_id = 1,
+                                           .tokens = std::span(&g, 1),
+                                           .start_pos = S,
+                                           .page_table = pages,
+                                           .mtp = true,
+                                           .draft_tokens = k});
             ASSERT_TRUE((*runner)->forward_sampled(verify, out).is_ok());
             ASSERT_EQ(out.drafts.size(), 1u);
             ASSERT_EQ(out.logits.size(), size_t(k + 1));

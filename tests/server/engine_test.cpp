@@ -64,15 +64,17 @@ struct RunSetup {
 };
 
 // Runs every job to completion through one EngineCore; returns per-job results.
-std::vector<Collected> run_jobs(const std::vector<Job>& jobs, const RunSetup& rs,
-                                int64_t* preemptions = nullptr, int64_t* pages_used_after = nullptr) {
+std::vector<Collected> run_jobs(const std::vector<Job>& jobs, const RunSetup& rs, int64_t* preemptions = nullptr,
+                                int64_t* pages_used_after = nullptr) {
     FakeRunnerOptions fo;
     fo.n_pages = rs.n_pages;
     fo.page_tokens = 16;
     FakeRunner runner(fo);
     EngineConfig cfg;
-    cfg.sched = {.max_running = rs.max_running, .max_tokens_per_step = rs.budget,
-                 .max_prefill_chunk = rs.chunk, .max_prefill_tokens_with_decode = rs.with_decode};
+    cfg.sched = {.max_running = rs.max_running,
+                 .max_tokens_per_step = rs.budget,
+                 .max_prefill_chunk = rs.chunk,
+                 .max_prefill_tokens_with_decode = rs.with_decode};
     cfg.page_shuffle_seed = rs.shuffle;
     EngineStats stats;
     EngineCore core(runner, cfg, stats);
@@ -241,9 +243,8 @@ TEST(EngineInvariance, AloneMixedChunkedPagedPreempted) {
         if (rs.n_pages == 40) EXPECT_GT(preempted, 0) << "setup meant to preempt did not";
         for (size_t i = 0; i < jobs.size(); ++i) {
             for (const auto& [choice, toks] : ref[i].tokens)
-                EXPECT_EQ(got[i].tokens[choice], toks)
-                    << "job " << i << " choice " << choice << " budget " << rs.budget
-                    << " chunk " << rs.chunk << " pages " << rs.n_pages;
+                EXPECT_EQ(got[i].tokens[choice], toks) << "job " << i << " choice " << choice << " budget " << rs.budget
+                                                       << " chunk " << rs.chunk << " pages " << rs.n_pages;
             EXPECT_EQ(got[i].finish[0], FinishReason::kLength);
         }
     }
@@ -255,7 +256,9 @@ TEST(Scheduler, PrefillShareOfStepsThatDecode) {
     for (int64_t cap : {int64_t(0), int64_t(48)}) {
         const KvLayout layout = *KvLayout::make(tiny_model_config(), 16, 4);
         PageAllocator pages(4096, 0);
-        Scheduler sched({.max_running = 8, .max_tokens_per_step = 1000, .max_prefill_chunk = 300,
+        Scheduler sched({.max_running = 8,
+                         .max_tokens_per_step = 1000,
+                         .max_prefill_chunk = 300,
                          .max_prefill_tokens_with_decode = cap},
                         layout, pages);
         auto add = [&](int64_t id, int len) {
@@ -340,8 +343,7 @@ TEST(Engine, AbortReturnsEveryPageAndEveryRequestFinishes) {
         sinks.push_back(sink);
         SamplingParams p = greedy(2000);
         p.ignore_eos = true;
-        GenRequest r{.id = uint64_t(i + 1), .prompt = make_prompt(50, uint64_t(i)), .params = p,
-                     .sink = sink};
+        GenRequest r{.id = uint64_t(i + 1), .prompt = make_prompt(50, uint64_t(i)), .params = p, .sink = sink};
         ASSERT_TRUE(engine->submit(std::move(r)).is_ok());
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));

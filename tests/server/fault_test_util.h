@@ -137,20 +137,12 @@ inline Tokenizer byte_tokenizer() {
         {"normalizer", {{"type", "Sequence"}, {"normalizers", nlohmann::json::array()}}},
         {"pre_tokenizer",
          {{"type", "Sequence"},
-          {"pretokenizers", nlohmann::json::array({{{"type", "Split"},
-                                                    {"pattern", {{"Regex", "\\s+|\\S+"}}},
-                                                    {"behavior", "Isolated"},
-                                                    {"invert", false}},
-                                                   {{"type", "ByteLevel"},
-                                                    {"add_prefix_space", false},
-                                                    {"trim_offsets", true},
-                                                    {"use_regex", false}}})}}},
+          {"pretokenizers",
+           nlohmann::json::array(
+               {{{"type", "Split"}, {"pattern", {{"Regex", "\\s+|\\S+"}}}, {"behavior", "Isolated"}, {"invert", false}},
+                {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}})}}},
         {"post_processor", nullptr},
-        {"decoder",
-         {{"type", "ByteLevel"},
-          {"add_prefix_space", true},
-          {"trim_offsets", true},
-          {"use_regex", true}}},
+        {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
         {"model",
          {{"type", "BPE"},
           {"dropout", nullptr},
@@ -182,8 +174,8 @@ inline FakeRunnerOptions faulty_fake_model(int64_t step, int64_t step_delay_us =
 
 // POST /v1/completions of the given prompt ids, greedy, ignoring EOS for max_tokens tokens.
 inline HttpRequest completion_request(const std::vector<int>& prompt, int max_tokens, bool stream) {
-    const nlohmann::json body = {{"prompt", prompt},      {"max_tokens", max_tokens}, {"ignore_eos", true},
-                                 {"temperature", 0},      {"stream", stream}};
+    const nlohmann::json body = {
+        {"prompt", prompt}, {"max_tokens", max_tokens}, {"ignore_eos", true}, {"temperature", 0}, {"stream", stream}};
     HttpRequest r;
     r.method = "POST";
     r.target = "/v1/completions";

@@ -27,8 +27,7 @@ public:
     }
     bool supports_device_sample(DeviceSample) const override { return true; }
     Status launch(const ForwardBatch& b) override {
-        for (const auto& c : b.seqs)
-            pending_seen += std::count(c.tokens.begin(), c.tokens.end(), kPendingToken);
+        for (const auto& c : b.seqs) pending_seen += std::count(c.tokens.begin(), c.tokens.end(), kPendingToken);
         return ModelRunner::launch(b);
     }
     Status forward_sampled(const ForwardBatch& b, StepOutput& out) override {
@@ -59,7 +58,7 @@ public:
     // Added to the logit of each row's input token: a model that likes to repeat itself, so that
     // the penalties of the latest output token decide the next one.
     float echo_bonus = 0.0f;
-    int64_t pending_seen = 0;            // chunk tokens launched as kPendingToken
+    int64_t pending_seen = 0;  // chunk tokens launched as kPendingToken
 
 private:
     // sample_token's greedy: the lowest id of the largest logit, NaN skipped.

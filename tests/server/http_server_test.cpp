@@ -202,8 +202,10 @@ TEST_F(HttpServerTest, MalformedJsonIs400) {
 // Only the head is sent: its Content-Length alone is over the limit, and a body the server will
 // not read could make its close a reset that loses the 413.
 TEST_F(HttpServerTest, OverLimitBodyIs413) {
-    const std::string head = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                             "Content-Length: " + std::to_string(kBodyLimit + 1) + "\r\n\r\n";
+    const std::string head =
+        "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        "Content-Length: " +
+        std::to_string(kBodyLimit + 1) + "\r\n\r\n";
     const Reply r = roundtrip(port_, head);
     EXPECT_EQ(r.status, 413) << r.head << r.body;
 }
@@ -218,7 +220,8 @@ TEST_F(HttpServerTest, ConcurrentClients) {
         threads.emplace_back([&, i] {
             const bool stream = i % 2 == 0;
             const std::string body = i % 4 < 2 ? completion_body(stream, 12) : chat_body(stream, 12);
-            replies[size_t(i)] = roundtrip(port_, request("POST", i % 4 < 2 ? "/v1/completions" : "/v1/chat/completions", body));
+            replies[size_t(i)] =
+                roundtrip(port_, request("POST", i % 4 < 2 ? "/v1/completions" : "/v1/chat/completions", body));
         });
     for (auto& t : threads) t.join();
     for (int i = 0; i < kClients; ++i) {
@@ -256,8 +259,9 @@ TEST_F(HttpServerSlowTest, ClientDisconnectMidStreamCancelsTheRequest) {
     EXPECT_TRUE(eventually([&] {
         return app_->stats().client_disconnects.load() == 1 && es.requests_aborted_total.load() == 1 &&
                es.running_requests.load() == 0 && es.pages_used.load() == es.prefix_cache_pages.load();
-    })) << "disconnects " << app_->stats().client_disconnects.load() << ", aborted "
-        << es.requests_aborted_total.load() << ", running " << es.running_requests.load();
+    })) << "disconnects "
+        << app_->stats().client_disconnects.load() << ", aborted " << es.requests_aborted_total.load() << ", running "
+        << es.running_requests.load();
     EXPECT_LT(es.generated_tokens_total.load(), 3000);
     EXPECT_EQ(roundtrip(port_, request("POST", "/v1/completions", completion_body(false, 4))).status, 200);
 }

@@ -18,17 +18,33 @@ namespace {
 TEST(OpenAIRequest, RejectsMalformedBodies) {
     const std::string msgs = R"("messages":[{"role":"user","content":"x"}])";
     const std::string bad[] = {
-        "[]", "[1,2]", "true", "null", "123", "\"x\"", "{", "", R"({"messages":"hi"})",
-        R"({"messages":[]})", R"({"messages":[{"role":"wizard","content":"x"}]})",
-        "{" + msgs + R"(,"max_tokens":"ten"})", "{" + msgs + R"(,"tools":5})",
+        "[]",
+        "[1,2]",
+        "true",
+        "null",
+        "123",
+        "\"x\"",
+        "{",
+        "",
+        R"({"messages":"hi"})",
+        R"({"messages":[]})",
+        R"({"messages":[{"role":"wizard","content":"x"}]})",
+        "{" + msgs + R"(,"max_tokens":"ten"})",
+        "{" + msgs + R"(,"tools":5})",
         "{" + msgs + R"(,"response_format":{"type":"json_schema","schema":{}}})",
-        "{" + msgs + R"(,"temperature":-1})", "{" + msgs + R"(,"top_p":1.5})",
-        "{" + msgs + R"(,"n":100})", "{" + msgs + R"(,"seed":"a"})",
-        "{" + msgs + R"(,"stop":[1]})", "{" + msgs + R"(,"max_tokens":1.5})",
-        "{" + msgs + R"(,"max_tokens":99999999999999999999})", std::string(5000, '['),
+        "{" + msgs + R"(,"temperature":-1})",
+        "{" + msgs + R"(,"top_p":1.5})",
+        "{" + msgs + R"(,"n":100})",
+        "{" + msgs + R"(,"seed":"a"})",
+        "{" + msgs + R"(,"stop":[1]})",
+        "{" + msgs + R"(,"max_tokens":1.5})",
+        "{" + msgs + R"(,"max_tokens":99999999999999999999})",
+        std::string(5000, '['),
         "{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\"}]}",
-        "{" + msgs + R"(,"logit_bias":[1]})", "{" + msgs + R"(,"logit_bias":{"x":1}})",
-        "{" + msgs + R"(,"logit_bias":{"-1":1}})", "{" + msgs + R"(,"logit_bias":{"5":101}})",
+        "{" + msgs + R"(,"logit_bias":[1]})",
+        "{" + msgs + R"(,"logit_bias":{"x":1}})",
+        "{" + msgs + R"(,"logit_bias":{"-1":1}})",
+        "{" + msgs + R"(,"logit_bias":{"5":101}})",
         "{" + msgs + R"(,"logit_bias":{"5":"a"}})",
     };
     for (const auto& b : bad) {
@@ -98,9 +114,8 @@ TEST(GenerationDefaults, FromTheModelDirectory) {
     ASSERT_TRUE(std::holds_alternative<ParsedRequest>(r));
     EXPECT_TRUE(std::get<ParsedRequest>(r).params.greedy());
     EXPECT_FLOAT_EQ(std::get<ParsedRequest>(r).params.top_p, 0.5f);
-    for (const char* bad : {R"({"temperature":"hot"})", R"({"temperature":3})", R"({"top_p":0})",
-                            R"({"top_k":1.5})", R"({"max_new_tokens":0})", R"({"repetition_penalty":0})", "[1]",
-                            "{"}) {
+    for (const char* bad : {R"({"temperature":"hot"})", R"({"temperature":3})", R"({"top_p":0})", R"({"top_k":1.5})",
+                            R"({"max_new_tokens":0})", R"({"repetition_penalty":0})", "[1]", "{"}) {
         write(bad);
         auto e = load_generation_defaults(dir.string());
         ASSERT_FALSE(e.is_ok()) << bad;

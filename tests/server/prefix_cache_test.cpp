@@ -33,8 +33,7 @@ KvLayout fake_layout(int64_t page_tokens) {
 
 std::vector<int32_t> ids(uint64_t seed, int n, int32_t lo = 2, int32_t hi = 1900) {
     std::vector<int32_t> p;
-    for (int k = 0; k < n; ++k)
-        p.push_back(lo + int32_t(philox_uniform(seed, 0, uint64_t(k)) * float(hi - lo)));
+    for (int k = 0; k < n; ++k) p.push_back(lo + int32_t(philox_uniform(seed, 0, uint64_t(k)) * float(hi - lo)));
     return p;
 }
 
@@ -55,8 +54,7 @@ TEST(PrefixCache, BlocksSnapshotsOwnersAndEviction) {
     EXPECT_EQ(cache.n_blocks(), 2);
     EXPECT_EQ(cache.n_snapshots(), 1);
     EXPECT_EQ(cache.pages_held(), 4 + 2);
-    for (int i = 0; i < 4; ++i)
-        EXPECT_EQ(pages.owners(token_pages[size_t(i)]), 2);  // sequence + cache
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(pages.owners(token_pages[size_t(i)]), 2);  // sequence + cache
     // Lookups: the whole 64-token prefix when at least 64 tokens precede the last one; nothing
     // shorter has a snapshot; another salt or a changed token misses.
     PrefixCache::Hit h = cache.lookup(toks, 0, 99);
@@ -126,14 +124,13 @@ struct Job {
 struct Outcome {
     std::vector<std::map<int, Sink::Choice>> results;
     std::vector<int64_t> cached;
-    int64_t hit_tokens = 0, preemptions = 0, idle_used = -1, idle_cache_pages = -1,
-            after_flush = -1;
+    int64_t hit_tokens = 0, preemptions = 0, idle_used = -1, idle_cache_pages = -1, after_flush = -1;
 };
 
 // One job at a time when `serial` (so later ones find earlier ones cached), else all at once.
 Outcome drive(ModelRunner& runner, const std::vector<Job>& jobs, bool cache, SchedulerConfig sched,
-              EngineConfig::Overlap overlap = EngineConfig::Overlap::kOff, bool serial = true,
-              uint64_t abort_id = 0, int abort_after = -1) {
+              EngineConfig::Overlap overlap = EngineConfig::Overlap::kOff, bool serial = true, uint64_t abort_id = 0,
+              int abort_after = -1) {
     EngineConfig cfg;
     cfg.sched = sched;
     cfg.sched.prefix_cache = cache;
@@ -219,12 +216,10 @@ std::vector<Job> fake_jobs() {
 }
 
 TEST(PrefixCacheEngine, FakeModelSameOutputsAndNoLeak) {
-    const SchedulerConfig sched{
-        .max_running = 8, .max_tokens_per_step = 64, .max_prefill_chunk = 48};
+    const SchedulerConfig sched{.max_running = 8, .max_tokens_per_step = 64, .max_prefill_chunk = 48};
     for (const bool serial : {true, false}) {
         FakeRunner a(fake(4096)), b(fake(4096));
-        const Outcome off =
-            drive(a, fake_jobs(), false, sched, EngineConfig::Overlap::kOff, serial);
+        const Outcome off = drive(a, fake_jobs(), false, sched, EngineConfig::Overlap::kOff, serial);
         const Outcome on = drive(b, fake_jobs(), true, sched, EngineConfig::Overlap::kOff, serial);
         EXPECT_EQ(on.results, off.results) << "serial " << serial;
         EXPECT_EQ(off.hit_tokens, 0);
@@ -243,8 +238,7 @@ TEST(PrefixCacheEngine, FakeModelSameOutputsAndNoLeak) {
 }
 
 TEST(PrefixCacheEngine, FakeModelWithOverlapPreemptionAndAborts) {
-    const SchedulerConfig sched{
-        .max_running = 8, .max_tokens_per_step = 64, .max_prefill_chunk = 48};
+    const SchedulerConfig sched{.max_running = 8, .max_tokens_per_step = 64, .max_prefill_chunk = 48};
     FakeRunner a(fake(4096));
     const Outcome off = drive(a, fake_jobs(), false, sched, EngineConfig::Overlap::kOff, false);
     // Overlap (device-sampling test runner), all jobs at once.
@@ -258,8 +252,7 @@ TEST(PrefixCacheEngine, FakeModelWithOverlapPreemptionAndAborts) {
     for (const bool serial : {true, false}) {
         FakeRunner c0(fake(40));
         test::HostSamplingRunner c(c0);
-        const Outcome tight =
-            drive(c, fake_jobs(), true, sched, EngineConfig::Overlap::kAlways, serial);
+        const Outcome tight = drive(c, fake_jobs(), true, sched, EngineConfig::Overlap::kAlways, serial);
         EXPECT_EQ(tight.results, off.results) << "serial " << serial;
         EXPECT_EQ(tight.idle_used, tight.idle_cache_pages);
         EXPECT_EQ(tight.after_flush, 0);
@@ -268,11 +261,9 @@ TEST(PrefixCacheEngine, FakeModelWithOverlapPreemptionAndAborts) {
     for (int after : {1, 3, 8}) {
         FakeRunner d0(fake(4096));
         test::HostSamplingRunner d(d0);
-        const Outcome ab =
-            drive(d, fake_jobs(), true, sched, EngineConfig::Overlap::kAlways, false, 15, after);
+        const Outcome ab = drive(d, fake_jobs(), true, sched, EngineConfig::Overlap::kAlways, false, 15, after);
         for (size_t i = 0; i < ab.results.size(); ++i)
-            if (i != 14)
-                EXPECT_EQ(ab.results[i], off.results[i]) << "job " << i << " abort after " << after;
+            if (i != 14) EXPECT_EQ(ab.results[i], off.results[i]) << "job " << i << " abort after " << after;
         EXPECT_EQ(ab.idle_used, ab.idle_cache_pages);
         EXPECT_EQ(ab.after_flush, 0);
     }
@@ -283,8 +274,7 @@ TEST(PrefixCacheEngine, FakeModelWithOverlapPreemptionAndAborts) {
 TEST(PrefixCacheEngine, TinyModelLogitsBitwiseEqual) {
     const std::vector<int32_t> base = ids(31, 400, 3, 120000);
     std::vector<Job> jobs;
-    jobs.push_back(
-        {std::vector<int32_t>(base.begin(), base.begin() + 300), greedy(3)});  // caches 256
+    jobs.push_back({std::vector<int32_t>(base.begin(), base.begin() + 300), greedy(3)});  // caches 256
     for (int cut : {127, 128, 129, 131, 132, 255, 256, 257, 260, 300, 385}) {
         Job j{std::vector<int32_t>(base.begin(), base.begin() + cut), greedy(4)};
         const auto tail = ids(200 + uint64_t(cut), 3 + cut % 4, 3, 120000);
@@ -294,8 +284,7 @@ TEST(PrefixCacheEngine, TinyModelLogitsBitwiseEqual) {
     // One request after another with 160-token chunks; then all at once with 96-token chunks.
     for (const bool serial : {true, false}) {
         const int64_t chunk = serial ? 160 : 96;
-        const SchedulerConfig sched{
-            .max_running = 4, .max_tokens_per_step = chunk, .max_prefill_chunk = chunk};
+        const SchedulerConfig sched{.max_running = 4, .max_tokens_per_step = chunk, .max_prefill_chunk = chunk};
         std::map<int64_t, std::vector<std::vector<float>>> rows[2];
         Outcome out[2];
         for (int cache = 0; cache < 2; ++cache) {
@@ -318,8 +307,7 @@ TEST(PrefixCacheEngine, TinyModelLogitsBitwiseEqual) {
             ASSERT_EQ(r1.size(), r0.size()) << "seq " << seq;
             for (size_t i = 0; i < r0.size(); ++i) {
                 if (serial)
-                    EXPECT_EQ(std::memcmp(r0[i].data(), r1[i].data(), r0[i].size() * sizeof(float)),
-                              0)
+                    EXPECT_EQ(std::memcmp(r0[i].data(), r1[i].data(), r0[i].size() * sizeof(float)), 0)
                         << "seq " << seq << " row " << i;
                 for (size_t j = 0; j < r0[i].size(); ++j) {
                     worst = std::max(worst, double(std::fabs(r1[i][j] - r0[i][j])));
@@ -350,8 +338,7 @@ TEST(PrefixCacheEngine, TinyModelLogitsBitwiseEqual) {
             "without the cache "
             "(max |diff| %.3g, scale %.3g); %lld prompt tokens resumed from it\n",
             serial ? "one at a time" : "all at once", (long long)chunk, (long long)compared,
-            serial ? "bitwise equal" : "equal to float rounding", worst, scale,
-            (long long)out[1].hit_tokens);
+            serial ? "bitwise equal" : "equal to float rounding", worst, scale, (long long)out[1].hit_tokens);
     }
 }
 

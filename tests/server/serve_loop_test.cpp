@@ -45,12 +45,10 @@ ServeLoopOptions capture(Lines& lines) {
 
 // Runs the loop on another thread; a loop that does not end within `limit` is a failure (then woken
 // so the test can finish).
-int run_bounded(HttpServer& server, App& app, Engine& engine, const ServeLoopOptions& o,
-                std::chrono::seconds limit) {
+int run_bounded(HttpServer& server, App& app, Engine& engine, const ServeLoopOptions& o, std::chrono::seconds limit) {
     auto f = std::async(std::launch::async, [&] { return run_serve_loop(server, app, engine, o); });
     if (f.wait_for(limit) != std::future_status::ready) {
-        ADD_FAILURE() << "run_serve_loop did not end within " << limit.count()
-                      << " s of the engine failure";
+        ADD_FAILURE() << "run_serve_loop did not end within " << limit.count() << " s of the engine failure";
         server.wake();
     }
     return f.get();

@@ -25,7 +25,8 @@ std::vector<double> target(float temperature, int top_k) {
     const size_t keep = top_k > 0 ? size_t(top_k) : order.size();
     std::vector<double> p(kLogits.size(), 0.0);
     double total = 0;
-    for (size_t i = 0; i < keep; ++i) total += p[size_t(order[i])] = std::exp(double(kLogits[size_t(order[i])]) / temperature);
+    for (size_t i = 0; i < keep; ++i)
+        total += p[size_t(order[i])] = std::exp(double(kLogits[size_t(order[i])]) / temperature);
     for (double& x : p) x /= total;
     return p;
 }
@@ -103,7 +104,8 @@ TEST(SpeculativeSample, SameSeedSameVerdict) {
     for (int s = 0; s < 50; ++s) {
         std::vector<float> a = kLogits, b = kLogits;
         const SampleContext ctx{.seed = uint64_t(s), .stream = 1, .position = 7};
-        const DraftVerdict x = sample_token_with_draft(a, p, pen, ctx, 6), y = sample_token_with_draft(b, p, pen, ctx, 6);
+        const DraftVerdict x = sample_token_with_draft(a, p, pen, ctx, 6),
+                           y = sample_token_with_draft(b, p, pen, ctx, 6);
         EXPECT_EQ(x.sample.token, y.sample.token);
         EXPECT_EQ(x.accepted, y.accepted);
     }

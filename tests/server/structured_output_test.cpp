@@ -25,8 +25,8 @@ std::shared_ptr<const constrain::VocabIndex> vocab(std::vector<std::string>* out
     size_t i = 10;
     for (char c = 0x20; c < 0x7f; ++c) v[i++] = std::string(1, c);
     v[i++] = "\n";
-    for (const char* piece : {"{\"", "\":", "\",", "\"}", "true", "false", "null", "name", "age", "tags", "\"name\":",
-                              "[\"", "\"]", "12", "3.5", "  ", "\n  ", "}}", "]}", "abc"})
+    for (const char* piece : {"{\"",       "\":", "\",", "\"}", "true", "false", "null", "name", "age", "tags",
+                              "\"name\":", "[\"", "\"]", "12",  "3.5",  "  ",    "\n  ", "}}",   "]}",  "abc"})
         v[i++] = piece;
     while (i < size_t(kVocab)) v[i] = "w" + std::to_string(i), ++i;
     if (out) *out = v;
@@ -141,7 +141,7 @@ TEST(StructuredOutput, StoppedOutputsParseAndMatchTheSchema) {
                 ++cut;
             }
         }
-    EXPECT_GE(cut, 2);      // request 5's choices: 4 tokens cannot close the object
+    EXPECT_GE(cut, 2);  // request 5's choices: 4 tokens cannot close the object
     EXPECT_GE(stopped, 12);
     // The same with the overlapped engine.
     const Outputs o = run(EngineConfig::Overlap::kAlways, -1, params(), 2);
@@ -156,7 +156,8 @@ TEST(StructuredOutput, StartsAfterItsToken) {
     // constraint gated on kThink those stand, and what follows is the document.
     std::vector<SamplingParams> ps(6);
     for (size_t i = 0; i < ps.size(); ++i) ps[i].temperature = 1.0f, ps[i].seed = 50 + i, ps[i].max_tokens = 400;
-    const Outputs r = run(EngineConfig::Overlap::kAlways, kThink, ps, 1, {{.trigger = {20, 30}, .output = {50, 60, kThink}}});
+    const Outputs r =
+        run(EngineConfig::Overlap::kAlways, kThink, ps, 1, {{.trigger = {20, 30}, .output = {50, 60, kThink}}});
     int stopped = 0;
     for (const auto& out : r.out) {
         const auto& ch = out.at(0);
@@ -173,7 +174,8 @@ TEST(StructuredOutput, StartsAfterItsToken) {
     }
     EXPECT_GE(stopped, 3);
     // Without the gate the same model cannot write "H": the constraint is on from the first token.
-    const Outputs ungated = run(EngineConfig::Overlap::kOff, -1, ps, 1, {{.trigger = {20, 30}, .output = {50, 60, kThink}}});
+    const Outputs ungated =
+        run(EngineConfig::Overlap::kOff, -1, ps, 1, {{.trigger = {20, 30}, .output = {50, 60, kThink}}});
     EXPECT_NE(ungated.out[0].at(0).tokens[0], 50);
 }
 

@@ -78,7 +78,8 @@ size_t check_categories(const std::string& path) {
             (void)re->split(s, 0, pieces, scratch);
             const bool ours = pieces.empty();  // removed == matched
             if (ours != want[cp] && ++bad <= 10) {
-                fprintf(stderr, "MISMATCH %s U+%04X: ours %d, reference %d\n", onig.c_str(), cp, ours, static_cast<int>(want[cp]));
+                fprintf(stderr, "MISMATCH %s U+%04X: ours %d, reference %d\n", onig.c_str(), cp, ours,
+                        static_cast<int>(want[cp]));
             }
         }
     }
@@ -118,7 +119,8 @@ int main(int argc, char** argv) {
     for (const auto& rec : ref) {
         const std::string name = rec.at("name").get<std::string>();
         const bool raw = rec.contains("bytes_b64");
-        const std::string text = raw ? base64_decode(rec.at("bytes_b64").get<std::string>()) : rec.at("text").get<std::string>();
+        const std::string text =
+            raw ? base64_decode(rec.at("bytes_b64").get<std::string>()) : rec.at("text").get<std::string>();
         const auto want = rec.at("ids").get<std::vector<int32_t>>();
         auto got = tok->encode(text);
         Group& g = groups[name.substr(0, name.find('/'))];
@@ -135,7 +137,8 @@ int main(int argc, char** argv) {
         }
         const std::string dec = tok->decode(want, false);
         if (dec != rec.at("decoded").get<std::string>()) fail(name, "decode(skip=false) differs");
-        if (tok->decode(want, true) != rec.at("decoded_skip").get<std::string>()) fail(name, "decode(skip=true) differs");
+        if (tok->decode(want, true) != rec.at("decoded_skip").get<std::string>())
+            fail(name, "decode(skip=true) differs");
         // "lossy" records use lstrip/rstrip tokens, which drop whitespace by design.
         if (!raw && !rec.value("lossy", false) && dec != text) fail(name, "decode(encode(x)) != x");
         dsv4::IncrementalDetokenizer inc(*tok, false);

@@ -14,7 +14,10 @@ constexpr std::string_view kFffd = "\xEF\xBF\xBD";
 
 TEST(Utf8, SanitizeUsesMaximalSubparts) {
     EXPECT_EQ(utf8::sanitize("abc"), "abc");
-    EXPECT_EQ(utf8::sanitize("a\xFF" "b"), "a\xEF\xBF\xBD" "b");
+    EXPECT_EQ(utf8::sanitize("a\xFF"
+                             "b"),
+              "a\xEF\xBF\xBD"
+              "b");
     // E2 82 is one incomplete sequence -> one U+FFFD.
     EXPECT_EQ(utf8::sanitize("\xE2\x82"), std::string(kFffd));
     // ED A0 80 (a surrogate): ED is a lead whose second byte must be <= 9F, so three U+FFFD.
@@ -22,13 +25,18 @@ TEST(Utf8, SanitizeUsesMaximalSubparts) {
     // Overlong C0 AF: C0 is never valid -> two U+FFFD.
     EXPECT_EQ(utf8::sanitize("\xC0\xAF"), std::string(kFffd) + std::string(kFffd));
     // F0 9F 98 then 'A': the incomplete emoji is one U+FFFD, 'A' survives.
-    EXPECT_EQ(utf8::sanitize("\xF0\x9F\x98" "A"), std::string(kFffd) + "A");
+    EXPECT_EQ(utf8::sanitize("\xF0\x9F\x98"
+                             "A"),
+              std::string(kFffd) + "A");
     EXPECT_TRUE(utf8::is_valid("😀 é 中"));
     EXPECT_FALSE(utf8::is_valid("\xF4\x90\x80\x80"));
 }
 
 TEST(Utf8, StreamDecoderMatchesWholeDecodingForEverySplit) {
-    const std::string bytes = "a\xF0\x9F\x98\x80" "b\xE2\x82" "c\xC3\xA9\xFF\xF0\x9F";
+    const std::string bytes =
+        "a\xF0\x9F\x98\x80"
+        "b\xE2\x82"
+        "c\xC3\xA9\xFF\xF0\x9F";
     const std::string whole = utf8::sanitize(bytes);
     for (size_t cut1 = 0; cut1 <= bytes.size(); ++cut1) {
         for (size_t cut2 = cut1; cut2 <= bytes.size(); ++cut2) {

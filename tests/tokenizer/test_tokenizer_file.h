@@ -18,7 +18,7 @@ inline std::string tokenizer_json_path() {
 
 // nullptr when the file is missing; a load failure is a test failure (aborts loudly).
 inline const Tokenizer* official_tokenizer() {
-    static const Tokenizer* tok = [] () -> const Tokenizer* {
+    static const Tokenizer* tok = []() -> const Tokenizer* {
         const std::string path = tokenizer_json_path();
         if (!std::filesystem::exists(path)) return nullptr;
         auto r = Tokenizer::from_file(path);
@@ -33,9 +33,9 @@ inline const Tokenizer* official_tokenizer() {
 
 }  // namespace dsv4::testing_support
 
-#define DSV4_REQUIRE_TOKENIZER(var)                                                                    \
-    const ::dsv4::Tokenizer* var = ::dsv4::testing_support::official_tokenizer();                     \
-    if (var == nullptr) {                                                                              \
-        GTEST_SKIP() << "no tokenizer.json at " << ::dsv4::testing_support::tokenizer_json_path()      \
-                     << " (run scripts/get-tokenizer.sh)";                                             \
+#define DSV4_REQUIRE_TOKENIZER(var)                                                               \
+    const ::dsv4::Tokenizer* var = ::dsv4::testing_support::official_tokenizer();                 \
+    if (var == nullptr) {                                                                         \
+        GTEST_SKIP() << "no tokenizer.json at " << ::dsv4::testing_support::tokenizer_json_path() \
+                     << " (run scripts/get-tokenizer.sh)";                                        \
     }

@@ -21,7 +21,8 @@ json tiny() {
         const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
         const int cp = printable ? b : extra++;
         std::string s;
-        if (cp < 0x80) s.push_back(static_cast<char>(cp));
+        if (cp < 0x80)
+            s.push_back(static_cast<char>(cp));
         else {
             s.push_back(static_cast<char>(0xC0 | (cp >> 6)));
             s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
@@ -31,28 +32,51 @@ json tiny() {
     vocab["he"] = id++;
     vocab["hel"] = id++;
     json added = json::array({
-        {{"id", 33}, {"content", "!"}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
-         {"normalized", false}, {"special", true}},
-        {{"id", id}, {"content", "<sp>"}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
-         {"normalized", false}, {"special", true}},
-        {{"id", id + 1}, {"content", "<x>"}, {"single_word", false}, {"lstrip", true}, {"rstrip", true},
-         {"normalized", true}, {"special", false}},
+        {{"id", 33},
+         {"content", "!"},
+         {"single_word", false},
+         {"lstrip", false},
+         {"rstrip", false},
+         {"normalized", false},
+         {"special", true}},
+        {{"id", id},
+         {"content", "<sp>"},
+         {"single_word", false},
+         {"lstrip", false},
+         {"rstrip", false},
+         {"normalized", false},
+         {"special", true}},
+        {{"id", id + 1},
+         {"content", "<x>"},
+         {"single_word", false},
+         {"lstrip", true},
+         {"rstrip", true},
+         {"normalized", true},
+         {"special", false}},
     });
     return json{
-        {"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr}, {"added_tokens", added},
+        {"version", "1.0"},
+        {"truncation", nullptr},
+        {"padding", nullptr},
+        {"added_tokens", added},
         {"normalizer", {{"type", "Sequence"}, {"normalizers", json::array()}}},
         {"pre_tokenizer",
          {{"type", "Sequence"},
           {"pretokenizers",
-           json::array({{{"type", "Split"}, {"pattern", {{"Regex", "\\s+|\\S+"}}}, {"behavior", "Isolated"},
-                         {"invert", false}},
-                        {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
-                         {"use_regex", false}}})}}},
+           json::array(
+               {{{"type", "Split"}, {"pattern", {{"Regex", "\\s+|\\S+"}}}, {"behavior", "Isolated"}, {"invert", false}},
+                {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}})}}},
         {"post_processor", nullptr},
         {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}}},
         {"model",
-         {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"continuing_subword_prefix", nullptr},
-          {"end_of_word_suffix", nullptr}, {"fuse_unk", false}, {"byte_fallback", false}, {"vocab", vocab},
+         {{"type", "BPE"},
+          {"dropout", nullptr},
+          {"unk_token", nullptr},
+          {"continuing_subword_prefix", nullptr},
+          {"end_of_word_suffix", nullptr},
+          {"fuse_unk", false},
+          {"byte_fallback", false},
+          {"vocab", vocab},
           {"merges", json::array({"h e", json::array({"he", "l"})})}}}};
 }
 

@@ -55,9 +55,26 @@ TEST(Tokenizer, DecodeSkipsOnlySpecialTokens) {
 
 TEST(Tokenizer, RoundTripRegressionStrings) {
     DSV4_REQUIRE_TOKENIZER(tok);
-    for (const char* s : {"rfid501.go", "7", "12", "123", "1234", "1234567", "0.0001", "2026-08-26", "v4.0.31",
-                          "١٢٣", "３４５", "x=10000;", "hello world", "  two leading spaces", "tab\there",
-                          "line1\nline2", "中文 与 English", "<｜User｜>hi<｜Assistant｜>", "", "a\r\n\r\n  b  ",
+    for (const char* s : {"rfid501.go",
+                          "7",
+                          "12",
+                          "123",
+                          "1234",
+                          "1234567",
+                          "0.0001",
+                          "2026-08-26",
+                          "v4.0.31",
+                          "١٢٣",
+                          "３４５",
+                          "x=10000;",
+                          "hello world",
+                          "  two leading spaces",
+                          "tab\there",
+                          "line1\nline2",
+                          "中文 与 English",
+                          "<｜User｜>hi<｜Assistant｜>",
+                          "",
+                          "a\r\n\r\n  b  ",
                           "👨‍👩‍👧‍👦 👍🏽 e\u0301"}) {
         const auto ids = enc(*tok, s);
         EXPECT_EQ(tok->decode(ids, false), s);
@@ -76,7 +93,12 @@ TEST(Tokenizer, DigitsAreGroupedByThree) {  // B17
 
 TEST(Tokenizer, InvalidUtf8IsReplacedNotRejected) {
     DSV4_REQUIRE_TOKENIZER(tok);
-    EXPECT_EQ(enc(*tok, "a\xFF" "b"), enc(*tok, "a\xEF\xBF\xBD" "b"));
+    EXPECT_EQ(enc(*tok,
+                  "a\xFF"
+                  "b"),
+              enc(*tok,
+                  "a\xEF\xBF\xBD"
+                  "b"));
     EXPECT_EQ(enc(*tok, "\xF0\x9F\x98"), enc(*tok, "\xEF\xBF\xBD"));
     EXPECT_EQ(enc(*tok, std::string_view("\0x\0", 3)).size(), 3u);
 }
@@ -122,7 +144,8 @@ TEST(Tokenizer, ConcurrentEncodesAgree) {
     DSV4_REQUIRE_TOKENIZER(tok);
     // The word cache is shared between threads; results must not depend on interleaving.
     std::vector<std::string> texts;
-    for (int i = 0; i < 200; ++i) texts.push_back("word" + std::to_string(i * 7919) + " 東京 <think>x</think> 👍🏽");
+    for (int i = 0; i < 200; ++i)
+        texts.push_back("word" + std::to_string(i * 7919) + " 東京 <think>x</think> 👍🏽");
     std::vector<std::vector<int32_t>> want;
     for (const auto& t : texts) want.push_back(enc(*tok, t));
     std::vector<std::thread> threads;
@@ -131,7 +154,8 @@ TEST(Tokenizer, ConcurrentEncodesAgree) {
         threads.emplace_back([&, k] {
             for (size_t i = 0; i < texts.size(); ++i) {
                 auto r = tok->encode(texts[(i + static_cast<size_t>(k) * 50) % texts.size()]);
-                if (!r.is_ok() || *r != want[(i + static_cast<size_t>(k) * 50) % texts.size()]) ++bad[static_cast<size_t>(k)];
+                if (!r.is_ok() || *r != want[(i + static_cast<size_t>(k) * 50) % texts.size()])
+                    ++bad[static_cast<size_t>(k)];
             }
         });
     }

@@ -141,9 +141,9 @@ TEST(Tuner, StagesStopTheRightCandidatesAndTheFasterOneIsKept) {
     o.kernel_keep = 1.15;  // the op-time noise (2%) must not drop the equal-speed candidates here
     o.date = "2026-12-03";
     o.git_sha = "abc";
-    auto r = run_tune(b, *classes,
-                      {cand("fast", 256), cand("same"), cand("slow"), cand("wrong"), cand("illegal"), cand("slow-kernel")},
-                      o);
+    auto r = run_tune(
+        b, *classes,
+        {cand("fast", 256), cand("same"), cand("slow"), cand("wrong"), cand("illegal"), cand("slow-kernel")}, o);
     ASSERT_TRUE(r.is_ok()) << r.status().to_string();
     ASSERT_EQ(r->outcomes.size(), 12u);
     std::map<std::string, Stage> stage;
@@ -312,7 +312,10 @@ TEST(TuneLedger, OneJsonLinePerCandidateAndAMarkdownRow) {
     o.pairs = 6;
     auto r = run_tune(b, *classes, {cand("fast"), cand("illegal")}, o);
     ASSERT_TRUE(r.is_ok());
-    TuneRunInfo info{"2026-12-03T12:00:00Z", "abc", {"NVIDIA H200", "580", "13.0", "SHAPE"}, "dsv4 tune --op sparse_decode",
+    TuneRunInfo info{"2026-12-03T12:00:00Z",
+                     "abc",
+                     {"NVIDIA H200", "580", "13.0", "SHAPE"},
+                     "dsv4 tune --op sparse_decode",
                      "out.json"};
     namespace fs = std::filesystem;
     const fs::path path = fs::temp_directory_path() / ("dsv4-tune-ledger-" + std::to_string(::getpid()) + ".jsonl");

@@ -71,8 +71,8 @@ TEST(Safetensors, WriterReaderRoundTrip) {
     ASSERT_TRUE(w.add("e.empty", DType::kF32, {0, 4}, {}).is_ok());
     ASSERT_TRUE(w.add_bf16("f.bf16", {6}, f32).is_ok());
     w.set_metadata("format", "pt");
-    EXPECT_FALSE(w.add_f32("b.f32", {6}, f32).is_ok());   // duplicate
-    EXPECT_FALSE(w.add_f32("bad", {5}, f32).is_ok());     // size mismatch
+    EXPECT_FALSE(w.add_f32("b.f32", {6}, f32).is_ok());  // duplicate
+    EXPECT_FALSE(w.add_f32("bad", {5}, f32).is_ok());    // size mismatch
     const std::string path = dir.file("m.safetensors");
     ASSERT_TRUE(w.write(path).is_ok());
 
@@ -164,13 +164,15 @@ std::vector<BadCase> bad_cases() {
     c.push_back({"trailing bytes", raw_file(obj(e("t.tr", "F32", "[1]", "[0,4]")), 8), "t.tr"});
     c.push_back({"negative dim", raw_file(obj(e("t.neg", "F32", "[-2]", "[0,8]")), 8), "t.neg"});
     c.push_back({"float dim", raw_file(obj(e("t.fl", "F32", "[2.0]", "[0,8]")), 8), "t.fl"});
-    c.push_back({"huge dims overflow", raw_file(obj(e("t.big", "F32", "[4294967296,4294967296]", "[0,8]")), 8), "t.big"});
+    c.push_back(
+        {"huge dims overflow", raw_file(obj(e("t.big", "F32", "[4294967296,4294967296]", "[0,8]")), 8), "t.big"});
     c.push_back({"end before begin", raw_file(obj(e("t.rev", "F32", "[0]", "[8,0]")), 8), "t.rev"});
     c.push_back({"offsets arity", raw_file(obj(e("t.ar", "F32", "[2]", "[0,8,9]")), 8), "t.ar"});
     c.push_back({"offsets negative", raw_file(obj(e("t.no", "F32", "[2]", "[-8,0]")), 8), "t.no"});
     c.push_back({"entry not object", raw_file(R"({"t.s":"F32"})", 0), "t.s"});
     c.push_back({"missing dtype", raw_file(R"({"t.d":{"shape":[0],"data_offsets":[0,0]}})", 0), "t.d"});
-    c.push_back({"extra field", raw_file(R"({"t.x":{"dtype":"U8","shape":[0],"data_offsets":[0,0],"y":1}})", 0), "t.x"});
+    c.push_back(
+        {"extra field", raw_file(R"({"t.x":{"dtype":"U8","shape":[0],"data_offsets":[0,0],"y":1}})", 0), "t.x"});
     c.push_back({"duplicate tensor", raw_file(obj(good_a, e("t.a", "F32", "[2]", "[0,8]")), 8), "t.a"});
     c.push_back({"metadata not strings", raw_file(R"({"__metadata__":{"k":1}})", 0), "__metadata__"});
     c.push_back({"metadata not object", raw_file(R"({"__metadata__":[]})", 0), "__metadata__"});

@@ -57,7 +57,7 @@ TEST(DType, Fp8E4M3RoundingMatchesBruteForce) {
         float mid = 0.5f * (lo + hi);
         EXPECT_EQ(int(f32_to_fp8e4m3(mid)), (c % 2 == 0) ? c : c + 1) << mid;
     }
-    EXPECT_EQ(f32_to_fp8e4m3(1e9f), 0x7e);    // saturates
+    EXPECT_EQ(f32_to_fp8e4m3(1e9f), 0x7e);  // saturates
     EXPECT_EQ(f32_to_fp8e4m3(-1e9f), 0xfe);
     EXPECT_EQ(f32_to_fp8e4m3(NAN), 0x7f);
 }

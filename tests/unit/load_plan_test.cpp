@@ -33,8 +33,8 @@ class TempDir {
 public:
     TempDir() {
         const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-        path_ = fs::temp_directory_path() / fmt::format("dsv4_plan_{}_{}_{}", ::getpid(),
-                                                        info->test_suite_name(), info->name());
+        path_ = fs::temp_directory_path() /
+                fmt::format("dsv4_plan_{}_{}_{}", ::getpid(), info->test_suite_name(), info->name());
         fs::remove_all(path_);
         fs::create_directories(path_);
     }
@@ -81,19 +81,14 @@ void write_variant(const std::string& src, const std::string& dir, int shards,
     std::vector<SafetensorsWriter> w(static_cast<size_t>(shards));
     std::string index = "{\"metadata\": {\"total_size\": 0}, \"weight_map\": {";
     for (size_t i = 0; i < all.size(); ++i) {
-        const std::string file =
-            fmt::format("model-{:05d}-of-{:05d}.safetensors", i % shards + 1, shards);
-        ASSERT_TRUE(
-            w[i % shards].add(all[i].name, all[i].dtype, all[i].shape, all[i].bytes).is_ok())
-            << all[i].name;
+        const std::string file = fmt::format("model-{:05d}-of-{:05d}.safetensors", i % shards + 1, shards);
+        ASSERT_TRUE(w[i % shards].add(all[i].name, all[i].dtype, all[i].shape, all[i].bytes).is_ok()) << all[i].name;
         index += fmt::format("{}\"{}\": \"{}\"", i ? ", " : "", all[i].name, file);
     }
     index += "}}";
     for (int s = 0; s < shards; ++s)
         ASSERT_TRUE(
-            w[size_t(s)]
-                .write(fmt::format("{}/model-{:05d}-of-{:05d}.safetensors", dir, s + 1, shards))
-                .is_ok());
+            w[size_t(s)].write(fmt::format("{}/model-{:05d}-of-{:05d}.safetensors", dir, s + 1, shards)).is_ok());
     write_text(dir + "/model.safetensors.index.json", index);
     std::string cfg = read_text(src + "/config.json");
     if (edit_config) edit_config(cfg);
@@ -108,18 +103,13 @@ Result<LoadPlan> plan_dir(const std::string& dir, int expert_first = 0, int expe
     return p;
 }
 
-bool contains(const std::string& s, std::string_view part) {
-    return s.find(part) != std::string::npos;
-}
+bool contains(const std::string& s, std::string_view part) { return s.find(part) != std::string::npos; }
 
 // The error of planning a variant, checked to name every part in `parts`.
-void expect_error(const Result<LoadPlan>& r, StatusCode code,
-                  std::initializer_list<std::string_view> parts) {
+void expect_error(const Result<LoadPlan>& r, StatusCode code, std::initializer_list<std::string_view> parts) {
     ASSERT_FALSE(r.is_ok()) << "the bad checkpoint was accepted";
     EXPECT_EQ(r.status().code(), code) << r.status().to_string();
-    for (auto p : parts)
-        EXPECT_TRUE(contains(r.status().to_string(), p))
-            << r.status().to_string() << "\nlacks: " << p;
+    for (auto p : parts) EXPECT_TRUE(contains(r.status().to_string(), p)) << r.status().to_string() << "\nlacks: " << p;
 }
 
 // A tensor name of the golden with the given dtype (the first, sorted).
@@ -198,9 +188,8 @@ TEST(LoadPlan, MtpBlockPlannedWhenAsked) {
         for (const auto& n : ck.names()) bytes += ck.get(n)->nbytes;
         EXPECT_EQ(plan->tensors.size() + scales, ck.names().size()) << g;
         EXPECT_EQ(plan->checkpoint_bytes, bytes) << g;
-        for (const char* name : {"mtp.0.e_proj.weight", "mtp.0.h_proj.weight", "mtp.0.enorm.weight",
-                                 "mtp.0.hc_head_fn", "mtp.0.attn.wq_a.weight", "mtp.0.ffn.gate.bias",
-                                 "mtp.0.ffn.experts.0.w1.weight"})
+        for (const char* name : {"mtp.0.e_proj.weight", "mtp.0.h_proj.weight", "mtp.0.enorm.weight", "mtp.0.hc_head_fn",
+                                 "mtp.0.attn.wq_a.weight", "mtp.0.ffn.gate.bias", "mtp.0.ffn.experts.0.w1.weight"})
             EXPECT_NE(plan->find(name), nullptr) << g << ": " << name;
         EXPECT_EQ(plan->find("mtp.0.attn.compressor.wkv.weight"), nullptr);  // ratio 0: window only
         if (std::string(g) == "tiny_quant") {
@@ -210,8 +199,7 @@ TEST(LoadPlan, MtpBlockPlannedWhenAsked) {
         expect_error(make_load_plan(cfg, ck, 0, 0, 2), StatusCode::kInvalidArgument, {"num_nextn_predict_layers"});
     }
     TempDir t;
-    write_variant(kGolden + "/tiny_quant", t.str(), 2,
-                  [](Tensor& x) { x.drop = x.name.starts_with("mtp.0.h_proj."); });
+    write_variant(kGolden + "/tiny_quant", t.str(), 2, [](Tensor& x) { x.drop = x.name.starts_with("mtp.0.h_proj."); });
     auto cfg = *ModelConfig::from_file(t.str() + "/config.json");
     auto ck = std::move(Checkpoint::open(t.str())).value();
     expect_error(make_load_plan(cfg, ck, 0, 0, 1), StatusCode::kNotFound, {"mtp.0.h_proj.weight"});
@@ -222,8 +210,7 @@ TEST(LoadPlan, MtpBlockPlannedWhenAsked) {
 // mtp.0.e_proj is an error naming it, not a model silently without the block.
 TEST(LoadPlan, PartialMtpBlockIsAnErrorNamingTheMissingTensor) {
     TempDir t;
-    write_variant(kGolden + "/tiny_quant", t.str(), 2,
-                  [](Tensor& x) { x.drop = x.name.starts_with("mtp.0.e_proj."); });
+    write_variant(kGolden + "/tiny_quant", t.str(), 2, [](Tensor& x) { x.drop = x.name.starts_with("mtp.0.e_proj."); });
     auto cfg = ModelConfig::from_file(t.str() + "/config.json");
     ASSERT_TRUE(cfg.is_ok()) << cfg.status().to_string();
     ASSERT_EQ(cfg->num_nextn_predict_layers, 1);
@@ -237,8 +224,7 @@ TEST(LoadPlan, PartialMtpBlockIsAnErrorNamingTheMissingTensor) {
 TEST(LoadPlan, UnconsumedTensorIsAnErrorNamingIt) {
     TempDir t;
     std::vector<Tensor> extra;
-    extra.push_back(
-        {"layers.0.attn.wq_c.weight", DType::kBF16, {2, 2}, std::vector<uint8_t>(8, 0)});
+    extra.push_back({"layers.0.attn.wq_c.weight", DType::kBF16, {2, 2}, std::vector<uint8_t>(8, 0)});
     write_variant(kGolden + "/tiny_quant", t.str(), 2, {}, std::move(extra));
     expect_error(plan_dir(t.str()), StatusCode::kInvalidArgument,
                  {"layers.0.attn.wq_c.weight", ".safetensors", "not used"});
@@ -255,11 +241,9 @@ TEST(LoadPlan, MisspelledNameIsAMissingTensor) {
 TEST(LoadPlan, WrongDtypeNamesTensorAndFile) {
     TempDir t;
     write_variant(kGolden + "/tiny_quant", t.str(), 2, [](Tensor& x) {
-        if (x.name == "layers.0.attn_norm.weight")
-            x.dtype = dtype_size(x.dtype) == 4 ? DType::kI32 : DType::kI16;
+        if (x.name == "layers.0.attn_norm.weight") x.dtype = dtype_size(x.dtype) == 4 ? DType::kI32 : DType::kI16;
     });
-    expect_error(plan_dir(t.str()), StatusCode::kInvalidArgument,
-                 {"layers.0.attn_norm.weight", ".safetensors"});
+    expect_error(plan_dir(t.str()), StatusCode::kInvalidArgument, {"layers.0.attn_norm.weight", ".safetensors"});
 }
 
 TEST(LoadPlan, WrongShapeNamesTensorAndFile) {
@@ -343,8 +327,7 @@ TEST(LoadPlan, ConfigWithFewerLayersThanTheCheckpoint) {
     write_variant(kGolden + "/tiny_quant", t.str(), 2, {}, {}, [&](std::string& c) {
         // The config of a 4-layer model: its per-layer lists drop their last entry.
         for (auto [from, to] :
-             {std::pair<std::string, std::string>{"\"num_hidden_layers\": 5",
-                                                  "\"num_hidden_layers\": 4"},
+             {std::pair<std::string, std::string>{"\"num_hidden_layers\": 5", "\"num_hidden_layers\": 4"},
               {"16,\n    4\n  ]", "16\n  ]"},
               {"\"heavily_compressed_attention\",\n    \"compressed_sparse_attention\"\n  ]",
                "\"heavily_compressed_attention\"\n  ]"},
@@ -366,8 +349,7 @@ TEST(LoadPlan, ConfigWithOtherExpertCountDisagreesWithTensors) {
         ASSERT_NE(c.find(from), std::string::npos);
         c.replace(c.find(from), from.size(), fmt::format("\"n_routed_experts\": {}", 2 * E));
     });
-    expect_error(plan_dir(t.str()), StatusCode::kInvalidArgument,
-                 {"layers.0.ffn.gate.weight", "config.json"});
+    expect_error(plan_dir(t.str()), StatusCode::kInvalidArgument, {"layers.0.ffn.gate.weight", "config.json"});
 }
 
 // A Hugging Face cache snapshot: every file a symlink into ../../blobs/.

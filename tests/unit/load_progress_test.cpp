@@ -12,7 +12,8 @@ namespace dsv4 {
 namespace {
 
 TEST(LoadProgress, LineShowsBytesRateEtaAndBar) {
-    EXPECT_EQ(load_progress_line(0, 160'000'000'000ull, 0.0, 10), "[load] 0.00 / 160.00 GB  - GB/s  ETA -  [..........]");
+    EXPECT_EQ(load_progress_line(0, 160'000'000'000ull, 0.0, 10),
+              "[load] 0.00 / 160.00 GB  - GB/s  ETA -  [..........]");
     // 40 of 160 GB in 5 s: 8 GB/s, 120 GB left = 15 s, a quarter of the bar.
     EXPECT_EQ(load_progress_line(40'000'000'000ull, 160'000'000'000ull, 5.0, 8),
               "[load] 40.00 / 160.00 GB  8.00 GB/s  ETA 15 s  [##......]");

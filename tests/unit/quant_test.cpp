@@ -34,9 +34,9 @@ int formula_byte(double amax, double max_code) { return 127 + int(std::ceil(std:
 TEST(Quant, ScaleRuleIsCeilPowerOfTwo) {
     for (int k = -20; k <= 20; ++k) {
         const float p = std::ldexp(448.0f, k);
-        EXPECT_EQ(ue8m0_scale_for(p, 448.0f), 127 + k);                                       // exact
-        EXPECT_EQ(ue8m0_scale_for(std::nextafter(p, 0.0f), 448.0f), 127 + k);                 // just below
-        EXPECT_EQ(ue8m0_scale_for(std::nextafter(p, INFINITY), 448.0f), 128 + k);             // just above
+        EXPECT_EQ(ue8m0_scale_for(p, 448.0f), 127 + k);                            // exact
+        EXPECT_EQ(ue8m0_scale_for(std::nextafter(p, 0.0f), 448.0f), 127 + k);      // just below
+        EXPECT_EQ(ue8m0_scale_for(std::nextafter(p, INFINITY), 448.0f), 128 + k);  // just above
         EXPECT_EQ(ue8m0_scale_for(std::ldexp(6.0f, k), 6.0f), 127 + k);
         EXPECT_EQ(ue8m0_scale_for(std::nextafter(std::ldexp(6.0f, k), INFINITY), 6.0f), 128 + k);
     }
@@ -115,7 +115,8 @@ TEST(Quant, Mxfp4RoundTripExactOnGrid) {
     for (int64_t n = 0; n < N; ++n)
         for (int64_t g = 0; g < K / 32; ++g) {
             const int e = int(rng() % 20) - 10;
-            for (int64_t k = g * 32; k < g * 32 + 32; ++k) w[n * K + k] = std::ldexp(fp4e2m1_to_f32(uint8_t(rng() % 16)), e);
+            for (int64_t k = g * 32; k < g * 32 + 32; ++k)
+                w[n * K + k] = std::ldexp(fp4e2m1_to_f32(uint8_t(rng() % 16)), e);
         }
     const Mxfp4Quant q = quantize_mxfp4(w.data(), N, K);
     ASSERT_EQ(q.packed.size(), size_t(N * K / 2));
@@ -157,7 +158,7 @@ std::vector<float> random_weight(int64_t N, int64_t K, uint32_t seed) {
 }
 
 TEST(QuantLoader, Fp8ScaleNamesAndDtypes) {  // B14 loader
-    const int64_t N = 200, K = 300;  // grid [2, 3], cropped edges
+    const int64_t N = 200, K = 300;          // grid [2, 3], cropped edges
     const int64_t shape[] = {N, K};
     const auto w = random_weight(N, K, 5);
     const Fp8BlockQuant q = quantize_fp8_block(w.data(), N, K);
@@ -240,7 +241,8 @@ TEST(QuantLoader, Mxfp4) {
     EXPECT_EQ(*got, expect);
     auto missing = load_f32(*ck, "e.w2.weight", shape);
     ASSERT_FALSE(missing.is_ok());
-    EXPECT_TRUE(contains(missing.status().message(), "e.w2.scale") && contains(missing.status().message(), "e.w2.weight"))
+    EXPECT_TRUE(contains(missing.status().message(), "e.w2.scale") &&
+                contains(missing.status().message(), "e.w2.weight"))
         << missing.status().message();
     auto stored_wrong = load_f32(*ck, "e.w3.weight", shape);
     ASSERT_FALSE(stored_wrong.is_ok());
@@ -277,15 +279,17 @@ TEST(QuantLoader, WriterHelpersRoundTripThroughLoader) {
 // The scale grids of spec §4.1 (Flash) follow from the weight shapes, and a tensor at a real Flash
 // shape loads through the official names.
 TEST(QuantLoader, OfficialFlashShapes) {
-    struct Row { int64_t n, k, gn, gk; };
-    for (const Row& r : {Row{1024, 4096, 8, 32}, Row{32768, 1024, 256, 8}, Row{512, 4096, 4, 32},
-                         Row{8192, 4096, 64, 32}, Row{4096, 8192, 32, 64}, Row{2048, 4096, 16, 32},
-                         Row{4096, 2048, 32, 16}, Row{8192, 1024, 64, 8}}) {
+    struct Row {
+        int64_t n, k, gn, gk;
+    };
+    for (const Row& r :
+         {Row{1024, 4096, 8, 32}, Row{32768, 1024, 256, 8}, Row{512, 4096, 4, 32}, Row{8192, 4096, 64, 32},
+          Row{4096, 8192, 32, 64}, Row{2048, 4096, 16, 32}, Row{4096, 2048, 32, 16}, Row{8192, 1024, 64, 8}}) {
         EXPECT_EQ((r.n + 127) / 128, r.gn);
         EXPECT_EQ((r.k + 127) / 128, r.gk);
     }
-    const int64_t N = 512, K = 4096;                 // layers.L.attn.wkv: [512, 4096] / [4, 32]
-    const int64_t EN = 4096, EK = 2048;              // experts.E.w2: I8 [4096, 1024] / [4096, 64]
+    const int64_t N = 512, K = 4096;     // layers.L.attn.wkv: [512, 4096] / [4, 32]
+    const int64_t EN = 4096, EK = 2048;  // experts.E.w2: I8 [4096, 1024] / [4096, 64]
     const auto w = random_weight(N, K, 3);
     const auto we = random_weight(EN, EK, 4);
     SafetensorsWriter wr;

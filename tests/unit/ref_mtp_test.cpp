@@ -68,15 +68,18 @@ TEST(RefMtp, ChunkedEqualsOneShot) {
     RefForwardOptions all;
     all.all_logits = true;
     std::vector<float> one;
-    ASSERT_TRUE(m.mtp_forward(0, s.view(), std::span<const float>(streams).first(size_t(N - 1) * n * d), next, 0, all,
-                              one).is_ok());
+    ASSERT_TRUE(
+        m.mtp_forward(0, s.view(), std::span<const float>(streams).first(size_t(N - 1) * n * d), next, 0, all, one)
+            .is_ok());
     ASSERT_EQ(one.size(), size_t(N - 1) * cfg.vocab_size);
     std::vector<float> chunked;
     int64_t pos = 0;
     for (int64_t c : {1, 127, 1, 2, 169}) {
         std::vector<float> part;
-        ASSERT_TRUE(m.mtp_forward(0, s.view(), std::span<const float>(streams).subspan(size_t(pos) * n * d, size_t(c) * n * d),
-                                  next.subspan(size_t(pos), size_t(c)), pos, all, part).is_ok());
+        ASSERT_TRUE(m.mtp_forward(0, s.view(),
+                                  std::span<const float>(streams).subspan(size_t(pos) * n * d, size_t(c) * n * d),
+                                  next.subspan(size_t(pos), size_t(c)), pos, all, part)
+                        .is_ok());
         chunked.insert(chunked.end(), part.begin(), part.end());
         pos += c;
     }
@@ -87,8 +90,10 @@ TEST(RefMtp, ChunkedEqualsOneShot) {
     EXPECT_TRUE(std::isfinite(ss) && ss > 0);
     // The last-row form is the last row of the all-rows form.
     std::vector<float> last;
-    ASSERT_TRUE(m.mtp_forward(0, s.view(), std::span<const float>(streams).subspan(size_t(N - 2) * n * d, size_t(n) * d),
-                              next.subspan(size_t(N - 2), 1), N - 2, {}, last).is_ok());
+    ASSERT_TRUE(m.mtp_forward(0, s.view(),
+                              std::span<const float>(streams).subspan(size_t(N - 2) * n * d, size_t(n) * d),
+                              next.subspan(size_t(N - 2), 1), N - 2, {}, last)
+                    .is_ok());
     EXPECT_LT(max_abs_diff(last, std::vector<float>(one.end() - cfg.vocab_size, one.end())), 1e-5);
 }
 
@@ -104,8 +109,8 @@ TEST(RefMtp, DependsOnStreamsNextTokenAndItsWindow) {
     const std::span<const int32_t> next(ids.data() + 1, size_t(N));
     auto run = [&](const std::vector<float>& st, std::span<const int32_t> nx) {
         std::vector<float> logits;
-        EXPECT_TRUE(m.mtp_forward(0, s.view(), std::span<const float>(st).first(size_t(N) * n * d), nx, 0, {}, logits)
-                        .is_ok());
+        EXPECT_TRUE(
+            m.mtp_forward(0, s.view(), std::span<const float>(st).first(size_t(N) * n * d), nx, 0, {}, logits).is_ok());
         return logits;
     };
     const auto base = run(streams, next);
@@ -226,7 +231,8 @@ std::string read_text(const std::string& path) {
 
 struct TempDir {
     fs::path p;
-    explicit TempDir(const std::string& tag) : p(fs::temp_directory_path() / ("dsv4_mtp_" + tag + "_" + std::to_string(::getpid()))) {
+    explicit TempDir(const std::string& tag)
+        : p(fs::temp_directory_path() / ("dsv4_mtp_" + tag + "_" + std::to_string(::getpid()))) {
         fs::create_directories(p);
     }
     ~TempDir() { fs::remove_all(p); }
@@ -236,7 +242,8 @@ struct TempDir {
 // checkpoint lacks is an error that names its first tensor; a checkpoint without any mtp.* loads
 // without the block.
 TEST(RefMtp, LoadedFromCheckpoint) {
-    nlohmann::json j = nlohmann::json::parse(read_text(std::string(DSV4_SOURCE_DIR) + "/tests/data/golden/tiny_quant/config.json"));
+    nlohmann::json j =
+        nlohmann::json::parse(read_text(std::string(DSV4_SOURCE_DIR) + "/tests/data/golden/tiny_quant/config.json"));
     j["num_nextn_predict_layers"] = 1;
     const std::string json = j.dump();
     auto cfg = ModelConfig::from_json_text(json);

@@ -81,8 +81,7 @@ TEST(RmsNorm, StridedInputWritesContiguousOutputOnly) {
         std::vector<float> y(size_t(rows * n + 64), canary);
         rms_norm(x.data(), w.data(), y.data() + 32, rows, n, 1e-6f, W);
         std::vector<float> contig(size_t(rows * n)), want(size_t(rows * n));
-        for (int64_t r = 0; r < rows; ++r)
-            std::copy(&x[size_t(r * W)], &x[size_t(r * W + n)], &contig[size_t(r * n)]);
+        for (int64_t r = 0; r < rows; ++r) std::copy(&x[size_t(r * W)], &x[size_t(r * W + n)], &contig[size_t(r * n)]);
         rms_norm(contig.data(), w.data(), want.data(), rows, n, 1e-6f);
         for (int64_t i = 0; i < rows * n; ++i) EXPECT_EQ(y[size_t(32 + i)], want[size_t(i)]);
         for (int i = 0; i < 32; ++i) {
@@ -95,9 +94,9 @@ TEST(RmsNorm, StridedInputWritesContiguousOutputOnly) {
 TEST(TopK, NanInfTiesAlwaysGiveDistinctValidIndices) {
     // B12: all NaN, one NaN, all +inf, all -inf, all equal, ties at the k-th slot.
     const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
-    const std::vector<std::vector<float>> rows = {
-        std::vector<float>(16, nan), {1, nan, 3, 2, 0, -1}, std::vector<float>(8, inf),
-        std::vector<float>(8, -inf), std::vector<float>(10, 0.5f), {5, 4, 3, 3, 3, 1}};
+    const std::vector<std::vector<float>> rows = {std::vector<float>(16, nan),  {1, nan, 3, 2, 0, -1},
+                                                  std::vector<float>(8, inf),   std::vector<float>(8, -inf),
+                                                  std::vector<float>(10, 0.5f), {5, 4, 3, 3, 3, 1}};
     for (const auto& row : rows) {
         for (int k : {2, 6}) {
             auto idx = topk_indices(row, k);
@@ -172,8 +171,10 @@ TEST(Compressor, EmitsExactlyAtWindowBoundaries) {
             // Equal gates: plain mean over the slots that exist.
             const int64_t w = p / 4;
             double want = 0;
-            if (!overlap || w == 0) want = (4 * w + 1 + 4 * w + 4) / 2.0;  // mean of window tokens
-            else want = (4 * (w - 1) + 1 + 4 * w + 4) / 2.0;                // 8 slots: previous + current
+            if (!overlap || w == 0)
+                want = (4 * w + 1 + 4 * w + 4) / 2.0;  // mean of window tokens
+            else
+                want = (4 * (w - 1) + 1 + 4 * w + 4) / 2.0;  // 8 slots: previous + current
             for (float e : entry) EXPECT_NEAR(e, want, 1e-5) << "overlap " << overlap << " w " << w;
         }
     }

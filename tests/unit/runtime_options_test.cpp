@@ -49,8 +49,9 @@ TEST(RuntimeOptions, EnvironmentThenCommandLine) {
     EXPECT_EQ(o.x_bf16_min_tokens, 0);
     EXPECT_EQ(o.split_kv_target_ctas, 512);
     EXPECT_EQ(o.gemv_variant, "dense_gemm_kc.bt32_bh16_w4_s0.sm90");
-    ASSERT_TRUE(apply_runtime_settings(o, &orig, {"kv_rows=f32", "cuda_graphs=on", "side_streams=false",
-                                                  "batched_prefill=0", "prefill_query_block=64"})
+    ASSERT_TRUE(apply_runtime_settings(o, &orig,
+                                       {"kv_rows=f32", "cuda_graphs=on", "side_streams=false", "batched_prefill=0",
+                                        "prefill_query_block=64"})
                     .is_ok());
     EXPECT_FALSE(o.batched_prefill);
     EXPECT_EQ(o.prefill_query_block, 64);
@@ -70,7 +71,8 @@ TEST(RuntimeOptions, FastKernelsVariableAlsoTurnsOffFastAttention) {
     EXPECT_FALSE(o.fast_kernels);
     EXPECT_FALSE(o.fast_attention);
     RuntimeOptions p;  // an explicit DSV4_FAST_ATTENTION keeps its own value
-    ASSERT_TRUE(apply_runtime_env(p, nullptr, env_of({{"DSV4_FAST_KERNELS", "0"}, {"DSV4_FAST_ATTENTION", "1"}})).is_ok());
+    ASSERT_TRUE(
+        apply_runtime_env(p, nullptr, env_of({{"DSV4_FAST_KERNELS", "0"}, {"DSV4_FAST_ATTENTION", "1"}})).is_ok());
     EXPECT_FALSE(p.fast_kernels);
     EXPECT_TRUE(p.fast_attention);
     RuntimeOptions q;  // the option itself touches only linears and MoE

@@ -38,7 +38,7 @@ TEST(SpecState, RollbackLeavesTheStateOfTheAcceptedPositionsOnly) {
         std::vector<float> lg;
         ASSERT_TRUE(m.forward(base.view(L), std::span(ids).first(size_t(P)), 0, {}, lg).is_ok());
         const std::vector<int32_t> chunk(ids.begin() + P, ids.begin() + P + k + 1);  // [token, d1..dk]
-        for (int j = 0; j < k; ++j) {  // j drafts accepted, k - j rejected
+        for (int j = 0; j < k; ++j) {                     // j drafts accepted, k - j rejected
             const int32_t next = ids[size_t(P + k + 1)];  // the token the next chunk runs at P + j + 1
             // The path that never ran the rejected drafts.
             Memory ref = base;
@@ -84,8 +84,10 @@ TEST(SpecState, LayoutRefusesChunksLongerThanAWindow) {
     ASSERT_FALSE(bad.is_ok());
     EXPECT_NE(bad.status().message().find("compress ratio 4"), std::string::npos) << bad.status().message();
     // The decoder's offsets do not move when the speculative area is added.
-    const auto plain = KvLayout::make(c, 16, 4, KvRowFormat::kF32, 1, 0), spec = KvLayout::make(c, 16, 4, KvRowFormat::kF32, 1, 3);
-    for (size_t l = 0; l < plain->layers.size(); ++l) EXPECT_EQ(plain->layers[l].ring_offset, spec->layers[l].ring_offset);
+    const auto plain = KvLayout::make(c, 16, 4, KvRowFormat::kF32, 1, 0),
+               spec = KvLayout::make(c, 16, 4, KvRowFormat::kF32, 1, 3);
+    for (size_t l = 0; l < plain->layers.size(); ++l)
+        EXPECT_EQ(plain->layers[l].ring_offset, spec->layers[l].ring_offset);
     EXPECT_GT(spec->state_elems, plain->state_elems);
 }
 

@@ -20,7 +20,9 @@ uint64_t mix64(uint64_t z) {
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
 }
-uint64_t rnd(uint64_t seed, uint64_t i) { return mix64(seed * 0x9e3779b97f4a7c15ull + mix64(i + 0x632be59bd9b4e019ull)); }
+uint64_t rnd(uint64_t seed, uint64_t i) {
+    return mix64(seed * 0x9e3779b97f4a7c15ull + mix64(i + 0x632be59bd9b4e019ull));
+}
 float unit(uint64_t r) { return float(r >> 40) * (1.0f / 16777216.0f); }
 
 template <class T>
@@ -38,7 +40,8 @@ TEST(SynthHostCpu, FillsEqualTheScalarFormulas) {
             EXPECT_TRUE(same_bits(f, fw)) << "f32 n " << n << " first " << first;
             std::vector<uint16_t> b(n), bw(n);
             synth_host::fill_bf16(b, seed, 0.05f, first);
-            for (size_t i = 0; i < n; ++i) bw[i] = f32_to_bf16(0.05f * (2.0f * unit(rnd(seed, uint64_t(first) + i)) - 1.0f));
+            for (size_t i = 0; i < n; ++i)
+                bw[i] = f32_to_bf16(0.05f * (2.0f * unit(rnd(seed, uint64_t(first) + i)) - 1.0f));
             EXPECT_TRUE(same_bits(b, bw)) << "bf16 n " << n << " first " << first;
             std::vector<uint8_t> e(n), ew(n), m(n), mw(n), s2(n), s2w(n), s3(n), s3w(n);
             synth_host::fill_e4m3(e, seed, first);

@@ -1,7 +1,7 @@
 // The synthetic checkpoint writer's parallel shard writing (model/generated_shard.h): chunk cuts
 // cover the data region and start every piece on an element, and the files do not depend on the
-// number of threads, the chunk size or how many shards are written at once (tiny shapes of the tiny_quant schedule, odd-sized tensors
-// such as the 12-byte hc_*_scale included).
+// number of threads, the chunk size or how many shards are written at once (tiny shapes of the tiny_quant schedule,
+// odd-sized tensors such as the 12-byte hc_*_scale included).
 #include "model/generated_shard.h"
 
 #include <gtest/gtest.h>
@@ -94,7 +94,8 @@ TEST(GeneratedShard, BytesDoNotDependOnThreadsChunkSizeOrParallelShards) {
 }
 
 TEST(GeneratedShard, UnwritableDirectoryIsAnErrorNamingTheFile) {
-    GeneratedTensor t{"x", DType::kF32, {4}, 16, [](std::span<uint8_t> b, uint64_t) { std::fill(b.begin(), b.end(), 0); }};
+    GeneratedTensor t{
+        "x", DType::kF32, {4}, 16, [](std::span<uint8_t> b, uint64_t) { std::fill(b.begin(), b.end(), 0); }};
     const GeneratedTensor* ts[] = {&t};
     const Status s = write_generated_shard("/nonexistent-dir-dsv4/shard.safetensors", ts, {});
     EXPECT_FALSE(s.is_ok());

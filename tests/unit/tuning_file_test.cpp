@@ -164,7 +164,8 @@ TEST(TuningFile, KeyDifferences) {
     auto f = parse_tuning_json(kFile, "t.json");
     ASSERT_TRUE(f.is_ok());
     bool mismatch = true;
-    EXPECT_TRUE(tuning_key_differences(*f, {"NVIDIA H200", "580.159.04", "13.0", "SHAPE"}, "abc123", &mismatch).empty());
+    EXPECT_TRUE(
+        tuning_key_differences(*f, {"NVIDIA H200", "580.159.04", "13.0", "SHAPE"}, "abc123", &mismatch).empty());
     EXPECT_FALSE(mismatch);
     auto d = tuning_key_differences(*f, {"NVIDIA H200", "590.1", "13.0", "SHAPE"}, "fff", &mismatch);
     EXPECT_FALSE(mismatch);  // another driver or build: a warning only
@@ -192,9 +193,7 @@ TEST(TuningSelect, DefaultIsTheNewestMatchingFileAndAnExplicitOneIsRead) {
     const fs::path dir = fs::temp_directory_path() / ("dsv4-tuning-test-" + std::to_string(::getpid()));
     fs::remove_all(dir);
     fs::create_directories(dir);
-    auto write = [&](const std::string& name, const std::string& text) {
-        std::ofstream(dir / name) << text;
-    };
+    auto write = [&](const std::string& name, const std::string& text) { std::ofstream(dir / name) << text; };
     write("a-old.json", with(kFile, "2026-12-03T10:00:00Z", "2026-11-01T00:00:00Z"));
     write("b-new.json", kFile);
     write("c-other-gpu.json", with(with(kFile, "NVIDIA H200", "NVIDIA B200"), "2026-12-03T10", "2026-12-31T10"));
@@ -223,7 +222,8 @@ TEST(TuningSelect, DefaultIsTheNewestMatchingFileAndAnExplicitOneIsRead) {
     ASSERT_TRUE(c.is_ok());
     ASSERT_TRUE(c->file.has_value());
     bool warned_gpu = false;
-    for (const auto& l : c->log) warned_gpu |= l.find("warning") != std::string::npos && l.find("B200") != std::string::npos;
+    for (const auto& l : c->log)
+        warned_gpu |= l.find("warning") != std::string::npos && l.find("B200") != std::string::npos;
     EXPECT_TRUE(warned_gpu);
 
     EXPECT_FALSE(choose_tuning_file((dir / "d-broken.json").string(), here, {}, "").is_ok());
@@ -236,7 +236,8 @@ TEST(TuningSelect, DriverVersionFromTheKernelModuleLine) {
     EXPECT_EQ(nvidia_driver_version("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release "
                                     "Build  (dvs-builder@U16-A24-23-2)  Thu Oct  9 20:59:55 UTC 2025"),
               "580.159.04");
-    EXPECT_EQ(nvidia_driver_version("NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023"),
+    EXPECT_EQ(nvidia_driver_version(
+                  "NVRM version: NVIDIA UNIX x86_64 Kernel Module  535.104.05  Sat Aug 19 01:15:15 UTC 2023"),
               "535.104.05");
     EXPECT_EQ(nvidia_driver_version("NVRM version: NVIDIA UNIX Kernel Module"), "");
     EXPECT_EQ(nvidia_driver_version("something else 1.2.3"), "");

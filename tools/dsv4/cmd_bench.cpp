@@ -102,8 +102,7 @@ std::vector<PlotSeries> series_of(const std::vector<IterationMetrics>& its,
     return out;
 }
 
-Status draw_plot(const std::string& path, const std::vector<PlotSeries>& series,
-                 const std::string& title) {
+Status draw_plot(const std::string& path, const std::vector<PlotSeries>& series, const std::string& title) {
     DSV4_ASSIGN_OR_RETURN(PlotResult pr, write_plot(path, series, title));
     if (pr.drawn) {
         std::fprintf(stderr, "plot: %s (gnuplot script %s)\n", path.c_str(), pr.script_path.c_str());
@@ -131,8 +130,9 @@ Status run_bench(BenchFlags f) {
     po.token_id_max = f.token_id_max;
     if (f.dataset == "random-ids") {
         if (f.sweep.chat) {
-            return invalid_argument("random-ids prompts need --endpoint completions "
-                                    "(chat messages are text; use random-words)");
+            return invalid_argument(
+                "random-ids prompts need --endpoint completions "
+                "(chat messages are text; use random-words)");
         }
         po.kind = PromptKind::kRandomIds;
     } else if (f.dataset == "random-words") {
@@ -144,8 +144,7 @@ Status run_bench(BenchFlags f) {
     DSV4_ASSIGN_OR_RETURN(PromptSource prompts, PromptSource::create(po));
 
     std::vector<Target> targets;
-    auto add_target = [&](const std::string& name, const std::string& url_text,
-                          const std::string& model) -> Status {
+    auto add_target = [&](const std::string& name, const std::string& url_text, const std::string& model) -> Status {
         Target t;
         t.name = name;
         DSV4_ASSIGN_OR_RETURN(t.url, parse_url(url_text));
@@ -179,10 +178,9 @@ Status run_bench(BenchFlags f) {
         std::fprintf(stderr, "%starget %s model %s\n", t.name.empty() ? "" : ("[" + t.name + "] ").c_str(),
                      t.url.to_string().c_str(), t.model.c_str());
     }
-    std::fprintf(stderr, "workload: %s endpoint, %s, max_tokens %d%s, %d iterations, seed %llu\n",
-                 f.endpoint.c_str(), info.dataset.c_str(), f.sweep.max_tokens,
-                 f.sweep.ignore_eos ? " (ignore_eos)" : "", f.sweep.iterations,
-                 static_cast<unsigned long long>(f.sweep.seed));
+    std::fprintf(stderr, "workload: %s endpoint, %s, max_tokens %d%s, %d iterations, seed %llu\n", f.endpoint.c_str(),
+                 info.dataset.c_str(), f.sweep.max_tokens, f.sweep.ignore_eos ? " (ignore_eos)" : "",
+                 f.sweep.iterations, static_cast<unsigned long long>(f.sweep.seed));
 
     ProgressBar bar(stderr, isatty(STDERR_FILENO) != 0);
     Status write_status;
@@ -218,15 +216,13 @@ Status run_bench(BenchFlags f) {
         std::vector<IterationMetrics> a, b;
         for (const auto& m : result.value()) (m.config == "B" ? b : a).push_back(m);
         DSV4_ASSIGN_OR_RETURN(auto cmp, compare_levels(a, b, f.metric, f.confidence));
-        std::fputs(("\n" + format_comparison(cmp, f.metric, names["A"], names["B"])).c_str(),
-                   stdout);
+        std::fputs(("\n" + format_comparison(cmp, f.metric, names["A"], names["B"])).c_str(), stdout);
     }
     std::string plot = f.plot;
     if (plot.empty() && !f.out.empty()) plot = default_plot_path(f.out);
     if (!plot.empty() && plot != "none") {
-        const std::string title = fmt::format("dsv4 bench: {} ({}, max_tokens {}) {} {}",
-                                              targets[0].model, info.dataset, f.sweep.max_tokens,
-                                              info.git_sha, info.date);
+        const std::string title = fmt::format("dsv4 bench: {} ({}, max_tokens {}) {} {}", targets[0].model,
+                                              info.dataset, f.sweep.max_tokens, info.git_sha, info.date);
         DSV4_RETURN_IF_ERROR(draw_plot(plot, series_of(result.value(), names), title));
     }
     return Status::ok();
@@ -257,9 +253,10 @@ Status run_compare(const CompareFlags& f) {
             }
         }
         if (a.empty() || b.empty()) {
-            return invalid_argument("{} is not an --ab run (needs config A and B records); "
-                                    "pass two files to compare",
-                                    f.files[0]);
+            return invalid_argument(
+                "{} is not an --ab run (needs config A and B records); "
+                "pass two files to compare",
+                f.files[0]);
         }
     }
     // Two files are two runs made at different times: no batch of one has a partner in the
@@ -272,8 +269,7 @@ Status run_compare(const CompareFlags& f) {
         for (auto& m : b) m.config = "B";
         std::vector<IterationMetrics> all = a;
         all.insert(all.end(), b.begin(), b.end());
-        DSV4_RETURN_IF_ERROR(draw_plot(f.plot, series_of(all, {{"A", name_a}, {"B", name_b}}),
-                                       "dsv4 bench compare"));
+        DSV4_RETURN_IF_ERROR(draw_plot(f.plot, series_of(all, {{"A", name_a}, {"B", name_b}}), "dsv4 bench compare"));
     }
     return Status::ok();
 }
@@ -283,9 +279,10 @@ Status run_compare(const CompareFlags& f) {
 Status run_multi_turn_cmd(const std::string& url_text, const bench::MultiTurnOptions& o, const std::string& out,
                           const std::string& label) {
     DSV4_ASSIGN_OR_RETURN(bench::Url url, bench::parse_url(url_text));
-    std::printf("multi-turn: %d conversations x %d turns, %d-token shared system prompt, %d-token user turns, "
-                "%d-token answers, %s\n",
-                o.conversations, o.turns, o.system_len, o.user_len, o.answer_len, url.to_string().c_str());
+    std::printf(
+        "multi-turn: %d conversations x %d turns, %d-token shared system prompt, %d-token user turns, "
+        "%d-token answers, %s\n",
+        o.conversations, o.turns, o.system_len, o.user_len, o.answer_len, url.to_string().c_str());
     DSV4_ASSIGN_OR_RETURN(auto turns, bench::run_multi_turn(url, o));
     std::printf("%5s %4s %4s %12s %12s %12s %12s %12s %9s %8s\n", "turn", "ok", "err", "TTFT med ms", "TTFT p90 ms",
                 "prompt tok", "cached tok", "computed", "hit rate", "wall s");
@@ -303,13 +300,22 @@ Status run_multi_turn_cmd(const std::string& url_text, const bench::MultiTurnOpt
             later_ttft.insert(later_ttft.end(), t.ttft_values_ms.begin(), t.ttft_values_ms.end());
         }
         if (f) {
-            nlohmann::json j = {{"schema", "dsv4.bench.multiturn.v1"}, {"label", label}, {"url", url.to_string()},
-                                {"turn", t.turn}, {"n_ok", t.n_ok}, {"n_errors", t.n_errors},
-                                {"ttft_ms", {{"median", t.ttft_ms.median}, {"p90", t.ttft_ms.p90}, {"mean", t.ttft_ms.mean}}},
-                                {"prompt_tokens", t.prompt_tokens}, {"cached_tokens", t.cached_tokens},
-                                {"computed_tokens", t.computed_tokens()}, {"wall_s", t.wall_s},
-                                {"conversations", o.conversations}, {"system_len", o.system_len},
-                                {"user_len", o.user_len}, {"answer_len", o.answer_len}};
+            nlohmann::json j = {
+                {"schema", "dsv4.bench.multiturn.v1"},
+                {"label", label},
+                {"url", url.to_string()},
+                {"turn", t.turn},
+                {"n_ok", t.n_ok},
+                {"n_errors", t.n_errors},
+                {"ttft_ms", {{"median", t.ttft_ms.median}, {"p90", t.ttft_ms.p90}, {"mean", t.ttft_ms.mean}}},
+                {"prompt_tokens", t.prompt_tokens},
+                {"cached_tokens", t.cached_tokens},
+                {"computed_tokens", t.computed_tokens()},
+                {"wall_s", t.wall_s},
+                {"conversations", o.conversations},
+                {"system_len", o.system_len},
+                {"user_len", o.user_len},
+                {"answer_len", o.answer_len}};
             std::fprintf(f, "%s\n", j.dump().c_str());
         }
     }
@@ -322,8 +328,8 @@ Status run_multi_turn_cmd(const std::string& url_text, const bench::MultiTurnOpt
 }
 
 void register_bench(CLI::App& app, CommandContext& ctx) {
-    auto* cmd = app.add_subcommand(
-        "bench", "Throughput benchmark of an OpenAI-compatible server (concurrency sweep, A/B)");
+    auto* cmd =
+        app.add_subcommand("bench", "Throughput benchmark of an OpenAI-compatible server (concurrency sweep, A/B)");
     auto f = std::make_shared<BenchFlags>();
     cmd->add_option("--url", f->url, "Server base URL (A in --ab mode)")->capture_default_str();
     cmd->add_option("--ab", f->url_b,
@@ -341,8 +347,7 @@ void register_bench(CLI::App& app, CommandContext& ctx) {
                     "Synthetic prompt length: tokens (random-ids) or words (default 128; 16 with "
                     "--decode-heavy)");
     cmd->add_option("--token-id-min", f->token_id_min, "random-ids: lowest id")->capture_default_str();
-    cmd->add_option("--token-id-max", f->token_id_max, "random-ids: one past the highest id")
-        ->capture_default_str();
+    cmd->add_option("--token-id-max", f->token_id_max, "random-ids: one past the highest id")->capture_default_str();
     cmd->add_flag("--decode-heavy", f->decode_heavy,
                   "Short synthetic prompt, output to --max-tokens (sets --ignore-eos)");
     cmd->add_flag("--ignore-eos", f->sweep.ignore_eos, "Ask the server to ignore EOS");
@@ -364,8 +369,7 @@ void register_bench(CLI::App& app, CommandContext& ctx) {
     cmd->add_option("--temperature", f->sweep.temperature, "Sampling temperature")->capture_default_str();
     cmd->add_option("--timeout", f->sweep.timeout_s, "Per-request timeout, seconds")->capture_default_str();
     cmd->add_option("--out", f->out, "JSON-lines records (one per level, iteration and side)");
-    cmd->add_option("--plot", f->plot,
-                    "Plot image (.svg or .png; default <out>.svg when --out is given; 'none')");
+    cmd->add_option("--plot", f->plot, "Plot image (.svg or .png; default <out>.svg when --out is given; 'none')");
     cmd->add_option("--label", f->label, "Free-text label stored in every record");
     cmd->add_option("--metric", f->metric, "Metric for the A/B verdict")->capture_default_str();
     cmd->add_option("--confidence", f->confidence,
@@ -379,12 +383,9 @@ void register_bench(CLI::App& app, CommandContext& ctx) {
         "Compare two JSON-lines files (B/A per level, Welch, unpaired) or the A and B records of one "
         "--ab file (paired by ABBA pair); verdicts Holm-corrected across levels");
     auto cf = std::make_shared<CompareFlags>();
-    cmp->add_option("files", cf->files, "A.jsonl B.jsonl, or one file from an --ab run")
-        ->required()
-        ->expected(1, 2);
+    cmp->add_option("files", cf->files, "A.jsonl B.jsonl, or one file from an --ab run")->required()->expected(1, 2);
     cmp->add_option("--metric", cf->metric, "Metric to compare")->capture_default_str();
-    cmp->add_option("--confidence", cf->confidence,
-                    "1 - the family-wise error rate over all levels")
+    cmp->add_option("--confidence", cf->confidence, "1 - the family-wise error rate over all levels")
         ->capture_default_str();
     cmp->add_option("--plot", cf->plot, "Also draw both sides into this image");
     cmp->callback([&ctx, cf] {

@@ -67,13 +67,13 @@ Status run_series(const SeriesFlags& f) {
                             {"p_holm", r.p_adjusted},
                             {"verdict", verdict_name(r.test.verdict)}});
         }
-        per_file.push_back({{"file", file}, {"paired", c.paired}, {"ci_level", c.ci_level},
-                            {"levels", rows}});
+        per_file.push_back({{"file", file}, {"paired", c.paired}, {"ci_level", c.ci_level}, {"levels", rows}});
     }
     std::fputs(("\n" + format_series(tally)).c_str(), stdout);
-    std::printf("Per family: verdicts by Holm at a family-wise error rate of %.3g%%; an A/A series "
-                "should show about that share of families with a verdict, or less.\n",
-                100 * (1 - f.confidence));
+    std::printf(
+        "Per family: verdicts by Holm at a family-wise error rate of %.3g%%; an A/A series "
+        "should show about that share of families with a verdict, or less.\n",
+        100 * (1 - f.confidence));
     if (!f.json.empty()) {
         const nlohmann::json j = {{"schema", "dsv4.bench.series.v1"},
                                   {"metric", f.metric},
@@ -90,15 +90,14 @@ Status run_series(const SeriesFlags& f) {
 }  // namespace
 
 CLI::App* register_bench_series(CLI::App& bench, CommandContext& ctx) {
-    auto* cmd = bench.add_subcommand(
-        "series",
-        "Tally a series of --ab runs (one JSON-lines file each): families and levels with a "
-        "faster/slower verdict, with Wilson intervals (A/A false-verdict rate, or power)");
+    auto* cmd =
+        bench.add_subcommand("series",
+                             "Tally a series of --ab runs (one JSON-lines file each): families and levels with a "
+                             "faster/slower verdict, with Wilson intervals (A/A false-verdict rate, or power)");
     auto f = std::make_shared<SeriesFlags>();
     cmd->add_option("files", f->files, "JSON-lines files, one --ab run each")->required();
     cmd->add_option("--metric", f->metric, "Metric to compare")->capture_default_str();
-    cmd->add_option("--confidence", f->confidence, "1 - the family-wise error rate per file")
-        ->capture_default_str();
+    cmd->add_option("--confidence", f->confidence, "1 - the family-wise error rate per file")->capture_default_str();
     cmd->add_option("--json", f->json, "Also write the tally and every family's rows here");
     cmd->callback([&ctx, f] {
         Status s = run_series(*f);

@@ -14,8 +14,10 @@ std::vector<T> split_list(const std::string& s) {
     std::string item;
     while (std::getline(ss, item, ','))
         if (!item.empty()) {
-            if constexpr (std::is_same_v<T, int>) out.push_back(std::stoi(item));
-            else out.push_back(item);
+            if constexpr (std::is_same_v<T, int>)
+                out.push_back(std::stoi(item));
+            else
+                out.push_back(item);
         }
     return out;
 }
@@ -30,7 +32,8 @@ void register_decode_bench(CLI::App& app, CommandContext& ctx) {
     cmd->add_option("--out", opts->out, "JSON output file");
     cmd->add_option("--batches", *batches, "comma-separated batch sizes");
     cmd->add_option("--contexts", *contexts, "comma-separated context lengths");
-    cmd->add_option("--sections", *sections, "attn,moe,gemv,attn_sweep,moe_sweep,gemv_sweep (and moe_gemm: GEMV vs grouped GEMM at --batches)");
+    cmd->add_option("--sections", *sections,
+                    "attn,moe,gemv,attn_sweep,moe_sweep,gemv_sweep (and moe_gemm: GEMV vs grouped GEMM at --batches)");
     cmd->add_option("--reps", opts->reps, "graph replays per point");
     cmd->add_option("--rounds", opts->rounds, "A/B rounds in the sweeps");
     cmd->add_flag("--skewed", opts->skewed, "skewed MoE routing (experts 0..31 favoured)");

@@ -13,8 +13,8 @@ struct DecodeBenchOptions {
     std::vector<int> batches{1, 8, 32, 64, 128, 256};
     std::vector<int> contexts{1024, 8192, 32768};
     std::vector<std::string> sections{"attn", "moe", "gemv", "attn_sweep", "moe_sweep", "gemv_sweep"};
-    int reps = 30;     // graph replays per point
-    int rounds = 3;    // A/B rounds (ABAB...) in the sweeps
+    int reps = 30;   // graph replays per point
+    int rounds = 3;  // A/B rounds (ABAB...) in the sweeps
     bool skewed = false;
 };
 

@@ -47,8 +47,10 @@ KvPool make_pool(KvFormat fmt, size_t bytes, std::mt19937& g) {
     p.row_bytes = fmt == KvFormat::kBf16 ? 1024 : kKvFp8RowBytes;
     p.elems_per_row = fmt == KvFormat::kBf16 ? 512 : kKvFp8RowBytes;
     p.rows = int64_t(bytes / p.row_bytes);
-    if (fmt == KvFormat::kBf16) fill_pattern(p.pool.p, bytes, pat_bf16(size_t(32) << 20, g, 1.0f));
-    else fill_pattern(p.pool.p, bytes, pat_fp8_rows(64 * 1024, g));  // pattern length is a whole row count
+    if (fmt == KvFormat::kBf16)
+        fill_pattern(p.pool.p, bytes, pat_bf16(size_t(32) << 20, g, 1.0f));
+    else
+        fill_pattern(p.pool.p, bytes, pat_fp8_rows(64 * 1024, g));  // pattern length is a whole row count
     return p;
 }
 
@@ -124,8 +126,8 @@ AttnPoint bench_attn(const KvPool& pool, int B, int rows, int variant, int targe
 
 // ---------------------------------------------------------------- MoE
 constexpr int kE = 256, kTopK = 6, kHidden = 4096, kInter = 2048;
-constexpr double kExpertBytes = 2.0 * kInter * kHidden / 2 + 2.0 * kInter * kHidden / 32 + double(kHidden) * kInter / 2 +
-                                double(kHidden) * kInter / 32;
+constexpr double kExpertBytes = 2.0 * kInter * kHidden / 2 + 2.0 * kInter * kHidden / 32 +
+                                double(kHidden) * kInter / 2 + double(kHidden) * kInter / 32;
 
 struct MoeLayer {
     Buf w1, s1, w3, s3, w2, s2;
@@ -160,9 +162,21 @@ MoePoint bench_moe(const std::vector<MoeLayer>& layers, int B, int variant, bool
     std::mt19937 g(seed);
     for (int r = 0; r < NR; ++r) {
         const size_t rows = size_t(B) * kTopK;
-        MoeSet m{Buf(size_t(B) * kHidden * 2), Buf(size_t(B) * kE * 4), Buf(kE * 4), Buf(rows * 4), Buf(rows * 4),
-                 Buf(kE * 4), Buf((kE + 1) * 4), Buf(rows * 4), Buf(rows * 4), Buf(rows * 4), Buf(rows * kInter * 2),
-                 Buf(rows * kHidden * 4), Buf(size_t(B) * kHidden * 2), Buf(size_t(B) * kHidden * 2), Buf(kE * 4),
+        MoeSet m{Buf(size_t(B) * kHidden * 2),
+                 Buf(size_t(B) * kE * 4),
+                 Buf(kE * 4),
+                 Buf(rows * 4),
+                 Buf(rows * 4),
+                 Buf(kE * 4),
+                 Buf((kE + 1) * 4),
+                 Buf(rows * 4),
+                 Buf(rows * 4),
+                 Buf(rows * 4),
+                 Buf(rows * kInter * 2),
+                 Buf(rows * kHidden * 4),
+                 Buf(size_t(B) * kHidden * 2),
+                 Buf(size_t(B) * kHidden * 2),
+                 Buf(kE * 4),
                  Buf(4)};
         fill_pattern(m.x.p, m.x.bytes, pat_bf16(size_t(B) * kHidden, g, 1.0f));
         fill_pattern(m.shared.p, m.shared.bytes, pat_bf16(size_t(B) * kHidden, g, 0.1f));
@@ -232,7 +246,9 @@ MoePoint bench_moe(const std::vector<MoeLayer>& layers, int B, int variant, bool
             gu.n_tiles = tiles.as<int32_t>();
             gu.tile_list = gu.n_tiles + 2;
         }
-        auto launch = [&](const MoeExpertArgs& a) { return grouped ? moe_grouped_launch(a, s) : moe_expert_launch(a, s); };
+        auto launch = [&](const MoeExpertArgs& a) {
+            return grouped ? moe_grouped_launch(a, s) : moe_expert_launch(a, s);
+        };
         check_status(launch(gu), "moe gate-up");
         MoeExpertArgs dn = gu;
         dn.mode = MoeExpertMode::kDown;
@@ -360,7 +376,8 @@ GemvData make_gemv_data(const GemvShape& sh, int Bmax, bool x_f32, std::mt19937&
     return d;
 }
 
-json bench_gemv_on(const GemvData& d, const GemvShape& sh, int B, int variant, int reps, double copy_gbs, cudaStream_t s) {
+json bench_gemv_on(const GemvData& d, const GemvShape& sh, int B, int variant, int reps, double copy_gbs,
+                   cudaStream_t s) {
     const int64_t rows = int64_t(sh.groups) * sh.N;
     DenseGemvArgs a;
     a.format = sh.fmt;
@@ -402,7 +419,8 @@ int old_gemv_default(const DenseGemvArgs& a) {
         return -1;
     };
     int v = -1;
-    if (a.n_tokens <= 4) v = find(a.n_tokens <= 1 ? "dense_gemv.bt1_bh2_w8_s4.sm90" : "dense_gemv.bt4_bh2_w8_s4.sm90");
+    if (a.n_tokens <= 4)
+        v = find(a.n_tokens <= 1 ? "dense_gemv.bt1_bh2_w8_s4.sm90" : "dense_gemv.bt4_bh2_w8_s4.sm90");
     else if (a.groups * a.N >= 4096) {
         if (a.n_tokens > 8) v = find("dense_gemv_mma.bt16_bh16_w4_s2.sm90");
         if (v < 0) v = find("dense_gemv_mma.bt8_bh16_w4_s2.sm90");
@@ -450,9 +468,12 @@ int run_decode_bench(const DecodeBenchOptions& o) {
     J["cuda_runtime"] = runtime;
     J["git_sha"] = env_or("DSV4_GIT_SHA");
     std::printf("decode-bench on %s (%d SMs, L2 %d MB)\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
-    std::printf("variants (the runner forces one with --option attn_variant= / moe_variant= / gemv_variant= / moe_gemm_variant=):\n");
+    std::printf(
+        "variants (the runner forces one with --option attn_variant= / moe_variant= / gemv_variant= / "
+        "moe_gemm_variant=):\n");
     for (int i = 0; i < sparse_decode_variant_count(); ++i)
-        std::printf("  %s %s\n", sparse_decode_variant_name(i).c_str(), sparse_decode_variant_params(i).to_string().c_str());
+        std::printf("  %s %s\n", sparse_decode_variant_name(i).c_str(),
+                    sparse_decode_variant_params(i).to_string().c_str());
     for (int i = 0; i < moe_expert_variant_count(); ++i)
         std::printf("  %s %s\n", moe_expert_variant_name(i).c_str(), moe_expert_variant_params(i).to_string().c_str());
     for (int i = 0; i < dense_gemv_variant_count(); ++i)
@@ -491,9 +512,12 @@ int run_decode_bench(const DecodeBenchOptions& o) {
                             p.j["context"] = ctx;
                             J["attention"].push_back(p.j);
                             char line[256];
-                            std::snprintf(line, sizeof line, "attn %-4s %-4s B=%-3d ctx=%-5d rows=%-4d sp=%-2d %8.1f us %6.0f GB/s %5.1f%% copy",
-                                          kind, p.j["format"].get<std::string>().c_str(), B, ctx, p.j["rows"].get<int>(),
-                                          p.j["splits"].get<int>(), p.us, p.j["gb_s"].get<double>(), p.j["pct_copy"].get<double>());
+                            std::snprintf(
+                                line, sizeof line,
+                                "attn %-4s %-4s B=%-3d ctx=%-5d rows=%-4d sp=%-2d %8.1f us %6.0f GB/s %5.1f%% copy",
+                                kind, p.j["format"].get<std::string>().c_str(), B, ctx, p.j["rows"].get<int>(),
+                                p.j["splits"].get<int>(), p.us, p.j["gb_s"].get<double>(),
+                                p.j["pct_copy"].get<double>());
                             table.push_back(line);
                         }
                     }
@@ -510,21 +534,27 @@ int run_decode_bench(const DecodeBenchOptions& o) {
                     for (int B : {1, 8, 64, 256}) {
                         std::vector<Cfg> cfgs;
                         for (int v = 0; v < sparse_decode_variant_count(); ++v)
-                            if (sparse_decode_variant_legal(v, pool->fmt, 64)) cfgs.push_back({sparse_decode_variant_name(v), v, 0});
+                            if (sparse_decode_variant_legal(v, pool->fmt, 64))
+                                cfgs.push_back({sparse_decode_variant_name(v), v, 0});
                         for (int t : {128, 256, 512}) cfgs.push_back({"target" + std::to_string(t), 0, t});
                         json pt;
                         for (int r = 0; r < o.rounds; ++r)
                             for (size_t i = 0; i < cfgs.size(); ++i) {
                                 const Cfg& c = cfgs[(r % 2) ? cfgs.size() - 1 - i : i];
-                                AttnPoint p = bench_attn(*pool, B, attn_rows(kind, ctx), c.variant, c.target, o.reps, copy, s, 900 + r);
+                                AttnPoint p = bench_attn(*pool, B, attn_rows(kind, ctx), c.variant, c.target, o.reps,
+                                                         copy, s, 900 + r);
                                 pt[c.name]["median_us"].push_back(p.us);
                                 pt[c.name]["splits"] = p.j["splits"];
                                 pt[c.name]["pct_copy"].push_back(p.j["pct_copy"]);
                             }
-                        json e{{"kind", kind}, {"format", pool->fmt == KvFormat::kFp8 ? "fp8" : "bf16"}, {"batch", B},
-                               {"context", ctx}, {"configs", pt}};
+                        json e{{"kind", kind},
+                               {"format", pool->fmt == KvFormat::kFp8 ? "fp8" : "bf16"},
+                               {"batch", B},
+                               {"context", ctx},
+                               {"configs", pt}};
                         J["attention_sweep"].push_back(e);
-                        std::string line = std::string("sweep attn ") + kind + " " + e["format"].get<std::string>() + " B=" + std::to_string(B) + ":";
+                        std::string line = std::string("sweep attn ") + kind + " " + e["format"].get<std::string>() +
+                                           " B=" + std::to_string(B) + ":";
                         for (auto& [name, v] : pt.items()) {
                             auto m = v["median_us"];
                             double lo = 1e30, hi = 0, sum = 0;
@@ -534,7 +564,8 @@ int run_decode_bench(const DecodeBenchOptions& o) {
                                 sum += x.get<double>();
                             }
                             char b[128];
-                            std::snprintf(b, sizeof b, " %s(sp%d)=%.1f[%.1f-%.1f]", name.c_str(), v["splits"].get<int>(), sum / m.size(), lo, hi);
+                            std::snprintf(b, sizeof b, " %s(sp%d)=%.1f[%.1f-%.1f]", name.c_str(),
+                                          v["splits"].get<int>(), sum / m.size(), lo, hi);
                             line += b;
                         }
                         table.push_back(line);
@@ -556,7 +587,8 @@ int run_decode_bench(const DecodeBenchOptions& o) {
                     p.j["skewed"] = o.skewed;
                     J["moe"].push_back(p.j);
                     char line[384];
-                    std::snprintf(line, sizeof line, "moe  %-14s B=%-3d experts=%5.1f %8.1f us [%.1f-%.1f] %6.0f GB/s %5.1f%% copy %s",
+                    std::snprintf(line, sizeof line,
+                                  "moe  %-14s B=%-3d experts=%5.1f %8.1f us [%.1f-%.1f] %6.0f GB/s %5.1f%% copy %s",
                                   p.j["what"].get<std::string>().c_str(), B, p.j["active_experts"].get<double>(), p.us,
                                   p.j["p10_us"].get<double>(), p.j["p90_us"].get<double>(), p.j["gb_s"].get<double>(),
                                   p.j["pct_copy"].get<double>(), p.j["variant"].get<std::string>().c_str());
@@ -639,7 +671,8 @@ int run_decode_bench(const DecodeBenchOptions& o) {
                         sum += x.get<double>();
                     }
                     char b[160];
-                    std::snprintf(b, sizeof b, " %s=%.1f[%.1f-%.1f]", name.substr(10).c_str(), sum / v["median_us"].size(), lo, hi);
+                    std::snprintf(b, sizeof b, " %s=%.1f[%.1f-%.1f]", name.substr(10).c_str(),
+                                  sum / v["median_us"].size(), lo, hi);
                     line += b;
                 }
                 table.push_back(line);
@@ -733,9 +766,9 @@ int run_decode_bench(const DecodeBenchOptions& o) {
                 json j = bench_gemv(sh, B, -1, o.reps, copy, s, g);
                 J["gemv"].push_back(j);
                 char line[256];
-                std::snprintf(line, sizeof line, "gemv %-14s B=%-3d %8.1f us %6.0f GB/s %5.1f%% copy %5.1f TFLOP/s", sh.name, B,
-                              j["median_us"].get<double>(), j["gb_s"].get<double>(), j["pct_copy"].get<double>(),
-                              j["tflops"].get<double>());
+                std::snprintf(line, sizeof line, "gemv %-14s B=%-3d %8.1f us %6.0f GB/s %5.1f%% copy %5.1f TFLOP/s",
+                              sh.name, B, j["median_us"].get<double>(), j["gb_s"].get<double>(),
+                              j["pct_copy"].get<double>(), j["tflops"].get<double>());
                 table.push_back(line);
             }
         save();

@@ -78,8 +78,10 @@ public:
         if (ttft_s == 0 && (!ev.tokens.empty() || ev.finish != FinishReason::kNone))
             ttft_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         for (int32_t t : ev.tokens) {
-            if (detok_) std::fputs(detok_->push(t).c_str(), stdout);
-            else std::printf("%d ", t);
+            if (detok_)
+                std::fputs(detok_->push(t).c_str(), stdout);
+            else
+                std::printf("%d ", t);
         }
         std::fflush(stdout);
         completion_tokens = ev.completion_tokens;
@@ -117,7 +119,8 @@ Status run_generate(const GenerateArgs& a) {
         if (!tok)
             return error(StatusCode::kNotFound,
                          "--prompt needs a tokenizer: '{}' not found (run scripts/get-tokenizer.sh or pass "
-                         "--tokenizer FILE)", tok_path);
+                         "--tokenizer FILE)",
+                         tok_path);
         std::string text = a.prompt;
         if (!a.raw) {
             ChatOptions co;
@@ -178,15 +181,15 @@ Status run_generate(const GenerateArgs& a) {
     const double total_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double decode_s = total_s - sink->ttft_s;
     const int64_t n = sink->completion_tokens;
-    std::fprintf(stderr,
-                 "prompt tokens: %zu, generated tokens: %lld, prefill %.3f s (%.1f tok/s), decode %.1f tok/s\n",
+    std::fprintf(stderr, "prompt tokens: %zu, generated tokens: %lld, prefill %.3f s (%.1f tok/s), decode %.1f tok/s\n",
                  prompt.size(), (long long)n, sink->ttft_s, double(prompt.size()) / std::max(sink->ttft_s, 1e-9),
                  n > 1 ? double(n - 1) / std::max(decode_s, 1e-9) : 0.0);
     if (stats.spec_verify_chunks_total > 0)
-        std::fprintf(stderr, "speculative decoding: %lld verify steps, %lld of %lld drafts accepted, accept length %.2f\n",
-                     (long long)stats.spec_verify_chunks_total.load(), (long long)stats.spec_accepted_tokens_total.load(),
-                     (long long)stats.spec_draft_tokens_total.load(),
-                     1.0 + double(stats.spec_accepted_tokens_total) / double(stats.spec_verify_chunks_total));
+        std::fprintf(
+            stderr, "speculative decoding: %lld verify steps, %lld of %lld drafts accepted, accept length %.2f\n",
+            (long long)stats.spec_verify_chunks_total.load(), (long long)stats.spec_accepted_tokens_total.load(),
+            (long long)stats.spec_draft_tokens_total.load(),
+            1.0 + double(stats.spec_accepted_tokens_total) / double(stats.spec_verify_chunks_total));
     return Status::ok();
 }
 
@@ -209,7 +212,8 @@ void register_generate(CLI::App& app, CommandContext& ctx) {
     cmd->add_option("--seed", args->seed, "sampling seed");
     cmd->add_flag("--ignore-eos", args->ignore_eos);
     cmd->add_option("--gpus", args->gpus, "cuda: expert parallel over this many GPUs (NCCL; default 1)");
-    cmd->add_option("--kv-rows", args->kv_rows, "cuda: KV row storage fp8 (default), bf16 or f32 (= --option kv_rows=...)");
+    cmd->add_option("--kv-rows", args->kv_rows,
+                    "cuda: KV row storage fp8 (default), bf16 or f32 (= --option kv_rows=...)");
     cmd->add_option("--speculative-tokens", args->speculative_tokens,
                     "speculative decoding: draft tokens per verify step, 1-3, from the MTP block (0 = off; cpu only)")
         ->check(CLI::Range(0, 3));

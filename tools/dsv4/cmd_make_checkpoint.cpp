@@ -30,8 +30,8 @@ int run_make_checkpoint(MakeCheckpointOptions o) {
         return 1;
     }
     const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("dsv4 make-checkpoint: %d-layer synthetic Flash checkpoint in %s (%.1f s)\n",
-                o.w.n_layers, o.out.c_str(), sec);
+    std::printf("dsv4 make-checkpoint: %d-layer synthetic Flash checkpoint in %s (%.1f s)\n", o.w.n_layers,
+                o.out.c_str(), sec);
     return 0;
 }
 
@@ -39,10 +39,8 @@ int run_make_checkpoint(MakeCheckpointOptions o) {
 
 void register_make_checkpoint(CLI::App& app, CommandContext& ctx) {
     auto o = std::make_shared<MakeCheckpointOptions>();
-    auto* cmd = app.add_subcommand("make-checkpoint",
-                                   "write a synthetic checkpoint in the official layout");
-    cmd->add_flag("--synthetic-flash", o->synthetic_flash,
-                  "DeepSeek-V4-Flash shapes, names, dtypes (spec §4.1)");
+    auto* cmd = app.add_subcommand("make-checkpoint", "write a synthetic checkpoint in the official layout");
+    cmd->add_flag("--synthetic-flash", o->synthetic_flash, "DeepSeek-V4-Flash shapes, names, dtypes (spec §4.1)");
     cmd->add_option("--layers", o->w.n_layers, "num_hidden_layers (43: full depth)");
     cmd->add_option("--out", o->out, "output directory")->required();
     cmd->add_option("--seed", o->w.seed, "generator seed");

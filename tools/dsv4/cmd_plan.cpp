@@ -72,14 +72,17 @@ int run_plan(const PlanArgs& a) {
 
 void register_plan(CLI::App& app, CommandContext& ctx) {
     auto args = std::make_shared<PlanArgs>();
-    CLI::App* cmd = app.add_subcommand("plan", "Multi-GPU memory plan: experts, attention shards, bytes and KV per GPU");
-    cmd->add_option("--gpus", args->gpus, "number of GPUs (ranks); must divide the routed experts")->capture_default_str();
+    CLI::App* cmd =
+        app.add_subcommand("plan", "Multi-GPU memory plan: experts, attention shards, bytes and KV per GPU");
+    cmd->add_option("--gpus", args->gpus, "number of GPUs (ranks); must divide the routed experts")
+        ->capture_default_str();
     cmd->add_option("--attn", args->attn, "attention scheme: dp (replicated, own sequences) or tp (heads split)")
         ->capture_default_str();
     cmd->add_option("--model", args->model, "flash (built-in config), tiny, or a config.json / checkpoint dir")
         ->capture_default_str();
     cmd->add_option("--context", args->context, "tokens per sequence for the KV capacity")->capture_default_str();
-    cmd->add_option("--batch", args->batch, "sequences in flight over all GPUs (0: capacity only)")->capture_default_str();
+    cmd->add_option("--batch", args->batch, "sequences in flight over all GPUs (0: capacity only)")
+        ->capture_default_str();
     cmd->add_option("--kv-rows", args->kv_rows, "KV row format: f32, bf16 or fp8")->capture_default_str();
     cmd->add_option("--gpu-mem-gib", args->gpu_gib, "memory of one GPU in GiB")->capture_default_str();
     cmd->add_option("--reserve-gib", args->reserve_gib, "per GPU: context, activations, workspaces, NCCL buffers")

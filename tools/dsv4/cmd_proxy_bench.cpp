@@ -19,8 +19,8 @@ std::vector<int> int_list(const std::string& s) {
 }  // namespace
 
 void register_proxy_bench(CLI::App& app, CommandContext& ctx) {
-    auto* cmd = app.add_subcommand("proxy-bench",
-                                   "Decode throughput of the Flash proxy through the CUDA runner (GPU; synthetic weights)");
+    auto* cmd = app.add_subcommand(
+        "proxy-bench", "Decode throughput of the Flash proxy through the CUDA runner (GPU; synthetic weights)");
     auto o = std::make_shared<ProxyBenchOptions>();
     auto batches = std::make_shared<std::string>("1,8,32,64,128,256,512");
     auto contexts = std::make_shared<std::string>("1024,8192,32768");
@@ -35,7 +35,9 @@ void register_proxy_bench(CLI::App& app, CommandContext& ctx) {
     cmd->add_option("--warmup", o->warmup, "untimed replays per point");
     cmd->add_flag("--skewed", o->skewed, "skewed routing: only --hot-experts experts are used");
     cmd->add_option("--hot-experts", o->hot_experts, "experts used with --skewed (default 32)");
-    cmd->add_option("--kv-rows", o->kv_rows, "KV row storage of the runner: fp8 (reference 584-byte rows, default), bf16 or f32 (= --option kv_rows=...)");
+    cmd->add_option(
+        "--kv-rows", o->kv_rows,
+        "KV row storage of the runner: fp8 (reference 584-byte rows, default), bf16 or f32 (= --option kv_rows=...)");
     add_runtime_option_flag(cmd, &o->options, &o->tuning);
     cmd->add_option("--seed", o->seed, "weights/context seed");
     cmd->add_option("--reserve-gb", o->reserve_gb, "device memory kept free (GB)");

@@ -5,9 +5,9 @@
 // p10/p90; bytes moved per step from the model of perf-method.md (model/flash_proxy.h); GB/s and %
 // of the kernel copy and pure-read bandwidths measured at the start of the same run (the bytes
 // floor uses the higher one, docs/perf-method.md); TFLOP/s against the cuBLAS bf16 GEMM peak of
-// the same run, and the floor max(bytes floor, FLOP floor) where that peak was measured. Per-layer time = (step - non-layer part) / layers, where the
-// non-layer part (embedding, mHC head, LM head) is its own graph timed the same way; the 43-layer
-// Flash extrapolation is non-layer + 43 x per-layer.
+// the same run, and the floor max(bytes floor, FLOP floor) where that peak was measured. Per-layer time = (step -
+// non-layer part) / layers, where the non-layer part (embedding, mHC head, LM head) is its own graph timed the same
+// way; the 43-layer Flash extrapolation is non-layer + 43 x per-layer.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -35,7 +35,6 @@
 #include "tools/dsv4/cmd_proxy_bench_prefill.h"
 #include "tools/dsv4/cmd_proxy_bench_verify.h"
 #include "tools/dsv4/runtime_cli.h"
-
 
 namespace dsv4::cli {
 namespace {
@@ -159,7 +158,6 @@ std::string env_or(const char* k, const char* dflt) {
     return v && *v ? v : dflt;
 }
 
-
 }  // namespace
 
 int run_proxy_bench(const ProxyBenchOptions& opt_in) {
@@ -243,7 +241,8 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
         n_hca += t == AttnType::kHCA;
         n_swa += t == AttnType::kSliding;
     }
-    const int hot = o.skewed ? std::clamp(o.hot_experts, cfg.n_experts_per_tok, cfg.n_routed_experts) : cfg.n_routed_experts;
+    const int hot =
+        o.skewed ? std::clamp(o.hot_experts, cfg.n_experts_per_tok, cfg.n_routed_experts) : cfg.n_routed_experts;
     std::printf("proxy-bench on %s (%d SMs, %.1f GB, driver %d, runtime %d), git %s\n", prop.name,
                 prop.multiProcessorCount, double(prop.totalGlobalMem) / 1e9, driver, runtime,
                 env_or("DSV4_GIT_SHA", "unknown").c_str());
@@ -260,9 +259,10 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
     // The bytes floor's bandwidth: the higher of the two rates (perf-method.md).
     const double bw_gbs = std::max(copy_gbs, read_gbs);
     const double gemm_tf = o.gemm_peak ? measure_gemm_tflops(s) : 0.0;
-    std::printf("ceilings (this run): copy kernel %.0f GB/s (read + write), read kernel %.0f GB/s; bytes floor at "
-                "%.0f GB/s; ",
-                copy_gbs, read_gbs, bw_gbs);
+    std::printf(
+        "ceilings (this run): copy kernel %.0f GB/s (read + write), read kernel %.0f GB/s; bytes floor at "
+        "%.0f GB/s; ",
+        copy_gbs, read_gbs, bw_gbs);
     if (o.gemm_peak)
         std::printf("cuBLAS bf16 GEMM %.0f TFLOP/s\n", gemm_tf);
     else
@@ -300,14 +300,16 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
     for (int L : contexts)
         for (int B : batches) need_max = std::max(need_max, int64_t(B) * layout.pages_for_tokens(int64_t(L) + 1));
     for (int L : o.prefill_lens)
-        for (int U : o.prefill_users) need_max = std::max(need_max, int64_t(U) * layout.pages_for_tokens(int64_t(L) + 1));
+        for (int U : o.prefill_users)
+            need_max = std::max(need_max, int64_t(U) * layout.pages_for_tokens(int64_t(L) + 1));
     const int64_t n_pages = std::max<int64_t>(
         std::min<int64_t>(need_max, int64_t(pool_budget / double(layout.page_bytes))), layout.pages_for_tokens(1));
-    std::printf("memory per GPU (%d GPU%s): %.1f GB free; weights %.2f GB; workspace ~%.1f GB; reserve %.1f GB; pool "
-                "%lld pages x %.2f MB = %.1f GB (largest point needs %lld pages)\n",
-                G, G > 1 ? "s, expert parallel" : "", double(free_b) / 1e9, double(wb_gpu.total()) / 1e9, ws_est / 1e9, o.reserve_gb, (long long)n_pages,
-                double(layout.page_bytes) / 1e6, double(n_pages) * double(layout.page_bytes) / 1e9,
-                (long long)need_max);
+    std::printf(
+        "memory per GPU (%d GPU%s): %.1f GB free; weights %.2f GB; workspace ~%.1f GB; reserve %.1f GB; pool "
+        "%lld pages x %.2f MB = %.1f GB (largest point needs %lld pages)\n",
+        G, G > 1 ? "s, expert parallel" : "", double(free_b) / 1e9, double(wb_gpu.total()) / 1e9, ws_est / 1e9,
+        o.reserve_gb, (long long)n_pages, double(layout.page_bytes) / 1e6,
+        double(n_pages) * double(layout.page_bytes) / 1e9, (long long)need_max);
 
     CudaRunnerOptions ro;
     ro.page_tokens = 64;
@@ -325,11 +327,11 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
     ProxyWeightBytes got{};
     const auto t_init = Clock::now();
     // One rank per GPU (G 1: the plain runner); each rank generates only its routed experts.
-    auto runner_r = make_multi_gpu_runner(G, ro, [&](int rank, const CudaRunnerOptions& rop)
-                                                     -> Result<std::unique_ptr<ModelRunner>> {
-        DSV4_ASSIGN_OR_RETURN(auto b, make_cuda_runner_synthetic(cfg, wo, rop, rank == 0 ? &got : nullptr));
-        return std::unique_ptr<ModelRunner>(std::move(b));
-    });
+    auto runner_r = make_multi_gpu_runner(
+        G, ro, [&](int rank, const CudaRunnerOptions& rop) -> Result<std::unique_ptr<ModelRunner>> {
+            DSV4_ASSIGN_OR_RETURN(auto b, make_cuda_runner_synthetic(cfg, wo, rop, rank == 0 ? &got : nullptr));
+            return std::unique_ptr<ModelRunner>(std::move(b));
+        });
     if (!runner_r) {
         std::fprintf(stderr, "proxy-bench: %s\n", runner_r.status().message().c_str());
         return 3;
@@ -345,9 +347,10 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
     // routed experts / G (the experts a step touches spread evenly over the contiguous blocks).
     std::printf("%s", describe_bytes_model(cfg, wb, rows, hot).c_str());
     if (G > 1)
-        std::printf("expert parallel over %d GPUs: bytes and GB/s per GPU = dense + KV + routed experts / %d; "
-                    "%%copy against GPU 0's copy bandwidth\n",
-                    G, G);
+        std::printf(
+            "expert parallel over %d GPUs: bytes and GB/s per GPU = dense + KV + routed experts / %d; "
+            "%%copy against GPU 0's copy bandwidth\n",
+            G, G);
     // The full Flash model (43 layers) for the extrapolated roofline.
     FlashProxySpec full;
     full.n_layers = 43;
@@ -385,15 +388,16 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
     for (const OptionInfo& i : runtime_option_infos()) jopt[i.key] = runtime_option_value(rt, i.key);
     json jrules = json::array();
     for (const TuningRule& r : rt.tuning_rules) jrules.push_back(r.describe());
-    J["variants"] = {{"table", runner.variant_table()}, {"options", jopt},
+    J["variants"] = {{"table", runner.variant_table()},
+                     {"options", jopt},
                      {"tuning", {{"file", rt.tuning_file}, {"rules", jrules}}}};
     J["pool_pages"] = n_pages;
     J["points"] = json::array();
     std::printf("active kernels:\n%s", runner.variant_table().c_str());
 
     std::printf("\n%6s %6s %10s %10s %10s %10s %9s %9s %8s %8s %8s %6s %8s %9s %10s %10s %7s\n", "batch", "ctx",
-                "step_ms", "p10_ms", "p90_ms", "tok/s", "MB/step", "GB/s", "%copy", "%read", "%floor", "f(B)", "TFLOP/s",
-                "head_ms", "layer_ms", "43L_ms", "%roof43");
+                "step_ms", "p10_ms", "p90_ms", "tok/s", "MB/step", "GB/s", "%copy", "%read", "%floor", "f(B)",
+                "TFLOP/s", "head_ms", "layer_ms", "43L_ms", "%roof43");
     std::mt19937 rng(uint32_t(o.seed));
     int exit_code = 0;
     // Batch-major order (every context of a batch, then the next batch), so that a time budget cuts
@@ -417,10 +421,9 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
             // batch (conservative: weights are shared across the batch), times the launches of a point
             // (forward + warm-up + reps of the step and head graphs, the head counted as a step).
             const auto seen = last_at.find(L);
-            const double predict_s = seen == last_at.end()
-                                         ? 0.0
-                                         : seen->second.second * 1e-6 * double(B) / seen->second.first *
-                                               (2.0 * (o.reps + o.warmup) + 1.0);
+            const double predict_s = seen == last_at.end() ? 0.0
+                                                           : seen->second.second * 1e-6 * double(B) /
+                                                                 seen->second.first * (2.0 * (o.reps + o.warmup) + 1.0);
             if (o.time_budget_s > 0 && elapsed() + predict_s > o.time_budget_s) {
                 std::printf("%6d %6d  skipped: time budget of %.0f s (%.0f s used, this point ~%.0f s)\n", B, L,
                             o.time_budget_s, elapsed(), predict_s);
@@ -489,20 +492,25 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
             const double bytes_floor_us = m.total() / (bw_gbs * 1e9) * 1e6;
             const double flop_floor_us = gemm_tf > 0 ? m.flops / (gemm_tf * 1e12) * 1e6 : 0.0;
             const double floor_us = std::max(bytes_floor_us, flop_floor_us);
-            std::printf("%6d %6d %10.3f %10.3f %10.3f %10.0f %9.1f %9.0f %7.1f%% %7.1f%% %7.1f%% %6.3f %8.2f %9.3f "
-                        "%10.3f %10.2f %6.1f%%%s\n",
-                        B, L, st.med / 1e3, st.p10 / 1e3, st.p90 / 1e3, B / sec, m.total() / 1e6, gbs,
-                        100.0 * gbs / copy_gbs, 100.0 * gbs / read_gbs, 100.0 * floor_us / st.med, m.expert_frac,
-                        tflops, hd.med / 1e3, layer_us / 1e3, us43 / 1e3, 100.0 * roof43_us / us43,
-                        nonfinite ? "  NON-FINITE LOGITS" : "");
+            std::printf(
+                "%6d %6d %10.3f %10.3f %10.3f %10.0f %9.1f %9.0f %7.1f%% %7.1f%% %7.1f%% %6.3f %8.2f %9.3f "
+                "%10.3f %10.2f %6.1f%%%s\n",
+                B, L, st.med / 1e3, st.p10 / 1e3, st.p90 / 1e3, B / sec, m.total() / 1e6, gbs, 100.0 * gbs / copy_gbs,
+                100.0 * gbs / read_gbs, 100.0 * floor_us / st.med, m.expert_frac, tflops, hd.med / 1e3, layer_us / 1e3,
+                us43 / 1e3, 100.0 * roof43_us / us43, nonfinite ? "  NON-FINITE LOGITS" : "");
             std::fflush(stdout);
             if (nonfinite) exit_code = 4;
             pt.update({{"bucket", tr->bucket},
                        {"step_us", {{"median", st.med}, {"p10", st.p10}, {"p90", st.p90}}},
                        {"head_us", {{"median", hd.med}, {"p10", hd.p10}, {"p90", hd.p90}}},
                        {"tokens_per_s", B / sec},
-                       {"bytes", {{"total", m.total()}, {"dense", m.dense}, {"experts", m.experts}, {"kv", m.kv},
-                                  {"kv_per_seq", m.kv_per_seq}, {"expert_fraction", m.expert_frac}}},
+                       {"bytes",
+                        {{"total", m.total()},
+                         {"dense", m.dense},
+                         {"experts", m.experts},
+                         {"kv", m.kv},
+                         {"kv_per_seq", m.kv_per_seq},
+                         {"expert_fraction", m.expert_frac}}},
                        {"gb_s", gbs},
                        {"pct_copy", 100.0 * gbs / copy_gbs},
                        {"pct_read", 100.0 * gbs / read_gbs},
@@ -531,11 +539,12 @@ int run_proxy_bench(const ProxyBenchOptions& opt_in) {
     J["wall_s"] = elapsed();
     std::ofstream f(o.json);
     f << J.dump(1) << "\n";
-    std::printf("\nstep = median of %d CUDA-graph replays (p10/p90 shown); bytes per the model above; %%copy, %%read = "
-                "achieved GB/s / copy, read kernel GB/s; %%floor = max(bytes / max(copy, read), FLOPs / GEMM peak "
-                "when measured) / step; layer_ms = (step - head) / %d; 43L_ms = head + 43 x layer_ms; %%roof43 = "
-                "43-layer bytes / max(copy, read) / 43L_ms. JSON: %s (%.0f s)\n",
-                o.reps, cfg.n_layers, o.json.c_str(), elapsed());
+    std::printf(
+        "\nstep = median of %d CUDA-graph replays (p10/p90 shown); bytes per the model above; %%copy, %%read = "
+        "achieved GB/s / copy, read kernel GB/s; %%floor = max(bytes / max(copy, read), FLOPs / GEMM peak "
+        "when measured) / step; layer_ms = (step - head) / %d; 43L_ms = head + 43 x layer_ms; %%roof43 = "
+        "43-layer bytes / max(copy, read) / 43L_ms. JSON: %s (%.0f s)\n",
+        o.reps, cfg.n_layers, o.json.c_str(), elapsed());
     cudaStreamDestroy(s);
     return exit_code;
 }

@@ -34,9 +34,10 @@ Spread spread_of(std::vector<double> v) {
 bool run_prefill_points(CudaBenchRunner& runner, const ModelConfig& cfg, const ProxyWeightBytes& wb,
                         const KvRowBytes& rows, const KvLayout& layout, const ProxyBenchOptions& o, double gemm_tflops,
                         nlohmann::json& J) {
-    std::printf("\nprefill: steps of <= %d tokens, <= %d tokens of one sequence per step; median of %d repetitions "
-                "(after one warm-up), wall time of forward() until the last prompt's logits are on the host\n",
-                o.prefill_step, o.prefill_chunk, o.prefill_reps);
+    std::printf(
+        "\nprefill: steps of <= %d tokens, <= %d tokens of one sequence per step; median of %d repetitions "
+        "(after one warm-up), wall time of forward() until the last prompt's logits are on the host\n",
+        o.prefill_step, o.prefill_chunk, o.prefill_reps);
     std::printf("%7s %6s %7s %10s %10s %10s %11s %9s %8s %10s\n", "prompt", "users", "steps", "wall_ms", "min_ms",
                 "max_ms", "tok/s", "TFLOP/s", "%gemm", "ttft1_ms");
     J["prefill"] = nlohmann::json::array();
@@ -51,8 +52,8 @@ bool run_prefill_points(CudaBenchRunner& runner, const ModelConfig& cfg, const P
             }
             if (int64_t(U) * layout.pages_for_tokens(int64_t(L) + 1) > runner.n_pages() || L > runner.max_positions()) {
                 std::printf("%7d %6d  skipped: needs %lld pages / %d positions (pool %lld, max context %lld)\n", L, U,
-                            (long long)(int64_t(U) * layout.pages_for_tokens(int64_t(L) + 1)), L, (long long)runner.n_pages(),
-                            (long long)runner.max_positions());
+                            (long long)(int64_t(U) * layout.pages_for_tokens(int64_t(L) + 1)), L,
+                            (long long)runner.n_pages(), (long long)runner.max_positions());
                 pt["skipped"] = "does not fit";
                 J["prefill"].push_back(pt);
                 continue;
@@ -98,7 +99,8 @@ bool run_prefill_points(CudaBenchRunner& runner, const ModelConfig& cfg, const P
                         done[size_t(c.seq_id)] += int64_t(c.tokens.size());
                         if (done[size_t(c.seq_id)] == L) {
                             --left;
-                            if (first == 0) first = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+                            if (first == 0)
+                                first = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
                         }
                     }
                 }
@@ -131,14 +133,17 @@ bool run_prefill_points(CudaBenchRunner& runner, const ModelConfig& cfg, const P
                 c.page_table = table[0];
                 b.seqs.push_back(c);
                 auto t = runner.profile_step(b);
-                if (t) std::printf("op profile, first prefill step of one %d-token prompt (%zu tokens):\n%s", L,
-                                   c.tokens.size(), t->c_str());
-                else std::printf("op profile: %s\n", t.status().message().c_str());
+                if (t)
+                    std::printf("op profile, first prefill step of one %d-token prompt (%zu tokens):\n%s", L,
+                                c.tokens.size(), t->c_str());
+                else
+                    std::printf("op profile: %s\n", t.status().message().c_str());
             }
             J["prefill"].push_back(pt);
         }
-    std::printf("FLOPs per prompt: sum over its positions of one token's decode FLOPs (2 x dense + 6 routed expert "
-                "matrix elements, attention over window + compressed rows, indexer), LM head once\n");
+    std::printf(
+        "FLOPs per prompt: sum over its positions of one token's decode FLOPs (2 x dense + 6 routed expert "
+        "matrix elements, attention over window + compressed rows, indexer), LM head once\n");
     return true;
 }
 

@@ -33,10 +33,11 @@ bool run_verify_points(CudaBenchRunner& runner, const ModelConfig& cfg, const Pr
         if (std::find(ns.begin(), ns.end(), n) == ns.end()) ns.push_back(n);
     }
     std::sort(ns.begin(), ns.end());  // ns.back() is the longest chunk
-    std::printf("\nverify steps: n = k + 1 tokens per sequence (the last sampled token + k drafts) at its decode "
-                "position, through forward_sampled (greedy on the device); wall time per step, median of %d rounds "
-                "(n values alternated in each round, after %d warm-up rounds)\n",
-                o.reps, o.warmup);
+    std::printf(
+        "\nverify steps: n = k + 1 tokens per sequence (the last sampled token + k drafts) at its decode "
+        "position, through forward_sampled (greedy on the device); wall time per step, median of %d rounds "
+        "(n values alternated in each round, after %d warm-up rounds)\n",
+        o.reps, o.warmup);
     std::printf("%6s %6s %3s %10s %10s %10s %8s %9s %8s %9s %10s %10s\n", "batch", "ctx", "n", "step_ms", "p10_ms",
                 "p90_ms", "x_n1", "MB/step", "%floor", "draft_ms", "tpot@a_ms", "tpot@n_ms");
     std::mt19937 rng(uint32_t(o.seed) + 17);
@@ -62,7 +63,8 @@ bool run_verify_points(CudaBenchRunner& runner, const ModelConfig& cfg, const Pr
             std::vector<std::vector<int32_t>> tables(static_cast<size_t>(B)), toks(static_cast<size_t>(B));
             for (int q = 0; q < B; ++q) {
                 tables[size_t(q)] = synthetic_page_table(layout, q, L);
-                for (int i = 0; i < ns.back(); ++i) toks[size_t(q)].push_back(int32_t(rng() % uint32_t(cfg.vocab_size)));
+                for (int i = 0; i < ns.back(); ++i)
+                    toks[size_t(q)].push_back(int32_t(rng() % uint32_t(cfg.vocab_size)));
             }
             auto batch_of = [&](int n) {
                 ForwardBatch b;
@@ -102,7 +104,8 @@ bool run_verify_points(CudaBenchRunner& runner, const ModelConfig& cfg, const Pr
             for (const auto& d : J["points"])
                 if (d.value("batch", -1) == B && d.value("context", -1) == L && d.contains("per_layer_us")) {
                     overhead = std::max(0.0, t1 - d["step_us"]["median"].get<double>() / 1e3);
-                    draft_ms = (d["head_us"]["median"].get<double>() + d["per_layer_us"].get<double>()) / 1e3 + overhead;
+                    draft_ms =
+                        (d["head_us"]["median"].get<double>() + d["per_layer_us"].get<double>()) / 1e3 + overhead;
                     draft_from = "head + one layer of the decode point + the served path's overhead";
                 }
             if (o.mtp_draft) {  // measured: the MTP block's graph (block, head, greedy pick) at this batch
@@ -124,16 +127,16 @@ bool run_verify_points(CudaBenchRunner& runner, const ModelConfig& cfg, const Pr
                 const StepBytesModel m = verify_bytes_model(cfg, wb, rows, B, n, L, hot);
                 const Spread sp = spread(ms[n]);
                 const double med = sp.med;
-                const double floor_ms = std::max(m.total() / (bw_gbs * 1e9),
-                                                 gemm_tflops > 0 ? m.flops / (gemm_tflops * 1e12) : 0.0) * 1e3;
+                const double floor_ms =
+                    std::max(m.total() / (bw_gbs * 1e9), gemm_tflops > 0 ? m.flops / (gemm_tflops * 1e12) : 0.0) * 1e3;
                 // Time per output token, a projection from measured steps: a verify step of n tokens plus
                 // k = n - 1 draft steps of draft_ms, over the accept length a (tokens emitted per verify
                 // step): at the published a = 2.5 (capped at n) and at a = n (every draft accepted).
                 const double a = std::min(2.5, double(n));
                 const double cycle = med + double(n - 1) * draft_ms;
                 std::printf("%6d %6d %3d %10.3f %10.3f %10.3f %8.2f %9.1f %7.1f%% %9.3f %10.3f %10.3f\n", B, L, n, med,
-                            sp.p10, sp.p90, med / t1, m.total() / 1e6,
-                            100.0 * floor_ms / med, draft_ms, n > 1 ? cycle / a : med, n > 1 ? cycle / n : med);
+                            sp.p10, sp.p90, med / t1, m.total() / 1e6, 100.0 * floor_ms / med, draft_ms,
+                            n > 1 ? cycle / a : med, n > 1 ? cycle / n : med);
                 pt["n" + std::to_string(n)] = {{"step_ms", ms[n]},
                                                {"median_ms", med},
                                                {"ratio_to_n1", med / t1},
@@ -148,23 +151,26 @@ bool run_verify_points(CudaBenchRunner& runner, const ModelConfig& cfg, const Pr
                 for (int n : ns) {
                     if (n == 1) continue;
                     auto t = runner.profile_step(batch_of(n));
-                    if (t) std::printf("op profile, verify step of %d tokens x %d sequences at %d:\n%s", n, B, L,
-                                       t->c_str());
-                    else std::printf("op profile: %s\n", t.status().message().c_str());
+                    if (t)
+                        std::printf("op profile, verify step of %d tokens x %d sequences at %d:\n%s", n, B, L,
+                                    t->c_str());
+                    else
+                        std::printf("op profile: %s\n", t.status().message().c_str());
                 }
             std::fflush(stdout);
             J["verify"].push_back(pt);
         }
     }
-    std::printf("x_n1 = step / one-token step; %%floor = max(bytes / max(copy, read), FLOPs / GEMM peak) / step, "
-                "bytes counting each sequence's KV once (a lower bound: the n tokens' windows and CSA selections "
-                "differ) and the experts B x n tokens touch; the step computes the LM head and the greedy pick for "
-                "the last token of each chunk only (a verify step needs all n: B x (n - 1) more head rows, whose "
-                "weights the step reads anyway); tpot@a = (verify step + k draft steps) / min(2.5, n), tpot@n = the "
-                "same / n (every draft accepted), a draft step = head + one layer of the decode point at the same "
-                "batch and context + the served path's overhead over a graph replay (the MTP block is one layer and "
-                "the head; a whole one-token step when decode points were not run): projections from measured "
-                "steps, not measured speculative decoding.\n");
+    std::printf(
+        "x_n1 = step / one-token step; %%floor = max(bytes / max(copy, read), FLOPs / GEMM peak) / step, "
+        "bytes counting each sequence's KV once (a lower bound: the n tokens' windows and CSA selections "
+        "differ) and the experts B x n tokens touch; the step computes the LM head and the greedy pick for "
+        "the last token of each chunk only (a verify step needs all n: B x (n - 1) more head rows, whose "
+        "weights the step reads anyway); tpot@a = (verify step + k draft steps) / min(2.5, n), tpot@n = the "
+        "same / n (every draft accepted), a draft step = head + one layer of the decode point at the same "
+        "batch and context + the served path's overhead over a graph replay (the MTP block is one layer and "
+        "the head; a whole one-token step when decode points were not run): projections from measured "
+        "steps, not measured speculative decoding.\n");
     return true;
 }
 

@@ -34,7 +34,7 @@ struct ServeOptions {
     int port = 8000;
     std::string tokenizer;    // "": the model directory's tokenizer.json, else .cache/tokenizer/tokenizer.json
     std::string served_name;  // "": the model directory's name (see default_served_name), else deepseek-v4
-    int max_running = 0;  // 0: the backend's default (set_step_budget_defaults)
+    int max_running = 0;      // 0: the backend's default (set_step_budget_defaults)
     double gpu_memory_utilization = 0.9;  // cuda with --n-pages 0: the page pool's share of each GPU
     bool no_overlap = false;              // EngineConfig::overlap off (A/B of the overlap scheduler)
     bool no_prefix_cache = false;         // SchedulerConfig::prefix_cache off
@@ -58,14 +58,14 @@ struct ServeOptions {
     std::string tuning;                // --tuning FILE | none
     std::string api_key;               // "" = the DSV4_API_KEY variable, else no key
     bool guard_health_metrics = false;
-    int speculative_tokens = 0;             // SchedulerConfig::speculative_tokens (0: off)
+    int speculative_tokens = 0;  // SchedulerConfig::speculative_tokens (0: off)
     // SchedulerConfig::speculative_max_batch. Ledger E57's projection on the 20-layer proxy at 8K:
     // k = 2 at accept length 2.5 still saves 31% per token at batch 128 (not yet a served measurement).
     int speculative_max_batch = 128;
     std::string speculative_draft = "mtp";  // RunnerOptions::speculative_draft
     double health_stall_s = 60.0;
     double drain_timeout_s = 30.0;  // SIGTERM: how long admitted requests may run on
-    HttpServerOptions http;  // host, port and io_threads are set from the fields above
+    HttpServerOptions http;         // host, port and io_threads are set from the fields above
 };
 
 // Measured on the 20-layer synthetic Flash proxy (H200, issue 22), when the CUDA runner still
@@ -89,7 +89,8 @@ void set_step_budget_defaults(ServeOptions& o) {
 
 Result<std::unique_ptr<ModelRunner>> make_runner(const ServeOptions& o) {
     if (o.model == "fake") {
-        if (o.speculative_tokens > 0) return invalid_argument("--speculative-tokens needs a model (the fake one has no MTP block)");
+        if (o.speculative_tokens > 0)
+            return invalid_argument("--speculative-tokens needs a model (the fake one has no MTP block)");
         FakeRunnerOptions fo;
         fo.step_delay_us = o.fake_step_delay_us;
         fo.token_delay_us = o.fake_token_delay_us;
@@ -206,8 +207,10 @@ int run_serve(ServeOptions o) {
     cfg.sched.speculative_tokens = o.speculative_tokens;
     cfg.sched.speculative_max_batch = o.speculative_max_batch;
     if (o.speculative_tokens > 0)
-        std::fprintf(stderr, "dsv4 serve: speculative decoding with %d %s draft tokens per verify step, up to %d "
-                     "running sequences\n", o.speculative_tokens, o.speculative_draft.c_str(), o.speculative_max_batch);
+        std::fprintf(stderr,
+                     "dsv4 serve: speculative decoding with %d %s draft tokens per verify step, up to %d "
+                     "running sequences\n",
+                     o.speculative_tokens, o.speculative_draft.c_str(), o.speculative_max_batch);
     // The built-in tiny model claims a 1M context; a demo needs far less than that.
     if ((o.model == "tiny" || o.synthetic_flash) && o.max_context == 0) cfg.max_context = 4096;
     Engine engine(std::move(runner.value()), cfg);
@@ -225,10 +228,10 @@ int run_serve(ServeOptions o) {
     }
     // Tests read this line to learn the port (with --port 0).
     std::printf("dsv4 serve: model %s (%s), context %lld, listening on http://%s:%u\n",
-                o.synthetic_flash ? ("synthetic-flash-" + std::to_string(o.layers) + "L x" + std::to_string(o.gpus) +
-                                     "gpu").c_str()
-                                  : o.model.c_str(), o.served_name.c_str(), (long long)engine.max_context(),
-                o.host.c_str(), unsigned(server.port()));
+                o.synthetic_flash
+                    ? ("synthetic-flash-" + std::to_string(o.layers) + "L x" + std::to_string(o.gpus) + "gpu").c_str()
+                    : o.model.c_str(),
+                o.served_name.c_str(), (long long)engine.max_context(), o.host.c_str(), unsigned(server.port()));
     std::fflush(stdout);
     // Until SIGTERM/SIGINT (drain, exit 0) or a lost GPU (every request failed, exit 3: restart).
     ServeLoopOptions lo;
@@ -245,8 +248,10 @@ void register_serve(CLI::App& app, CommandContext& ctx) {
     cmd->add_option("--backend", o->backend, "cpu | cuda");
     cmd->add_option("--host", o->host, "address to listen on");
     cmd->add_option("--port", o->port, "port (0 = any free port)");
-    cmd->add_option("--tokenizer", o->tokenizer, "tokenizer.json (default: the model directory's, else .cache/tokenizer/tokenizer.json)");
-    cmd->add_option("--served-model-name", o->served_name, "model name clients must use (default: the model directory's name)");
+    cmd->add_option("--tokenizer", o->tokenizer,
+                    "tokenizer.json (default: the model directory's, else .cache/tokenizer/tokenizer.json)");
+    cmd->add_option("--served-model-name", o->served_name,
+                    "model name clients must use (default: the model directory's name)");
     cmd->add_option("--max-running", o->max_running, "sequences in the running batch (0 = 512 on cuda, 64 on cpu)");
     cmd->add_option("--gpu-memory-utilization", o->gpu_memory_utilization,
                     "cuda with --n-pages 0: share of each GPU's memory for weights, workspaces and the page pool")
@@ -255,9 +260,10 @@ void register_serve(CLI::App& app, CommandContext& ctx) {
                   "compute every prompt from its first token (no reuse of cached prefix blocks)");
     cmd->add_flag("--no-overlap-schedule", o->no_overlap,
                   "launch and collect each step in turn instead of planning the next step while one runs");
-    cmd->add_option("--speculative-tokens", o->speculative_tokens,
-                    "speculative decoding: draft tokens per verify step, 1-3, from the checkpoint's MTP block (0 = off; "
-                    "cpu backend only so far; requests with logprobs or structured output decode without it)")
+    cmd->add_option(
+           "--speculative-tokens", o->speculative_tokens,
+           "speculative decoding: draft tokens per verify step, 1-3, from the checkpoint's MTP block (0 = off; "
+           "cpu backend only so far; requests with logprobs or structured output decode without it)")
         ->check(CLI::Range(0, 3));
     cmd->add_option("--speculative-max-batch", o->speculative_max_batch,
                     "speculate only in steps of at most this many running sequences (0 = always; default 128)");
@@ -265,29 +271,38 @@ void register_serve(CLI::App& app, CommandContext& ctx) {
                     "mtp (the checkpoint's MTP block) | self (the model's own greedy tokens: a test mode, no speed-up)")
         ->check(CLI::IsMember({"mtp", "self"}));
     cmd->add_option("--max-queued", o->max_queued, "waiting requests before 429");
-    cmd->add_option("--max-tokens-per-step", o->max_tokens_per_step, "token budget of one step (0 = 8192 on cuda, 512 on cpu)");
-    cmd->add_option("--max-prefill-chunk", o->max_prefill_chunk, "largest prefill chunk (0 = 4096 on cuda, 512 on cpu)");
+    cmd->add_option("--max-tokens-per-step", o->max_tokens_per_step,
+                    "token budget of one step (0 = 8192 on cuda, 512 on cpu)");
+    cmd->add_option("--max-prefill-chunk", o->max_prefill_chunk,
+                    "largest prefill chunk (0 = 4096 on cuda, 512 on cpu)");
     cmd->add_option("--max-prefill-with-decode", o->max_prefill_with_decode,
-                    "prefill tokens of a step that also decodes (bounds inter-token latency; -1 = 1024 on cuda, 0 on cpu; 0 = only the step budget)");
-    cmd->add_option("--api-key", o->api_key,
-                    "require 'Authorization: Bearer KEY' on /v1 routes and /tokenize, /detokenize (default: $DSV4_API_KEY)");
-    cmd->add_flag("--guard-health-metrics", o->guard_health_metrics, "with --api-key, also guard /health, /ready and /metrics");
+                    "prefill tokens of a step that also decodes (bounds inter-token latency; -1 = 1024 on cuda, 0 on "
+                    "cpu; 0 = only the step budget)");
+    cmd->add_option(
+        "--api-key", o->api_key,
+        "require 'Authorization: Bearer KEY' on /v1 routes and /tokenize, /detokenize (default: $DSV4_API_KEY)");
+    cmd->add_flag("--guard-health-metrics", o->guard_health_metrics,
+                  "with --api-key, also guard /health, /ready and /metrics");
     cmd->add_option("--health-stall-s", o->health_stall_s,
                     "GET /health answers 503 when requests wait and the engine made no progress this long (0 = never)");
     cmd->add_option("--drain-timeout-s", o->drain_timeout_s,
                     "on SIGTERM/SIGINT: refuse new requests and let admitted ones finish this long (default 30)");
     cmd->add_option("--max-body-bytes", o->http.max_body_bytes, "largest request body (413 beyond; default 8 MiB)");
-    cmd->add_option("--max-header-bytes", o->http.max_header_bytes, "largest request head (431 beyond; default 64 KiB)");
-    cmd->add_option("--idle-timeout-s", o->http.idle_timeout_s, "keep-alive connections idle this long are closed (default 300)")
+    cmd->add_option("--max-header-bytes", o->http.max_header_bytes,
+                    "largest request head (431 beyond; default 64 KiB)");
+    cmd->add_option("--idle-timeout-s", o->http.idle_timeout_s,
+                    "keep-alive connections idle this long are closed (default 300)")
         ->check(CLI::Range(1, 86400));
     cmd->add_option("--request-timeout-s", o->http.request_timeout_s,
                     "a request not fully received this long after its first byte closes its connection (default 60)")
         ->check(CLI::Range(1, 86400));
-    cmd->add_option("--write-timeout-s", o->http.write_timeout_s,
-                    "a client that takes none of a reply for this long is closed and its request cancelled (default 60)")
+    cmd->add_option(
+           "--write-timeout-s", o->http.write_timeout_s,
+           "a client that takes none of a reply for this long is closed and its request cancelled (default 60)")
         ->check(CLI::Range(1, 86400));
     cmd->add_option("--max-write-buffer-bytes", o->http.max_write_buffer_bytes,
-                    "reply bytes queued behind a client that reads too slowly before it is closed and its request cancelled (default 16 MiB)")
+                    "reply bytes queued behind a client that reads too slowly before it is closed and its request "
+                    "cancelled (default 16 MiB)")
         ->check(CLI::PositiveNumber);
     cmd->add_option("--max-connections", o->http.max_connections,
                     "open connections beyond this get 503 and are closed (default 4096)");

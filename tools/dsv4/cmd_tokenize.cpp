@@ -84,7 +84,8 @@ Result<std::string> render_chat_file(const std::string& path) {
     auto req = parse_chat_request(doc);
     if (!req.is_ok()) return Status(req.status().code(), fmt::format("--chat {}: {}", path, req.status().message()));
     auto prompt = render_chat(req->messages, req->options);
-    if (!prompt.is_ok()) return Status(prompt.status().code(), fmt::format("--chat {}: {}", path, prompt.status().message()));
+    if (!prompt.is_ok())
+        return Status(prompt.status().code(), fmt::format("--chat {}: {}", path, prompt.status().message()));
     return prompt;
 }
 
@@ -150,9 +151,10 @@ int run_bench(const Tokenizer& tok, const std::vector<std::string>& texts, int r
             best_cpu = std::min(best_cpu, cpu);
         }
     }
-    printf("{\"texts\": %zu, \"bytes\": %zu, \"tokens\": %zu, \"seconds\": %.6f, \"cpu_seconds\": %.6f, "
-           "\"cold_seconds\": %.6f, \"mb_per_s\": %.3f, \"tokens_per_s\": %.0f}\n",
-           texts.size(), bytes, tokens, best, best_cpu, first, bytes / best / 1e6, tokens / best);
+    printf(
+        "{\"texts\": %zu, \"bytes\": %zu, \"tokens\": %zu, \"seconds\": %.6f, \"cpu_seconds\": %.6f, "
+        "\"cold_seconds\": %.6f, \"mb_per_s\": %.3f, \"tokens_per_s\": %.0f}\n",
+        texts.size(), bytes, tokens, best, best_cpu, first, bytes / best / 1e6, tokens / best);
     return 0;
 }
 
@@ -240,7 +242,8 @@ void register_tokenize(CLI::App& app, CommandContext& ctx) {
     cmd->add_option("text", opts->text, "Text to encode (or ids to decode); stdin when omitted");
     cmd->add_option("--file", opts->jsonl, "JSONL file, one {\"text\": ...} object per line")->check(CLI::ExistingFile);
     cmd->add_option("--tokenizer", opts->tokenizer_path, "tokenizer.json to use")->check(CLI::ExistingFile);
-    cmd->add_option("--model", opts->model_dir, "Model directory containing tokenizer.json")->check(CLI::ExistingDirectory);
+    cmd->add_option("--model", opts->model_dir, "Model directory containing tokenizer.json")
+        ->check(CLI::ExistingDirectory);
     cmd->add_flag("--decode", opts->decode, "Input is token ids (JSON array or list); prints the text");
     cmd->add_flag("--skip-special", opts->skip_special, "With --decode, drop special tokens");
     cmd->add_flag("--bench", opts->bench, "Print single-threaded encode throughput over the input texts");

@@ -14,8 +14,9 @@ void register_tune(CLI::App& app, CommandContext& ctx) {
     cmd->add_option("--op", o->op, "sparse_decode | dense_gemv | moe_expert | moe_grouped | all")
         ->check(CLI::IsMember({"sparse_decode", "dense_gemv", "moe_expert", "moe_grouped", "all"}))
         ->capture_default_str();
-    cmd->add_option("--variants", o->variants,
-                    "candidates: all | default-tile (sparse_decode: the heuristic's tile, other warps/stages) | NAME,NAME")
+    cmd->add_option(
+           "--variants", o->variants,
+           "candidates: all | default-tile (sparse_decode: the heuristic's tile, other warps/stages) | NAME,NAME")
         ->capture_default_str();
     cmd->add_option("--split-kv-targets", o->split_kv_targets,
                     "sparse_decode split-KV targets (CTAs) to try with each variant; 0 = the option's")
@@ -29,7 +30,8 @@ void register_tune(CLI::App& app, CommandContext& ctx) {
         ->capture_default_str();
     cmd->add_option("--layers", o->layers, "proxy layers")->capture_default_str();
     cmd->add_option("--pairs", o->pairs, "end-to-end ABBA pairs per candidate and class (>= 2)")->capture_default_str();
-    cmd->add_option("--reps", o->reps, "graph replays per end-to-end measurement (their median)")->capture_default_str();
+    cmd->add_option("--reps", o->reps, "graph replays per end-to-end measurement (their median)")
+        ->capture_default_str();
     cmd->add_option("--warmup", o->warmup, "untimed replays before each measurement")->capture_default_str();
     cmd->add_option("--confidence", o->confidence, "1 - the family-wise error rate over the run's comparisons")
         ->capture_default_str();

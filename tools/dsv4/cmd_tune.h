@@ -18,22 +18,22 @@ struct TuneCliOptions {
     std::vector<int> batches{1, 8, 64, 256};
     std::vector<int> contexts{8192};
     int layers = 20;
-    int pairs = 8;        // end-to-end ABBA pairs per candidate and class
-    int reps = 10;        // graph replays per end-to-end measurement (their median)
+    int pairs = 8;  // end-to-end ABBA pairs per candidate and class
+    int reps = 10;  // graph replays per end-to-end measurement (their median)
     int warmup = 2;
     double confidence = 0.95;
     double max_logit_error = 0.05;  // correctness gate of ops without an fp64 op check
     double min_effect = 0.005;      // tune/tuner.h TuneOptions::min_effect
     double kernel_keep = 1.05;
     double time_budget_s = 0;
-    std::string out;        // tuning file ("": the default directory's file for this GPU and model shape)
+    std::string out;  // tuning file ("": the default directory's file for this GPU and model shape)
     std::string ledger = "tune-ledger.jsonl";
     std::string ledger_md = "tune-ledger.md";
-    std::string kv_rows;    // as proxy-bench
+    std::string kv_rows;  // as proxy-bench
     std::vector<std::string> options;
     uint64_t seed = 1;
     double reserve_gb = 3.0;
-    std::string command;    // the command line, for the ledger
+    std::string command;  // the command line, for the ledger
     // > 0: instead of tuning, calibrate (src/tune/calibrate.h): this many A/A comparisons and as many
     // against a step slowed by `slowdown`, at the first batch and context.
     int calibrate = 0;

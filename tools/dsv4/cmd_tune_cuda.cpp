@@ -39,10 +39,13 @@ using tune::ShapePoint;
 // The op's span in the step's op profile (runtime/cuda_runner_layers.cpp's marks).
 const char* profile_label(TunedOp op) {
     switch (op) {
-    case TunedOp::kSparseDecode: return "sparse_decode";
-    case TunedOp::kMoeExpert:
-    case TunedOp::kMoeGrouped: return "routed experts";
-    case TunedOp::kDenseGemv: return nullptr;  // spread over many marks: no kernel stage
+        case TunedOp::kSparseDecode:
+            return "sparse_decode";
+        case TunedOp::kMoeExpert:
+        case TunedOp::kMoeGrouped:
+            return "routed experts";
+        case TunedOp::kDenseGemv:
+            return nullptr;  // spread over many marks: no kernel stage
     }
     return nullptr;
 }
@@ -66,8 +69,8 @@ public:
     // logits by 2-4 standard deviations, every unchanged one left them bitwise equal). Other ops: the
     // logits against the heuristics', within --max-logit-error of their sd.
     Result<Correctness> correctness(const ShapePoint& p) override {
-        if (!rules_.empty() &&
-            std::all_of(rules_.begin(), rules_.end(), [](const TuningRule& r) { return r.op == TunedOp::kSparseDecode; })) {
+        if (!rules_.empty() && std::all_of(rules_.begin(), rules_.end(),
+                                           [](const TuningRule& r) { return r.op == TunedOp::kSparseDecode; })) {
             Correctness c;
             const int rows = int(std::min<int64_t>(p.context + 1, cfg_.sliding_window) +
                                  std::min<int64_t>((p.context + 1) / 4, cfg_.index_topk));
@@ -79,10 +82,11 @@ public:
                                       cuda::check_sparse_decode(kfmt_, int(cfg_.n_heads), p.batch, rows, v,
                                                                 r.split_kv_target_ctas, uint32_t(o_.seed + 17)));
                 if (k.error() >= c.error)
-                    c = {k.error(), fmt::format("sparse_decode vs fp64 ({} rows, {} split(s)): rel L2 {:.3g} (bound "
-                                                "{:.0e}), max abs {:.3g} (bound {:.0e}){}",
-                                                rows, k.splits, k.rel_l2, k.kRelL2Bound, k.max_abs, k.kMaxAbsBound,
-                                                k.nan_mismatch ? fmt::format(", {} NaN mismatches", k.nan_mismatch) : "")};
+                    c = {k.error(),
+                         fmt::format("sparse_decode vs fp64 ({} rows, {} split(s)): rel L2 {:.3g} (bound "
+                                     "{:.0e}), max abs {:.3g} (bound {:.0e}){}",
+                                     rows, k.splits, k.rel_l2, k.kRelL2Bound, k.max_abs, k.kMaxAbsBound,
+                                     k.nan_mismatch ? fmt::format(", {} NaN mismatches", k.nan_mismatch) : "")};
             }
             return c;
         }
@@ -233,39 +237,43 @@ Result<std::vector<tune::Candidate>> candidates_for(TunedOp op, const TuneCliOpt
         out.push_back(std::move(c));
     };
     switch (op) {
-    case TunedOp::kSparseDecode: {
-        int heuristic = -1;
-        for (int i = 0; i < cuda::sparse_decode_variant_count() && heuristic < 0; ++i)
-            if (cuda::sparse_decode_variant_legal(i, fmt, cfg.n_heads)) heuristic = i;
-        if (heuristic < 0) return invalid_argument("tune: no sparse_decode variant is legal for this model");
-        const cuda::KernelParams hp = cuda::sparse_decode_variant_params(heuristic);
-        for (int i = 0; i < cuda::sparse_decode_variant_count(); ++i) {
-            const std::string name = cuda::sparse_decode_variant_name(i);
-            const cuda::KernelParams p = cuda::sparse_decode_variant_params(i);
-            if (!cuda::sparse_decode_variant_legal(i, fmt, cfg.n_heads) || !wanted(name)) continue;
-            if (o.variants == "default-tile" && (p.block_t != hp.block_t || p.block_h != hp.block_h)) continue;
-            for (int t : o.split_kv_targets) {
-                if (i == heuristic && t == 0) continue;  // that is the heuristics
-                add(params_label(p) + (t > 0 ? fmt::format(", split-KV {}", t) : ""), i == heuristic ? "" : name, t);
+        case TunedOp::kSparseDecode: {
+            int heuristic = -1;
+            for (int i = 0; i < cuda::sparse_decode_variant_count() && heuristic < 0; ++i)
+                if (cuda::sparse_decode_variant_legal(i, fmt, cfg.n_heads)) heuristic = i;
+            if (heuristic < 0) return invalid_argument("tune: no sparse_decode variant is legal for this model");
+            const cuda::KernelParams hp = cuda::sparse_decode_variant_params(heuristic);
+            for (int i = 0; i < cuda::sparse_decode_variant_count(); ++i) {
+                const std::string name = cuda::sparse_decode_variant_name(i);
+                const cuda::KernelParams p = cuda::sparse_decode_variant_params(i);
+                if (!cuda::sparse_decode_variant_legal(i, fmt, cfg.n_heads) || !wanted(name)) continue;
+                if (o.variants == "default-tile" && (p.block_t != hp.block_t || p.block_h != hp.block_h)) continue;
+                for (int t : o.split_kv_targets) {
+                    if (i == heuristic && t == 0) continue;  // that is the heuristics
+                    add(params_label(p) + (t > 0 ? fmt::format(", split-KV {}", t) : ""), i == heuristic ? "" : name,
+                        t);
+                }
             }
+            break;
         }
-        break;
+        case TunedOp::kDenseGemv:
+            for (int i = 0; i < cuda::dense_gemv_variant_count(); ++i)
+                if (wanted(cuda::dense_gemv_variant_name(i)))
+                    add(cuda::dense_gemv_variant_name(i), cuda::dense_gemv_variant_name(i), 0);
+            break;
+        case TunedOp::kMoeExpert:
+            for (int i = 0; i < cuda::moe_expert_variant_count(); ++i)
+                if (wanted(cuda::moe_expert_variant_name(i)))
+                    add(cuda::moe_expert_variant_name(i), cuda::moe_expert_variant_name(i), 0);
+            break;
+        case TunedOp::kMoeGrouped:
+            for (int i = 0; i < cuda::moe_grouped_variant_count(); ++i)
+                if (wanted(cuda::moe_grouped_variant_name(i)))
+                    add(cuda::moe_grouped_variant_name(i), cuda::moe_grouped_variant_name(i), 0);
+            break;
     }
-    case TunedOp::kDenseGemv:
-        for (int i = 0; i < cuda::dense_gemv_variant_count(); ++i)
-            if (wanted(cuda::dense_gemv_variant_name(i))) add(cuda::dense_gemv_variant_name(i), cuda::dense_gemv_variant_name(i), 0);
-        break;
-    case TunedOp::kMoeExpert:
-        for (int i = 0; i < cuda::moe_expert_variant_count(); ++i)
-            if (wanted(cuda::moe_expert_variant_name(i))) add(cuda::moe_expert_variant_name(i), cuda::moe_expert_variant_name(i), 0);
-        break;
-    case TunedOp::kMoeGrouped:
-        for (int i = 0; i < cuda::moe_grouped_variant_count(); ++i)
-            if (wanted(cuda::moe_grouped_variant_name(i)))
-                add(cuda::moe_grouped_variant_name(i), cuda::moe_grouped_variant_name(i), 0);
-        break;
-    }
-    if (out.empty()) return invalid_argument("tune: no {} candidate matches --variants {}", tuned_op_name(op), o.variants);
+    if (out.empty())
+        return invalid_argument("tune: no {} candidate matches --variants {}", tuned_op_name(op), o.variants);
     return out;
 }
 
@@ -306,18 +314,23 @@ int run_tune_cmd(const TuneCliOptions& o) {
     // A forced variant would win over every candidate's rule: each would measure the forced kernel.
     for (const char* k : {"attn_variant", "gemv_variant", "moe_variant", "moe_gemm_variant"})
         if (!runtime_option_value(rt, k).empty())
-            return fail(2, fmt::format("option {} is set ({}): it would override every candidate; unset it",
-                                       k, runtime_option_value(rt, k)));
+            return fail(2, fmt::format("option {} is set ({}): it would override every candidate; unset it", k,
+                                       runtime_option_value(rt, k)));
     for (int t : o.split_kv_targets)
         if (t < 0) return fail(2, fmt::format("--split-kv-targets: {} is negative", t));
     if (!cuda_device_available()) return fail(2, "no CUDA device");
 
     std::vector<TunedOp> ops;
-    if (o.op == "all") ops = {TunedOp::kSparseDecode, TunedOp::kDenseGemv, TunedOp::kMoeExpert, TunedOp::kMoeGrouped};
-    else if (o.op == "sparse_decode") ops = {TunedOp::kSparseDecode};
-    else if (o.op == "dense_gemv") ops = {TunedOp::kDenseGemv};
-    else if (o.op == "moe_expert") ops = {TunedOp::kMoeExpert};
-    else ops = {TunedOp::kMoeGrouped};
+    if (o.op == "all")
+        ops = {TunedOp::kSparseDecode, TunedOp::kDenseGemv, TunedOp::kMoeExpert, TunedOp::kMoeGrouped};
+    else if (o.op == "sparse_decode")
+        ops = {TunedOp::kSparseDecode};
+    else if (o.op == "dense_gemv")
+        ops = {TunedOp::kDenseGemv};
+    else if (o.op == "moe_expert")
+        ops = {TunedOp::kMoeExpert};
+    else
+        ops = {TunedOp::kMoeGrouped};
 
     auto row_fmt = parse_kv_row_format(rt.kv_rows);
     if (!row_fmt) return fail(2, row_fmt.status().message());
@@ -338,9 +351,10 @@ int run_tune_cmd(const TuneCliOptions& o) {
     const double pool_budget = double(free_b) - double(proxy_weight_bytes(cfg).total()) - ws_est - o.reserve_gb * 1e9;
     const int64_t need = int64_t(max_b) * layout_r->pages_for_tokens(max_ctx + 1);
     if (double(need) * double(layout_r->page_bytes) > pool_budget)
-        return fail(2, fmt::format("batch {} at context {} needs {:.1f} GB of KV pool, {:.1f} GB free after the "
-                                   "weights: lower --batches or --contexts",
-                                   max_b, max_ctx, double(need) * double(layout_r->page_bytes) / 1e9, pool_budget / 1e9));
+        return fail(2,
+                    fmt::format("batch {} at context {} needs {:.1f} GB of KV pool, {:.1f} GB free after the "
+                                "weights: lower --batches or --contexts",
+                                max_b, max_ctx, double(need) * double(layout_r->page_bytes) / 1e9, pool_budget / 1e9));
     CudaRunnerOptions ro;
     ro.page_tokens = 64;
     ro.n_pages = need;

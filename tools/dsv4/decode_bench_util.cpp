@@ -22,7 +22,6 @@ void check_status(const Status& s, const char* what) {
     }
 }
 
-
 void fill_pattern(void* dst, size_t bytes, const std::vector<uint8_t>& pat) {
     size_t off = 0;
     while (off < bytes) {
@@ -70,7 +69,6 @@ std::vector<uint8_t> pat_fp8_rows(int rows, std::mt19937& g) {
     return v;
 }
 
-
 Timing time_graph(cudaStream_t s, int n_rot, int reps, const std::function<void(int)>& enqueue) {
     cudaGraph_t graph;
     cudaGraphExec_t exec;
@@ -104,8 +102,8 @@ Timing time_graph(cudaStream_t s, int n_rot, int reps, const std::function<void(
 
 nlohmann::json point(const Timing& t, double bytes, double copy_gbs) {
     const double gbs = bytes / (t.med_us * 1e-6) / 1e9;
-    return nlohmann::json{{"median_us", t.med_us}, {"p10_us", t.p10_us}, {"p90_us", t.p90_us}, {"bytes", bytes},
-                {"gb_s", gbs}, {"pct_copy", 100.0 * gbs / copy_gbs}};
+    return nlohmann::json{{"median_us", t.med_us}, {"p10_us", t.p10_us}, {"p90_us", t.p90_us},
+                          {"bytes", bytes},        {"gb_s", gbs},        {"pct_copy", 100.0 * gbs / copy_gbs}};
 }
 
 // ---------------------------------------------------------------- ceilings
@@ -117,7 +115,8 @@ std::pair<double, double> measure_copy(cudaStream_t s) {
     std::mt19937 g(1);
     fill_pattern(a.p, n, pat_bytes(size_t(64) << 20, g, 0, 255));
     const Timing tk = time_graph(s, 1, 20, [&](int) { BENCH_CHECK(stream_copy(b.p, a.p, n, s)); });
-    const Timing tm = time_graph(s, 1, 20, [&](int) { BENCH_CHECK(cudaMemcpyAsync(b.p, a.p, n, cudaMemcpyDeviceToDevice, s)); });
+    const Timing tm =
+        time_graph(s, 1, 20, [&](int) { BENCH_CHECK(cudaMemcpyAsync(b.p, a.p, n, cudaMemcpyDeviceToDevice, s)); });
     return {2.0 * n / (tk.med_us * 1e-6) / 1e9, 2.0 * n / (tm.med_us * 1e-6) / 1e9};
 }
 
@@ -133,8 +132,8 @@ double measure_gemm(cudaStream_t s) {
     cublasSetStream(h, s);
     const float alpha = 1, beta = 0;
     auto run = [&](int) {
-        cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.p, CUDA_R_16BF, n, b.p, CUDA_R_16BF, n, &beta,
-                     c.p, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &alpha, a.p, CUDA_R_16BF, n, b.p, CUDA_R_16BF, n, &beta, c.p,
+                     CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     };
     for (int i = 0; i < 3; ++i) run(0);
     BENCH_CHECK(cudaStreamSynchronize(s));

@@ -19,13 +19,13 @@
 
 namespace dsv4::cli::dbench {
 
-#define BENCH_CHECK(x)                                                                       \
-    do {                                                                                     \
-        cudaError_t e_ = (x);                                                                \
-        if (e_ != cudaSuccess) {                                                             \
+#define BENCH_CHECK(x)                                                                              \
+    do {                                                                                            \
+        cudaError_t e_ = (x);                                                                       \
+        if (e_ != cudaSuccess) {                                                                    \
             std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            std::exit(3);                                                                    \
-        }                                                                                    \
+            std::exit(3);                                                                           \
+        }                                                                                           \
     } while (0)
 
 // Exits with what failed when s is an error.
@@ -42,7 +42,9 @@ struct Buf {
     Buf(Buf&& o) noexcept : p(o.p), bytes(o.bytes) { o.p = nullptr; }
     Buf(const Buf&) = delete;
     template <typename T>
-    T* as() const { return static_cast<T*>(p); }
+    T* as() const {
+        return static_cast<T*>(p);
+    }
 };
 
 // Fills `bytes` of device memory by repeating a host pattern (random, valid values).

@@ -18,7 +18,8 @@ void add_runtime_option_flag(CLI::App* cmd, std::vector<std::string>* settings, 
         ->allow_extra_args(false);
     if (tuning)
         cmd->add_option("--tuning", *tuning,
-                        "tuning file (docs/tuning.md): kernel variants per op and shape class, with the measurements that chose them; "
+                        "tuning file (docs/tuning.md): kernel variants per op and shape class, with the measurements "
+                        "that chose them; "
                         "default: the newest file for this GPU and model shape in $DSV4_TUNING_DIR or "
                         "~/.config/dsv4/tuning; 'none': no file (the heuristics)");
 }
@@ -30,9 +31,10 @@ Result<RuntimeOptions> resolve_runtime_options(const std::vector<std::string>& s
         DSV4_ASSIGN_OR_RETURN(const ModelConfig cfg, runner_model_config(*runner));
         const TuningKey here = this_machine_tuning_key(cfg);
         // The tuning directories are start-up configuration, read here with the other variables.
-        DSV4_ASSIGN_OR_RETURN(TuningChoice choice,
-                              choose_tuning_file(tuning, here, tuning_search_dirs([](const char* k) { return std::getenv(k); }),
-                                                 build_git_sha()));
+        DSV4_ASSIGN_OR_RETURN(
+            TuningChoice choice,
+            choose_tuning_file(tuning, here, tuning_search_dirs([](const char* k) { return std::getenv(k); }),
+                               build_git_sha()));
         if (print)
             for (const std::string& line : choice.log) std::fprintf(stderr, "%s\n", line.c_str());
         file = std::move(choice.file);

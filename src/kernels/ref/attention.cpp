@@ -6,8 +6,8 @@
 
 namespace dsv4::ref {
 
-void sink_attention(const float* q, const float* const* rows, int64_t n_rows, const float* sink,
-                    int H, int D, float scale, float* out) {
+void sink_attention(const float* q, const float* const* rows, int64_t n_rows, const float* sink, int H, int D,
+                    float scale, float* out) {
     std::vector<float> z(static_cast<size_t>(n_rows));
     for (int h = 0; h < H; ++h) {
         const float* qh = q + int64_t(h) * D;

@@ -9,7 +9,7 @@ namespace dsv4::ref {
 
 // q [H, D]; rows: n_rows pointers to K=V rows [D]; sink [H] f32; out [H, D].
 // With n_rows == 0 the output is zeros (the sink absorbs all mass), never NaN (B04).
-void sink_attention(const float* q, const float* const* rows, int64_t n_rows, const float* sink,
-                    int H, int D, float scale, float* out);
+void sink_attention(const float* q, const float* const* rows, int64_t n_rows, const float* sink, int H, int D,
+                    float scale, float* out);
 
 }  // namespace dsv4::ref

@@ -9,15 +9,13 @@
 
 namespace dsv4::ref {
 
-void linear(const float* x, const float* w, float* y, int64_t T, int64_t N, int64_t K,
-            bool accumulate) {
+void linear(const float* x, const float* w, float* y, int64_t T, int64_t N, int64_t K, bool accumulate) {
     if (T == 0 || N == 0) return;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(T), int(N), int(K), 1.0f, x, int(K),
-                w, int(K), accumulate ? 1.0f : 0.0f, y, int(N));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(T), int(N), int(K), 1.0f, x, int(K), w, int(K),
+                accumulate ? 1.0f : 0.0f, y, int(N));
 }
 
-void rms_norm(const float* x, const float* weight, float* y, int64_t rows, int64_t n, float eps,
-              int64_t x_stride) {
+void rms_norm(const float* x, const float* weight, float* y, int64_t rows, int64_t n, float eps, int64_t x_stride) {
     if (x_stride < 0) x_stride = n;
     for (int64_t r = 0; r < rows; ++r) {
         const float* xr = x + r * x_stride;
@@ -39,24 +37,22 @@ void rms_norm_unweighted(float* x, int64_t rows, int64_t n, float eps) {
     }
 }
 
-RopeTable make_rope_table(double base, int rope_dim, bool yarn, double factor,
-                          double original_max_position, double beta_fast, double beta_slow) {
+RopeTable make_rope_table(double base, int rope_dim, bool yarn, double factor, double original_max_position,
+                          double beta_fast, double beta_slow) {
     RopeTable t;
     t.rope_dim = rope_dim;
     const int half = rope_dim / 2;
     t.inv_freq.resize(half);
     // f_i = base^(-2i/R), computed in f32 like the reference implementations.
     std::vector<float> f(half);
-    for (int i = 0; i < half; ++i)
-        f[i] = float(1.0 / std::pow(base, double(2 * i) / double(rope_dim)));
+    for (int i = 0; i < half; ++i) f[i] = float(1.0 / std::pow(base, double(2 * i) / double(rope_dim)));
     if (!yarn) {
         t.inv_freq = f;
         return t;
     }
     // YaRN frequency interpolation without magnitude scaling (spec §2.4, gotcha 21).
     auto correction_dim = [&](double n_rot) {
-        return double(rope_dim) * std::log(original_max_position / (n_rot * 2.0 * M_PI)) /
-               (2.0 * std::log(base));
+        return double(rope_dim) * std::log(original_max_position / (n_rot * 2.0 * M_PI)) / (2.0 * std::log(base));
     };
     double low = std::floor(correction_dim(beta_fast));
     double high = std::ceil(correction_dim(beta_slow));

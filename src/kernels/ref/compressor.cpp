@@ -13,8 +13,8 @@ void compressor_reset(const CompressorShape& s, float* kv_state, float* gate_sta
     std::fill(gate_state, gate_state + n, -std::numeric_limits<float>::infinity());
 }
 
-bool compressor_push(const CompressorShape& s, float* kv_state, float* gate_state, const float* kv,
-                     const float* gate, int64_t pos, float* entry) {
+bool compressor_push(const CompressorShape& s, float* kv_state, float* gate_state, const float* kv, const float* gate,
+                     int64_t pos, float* entry) {
     const int r = s.ratio, c = s.dim;
     const int64_t width = s.state_width();
     const int64_t row = (s.overlap ? r : 0) + pos % r;

@@ -13,8 +13,8 @@
 namespace dsv4::ref {
 
 struct CompressorShape {
-    int ratio = 0;    // r
-    int dim = 0;      // c
+    int ratio = 0;  // r
+    int dim = 0;    // c
     bool overlap = false;
     int kappa() const { return overlap ? 2 : 1; }
     int64_t state_rows() const { return int64_t(kappa()) * ratio; }
@@ -27,7 +27,7 @@ void compressor_reset(const CompressorShape& s, float* kv_state, float* gate_sta
 // Stores token `pos`'s projected kv[kappa*c] and gate[kappa*c] (ape already added). If pos closes a
 // window ((pos+1) % r == 0), writes the pooled entry (before norm/RoPE) to entry[c] and returns
 // true. CSA then shifts the current window into the previous-window rows.
-bool compressor_push(const CompressorShape& s, float* kv_state, float* gate_state, const float* kv,
-                     const float* gate, int64_t pos, float* entry);
+bool compressor_push(const CompressorShape& s, float* kv_state, float* gate_state, const float* kv, const float* gate,
+                     int64_t pos, float* entry);
 
 }  // namespace dsv4::ref

@@ -11,8 +11,7 @@ namespace dsv4::ref {
 
 namespace {
 // m[rows] = rho * (fn[rows, n*d] . x), rho = 1/sqrt(mean(x^2) + eps).
-void mixing_logits(const float* x, const float* fn, int rows, int64_t width, float rms_eps,
-                   float* m) {
+void mixing_logits(const float* x, const float* fn, int rows, int64_t width, float rms_eps, float* m) {
     double ss = 0.0;
     for (int64_t i = 0; i < width; ++i) ss += double(x[i]) * x[i];
     const float rho = 1.0f / std::sqrt(float(ss / double(width)) + rms_eps);
@@ -85,8 +84,8 @@ void mhc_expand(float* x, const float* y, const MhcCoeffs& c, int n, int d) {
     std::copy(out.begin(), out.end(), x);
 }
 
-void mhc_head(const float* x, const float* fn, const float* base, const float* scale, int n, int d,
-              float hc_eps, float rms_eps, float* h) {
+void mhc_head(const float* x, const float* fn, const float* base, const float* scale, int n, int d, float hc_eps,
+              float rms_eps, float* h) {
     float m[8];
     mixing_logits(x, fn, n, int64_t(n) * d, rms_eps, m);
     float pre[8];

@@ -20,9 +20,9 @@ struct MhcParams {
 
 // Per-token mixing coefficients.
 struct MhcCoeffs {
-    float pre[8];        // [n]
-    float post[8];       // [n]
-    float comb[64];      // [n, n] row-major, C[j][k]
+    float pre[8];    // [n]
+    float post[8];   // [n]
+    float comb[64];  // [n, n] row-major, C[j][k]
 };
 
 // Computes pre/post/comb for one token's streams x[n*d] (stream-major). Spec §2.2 steps 1-5.
@@ -34,7 +34,7 @@ void mhc_expand(float* x, const float* y, const MhcCoeffs& c, int n, int d);
 
 // Final head collapse (no Sinkhorn, no post): h[d] = sum_j (sigmoid(m_j*scale + base_j) + eps) x_j.
 // fn [n, n*d], base [n], scale [1].
-void mhc_head(const float* x, const float* fn, const float* base, const float* scale, int n, int d,
-              float hc_eps, float rms_eps, float* h);
+void mhc_head(const float* x, const float* fn, const float* base, const float* scale, int n, int d, float hc_eps,
+              float rms_eps, float* h);
 
 }  // namespace dsv4::ref

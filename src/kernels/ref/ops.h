@@ -10,13 +10,11 @@
 namespace dsv4::ref {
 
 // y[T, N] = x[T, K] * W[N, K]^T (+ y if accumulate). W is [out, in] as in the checkpoint.
-void linear(const float* x, const float* w, float* y, int64_t T, int64_t N, int64_t K,
-            bool accumulate = false);
+void linear(const float* x, const float* w, float* y, int64_t T, int64_t N, int64_t K, bool accumulate = false);
 
 // Weighted RMSNorm over rows of width n: y = x * rsqrt(mean(x^2) + eps) * weight (spec §2.0).
 // `x_stride` lets callers normalise a strided slice (B10); y is contiguous [rows, n].
-void rms_norm(const float* x, const float* weight, float* y, int64_t rows, int64_t n, float eps,
-              int64_t x_stride = -1);
+void rms_norm(const float* x, const float* weight, float* y, int64_t rows, int64_t n, float eps, int64_t x_stride = -1);
 // Unweighted RMSNorm in place on rows of width n (the per-head q norm, spec §2.4).
 void rms_norm_unweighted(float* x, int64_t rows, int64_t n, float eps);
 
@@ -25,8 +23,8 @@ struct RopeTable {
     std::vector<float> inv_freq;
     int rope_dim = 0;
 };
-RopeTable make_rope_table(double base, int rope_dim, bool yarn, double factor,
-                          double original_max_position, double beta_fast, double beta_slow);
+RopeTable make_rope_table(double base, int rope_dim, bool yarn, double factor, double original_max_position,
+                          double beta_fast, double beta_slow);
 // Rotates interleaved pairs (2i, 2i+1) of the trailing R dims of v[dim] at position pos.
 // inverse==true rotates by -angle (the inverse RoPE on the attention output).
 void apply_rope(float* v, int dim, const RopeTable& t, int64_t pos, bool inverse = false);

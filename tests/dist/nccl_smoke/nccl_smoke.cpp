@@ -63,8 +63,9 @@ void run_rank(const NcclId& id, int rank, int n) {
         return;
     }
     Communicator& c = **made;
-    report(rank, "init", true, fmt::format("(NCCL {}, NCCL_NVLS_ENABLE={})", nccl_version_string(),
-                                           std::getenv("NCCL_NVLS_ENABLE") ? std::getenv("NCCL_NVLS_ENABLE") : "unset"));
+    report(rank, "init", true,
+           fmt::format("(NCCL {}, NCCL_NVLS_ENABLE={})", nccl_version_string(),
+                       std::getenv("NCCL_NVLS_ENABLE") ? std::getenv("NCCL_NVLS_ENABLE") : "unset"));
     // all-reduce f32: rank r holds r + 1 + i / 4.
     {
         const int64_t cnt = 1 << 16;

@@ -26,7 +26,8 @@ struct PlanOnDevice {
     int32_t *d_begin = nullptr, *d_n = nullptr;
     int64_t* d_start = nullptr;
     int T = 0;
-    PlanOnDevice(const std::vector<int32_t>& counts, const std::vector<int64_t>& starts) : n_tok(counts), start_pos(starts) {
+    PlanOnDevice(const std::vector<int32_t>& counts, const std::vector<int64_t>& starts)
+        : n_tok(counts), start_pos(starts) {
         for (int32_t c : counts) {
             tok_begin.push_back(T);
             T += c;

@@ -128,11 +128,13 @@ TEST(CudaOpsPaged, SplitKvAttentionEveryVariant) {
         for (int s = 0; s < w.B; ++s) {
             const int64_t p = w.pos[s], n_c = (p + 1) / World::r;
             std::vector<const float*> rows;
-            for (int64_t t = std::max<int64_t>(0, p - World::W + 1); t <= p; ++t) rows.push_back(&w.ring[s][(t % World::W) * D]);
+            for (int64_t t = std::max<int64_t>(0, p - World::W + 1); t <= p; ++t)
+                rows.push_back(&w.ring[s][(t % World::W) * D]);
             if (!csa)
                 for (int64_t c = 0; c < n_c; ++c) rows.push_back(&w.comp[s][c * D]);
             else
-                for (int i = 0; i < n_sel[s]; ++i) rows.push_back(&w.comp[s][size_t(sel[size_t(s) * World::topk + i]) * D]);
+                for (int i = 0; i < n_sel[s]; ++i)
+                    rows.push_back(&w.comp[s][size_t(sel[size_t(s) * World::topk + i]) * D]);
             float* o = &want[size_t(s) * H * D];
             ref::sink_attention(&q[size_t(s) * H * D], rows.data(), int64_t(rows.size()), sink.data(), H, D,
                                 1.0f / std::sqrt(float(D)), o);
@@ -157,9 +159,12 @@ TEST(CudaOpsPaged, SplitKvAttentionEveryVariant) {
             }
         }
     }
-    std::printf("[op attention split-KV] %zu variants x splits {1,3,target} x {HCA,CSA}, B=5 (p 0,3,17,70,200): max |err| %.3g\n",
-                cuda::attn_variants().size(), worst);
-    cudaFree(dq), cudaFree(dsink), cudaFree(dfreq), cudaFree(dsel), cudaFree(dnsel), cudaFree(acc), cudaFree(ml), cudaFree(out);
+    std::printf(
+        "[op attention split-KV] %zu variants x splits {1,3,target} x {HCA,CSA}, B=5 (p 0,3,17,70,200): max |err| "
+        "%.3g\n",
+        cuda::attn_variants().size(), worst);
+    cudaFree(dq), cudaFree(dsink), cudaFree(dfreq), cudaFree(dsel), cudaFree(dnsel), cudaFree(acc), cudaFree(ml),
+        cudaFree(out);
 }
 
 TEST(CudaOpsPaged, IndexerTopkExactWithTies) {
@@ -226,7 +231,8 @@ void check_mhc(int d, int T = 5) {
     const auto y = rv(size_t(T) * d, 1.f), norm = rv(d, 1.f), hfn = rv(size_t(n) * n * d, 0.05f), hbase = rv(n, 0.5f);
     const std::vector<float> scale = {0.7f, 1.1f, 0.9f}, hscale = {0.8f};
     float *dX = dev(X), *dfn = dev(fn), *dbase = dev(base), *dscale = dev(scale), *dnorm = dev(norm), *dy = dev(y);
-    float *dhfn = dev(hfn), *dhbase = dev(hbase), *dhscale = dev(hscale), *coeffs = nullptr, *xn = nullptr, *hn = nullptr;
+    float *dhfn = dev(hfn), *dhbase = dev(hbase), *dhscale = dev(hscale), *coeffs = nullptr, *xn = nullptr,
+          *hn = nullptr;
     ASSERT_EQ(cudaMalloc(&coeffs, sizeof(float) * T * 24), cudaSuccess);
     ASSERT_EQ(cudaMalloc(&xn, sizeof(float) * T * d), cudaSuccess);
     std::vector<int32_t> rows = {4, 0, 2};
@@ -245,10 +251,14 @@ void check_mhc(int d, int T = 5) {
     ASSERT_EQ(cudaMalloc(&dmix, sizeof(double) * 64 * T * (mix + 1)), cudaSuccess);
     int32_t* drows = dev(rows);
     for (int use_ws = 0; use_ws < 6; ++use_ws) {
-        static const char* const kForms[] = {"one CTA per token", "mix workspace", "chunked mix workspace",
-                                             "3 wide chunks", "43 chunk rows per token", "64 chunk rows per token"};
+        static const char* const kForms[] = {"one CTA per token", "mix workspace",           "chunked mix workspace",
+                                             "3 wide chunks",     "43 chunk rows per token", "64 chunk rows per token"};
         SCOPED_TRACE(kForms[use_ws]);
-        const int64_t ws_rows = use_ws == 2 ? 32 * T : use_ws == 3 ? 3 * T : use_ws == 4 ? 43 * T : use_ws == 5 ? 64 * T : T;
+        const int64_t ws_rows = use_ws == 2   ? 32 * T
+                                : use_ws == 3 ? 3 * T
+                                : use_ws == 4 ? 43 * T
+                                : use_ws == 5 ? 64 * T
+                                              : T;
         ASSERT_EQ(cudaMemcpy(dX, X.data(), sizeof(float) * X.size(), cudaMemcpyHostToDevice), cudaSuccess);
         const cuda::MhcArgs a{dfn, dbase, dscale, dnorm, n, d, 20, 1e-6f, 1e-6f, use_ws ? dmix : nullptr, ws_rows};
         // Chunks of 256 elements up to 8 tokens, 512 above; from 1024 tokens 256, 512 from 2048 and
@@ -286,12 +296,17 @@ void check_mhc(int d, int T = 5) {
         for (size_t i = 0; i < X.size(); ++i) e_post = std::max(e_post, double(std::fabs(Xc[i] - gX[i])));
         for (int r = 0; r < R; ++r) {
             std::vector<float> h(d), want(d);
-            ref::mhc_head(&Xc[size_t(rows[r]) * n * d], hfn.data(), hbase.data(), hscale.data(), n, d, 1e-6f, 1e-6f, h.data());
+            ref::mhc_head(&Xc[size_t(rows[r]) * n * d], hfn.data(), hbase.data(), hscale.data(), n, d, 1e-6f, 1e-6f,
+                          h.data());
             ref::rms_norm(h.data(), norm.data(), want.data(), 1, d, 1e-6f);
             for (int i = 0; i < d; ++i) e_head = std::max(e_head, double(std::fabs(want[i] - ghn[size_t(r) * d + i])));
         }
         std::printf("[op mhc d=%d T=%d%s] pre+norm max |err| %.3g, post %.3g, head+norm %.3g\n", d, T,
-                    use_ws == 1 ? " mix-ws" : use_ws == 2 ? " mix-ws chunked" : use_ws == 3 ? " mix-ws 3 chunks" : "", e_pre, e_post, e_head);
+                    use_ws == 1   ? " mix-ws"
+                    : use_ws == 2 ? " mix-ws chunked"
+                    : use_ws == 3 ? " mix-ws 3 chunks"
+                                  : "",
+                    e_pre, e_post, e_head);
         EXPECT_LT(e_pre, 1e-4);
         EXPECT_LT(e_post, 1e-4);
         EXPECT_LT(e_head, 1e-4);
@@ -370,7 +385,8 @@ TEST(CudaOps, MhcCollapseFormsBitIdentical) {
     const std::vector<float> scale = {0.7f, 1.1f, 0.9f};
     std::vector<float> Xpad(X.size() + 1);
     std::copy(X.begin(), X.end(), Xpad.begin() + 1);
-    float *dX = dev(X), *dXpad = dev(Xpad), *dfn = dev(fn), *dbase = dev(base), *dscale = dev(scale), *dnorm = dev(norm);
+    float *dX = dev(X), *dXpad = dev(Xpad), *dfn = dev(fn), *dbase = dev(base), *dscale = dev(scale),
+          *dnorm = dev(norm);
     float *coeffs = nullptr, *xn = nullptr;
     ASSERT_EQ(cudaMalloc(&coeffs, sizeof(float) * T * 24), cudaSuccess);
     ASSERT_EQ(cudaMalloc(&xn, sizeof(float) * T * d), cudaSuccess);
@@ -381,8 +397,8 @@ TEST(CudaOps, MhcCollapseFormsBitIdentical) {
         EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
         return std::make_pair(host(coeffs, size_t(t) * 24), host(xn, size_t(t) * d));
     };
-    const auto [c_pre, x_pre] = run(dX, T);        // prefetched
-    const auto [c_stg, x_stg] = run(dX, Ts);       // staged
+    const auto [c_pre, x_pre] = run(dX, T);         // prefetched
+    const auto [c_stg, x_stg] = run(dX, Ts);        // staged
     const auto [c_glb, x_glb] = run(dXpad + 1, T);  // global loads
     auto same = [](const std::vector<float>& p, const std::vector<float>& q, size_t cnt) {
         return std::memcmp(p.data(), q.data(), cnt * sizeof(float)) == 0;
@@ -396,9 +412,9 @@ TEST(CudaOps, MhcCollapseFormsBitIdentical) {
 
 TEST(CudaOps, MhcPrePostHead) {
     SKIP_WITHOUT_GPU();
-    check_mhc(96);    // x and the norm weight staged in shared memory
-    check_mhc(1000);  // staged, 16 mixing chunks
-    check_mhc(98);    // d % 4 != 0: read from global memory
+    check_mhc(96);        // x and the norm weight staged in shared memory
+    check_mhc(1000);      // staged, 16 mixing chunks
+    check_mhc(98);        // d % 4 != 0: read from global memory
     check_mhc(1000, 19);  // 8 chunks of 500 as token groups (16 + 3 tokens); 3 wide chunks: per-token form
     check_mhc(4096, 40);  // the Flash width: 32 chunks of 512, 3 token groups
     // Prefill-sized, FP64 tensor cores (5 token tiles, 76 tokens in the last): 64 chunks of 256 wanted;

@@ -141,9 +141,10 @@ void expect_batched_equals_loop(const ModelConfig& cfg, const char* rows, const 
             }
             differing[v] += !same;
         }
-    std::printf("[batched prefill] %s rows, %d heads, window %d: %zu logit rows; rows differing from the token loop: "
-                "block 7 %zu, block 256 %zu (max |diff| %.3g, logit scale %.3g)\n",
-                rows, cfg.n_heads, cfg.sliding_window, out[0].size(), differing[1], differing[2], worst, scale);
+    std::printf(
+        "[batched prefill] %s rows, %d heads, window %d: %zu logit rows; rows differing from the token loop: "
+        "block 7 %zu, block 256 %zu (max |diff| %.3g, logit scale %.3g)\n",
+        rows, cfg.n_heads, cfg.sliding_window, out[0].size(), differing[1], differing[2], worst, scale);
     EXPECT_EQ(differing[1], 0u);
     EXPECT_EQ(differing[2], 0u);
     EXPECT_GT(scale, 0.0);
@@ -152,9 +153,10 @@ void expect_batched_equals_loop(const ModelConfig& cfg, const char* rows, const 
     ASSERT_EQ(out[3].size(), out[0].size());
     for (size_t i = 0; i < out[0].size(); ++i) ASSERT_EQ(out[3][i].size(), out[0][i].size());
     const Deviation d3 = deviation(out[3], out[0], out[0]);
-    std::printf("[batched prefill] %s rows, wgmma prefill attention: %zu rows differ from the token loop, max |diff| %.3g "
-                "(%.3g of the logit scale), greedy token differs in %zu rows\n",
-                rows, d3.differing, d3.worst, d3.worst / scale, d3.argmax_diff);
+    std::printf(
+        "[batched prefill] %s rows, wgmma prefill attention: %zu rows differ from the token loop, max |diff| %.3g "
+        "(%.3g of the logit scale), greedy token differs in %zu rows\n",
+        rows, d3.differing, d3.worst, d3.worst / scale, d3.argmax_diff);
     if (std::string(rows) == "fp8") {
         EXPECT_LT(d3.worst, 0.03 * scale);
         EXPECT_LE(d3.argmax_diff * 20, out[0].size());
@@ -165,9 +167,10 @@ void expect_batched_equals_loop(const ModelConfig& cfg, const char* rows, const 
     // bits only where a step's q projection runs as the cuBLAS GEMM on the bf16 route.
     ASSERT_EQ(out[4].size(), out[0].size());
     const Deviation d4 = deviation(out[4], out[0], out[3]);
-    std::printf("[batched prefill] %s rows, + prefill_q_bf16: %zu rows differ from runner 3, max |diff| to the token "
-                "loop %.3g (%.3g of the logit scale), greedy token differs in %zu rows\n",
-                rows, d4.differing, d4.worst, d4.worst / scale, d4.argmax_diff);
+    std::printf(
+        "[batched prefill] %s rows, + prefill_q_bf16: %zu rows differ from runner 3, max |diff| to the token "
+        "loop %.3g (%.3g of the logit scale), greedy token differs in %zu rows\n",
+        rows, d4.differing, d4.worst, d4.worst / scale, d4.argmax_diff);
     if (std::string(rows) == "fp8") {
         EXPECT_LT(d4.worst, 0.03 * scale);
         EXPECT_LE(d4.argmax_diff * 20, out[0].size());
@@ -195,8 +198,7 @@ TEST(CudaBatchedPrefill, BitIdenticalToTheTokenLoopFlashGeometry) {
     // is checked on FP8 weights by CudaProxy.FastPrefillPathsMatchTheTokenLoop).
     // seq 0 reaches 2,400 positions (600 compressed CSA rows: the top-512 selects; 18 HCA rows) in
     // chunks of 1, 700, 1,699; seq 1 decodes beside it; seq 2 runs 130 + 129 (past the window).
-    const auto script =
-        script_for(cfg.vocab_size, {{1, 700, 1699, 0}, {5, 1, 1, 1}, {0, 130, 129, 1}}, 6);
+    const auto script = script_for(cfg.vocab_size, {{1, 700, 1699, 0}, {5, 1, 1, 1}, {0, 130, 129, 1}}, 6);
     expect_batched_equals_loop(cfg, "fp8", script, 2560, 2048);
 }
 

@@ -76,7 +76,8 @@ std::vector<std::vector<float>> run(ModelRunner& r, const ModelConfig& cfg, int 
     std::mt19937 g(3);
     std::vector<std::vector<int32_t>> prompts(2);
     for (int s = 0; s < 2; ++s)
-        for (int i = 0; i < (s == 0 ? 300 : 170); ++i) prompts[size_t(s)].push_back(int32_t(g() % uint32_t(cfg.vocab_size)));
+        for (int i = 0; i < (s == 0 ? 300 : 170); ++i)
+            prompts[size_t(s)].push_back(int32_t(g() % uint32_t(cfg.vocab_size)));
     std::vector<Seq> seqs(2);
     const int64_t per = r.kv_layout().pages_for_tokens(300 + n_decode + 1);
     for (int s = 0; s < 2; ++s) {

@@ -91,8 +91,10 @@ TEST(CudaEngine, GreedyOutputsMatchCpuEngine) {
     const auto b = serve(**cpu, prompts);
     int same = 0;
     for (size_t i = 0; i < a.size(); ++i) same += a[i] == b[i];
-    std::printf("[engine cuda] %zu requests through EngineCore (chunked prefill, shuffled pages): %d/%zu greedy outputs identical to the CPU engine\n",
-                a.size(), same, a.size());
+    std::printf(
+        "[engine cuda] %zu requests through EngineCore (chunked prefill, shuffled pages): %d/%zu greedy outputs "
+        "identical to the CPU engine\n",
+        a.size(), same, a.size());
     EXPECT_EQ(a, b);
 }
 
@@ -170,8 +172,10 @@ TEST(CudaEngine, OverlappedStepsGiveTheSameOutputs) {
     EXPECT_EQ(on, off);
     EXPECT_EQ(n_off, 0);
     EXPECT_GT(n_on, 10) << "the CUDA runner's steps never overlapped";
-    std::printf("[engine cuda] overlapped scheduling: %lld steps launched while one ran; %zu outputs identical "
-                "with overlap on and off\n", (long long)n_on, on.size());
+    std::printf(
+        "[engine cuda] overlapped scheduling: %lld steps launched while one ran; %zu outputs identical "
+        "with overlap on and off\n",
+        (long long)n_on, on.size());
 }
 
 // The page pool sized from the GPU's memory: what is left of the fraction after the weights and
@@ -260,8 +264,10 @@ TEST(CudaEngine, PrefixCacheGreedyIdentical) {
     EXPECT_EQ(on2, off);
     EXPECT_EQ(h_off, 0);
     EXPECT_GT(h_on, 128 * 8);
-    std::printf("[engine cuda] prefix cache: %zu requests greedy identical with and without it; %lld prompt tokens "
-                "resumed (one at a time), %lld (all at once)\n", prompts.size(), (long long)h_on, (long long)h_on2);
+    std::printf(
+        "[engine cuda] prefix cache: %zu requests greedy identical with and without it; %lld prompt tokens "
+        "resumed (one at a time), %lld (all at once)\n",
+        prompts.size(), (long long)h_on, (long long)h_on2);
 }
 
 }  // namespace
@@ -348,8 +354,10 @@ TEST(CudaEngine, PrefixCacheFastAttentionLogitsClose) {
             ++n;
         }
     }
-    std::printf("[engine cuda] prefix cache, fast attention: %zu logits rows, %zu bitwise equal, max |diff| %.3g "
-                "(logit scale %.3g); %lld prompt tokens resumed\n", n, bitwise, worst, scale, (long long)hits);
+    std::printf(
+        "[engine cuda] prefix cache, fast attention: %zu logits rows, %zu bitwise equal, max |diff| %.3g "
+        "(logit scale %.3g); %lld prompt tokens resumed\n",
+        n, bitwise, worst, scale, (long long)hits);
     EXPECT_GT(scale, 0.0);
     EXPECT_LE(worst, 8e-3 * scale);  // bf16: 8 bits of mantissa
 }

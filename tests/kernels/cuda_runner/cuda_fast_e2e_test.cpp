@@ -133,14 +133,14 @@ int32_t argmax(const std::vector<float>& v) { return int32_t(std::max_element(v.
 struct PairRun {
     double worst = 0, scale = 0;
     int mismatch = 0, steps = 0;
-    double min_gap = 1e30;          // smallest CPU top-1/top-2 gap seen
-    double max_mismatch_gap = 0;    // largest CPU top-2 gap among greedy mismatches
-    std::string per_step;           // max |logit diff| of each step
+    double min_gap = 1e30;        // smallest CPU top-1/top-2 gap seen
+    double max_mismatch_gap = 0;  // largest CPU top-2 gap among greedy mismatches
+    std::string per_step;         // max |logit diff| of each step
 };
 
 // Prefill `prompt` in `chunks`, then `n_decode` greedy steps (CPU's tokens fed to both).
 PairRun run_pair(ModelRunner& gpu, ModelRunner& cpu, const std::vector<int32_t>& prompt, const std::vector<int>& chunks,
-             int n_decode) {
+                 int n_decode) {
     PairRun r;
     const int64_t total = int64_t(prompt.size()) + n_decode;
     std::vector<int32_t> tg, tc;
@@ -266,11 +266,12 @@ TEST_P(CudaFastRunner, MidModelFastKernelsMatchCpuReference) {
         ASSERT_TRUE(cpu_run.is_ok());
         const PairRun r = run_pair(**gpu, **cpu_run, prompt, chunks, n_decode);
         const char* path = pass == 0 ? "fast         " : pass == 1 ? "fast, bf16 x " : "correct-first";
-        std::printf("[runner fast mid] %s %s kernels: %d steps (prefill %zu chunks + %d decode), max |logit diff| vs CPU "
-                    "%.3g (max |logit| %.3g), greedy mismatches %d (largest CPU top-2 gap among them %.3g), smallest "
-                    "CPU top-2 gap %.3g\n[runner fast mid] %s %s per-step max |logit diff|: %s\n",
-                    tag, path, r.steps, chunks.size(), n_decode, r.worst, r.scale, r.mismatch, r.max_mismatch_gap,
-                    r.min_gap, tag, path, r.per_step.c_str());
+        std::printf(
+            "[runner fast mid] %s %s kernels: %d steps (prefill %zu chunks + %d decode), max |logit diff| vs CPU "
+            "%.3g (max |logit| %.3g), greedy mismatches %d (largest CPU top-2 gap among them %.3g), smallest "
+            "CPU top-2 gap %.3g\n[runner fast mid] %s %s per-step max |logit diff|: %s\n",
+            tag, path, r.steps, chunks.size(), n_decode, r.worst, r.scale, r.mismatch, r.max_mismatch_gap, r.min_gap,
+            tag, path, r.per_step.c_str());
         EXPECT_EQ(r.steps, int(chunks.size()) + n_decode);
         if (flip_free && pass != 1)
             std::printf("[runner fast mid] %s kernels: decode step (batch 1, graphs) %.3f ms\n", path,

@@ -37,7 +37,9 @@ template <class T>
 struct Dev {
     T* p = nullptr;
     size_t n = 0;
-    explicit Dev(size_t count) : n(count) { EXPECT_EQ(cudaMalloc(&p, sizeof(T) * std::max<size_t>(n, 1)), cudaSuccess); }
+    explicit Dev(size_t count) : n(count) {
+        EXPECT_EQ(cudaMalloc(&p, sizeof(T) * std::max<size_t>(n, 1)), cudaSuccess);
+    }
     explicit Dev(const std::vector<T>& v) : Dev(v.size()) {
         EXPECT_EQ(cudaMemcpy(p, v.data(), sizeof(T) * n, cudaMemcpyHostToDevice), cudaSuccess);
     }
@@ -114,14 +116,21 @@ RefDot ref_dot(const LinearCase& c, const QMat& q, const std::vector<float>& x, 
 TEST(CudaFastOps, LinearDispatchMatchesFp64AndCorrectFirst) {
     SKIP_WITHOUT_GPU();
     const LinearCase cases[] = {
-        {cuda::WFmt::kFp8E8M0, 1024, 1024, 1, 1},  {cuda::WFmt::kFp8E8M0, 512, 2048, 5, 1},
-        {cuda::WFmt::kFp8E8M0, 4096, 512, 13, 1},  {cuda::WFmt::kFp8E8M0, 256, 1024, 37, 1},
-        {cuda::WFmt::kFp8E8M0, 256, 512, 3, 4},    {cuda::WFmt::kFp8E8M0, 512, 1024, 21, 8},
-        {cuda::WFmt::kBF16, 512, 1024, 1, 1},      {cuda::WFmt::kBF16, 16, 1024, 3, 1},
-        {cuda::WFmt::kBF16, 1024, 512, 9, 1},      {cuda::WFmt::kBF16, 4096, 512, 19, 1},
+        {cuda::WFmt::kFp8E8M0, 1024, 1024, 1, 1},
+        {cuda::WFmt::kFp8E8M0, 512, 2048, 5, 1},
+        {cuda::WFmt::kFp8E8M0, 4096, 512, 13, 1},
+        {cuda::WFmt::kFp8E8M0, 256, 1024, 37, 1},
+        {cuda::WFmt::kFp8E8M0, 256, 512, 3, 4},
+        {cuda::WFmt::kFp8E8M0, 512, 1024, 21, 8},
+        {cuda::WFmt::kBF16, 512, 1024, 1, 1},
+        {cuda::WFmt::kBF16, 16, 1024, 3, 1},
+        {cuda::WFmt::kBF16, 1024, 512, 9, 1},
+        {cuda::WFmt::kBF16, 4096, 512, 19, 1},
         // K-chunked tensor-core GEMM (n_tokens > 4): 32/64/128-token tiles, split-K, grouped wo_a form.
-        {cuda::WFmt::kFp8E8M0, 1024, 4096, 100, 1}, {cuda::WFmt::kFp8E8M0, 512, 2048, 64, 8},
-        {cuda::WFmt::kFp8E8M0, 2048, 1024, 200, 1}, {cuda::WFmt::kBF16, 2048, 1024, 48, 1},
+        {cuda::WFmt::kFp8E8M0, 1024, 4096, 100, 1},
+        {cuda::WFmt::kFp8E8M0, 512, 2048, 64, 8},
+        {cuda::WFmt::kFp8E8M0, 2048, 1024, 200, 1},
+        {cuda::WFmt::kBF16, 2048, 1024, 48, 1},
     };
     uint32_t seed = 10;
     for (const LinearCase& c : cases) {
@@ -156,8 +165,10 @@ TEST(CudaFastOps, LinearDispatchMatchesFp64AndCorrectFirst) {
                 err_simt = std::max(err_simt, std::fabs(f - o) / (abs_sum + 1e-30));
                 worst_bound = std::max(worst_bound, abs_sum);
             }
-        std::printf("[op fast linear] %-16s N=%4d K=%4d T=%2d groups=%d: |fast - fp64(bf16 x)| <= %.2e, |fast - correct-first| <= %.2e (x sum|w x|)\n",
-                    wfmt_name(c.fmt), c.N, c.K, c.T, c.groups, err_ref, err_simt);
+        std::printf(
+            "[op fast linear] %-16s N=%4d K=%4d T=%2d groups=%d: |fast - fp64(bf16 x)| <= %.2e, |fast - correct-first| "
+            "<= %.2e (x sum|w x|)\n",
+            wfmt_name(c.fmt), c.N, c.K, c.T, c.groups, err_ref, err_simt);
         EXPECT_LT(err_ref, 2e-5);   // f32 accumulation only: x is rounded identically
         EXPECT_LT(err_simt, 4e-3);  // bf16 rounding of x (2^-9 relative per element)
         EXPECT_GT(err_simt, 0.0);   // the two paths really differ (bf16 vs f32 x)
@@ -220,9 +231,10 @@ TEST(CudaFastOps, PrefillGemmMatchesFp64) {
                     const auto [s, abs_sum] = ref_dot(c, q, x, ldx, t, n);
                     err = std::max(err, std::fabs(double(y[size_t(t) * rows + n]) - s) / (abs_sum + 1e-30));
                 }
-            std::printf("[op prefill gemm] %-16s N=%4d K=%4d T=%3d groups=%d x %s: |y - fp64(bf16 x)| <= %.2e (x sum|w x|)%s\n",
-                        wfmt_name(c.fmt), c.N, c.K, c.T, c.groups, given_bf16 ? "bf16" : "f32 ", err,
-                        why.empty() ? " (cuBLAS)" : " (GEMV kernels)");
+            std::printf(
+                "[op prefill gemm] %-16s N=%4d K=%4d T=%3d groups=%d x %s: |y - fp64(bf16 x)| <= %.2e (x sum|w x|)%s\n",
+                wfmt_name(c.fmt), c.N, c.K, c.T, c.groups, given_bf16 ? "bf16" : "f32 ", err,
+                why.empty() ? " (cuBLAS)" : " (GEMV kernels)");
             EXPECT_LT(err, 2e-5);
             // linear_bf16_out: the same GEMM with bf16 output, where the plain layout takes it; each value
             // within one bf16 step of the f32 output's (its sums may run in another order). It has no
@@ -317,15 +329,16 @@ TEST(CudaFastOps, PrefillGemmHostMemoryBoundedOverTokenCounts) {
         const float alpha = 1.0f, beta = 0.0f;
         const long b0 = rss_kib();
         for (int T = 64; T <= kMaxT; ++T)
-            cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &alpha, dw.p, CUDA_R_16BF, K, dx.p, CUDA_R_16BF, K, &beta,
-                         dy.p, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+            cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, T, K, &alpha, dw.p, CUDA_R_16BF, K, dx.p, CUDA_R_16BF, K,
+                         &beta, dy.p, CUDA_R_32F, N, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
         cudaDeviceSynchronize();
         blas_growth = rss_kib() - b0;
         cublasDestroy(h);
     }
-    std::printf("[op prefill gemm] %d token counts after one call per bucket: %d plans (%d buckets), resident memory "
-                "%+ld KiB; the same counts through cublasGemmEx: %+ld KiB; |y - fp64| %.2e\n",
-                kMaxT - 63, cuda::lt_gemm_plan_count(g.handle), buckets, after - before, blas_growth, err);
+    std::printf(
+        "[op prefill gemm] %d token counts after one call per bucket: %d plans (%d buckets), resident memory "
+        "%+ld KiB; the same counts through cublasGemmEx: %+ld KiB; |y - fp64| %.2e\n",
+        kMaxT - 63, cuda::lt_gemm_plan_count(g.handle), buckets, after - before, blas_growth, err);
     EXPECT_EQ(cuda::lt_gemm_plan_count(g.handle), plans);
     EXPECT_EQ(plans, buckets);
     EXPECT_GE(before, 0);
@@ -353,16 +366,16 @@ TEST(CudaFastOps, LinearDispatchDeclines) {
     EXPECT_NE(decl(cuda::WFmt::kF32, 1024, 1024, 0, 0, 1024, 1024, false), "");
     EXPECT_NE(decl(cuda::WFmt::kFp8F32, 1024, 1024, 0, 0, 1024, 1024, false), "");
     EXPECT_NE(decl(cuda::WFmt::kMxfp4, 1024, 1024, 0, 0, 1024, 1024, false), "");
-    EXPECT_NE(decl(cuda::WFmt::kFp8E8M0, 1000, 1024, 0, 0, 1024, 1000, false), "");  // rows per CTA
+    EXPECT_NE(decl(cuda::WFmt::kFp8E8M0, 1000, 1024, 0, 0, 1024, 1000, false), "");      // rows per CTA
     EXPECT_NE(decl(cuda::WFmt::kFp8E8M0, 1024, 512, 256, 1024, 4096, 1024, false), "");  // group_in != K
 }
 
 // fp64 MoE with the fast path's roundings: x and h in bf16, routing as the spec.
-std::vector<double> moe_ref(const std::vector<float>& x, const std::vector<float>& logits, const std::vector<float>& bias,
-                            const std::vector<int32_t>& tid2eid, const std::vector<int32_t>& tokens,
-                            const std::vector<float>& shared, const std::vector<float>& w1, const std::vector<float>& w3,
-                            const std::vector<float>& w2, int T, int E, int K, int d, int I, float lim, float rscale,
-                            std::vector<int32_t>& ids_out) {
+std::vector<double> moe_ref(const std::vector<float>& x, const std::vector<float>& logits,
+                            const std::vector<float>& bias, const std::vector<int32_t>& tid2eid,
+                            const std::vector<int32_t>& tokens, const std::vector<float>& shared,
+                            const std::vector<float>& w1, const std::vector<float>& w3, const std::vector<float>& w2,
+                            int T, int E, int K, int d, int I, float lim, float rscale, std::vector<int32_t>& ids_out) {
     std::vector<double> out(size_t(T) * d);
     ids_out.assign(size_t(T) * K, -1);
     std::vector<double> h(I), xb(d);
@@ -462,7 +475,8 @@ void grouped_matches_gemv(cuda::MoeArgs a, const float* shared, float* out_dev, 
         const std::vector<float> got = run_moe(a, shared, out_dev, n);
         if (cuda::moe_grouped_variant_is_wgmma(v)) {
             double err = 0;
-            for (size_t i = 0; i < n; ++i) err = std::isfinite(got[i]) ? std::max(err, std::fabs(got[i] - ref[i])) : 1e30;
+            for (size_t i = 0; i < n; ++i)
+                err = std::isfinite(got[i]) ? std::max(err, std::fabs(got[i] - ref[i])) : 1e30;
             std::printf("[op fast moe] %s %s T=%d: |wgmma - fp64| %.2e (max|ref| %.3g)\n", what,
                         cuda::moe_grouped_variant_name(v).c_str(), a.T, err, scale);
             EXPECT_LT(err, 2e-3 * scale) << cuda::moe_grouped_variant_name(v) << " (" << what << ", T=" << a.T << ")";
@@ -524,9 +538,9 @@ TEST(CudaFastOps, MoeDispatchMatchesFp64AndCorrectFirst) {
     const float lim = 10.0f, rscale = 1.5f;
     // The last two are prefill-sized (tens to 130 rows per expert: several token tiles of the
     // grouped GEMM, partial last tiles).
-    const MoeCase cases[] = {{16, 4, 1, false}, {16, 4, 13, true}, {40, 6, 5, false}, {8, 2, 37, true}, {12, 8, 3, false},
-                              {40, 6, 8, false},  {40, 6, 300, false}, {12, 8, 200, true},
-                              {40, 6, 300, false, true}};
+    const MoeCase cases[] = {{16, 4, 1, false},   {16, 4, 13, true},  {40, 6, 5, false},
+                             {8, 2, 37, true},    {12, 8, 3, false},  {40, 6, 8, false},
+                             {40, 6, 300, false}, {12, 8, 200, true}, {40, 6, 300, false, true}};
     uint32_t seed = 100;
     // Experts stacked [E, N, K/2] as the runner uploads them (each case takes the first E); std 0.2
     // so the clamp is exercised.
@@ -624,7 +638,8 @@ TEST(CudaFastOps, MoeDispatchMatchesFp64AndCorrectFirst) {
             (on ? ids_fast : ids_simt) = dids.get();
         }
         std::vector<int32_t> ids_ref;
-        const auto ref = moe_ref(x, logits, bias, tid2eid, tokens, shared, w1, w3, w2c, T, E, K, d, I, lim, rscale, ids_ref);
+        const auto ref =
+            moe_ref(x, logits, bias, tid2eid, tokens, shared, w1, w3, w2c, T, E, K, d, I, lim, rscale, ids_ref);
         EXPECT_EQ(ids_fast, ids_ref);
         EXPECT_EQ(ids_simt, ids_ref);
         double scale = 0, err_ref = 0, err_simt = 0;
@@ -633,9 +648,11 @@ TEST(CudaFastOps, MoeDispatchMatchesFp64AndCorrectFirst) {
             err_ref = std::max(err_ref, std::fabs(fast[i] - ref[i]));
             err_simt = std::max(err_simt, double(std::fabs(fast[i] - simt[i])));
         }
-        std::printf("[op fast moe] E=%2d K=%d T=%2d %s%s: max|out| %.3g, |fast - fp64(bf16 x,h)| %.2e, |fast - correct-first| %.2e\n",
-                    E, K, T, c.hash ? "hash " : "score", c.big_down_scales ? " (down scales > 128)" : "", scale, err_ref,
-                    err_simt);
+        std::printf(
+            "[op fast moe] E=%2d K=%d T=%2d %s%s: max|out| %.3g, |fast - fp64(bf16 x,h)| %.2e, |fast - correct-first| "
+            "%.2e\n",
+            E, K, T, c.hash ? "hash " : "score", c.big_down_scales ? " (down scales > 128)" : "", scale, err_ref,
+            err_simt);
         EXPECT_LT(err_ref, 2e-3 * scale);   // a bf16 rounding of h may flip (1 ulp = 2^-8)
         EXPECT_LT(err_simt, 2e-2 * scale);  // bf16 x and h vs f32
         grouped_matches_gemv(a, dsh.p, dout.p, fast.size(), "checkpoint layout", ref, scale);

@@ -43,9 +43,7 @@ RunnerOptions tiny_quant_cuda(int64_t n_pages) {
     return ro;
 }
 
-bool contains(const std::string& s, const std::string& part) {
-    return s.find(part) != std::string::npos;
-}
+bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
 class Sink : public RequestSink {
 public:
@@ -78,8 +76,7 @@ GenRequest request(uint64_t id, std::shared_ptr<RequestSink> sink) {
 [[noreturn]] void child_exit(const std::vector<std::string>& problems, const std::string& detail) {
     std::string p;
     for (const auto& s : problems) p += "\n  " + s;
-    std::fprintf(stderr, "%s %s%s\n", problems.empty() ? "CHILD-OK" : "CHILD-FAILED",
-                 detail.c_str(), p.c_str());
+    std::fprintf(stderr, "%s %s%s\n", problems.empty() ? "CHILD-OK" : "CHILD-FAILED", detail.c_str(), p.c_str());
     std::fflush(stderr);
     std::_Exit(problems.empty() ? 0 : 1);
 }
@@ -101,22 +98,18 @@ void engine_core_fault_child() {
     std::vector<std::string> bad;
     for (uint64_t id = 1; id <= 3; ++id) {
         sinks.push_back(std::make_shared<Sink>());
-        if (Status s = core.add(request(id, sinks.back())); !s.is_ok())
-            bad.push_back("add: " + s.to_string());
+        if (Status s = core.add(request(id, sinks.back())); !s.is_ok()) bad.push_back("add: " + s.to_string());
     }
     for (int guard = 0; core.has_work() && guard < 1000; ++guard) core.step();
     const Status& f = core.fatal();
-    if (f.code() != StatusCode::kDeviceLost)
-        bad.push_back("fatal() is not kDeviceLost: " + f.to_string());
-    if (!contains(f.message(), "cudaError"))
-        bad.push_back("the fault does not name the CUDA error: " + f.message());
+    if (f.code() != StatusCode::kDeviceLost) bad.push_back("fatal() is not kDeviceLost: " + f.to_string());
+    if (!contains(f.message(), "cudaError")) bad.push_back("the fault does not name the CUDA error: " + f.message());
     for (size_t i = 0; i < sinks.size(); ++i) {
         const Sink& s = *sinks[i];
         const std::string tag = "request " + std::to_string(i + 1) + ": ";
         if (s.finishes != 1 || s.finish != FinishReason::kError)
             bad.push_back(tag + std::to_string(s.finishes) + " finish events, last not an error");
-        if (!contains(s.error, "cudaError"))
-            bad.push_back(tag + "error does not name the CUDA error: " + s.error);
+        if (!contains(s.error, "cudaError")) bad.push_back(tag + "error does not name the CUDA error: " + s.error);
         if (!contains(s.error, i < 2 ? "model step failed" : "must be restarted"))
             bad.push_back(tag + "error: " + s.error);
     }
@@ -125,10 +118,8 @@ void engine_core_fault_child() {
         bad.push_back("add() after the fault is not kUnavailable");
     // The lost runner answers at once, without touching the poisoned context.
     StepOutput out;
-    if ((*runner)->collect(out).code() != StatusCode::kDeviceLost)
-        bad.push_back("collect() after the loss");
-    if ((*runner)->launch(ForwardBatch{}).code() != StatusCode::kDeviceLost)
-        bad.push_back("launch() after the loss");
+    if ((*runner)->collect(out).code() != StatusCode::kDeviceLost) bad.push_back("collect() after the loss");
+    if ((*runner)->launch(ForwardBatch{}).code() != StatusCode::kDeviceLost) bad.push_back("launch() after the loss");
     child_exit(bad, f.message());
 }
 
@@ -147,13 +138,11 @@ void engine_fault_child() {
     std::vector<std::string> bad;
     for (uint64_t id = 1; id <= 2; ++id) {
         sinks.push_back(std::make_shared<Sink>());
-        if (Status s = engine.submit(request(id, sinks.back())); !s.is_ok())
-            bad.push_back("submit: " + s.to_string());
+        if (Status s = engine.submit(request(id, sinks.back())); !s.is_ok()) bad.push_back("submit: " + s.to_string());
     }
     engine.start();
     auto f = fired.get_future();
-    if (f.wait_for(std::chrono::seconds(120)) != std::future_status::ready)
-        child_exit({"on_fatal never fired"}, "");
+    if (f.wait_for(std::chrono::seconds(120)) != std::future_status::ready) child_exit({"on_fatal never fired"}, "");
     const Status s = f.get();
     if (!engine.failed()) bad.push_back("failed() is false");
     if (s.code() != StatusCode::kDeviceLost || !contains(s.message(), "cudaError"))
@@ -193,8 +182,7 @@ TEST(CudaFault, PagePoolLargerThanFreeMemoryIsAClearError) {
     auto layout = KvLayout::make(*cfg, ro.page_tokens, 4, KvRowFormat::kF32);
     ASSERT_TRUE(layout.is_ok()) << layout.status().to_string();
     const int64_t pages = int64_t(free_b / size_t(layout->page_bytes)) * 3 / 2;
-    if (pages > INT32_MAX)
-        GTEST_SKIP() << "pages of " << layout->page_bytes << " B cannot exceed the free memory";
+    if (pages > INT32_MAX) GTEST_SKIP() << "pages of " << layout->page_bytes << " B cannot exceed the free memory";
     ro.n_pages = pages;
     auto r = make_model_runner(ro);
     ASSERT_FALSE(r.is_ok());
@@ -231,16 +219,14 @@ TEST(CudaFault, DeviceAllocationBeyondFreeMemoryNamesBytesAskedAndFree) {
 
 // Needs no GPU: which errors end the process.
 TEST(CudaStatus, StickyErrorsAreDeviceLostOthersAreNot) {
-    for (cudaError_t e :
-         {cudaErrorIllegalAddress, cudaErrorLaunchFailure, cudaErrorIllegalInstruction,
-          cudaErrorMisalignedAddress, cudaErrorAssert, cudaErrorECCUncorrectable}) {
+    for (cudaError_t e : {cudaErrorIllegalAddress, cudaErrorLaunchFailure, cudaErrorIllegalInstruction,
+                          cudaErrorMisalignedAddress, cudaErrorAssert, cudaErrorECCUncorrectable}) {
         const Status s = cuda_error_status(e, "a step");
         EXPECT_EQ(s.code(), StatusCode::kDeviceLost) << s.to_string();
         EXPECT_TRUE(contains(s.message(), cudaGetErrorName(e))) << s.message();
         EXPECT_TRUE(contains(s.message(), "a step")) << s.message();
     }
-    EXPECT_EQ(cuda_error_status(cudaErrorMemoryAllocation, "x").code(),
-              StatusCode::kResourceExhausted);
+    EXPECT_EQ(cuda_error_status(cudaErrorMemoryAllocation, "x").code(), StatusCode::kResourceExhausted);
     EXPECT_EQ(cuda_error_status(cudaErrorInvalidValue, "x").code(), StatusCode::kInternal);
     EXPECT_EQ(cuda_error_status(cudaErrorLaunchOutOfResources, "x").code(), StatusCode::kInternal);
     EXPECT_TRUE(cuda_error_status(cudaSuccess, "x").is_ok());

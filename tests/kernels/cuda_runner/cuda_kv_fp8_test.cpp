@@ -75,8 +75,8 @@ std::vector<std::vector<float>> edge_rows(int dim, uint32_t seed) {
     row([&](int i) { return (i % 3 ? 1.0f : -1.0f) * 3e-8f * float(i % 7); });
     row([&](int i) { return i % 64 == 5 ? 1e4f : nd(g) * 1e-3f; });
     row([&](int i) {
-        const float ties[] = {448.0f, 1.0625f, 1.1875f, -1.0625f, 2.5f / 512.0f, 3.5f / 512.0f, -0.0f, 0.5f,
-                              415.9f, 447.9f, 1.0f + 1.0f / 32.0f, 300.0f};
+        const float ties[] = {448.0f, 1.0625f, 1.1875f, -1.0625f, 2.5f / 512.0f,       3.5f / 512.0f,
+                              -0.0f,  0.5f,    415.9f,  447.9f,   1.0f + 1.0f / 32.0f, 300.0f};
         return ties[i % 12];
     });
     row([&](int i) { return i % 2 ? 65504.0f : -1.00390625f; });  // bf16 tie on the rope dims too
@@ -113,9 +113,9 @@ TEST(KvRows, GpuWriterMatchesCpuEncoder) {
         KvRowFormat f;
         int D, R;
     };
-    for (const Case c : {Case{KvRowFormat::kFp8, 512, 64}, Case{KvRowFormat::kFp8, 64, 16},
-                         Case{KvRowFormat::kFp8, 128, 64}, Case{KvRowFormat::kBf16, 512, 64},
-                         Case{KvRowFormat::kBf16, 32, 0}, Case{KvRowFormat::kF32, 64, 16}}) {
+    for (const Case c :
+         {Case{KvRowFormat::kFp8, 512, 64}, Case{KvRowFormat::kFp8, 64, 16}, Case{KvRowFormat::kFp8, 128, 64},
+          Case{KvRowFormat::kBf16, 512, 64}, Case{KvRowFormat::kBf16, 32, 0}, Case{KvRowFormat::kF32, 64, 16}}) {
         DevFree df;
         const KvRowSpec s{c.f, c.D, c.R};
         const auto rows = edge_rows(c.D, 77);
@@ -136,8 +136,8 @@ TEST(KvRows, GpuWriterMatchesCpuEncoder) {
             encode_kv_row(rows[size_t(i)].data(), s, want.data());
             const uint8_t* g = got.data() + dst[size_t(i)] * 4;
             for (int64_t k = 0; k < s.bytes(); ++k)
-                ASSERT_EQ(int(g[k]), int(want[size_t(k)])) << kv_row_format_name(c.f) << " D " << c.D << " row " << i
-                                                           << " byte " << k;
+                ASSERT_EQ(int(g[k]), int(want[size_t(k)]))
+                    << kv_row_format_name(c.f) << " D " << c.D << " row " << i << " byte " << k;
             for (int64_t k = 0; k < 4 * words; ++k) ASSERT_EQ(int(g[4 * words + k]), 0xab) << "wrote past the row";
         }
         std::printf("[kv rows] gpu writer %s D=%d: %lld rows == CPU encoder byte for byte\n", kv_row_format_name(c.f),
@@ -224,13 +224,15 @@ TEST(RowLists, MatchCpuOnEdgeShapes) {
                 const int pt_stride = int(max_pages);
                 // Distinct page ids scattered over [0, 2^24): byte offsets far past 2^31 (B09).
                 std::set<int32_t> used;
-                std::vector<int32_t> tables(static_cast<size_t>(B) * pt_stride, 0), tok_begin(static_cast<size_t>(B)), n_tok(static_cast<size_t>(B));
+                std::vector<int32_t> tables(static_cast<size_t>(B) * pt_stride, 0), tok_begin(static_cast<size_t>(B)),
+                    n_tok(static_cast<size_t>(B));
                 std::vector<int64_t> start(static_cast<size_t>(B));
                 int32_t tb = 0;
                 for (int s = 0; s < B; ++s) {
                     for (int i = 0; i < pt_stride; ++i) {
                         int32_t id;
-                        do id = int32_t(g() % (1u << 24)); while (!used.insert(id).second);
+                        do id = int32_t(g() % (1u << 24));
+                        while (!used.insert(id).second);
                         tables[size_t(s) * pt_stride + i] = id;
                     }
                     tok_begin[size_t(s)] = tb;
@@ -304,7 +306,8 @@ TEST(RowLists, MatchCpuOnEdgeShapes) {
                                            unit);
                     }
                     want_start.push_back(int32_t(want.size()));
-                    ASSERT_EQ(std::vector<int32_t>(rs.begin(), rs.end()), want_start) << "B " << B << " t " << t << " l " << l;
+                    ASSERT_EQ(std::vector<int32_t>(rs.begin(), rs.end()), want_start)
+                        << "B " << B << " t " << t << " l " << l;
                     for (size_t i = 0; i < want.size(); ++i) {
                         ASSERT_EQ(offs[i], want[i]) << "B " << B << " t " << t << " layer " << l << " row " << i;
                         const int64_t word = offs[i] * unit / 4;
@@ -343,7 +346,8 @@ struct Seq {
     int64_t pos = 0;
 };
 
-std::vector<std::vector<float>> step(ModelRunner& r, std::vector<Seq*> seqs, const std::vector<std::vector<int32_t>>& chunks) {
+std::vector<std::vector<float>> step(ModelRunner& r, std::vector<Seq*> seqs,
+                                     const std::vector<std::vector<int32_t>>& chunks) {
     ForwardBatch b;
     for (size_t i = 0; i < seqs.size(); ++i)
         b.seqs.push_back(SeqChunk{seqs[i]->id, chunks[i], seqs[i]->pos, true, seqs[i]->table});
@@ -435,9 +439,10 @@ TEST_P(CudaKvFp8Golden, Fp8RowsMatchReferenceQat) {
     auto cpu_qat = RefRunner::create(*model, 64, 3000);
     ASSERT_TRUE(cpu_exact.is_ok() && cpu_qat.is_ok());
     const Compare effect = run_batch(**cpu_exact, **cpu_qat, prompts, 20, 2999, 1);
-    std::printf("[kv fp8 golden %s] QAT effect: exact CPU vs RefRunner{kv_fp8} max |diff| %.3g (logit scale %.3g), "
-                "greedy mismatches %d\n",
-                GetParam().c_str(), effect.worst, effect.scale, effect.greedy_mismatch);
+    std::printf(
+        "[kv fp8 golden %s] QAT effect: exact CPU vs RefRunner{kv_fp8} max |diff| %.3g (logit scale %.3g), "
+        "greedy mismatches %d\n",
+        GetParam().c_str(), effect.worst, effect.scale, effect.greedy_mismatch);
     SKIP_WITHOUT_GPU();
     CudaRunnerOptions o;
     o.rt.kv_rows = "fp8";
@@ -449,9 +454,10 @@ TEST_P(CudaKvFp8Golden, Fp8RowsMatchReferenceQat) {
     auto cpu = RefRunner::create(*model, 64, 3000);
     ASSERT_TRUE(cpu.is_ok());
     const Compare c = run_batch(**gpu, **cpu, prompts, 20, 5999, 3);
-    std::printf("[kv fp8 golden %s] %d logit rows: max |diff| vs RefRunner{kv_fp8} %.3g (logit scale %.3g), greedy "
-                "mismatches %d\n",
-                GetParam().c_str(), c.n, c.worst, c.scale, c.greedy_mismatch);
+    std::printf(
+        "[kv fp8 golden %s] %d logit rows: max |diff| vs RefRunner{kv_fp8} %.3g (logit scale %.3g), greedy "
+        "mismatches %d\n",
+        GetParam().c_str(), c.n, c.worst, c.scale, c.greedy_mismatch);
     // Both sides cache the same values (FP8 main rows, BF16 indexer keys); what remains is the
     // FP8/BF16 rounding of last-bit f32 differences (first H200 run, before the CPU reference rounded
     // indexer keys to BF16: tiny_f32 0.031 / tiny_quant 0.025 from flipped top-4 selections;
@@ -492,9 +498,10 @@ TEST(CudaKvFp8, FastPathFp8MatchesReference) {
     auto cpu = RefRunner::create(model, 64, 2000);
     ASSERT_TRUE(cpu.is_ok());
     const Compare c = run_batch(**gpu, **cpu, small512_prompts(), 14, o.n_pages - 1, 5);
-    std::printf("[kv fp8 512 fast] %d logit rows: max |diff| vs RefRunner{kv_fp8} %.3g (logit scale %.3g), greedy "
-                "mismatches %d\n",
-                c.n, c.worst, c.scale, c.greedy_mismatch);
+    std::printf(
+        "[kv fp8 512 fast] %d logit rows: max |diff| vs RefRunner{kv_fp8} %.3g (logit scale %.3g), greedy "
+        "mismatches %d\n",
+        c.n, c.worst, c.scale, c.greedy_mismatch);
     EXPECT_LT(c.worst, 0.03 * c.scale);
     EXPECT_EQ(c.greedy_mismatch, 0);
 }
@@ -512,9 +519,10 @@ TEST(CudaKvFp8, FastPathBf16CloseToExactReference) {
     auto cpu = RefRunner::create(model, 64, 2000);
     ASSERT_TRUE(cpu.is_ok());
     const Compare c = run_batch(**gpu, **cpu, small512_prompts(), 10, 2999, 1);
-    std::printf("[kv bf16 512 fast] %d logit rows: max |diff| vs RefRunner (f32) %.3g (logit scale %.3g), greedy "
-                "mismatches %d\n",
-                c.n, c.worst, c.scale, c.greedy_mismatch);
+    std::printf(
+        "[kv bf16 512 fast] %d logit rows: max |diff| vs RefRunner (f32) %.3g (logit scale %.3g), greedy "
+        "mismatches %d\n",
+        c.n, c.worst, c.scale, c.greedy_mismatch);
     EXPECT_LT(c.worst, 0.03 * c.scale);
     EXPECT_GT(c.worst, 0.0);
 }
@@ -554,8 +562,9 @@ TEST(CudaKvFp8, FastVsOldPathAndGraphReplay) {
         graph_eager = std::max(graph_eager, max_abs(out[2][i], out[1][i]));
         scale = std::max(scale, max_mag(out[0][i]));
     }
-    std::printf("[kv fp8 512] fast vs old path max |diff| %.3g (logit scale %.3g); fast graph vs eager %.3g over %zu rows\n",
-                fast_old, scale, graph_eager, out[0].size());
+    std::printf(
+        "[kv fp8 512] fast vs old path max |diff| %.3g (logit scale %.3g); fast graph vs eager %.3g over %zu rows\n",
+        fast_old, scale, graph_eager, out[0].size());
     EXPECT_LT(fast_old, 0.03 * scale);
     EXPECT_GT(fast_old, 0.0);  // the fast kernel really ran
     EXPECT_EQ(graph_eager, 0.0);
@@ -605,13 +614,15 @@ TEST(CudaKvFp8Perf, DecodeStepOldVsFastAttention) {
             for (int rep = 0; rep < 3; ++rep) {
                 const auto t0 = std::chrono::steady_clock::now();
                 for (int i = 0; i < 20; ++i) step(**gpu, ptrs, one);
-                ms[fast][rep] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / 20;
+                ms[fast][rep] =
+                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / 20;
             }
         }
         for (int fast = 0; fast < 2; ++fast) {
             std::sort(ms[fast], ms[fast] + 3);
-            std::printf("[perf attn] ctx %d batch %2d %s: step %.3f ms (median of 3 x 20 steps; min %.3f max %.3f)\n", ctx,
-                        B, fast ? "fast (sparse_decode)" : "old (attn_decode)  ", ms[fast][1], ms[fast][0], ms[fast][2]);
+            std::printf("[perf attn] ctx %d batch %2d %s: step %.3f ms (median of 3 x 20 steps; min %.3f max %.3f)\n",
+                        ctx, B, fast ? "fast (sparse_decode)" : "old (attn_decode)  ", ms[fast][1], ms[fast][0],
+                        ms[fast][2]);
         }
     }
 }

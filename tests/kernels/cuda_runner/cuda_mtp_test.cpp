@@ -42,7 +42,6 @@ struct CpuSeq {
     SeqStateView view() { return SeqStateView{&layout, state.data(), pool.data(), pages}; }
 };
 
-
 TEST(CudaMtp, MatchesCpuReferenceAcrossChunksAndTheWindow) {
     SKIP_WITHOUT_GPU();
     auto loaded = load_ref_model("tiny", 7);
@@ -110,9 +109,10 @@ TEST(CudaMtp, MatchesCpuReferenceAcrossChunksAndTheWindow) {
             pos[size_t(s)] += c;
         }
     }
-    std::printf("[cuda mtp] %d rows: main max |diff| %.3g, MTP max |diff| %.3g (MTP logit scale %.3g), greedy "
-                "mismatches main %d, MTP %d\n",
-                rows, worst_main, worst_mtp, scale, greedy_main, greedy_mtp);
+    std::printf(
+        "[cuda mtp] %d rows: main max |diff| %.3g, MTP max |diff| %.3g (MTP logit scale %.3g), greedy "
+        "mismatches main %d, MTP %d\n",
+        rows, worst_main, worst_mtp, scale, greedy_main, greedy_mtp);
     EXPECT_GT(scale, 0.0);
     EXPECT_LT(worst_main, 2e-3);
     EXPECT_LT(worst_mtp, 2e-3);
@@ -153,14 +153,16 @@ TEST(CudaMtp, BatchedPrefillPathEqualsTheTokenLoop) {
         auto* gpu = dynamic_cast<CudaBenchRunner*>(made->get());
         ASSERT_NE(gpu, nullptr);
         std::vector<int32_t> table;
-        for (int64_t i = 0; i < (*made)->kv_layout().pages_for_tokens(total + 1); ++i) table.push_back(int32_t(599 - 2 * i));
+        for (int64_t i = 0; i < (*made)->kv_layout().pages_for_tokens(total + 1); ++i)
+            table.push_back(int32_t(599 - 2 * i));
         int64_t pos = 0;
         for (int c : chunks) {
             ForwardBatch b;
             const std::span<const int32_t> toks(prompt.data() + pos, size_t(c));
             b.seqs.push_back(SeqChunk{1, toks, pos, true, table});
             std::vector<std::vector<float>> lg, mg;
-            const Status st = gpu->forward_with_mtp(b, std::span<const int32_t>(prompt.data() + pos + 1, size_t(c)), lg, mg);
+            const Status st =
+                gpu->forward_with_mtp(b, std::span<const int32_t>(prompt.data() + pos + 1, size_t(c)), lg, mg);
             ASSERT_TRUE(st.is_ok()) << st.to_string();
             main_rows[batched].push_back(lg.at(0));
             mtp_rows[batched].push_back(mg.at(0));
@@ -179,16 +181,19 @@ TEST(CudaMtp, BatchedPrefillPathEqualsTheTokenLoop) {
         RefForwardOptions fo;
         fo.streams_out = &streams;
         ASSERT_TRUE(model->forward(cpu.view(), toks, pos, fo, logits).is_ok());
-        ASSERT_TRUE(model->mtp_forward(0, cpu.view(), streams, std::span<const int32_t>(prompt.data() + pos + 1, toks.size()),
-                                       pos, {}, mtp).is_ok());
+        ASSERT_TRUE(model
+                        ->mtp_forward(0, cpu.view(), streams,
+                                      std::span<const int32_t>(prompt.data() + pos + 1, toks.size()), pos, {}, mtp)
+                        .is_ok());
         worst = std::max(worst, max_abs_diff(mtp_rows[1][k], mtp));
         for (float v : mtp) scale = std::max(scale, double(std::fabs(v)));
         greedy += argmax_index(mtp_rows[1][k]) != argmax_index(mtp);
         pos += chunks[k];
     }
-    std::printf("[cuda mtp] bf16 rows, batched = token loop; MTP vs CPU (f32 rows) max |diff| %.3g (scale %.3g), greedy "
-                "mismatches %d of %zu\n",
-                worst, scale, greedy, chunks.size());
+    std::printf(
+        "[cuda mtp] bf16 rows, batched = token loop; MTP vs CPU (f32 rows) max |diff| %.3g (scale %.3g), greedy "
+        "mismatches %d of %zu\n",
+        worst, scale, greedy, chunks.size());
     EXPECT_GT(scale, 0.0);
     EXPECT_LT(worst, 0.05 * scale);
     EXPECT_LE(greedy, 1);
@@ -261,9 +266,10 @@ TEST_P(CudaMtpGolden, LogitsMatchTheGoldenBothLoadPaths) {
         ++checked;
         pos = end;
     }
-    std::printf("[golden-gpu mtp %s] %lld positions: max |MTP logit error| vs the golden %.3g; uploaded vs streamed "
-                "rows differing %lld\n",
-                GetParam().c_str(), (long long)checked, worst, (long long)differing);
+    std::printf(
+        "[golden-gpu mtp %s] %lld positions: max |MTP logit error| vs the golden %.3g; uploaded vs streamed "
+        "rows differing %lld\n",
+        GetParam().c_str(), (long long)checked, worst, (long long)differing);
     EXPECT_GT(checked, 0);
     EXPECT_LT(worst, 1e-3);
     EXPECT_EQ(differing, 0);

@@ -74,7 +74,8 @@ struct BigPool {
     ~BigPool() { cudaFree(base); }
     void fill_canary(int32_t page) const {
         std::vector<uint32_t> c(pe, kCanary);
-        EXPECT_EQ(cudaMemcpy(base + int64_t(page) * pe, c.data(), sizeof(float) * pe, cudaMemcpyHostToDevice), cudaSuccess);
+        EXPECT_EQ(cudaMemcpy(base + int64_t(page) * pe, c.data(), sizeof(float) * pe, cudaMemcpyHostToDevice),
+                  cudaSuccess);
     }
     std::vector<float> page(int32_t p) const { return host(base + int64_t(p) * pe, size_t(pe)); }
 };
@@ -115,7 +116,8 @@ TEST(CudaOpsEdge, CompressorsInKvStepMatchReference) {
         // Chunks per stage: prefill, a second chunk (start_pos > 0), then decode steps. One
         // padding sequence (n_tok 0, page table of zeros) rides along in every stage.
         const std::vector<std::vector<int>> stages =
-            r == 4 ? std::vector<std::vector<int>>{{3, 4, 9}, {5, 1, 7}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}, {1, 1, 1}}
+            r == 4 ? std::vector<std::vector<int>>{{3, 4, 9}, {5, 1, 7}, {1, 1, 1}, {1, 1, 1},
+                                                   {1, 1, 1}, {1, 1, 1}, {1, 1, 1}}
                    : std::vector<std::vector<int>>{{127, 128, 130}, {1, 1, 1}, {60, 2, 125}, {1, 1, 1}, {70, 1, 1}};
         const int B = 3, Bp = 4;
         int64_t max_len = 0;
@@ -219,11 +221,13 @@ TEST(CudaOpsEdge, CompressorsInKvStepMatchReference) {
                     const int64_t p = m.pos++;
                     std::memcpy(&m.ring[size_t(p % W) * D], &kv[tok * D], sizeof(float) * D);
                     for (int64_t j = 0; j < mwd; ++j) gate[j] = cg[tok * mwd + j] + ape[size_t(p % r) * mwd + j];
-                    if (ref::compressor_push(ms, m.ckv.data(), m.cgate.data(), &cv[tok * mwd], gate.data(), p, entry.data()))
+                    if (ref::compressor_push(ms, m.ckv.data(), m.cgate.data(), &cv[tok * mwd], gate.data(), p,
+                                             entry.data()))
                         m.rows[p / r] = finish(entry, D, norm, p / r);
                     if (cc.csa) {
                         for (int64_t j = 0; j < iwd; ++j) gate[j] = ig[tok * iwd + j] + iape[size_t(p % r) * iwd + j];
-                        if (ref::compressor_push(is, m.ikv.data(), m.igate.data(), &iv[tok * iwd], gate.data(), p, entry.data()))
+                        if (ref::compressor_push(is, m.ikv.data(), m.igate.data(), &iv[tok * iwd], gate.data(), p,
+                                                 entry.data()))
                             m.irows[p / r] = finish(entry, ID, inorm, p / r);
                     }
                 }
@@ -315,10 +319,11 @@ TEST(CudaOpsEdge, CompressorsInKvStepMatchReference) {
             return b == kCanary;
         })) << "graph-padding sequence wrote into page 0";
     }
-    std::printf("[op compressor kv_step] CSA r4 (+indexer) / HCA r128, B=3 + 1 padding, prefill + chunk + decode, "
-                "page offsets > 2^31 elements: %d rows, max |err| %.3g (bf16 rows: rel %.3g), state bit-exact "
-                "(max |diff| %.3g), %d not-yet-closed rows untouched\n",
-                rows_checked, worst_row, worst_row_bf16, worst_state, early_checks);
+    std::printf(
+        "[op compressor kv_step] CSA r4 (+indexer) / HCA r128, B=3 + 1 padding, prefill + chunk + decode, "
+        "page offsets > 2^31 elements: %d rows, max |err| %.3g (bf16 rows: rel %.3g), state bit-exact "
+        "(max |diff| %.3g), %d not-yet-closed rows untouched\n",
+        rows_checked, worst_row, worst_row_bf16, worst_state, early_checks);
 }
 
 // =============================================================================================
@@ -340,10 +345,12 @@ TEST(CudaOpsEdge, MoeRoutingAndExpertsMatchReference) {
     std::mt19937 g(21);
     // Expert weights (f32 masters; MXFP4 copies dequantised for the CPU side).
     std::vector<std::vector<float>> w1(E), w3(E), w2(E);
-    for (int e = 0; e < E; ++e) w1[e] = randn(size_t(I) * d, g, 0.3f), w3[e] = randn(size_t(I) * d, g, 0.3f), w2[e] = randn(size_t(d) * I, g, 0.2f);
+    for (int e = 0; e < E; ++e)
+        w1[e] = randn(size_t(I) * d, g, 0.3f), w3[e] = randn(size_t(I) * d, g, 0.3f),
+        w2[e] = randn(size_t(d) * I, g, 0.2f);
     std::vector<float> bias = randn(E, g, 0.05f);
     for (int e = 8; e < E; ++e) bias[e] = bias[e - 8];  // equal-bias pairs (e, e+8): exact key ties possible
-    std::vector<int32_t> tid2eid_all;                     // [V, 6]: distinct experts per row
+    std::vector<int32_t> tid2eid_all;                   // [V, 6]: distinct experts per row
     for (int v = 0; v < V; ++v) {
         std::vector<int32_t> ex(E);
         for (int e = 0; e < E; ++e) ex[e] = e;
@@ -362,11 +369,11 @@ TEST(CudaOpsEdge, MoeRoutingAndExpertsMatchReference) {
         std::vector<float> logits = randn(size_t(T) * E, g, 1.5f);
         auto row = [&](int t) { return &logits[size_t(t) * E]; };
         if (T >= 8) {
-            std::fill(row(1), row(1) + E, 0.3f);                                  // all equal
-            std::fill(row(2), row(2) + E, NAN);                                   // all NaN (B12)
-            row(3)[5] = NAN;                                                      // one NaN
-            row(4)[2] = INFINITY;                                                 // +Inf
-            std::fill(row(5), row(5) + E, -INFINITY);                             // all -Inf
+            std::fill(row(1), row(1) + E, 0.3f);       // all equal
+            std::fill(row(2), row(2) + E, NAN);        // all NaN (B12)
+            row(3)[5] = NAN;                           // one NaN
+            row(4)[2] = INFINITY;                      // +Inf
+            std::fill(row(5), row(5) + E, -INFINITY);  // all -Inf
             // Row 6: K-1 clear winners, then experts 4 and 12 (equal bias) tied for the K-th slot: 4 wins.
             std::fill(row(6), row(6) + E, -3.0f);
             const int highs[] = {0, 1, 2, 3, 5, 6};
@@ -377,7 +384,8 @@ TEST(CudaOpsEdge, MoeRoutingAndExpertsMatchReference) {
         for (int t = 0; t < T; ++t) tokens[t] = int32_t(g() % V);
         tokens[0] = V - 1;
         std::vector<int32_t> tid2eid;
-        for (int v = 0; v < V; ++v) tid2eid.insert(tid2eid.end(), &tid2eid_all[size_t(v) * 6], &tid2eid_all[size_t(v) * 6] + K);
+        for (int v = 0; v < V; ++v)
+            tid2eid.insert(tid2eid.end(), &tid2eid_all[size_t(v) * 6], &tid2eid_all[size_t(v) * 6] + K);
         const auto x = randn(size_t(T) * d, g), shared = randn(size_t(T) * d, g);
 
         // Weights in the case's format, experts `stride` bytes apart.
@@ -464,15 +472,18 @@ TEST(CudaOpsEdge, MoeRoutingAndExpertsMatchReference) {
             for (int k = 0; k < K; ++k) {
                 const int32_t e = chosen[k];
                 float wgt = mc.scale;
-                if (mc.norm) wgt *= float(s[e] / (sum + 1e-20));
-                else wgt *= s[e];
+                if (mc.norm)
+                    wgt *= float(s[e] / (sum + 1e-20));
+                else
+                    wgt *= s[e];
                 if (!std::isfinite(wgt)) wgt = 0.0f;
                 upd(worst_w, std::fabs(double(wgt) - wts0[size_t(t) * K + k]));
                 EXPECT_NEAR(wts0[size_t(t) * K + k], wgt, 1e-5f * std::max(1.0f, std::fabs(wgt))) << "token " << t;
                 std::vector<float> ga(I), ub(I);
                 ref::linear(&x[size_t(t) * d], c1[e].data(), ga.data(), 1, I, d);
                 ref::linear(&x[size_t(t) * d], c3[e].data(), ub.data(), 1, I, d);
-                for (int i = 0; i < I; ++i) ga[i] = ref::silu(std::min(ga[i], lim)) * std::clamp(ub[i], -lim, lim) * wgt;
+                for (int i = 0; i < I; ++i)
+                    ga[i] = ref::silu(std::min(ga[i], lim)) * std::clamp(ub[i], -lim, lim) * wgt;
                 ref::linear(ga.data(), c2[e].data(), y.data(), 1, d, I, true);
             }
             double ymax = 1.0;  // errors relative to the token's largest output (sums of terms of either sign)
@@ -485,16 +496,18 @@ TEST(CudaOpsEdge, MoeRoutingAndExpertsMatchReference) {
             }
         }
         if (T >= 8 && !mc.hash) {  // the tie rows, spelled out
-            EXPECT_EQ(std::vector<int32_t>(ids0.begin() + 2 * K, ids0.begin() + 3 * K), ref::topk_indices(std::vector<float>(E, -INFINITY), K));
+            EXPECT_EQ(std::vector<int32_t>(ids0.begin() + 2 * K, ids0.begin() + 3 * K),
+                      ref::topk_indices(std::vector<float>(E, -INFINITY), K));
             EXPECT_EQ(ids0[size_t(6) * K + K - 1], 4) << "K-th slot tie must go to the lower index";
             for (int k = 0; k < K; ++k) EXPECT_EQ(wts0[size_t(2) * K + k], 0.0f) << "all-NaN row weights";
         }
         ++cases;
     }
-    std::printf("[op moe routing+experts] %d cases (bias/hash, top-2/6, norm on/off, route scale, f32/mxfp4, T 1/37/130, "
-                "tie/NaN/Inf rows), ids identical to the CPU, bit-identical over 3 runs: weights max |err| %.3g, "
-                "output max |err| %.3g (relative to the token's max |y|: %.3g)\n",
-                cases, worst_w, worst_y, worst_y_rel);
+    std::printf(
+        "[op moe routing+experts] %d cases (bias/hash, top-2/6, norm on/off, route scale, f32/mxfp4, T 1/37/130, "
+        "tie/NaN/Inf rows), ids identical to the CPU, bit-identical over 3 runs: weights max |err| %.3g, "
+        "output max |err| %.3g (relative to the token's max |y|: %.3g)\n",
+        cases, worst_w, worst_y, worst_y_rel);
 }
 
 // =============================================================================================
@@ -563,9 +576,10 @@ TEST(CudaOpsEdge, RmsNormOnStridedSlices) {
         }
         EXPECT_EQ(host(dX, X.size()), X) << "input modified";
     }
-    std::printf("[op rmsnorm strided] X[:, :512] and X[:, 512:] of [rows, 576], rows 1/31/4032/65536, canaries intact: "
-                "max |err| %.3g\n",
-                worst);
+    std::printf(
+        "[op rmsnorm strided] X[:, :512] and X[:, 512:] of [rows, 576], rows 1/31/4032/65536, canaries intact: "
+        "max |err| %.3g\n",
+        worst);
 }
 
 TEST(CudaOpsEdge, NormRopeForwardInverseMainAndYarn) {
@@ -585,7 +599,8 @@ TEST(CudaOpsEdge, NormRopeForwardInverseMainAndYarn) {
         // (a) per-head unweighted norm + RoPE in place, rows_per_token = H (the q path).
         const auto q = randn(size_t(T) * H * D, g, 3.0f);
         float* dq = F(dev(q));
-        ASSERT_EQ(cuda::norm_rope(dq, D, dq, D, T * H, D, true, nullptr, eps, dfreq, R, dpos, H, false, nullptr), cudaSuccess);
+        ASSERT_EQ(cuda::norm_rope(dq, D, dq, D, T * H, D, true, nullptr, eps, dfreq, R, dpos, H, false, nullptr),
+                  cudaSuccess);
         std::vector<float> want = q;
         ref::rms_norm_unweighted(want.data(), int64_t(T) * H, D, eps);
         for (int t = 0; t < T; ++t)
@@ -598,7 +613,8 @@ TEST(CudaOpsEdge, NormRopeForwardInverseMainAndYarn) {
         const auto kv = randn(size_t(T) * ldx, g), wn = randn(D, g);
         float *dkv = F(dev(kv)), *dwn = F(dev(wn));
         Guarded y(int64_t(T) * D);
-        ASSERT_EQ(cuda::norm_rope(dkv, ldx, y.y(), D, T, D, true, dwn, eps, dfreq, R, dpos, 1, false, nullptr), cudaSuccess);
+        ASSERT_EQ(cuda::norm_rope(dkv, ldx, y.y(), D, T, D, true, dwn, eps, dfreq, R, dpos, 1, false, nullptr),
+                  cudaSuccess);
         int64_t stomped = 0;
         const auto gy = y.read(T, D, D, stomped);
         std::vector<float> wy(size_t(T) * D);
@@ -612,14 +628,16 @@ TEST(CudaOpsEdge, NormRopeForwardInverseMainAndYarn) {
         float *dO = F(dev(o)), *dO2 = nullptr;
         ASSERT_EQ(cudaMalloc(&dO2, sizeof(float) * o.size()), cudaSuccess);
         F(dO2);
-        ASSERT_EQ(cuda::norm_rope(dO, D, dO2, D, T * H, D, false, nullptr, eps, dfreq, R, dpos, H, true, nullptr), cudaSuccess);
+        ASSERT_EQ(cuda::norm_rope(dO, D, dO2, D, T * H, D, false, nullptr, eps, dfreq, R, dpos, H, true, nullptr),
+                  cudaSuccess);
         std::vector<float> wo = o;
         for (int t = 0; t < T; ++t)
             for (int h = 0; h < H; ++h) ref::apply_rope(&wo[(size_t(t) * H + h) * D], D, *tab, pos[t], true);
         const auto go = host(dO2, o.size());
         upd(worst_inv, max_abs(go, wo));
         EXPECT_LT(max_abs(go, wo), 2e-5);
-        ASSERT_EQ(cuda::norm_rope(dO2, D, dO2, D, T * H, D, false, nullptr, eps, dfreq, R, dpos, H, false, nullptr), cudaSuccess);
+        ASSERT_EQ(cuda::norm_rope(dO2, D, dO2, D, T * H, D, false, nullptr, eps, dfreq, R, dpos, H, false, nullptr),
+                  cudaSuccess);
         const auto back = host(dO2, o.size());
         upd(worst_round, max_abs(back, o));
         EXPECT_LT(max_abs(back, o), 2e-5);
@@ -628,9 +646,10 @@ TEST(CudaOpsEdge, NormRopeForwardInverseMainAndYarn) {
     const auto plain_c = ref::make_rope_table(160000.0, R, false, 1, 1, 1, 1);
     EXPECT_NE(plain_c.inv_freq.back(), yarn_t.inv_freq.back());
     EXPECT_EQ(plain_c.inv_freq.front(), yarn_t.inv_freq.front());
-    std::printf("[op norm_rope] main + YaRN tables, positions 0..1000003, H=%d: norm+rope max |err| %.3g, inverse rope "
-                "%.3g, forward(inverse(x)) - x %.3g\n",
-                H, worst_norm_rope, worst_inv, worst_round);
+    std::printf(
+        "[op norm_rope] main + YaRN tables, positions 0..1000003, H=%d: norm+rope max |err| %.3g, inverse rope "
+        "%.3g, forward(inverse(x)) - x %.3g\n",
+        H, worst_norm_rope, worst_inv, worst_round);
 }
 
 // The bf16 route of a batched prefill step (cuda_runner_prefill.cpp): q normed, roped and rounded in
@@ -661,8 +680,10 @@ TEST(CudaOpsEdge, NormRopeBf16FormsEqualTheF32Route) {
     // (a) q: norm_rope_to_bf16 vs norm_rope in place then round_to_bf16.
     const auto q = randn(size_t(n), g, 3.0f);
     float* dq = F(dev(q));
-    ASSERT_EQ(cuda::norm_rope_to_bf16(dq, D, a, D, T * H, D, true, nullptr, eps, dfreq, R, dpos, H, nullptr), cudaSuccess);
-    ASSERT_EQ(cuda::norm_rope(dq, D, dq, D, T * H, D, true, nullptr, eps, dfreq, R, dpos, H, false, nullptr), cudaSuccess);
+    ASSERT_EQ(cuda::norm_rope_to_bf16(dq, D, a, D, T * H, D, true, nullptr, eps, dfreq, R, dpos, H, nullptr),
+              cudaSuccess);
+    ASSERT_EQ(cuda::norm_rope(dq, D, dq, D, T * H, D, true, nullptr, eps, dfreq, R, dpos, H, false, nullptr),
+              cudaSuccess);
     ASSERT_EQ(cuda::round_to_bf16(dq, n, b, nullptr), cudaSuccess);
     const auto qa = bits(a, n), qb = bits(b, n);
     EXPECT_EQ(qa, qb);
@@ -678,7 +699,8 @@ TEST(CudaOpsEdge, NormRopeBf16FormsEqualTheF32Route) {
     }
     float* dW = F(dev(wide));
     ASSERT_EQ(cuda::rope_rows_bf16(a, int64_t(T) * H, D, dfreq, R, dpos, H, true, nullptr), cudaSuccess);
-    ASSERT_EQ(cuda::norm_rope(dW, D, dW, D, T * H, D, false, nullptr, eps, dfreq, R, dpos, H, true, nullptr), cudaSuccess);
+    ASSERT_EQ(cuda::norm_rope(dW, D, dW, D, T * H, D, false, nullptr, eps, dfreq, R, dpos, H, true, nullptr),
+              cudaSuccess);
     ASSERT_EQ(cuda::round_to_bf16(dW, n, b, nullptr), cudaSuccess);
     const auto oa = bits(a, n), ob = bits(b, n);
     EXPECT_EQ(oa, ob);
@@ -694,8 +716,10 @@ TEST(CudaOpsEdge, NormRopeBf16FormsEqualTheF32Route) {
     EXPECT_TRUE(std::equal(op.begin() + part * D, op.end(), o16.begin() + part * D));
     EXPECT_EQ(cuda::rope_rows_bf16(a, 1, D, dfreq, 63, dpos, 1, true, nullptr), cudaErrorInvalidValue);
     EXPECT_EQ(cuda::rope_rows_bf16(a, 1, D, dfreq, R, dpos, 0, true, nullptr), cudaErrorInvalidValue);
-    std::printf("[op norm_rope bf16] %d rows of %d: q and inverse-rope bf16 forms bit-equal to the f32 route (%zu "
-                "output elements rotated)\n", T * H, D, changed);
+    std::printf(
+        "[op norm_rope bf16] %d rows of %d: q and inverse-rope bf16 forms bit-equal to the f32 route (%zu "
+        "output elements rotated)\n",
+        T * H, D, changed);
 }
 
 // Rows of 512 (q heads, K=V rows) take norm_rope's warp-per-row form: bit for bit the 128-thread form,
@@ -739,12 +763,15 @@ TEST(CudaOpsEdge, NormRopeWarpFormEqualsBlockForm) {
     for (int r = 0; r < rows; ++r)
         for (int i = 0; i < D; ++i) xc[size_t(r) * D + i] = x[size_t(r) * ldx + i];
     float* dq = F(dev(xc));
-    ASSERT_EQ(cuda::norm_rope(dq, D, dq, D, rows, D, true, nullptr, 1e-6f, dfreq, R, dpos, H, false, nullptr), cudaSuccess);
-    ASSERT_EQ(cuda::norm_rope_block_form(dx, ldx, b, D, rows, D, true, nullptr, 1e-6f, dfreq, R, dpos, H, false, nullptr),
+    ASSERT_EQ(cuda::norm_rope(dq, D, dq, D, rows, D, true, nullptr, 1e-6f, dfreq, R, dpos, H, false, nullptr),
               cudaSuccess);
+    ASSERT_EQ(
+        cuda::norm_rope_block_form(dx, ldx, b, D, rows, D, true, nullptr, 1e-6f, dfreq, R, dpos, H, false, nullptr),
+        cudaSuccess);
     const auto gq = host(dq, xc.size()), gb = host(b, xc.size());
     EXPECT_EQ(std::memcmp(gq.data(), gb.data(), gq.size() * 4), 0);
-    std::printf("[op norm_rope 512] warp-per-row form bit-equal to the 128-thread form in %d cases + in place\n", cases);
+    std::printf("[op norm_rope 512] warp-per-row form bit-equal to the 128-thread form in %d cases + in place\n",
+                cases);
 }
 
 // norm_rope_bf16 (the prefill q rows the GEMM wrote as bf16, normed and rotated in place) gives the bits
@@ -774,7 +801,8 @@ TEST(CudaOpsEdge, NormRopeBf16InPlaceEqualsTheF32FormOnBf16Rows) {
     for (int rope = 0; rope < 2; ++rope) {
         const float* f = rope ? dfreq : nullptr;
         ASSERT_EQ(cudaMemcpy(b, xb.data(), 2 * xb.size(), cudaMemcpyHostToDevice), cudaSuccess);
-        ASSERT_EQ(cuda::norm_rope_to_bf16(dx, D, a, D, rows, D, true, nullptr, 1e-6f, f, R, dpos, H, nullptr), cudaSuccess);
+        ASSERT_EQ(cuda::norm_rope_to_bf16(dx, D, a, D, rows, D, true, nullptr, 1e-6f, f, R, dpos, H, nullptr),
+                  cudaSuccess);
         ASSERT_EQ(cuda::norm_rope_bf16(b, D, rows, D, true, nullptr, 1e-6f, f, R, dpos, H, nullptr), cudaSuccess);
         std::vector<uint16_t> ga(x.size()), gb(x.size());
         ASSERT_EQ(cudaMemcpy(ga.data(), a, 2 * ga.size(), cudaMemcpyDeviceToHost), cudaSuccess);
@@ -829,13 +857,15 @@ TEST(CudaOpsEdge, EmbeddingEveryWeightFormat) {
         const auto got = host(out, size_t(T) * copies * d);
         std::vector<float> want;
         for (int t = 0; t < T; ++t)
-            for (int c = 0; c < copies; ++c) want.insert(want.end(), &wd[size_t(tokens[t]) * d], &wd[size_t(tokens[t]) * d] + d);
+            for (int c = 0; c < copies; ++c)
+                want.insert(want.end(), &wd[size_t(tokens[t]) * d], &wd[size_t(tokens[t]) * d] + d);
         const double e = max_abs(got, want);
         upd(worst, e);
         EXPECT_EQ(e, 0.0) << cuda::wfmt_name(fmt);
     }
-    std::printf("[op embedding] f32/bf16/fp8-block/mxfp4, V=%d d=%d (edge blocks), ids 0 and V-1, x%d copies: max |err| %.3g\n",
-                V, d, copies, worst);
+    std::printf(
+        "[op embedding] f32/bf16/fp8-block/mxfp4, V=%d d=%d (edge blocks), ids 0 and V-1, x%d copies: max |err| %.3g\n",
+        V, d, copies, worst);
 }
 
 TEST(CudaOpsEdge, SwigluClamp) {
@@ -891,7 +921,8 @@ void check_indexer_case(BigPool& bp, const IndexerCase& ic, int& seqs, int& ties
     for (int B : ic.batches) {
         std::mt19937 g(71 + B + IH);
         std::vector<int64_t> pos(B);
-        for (int s = 0; s < B; ++s) pos[s] = B == 1 ? ic.pos_cycle[4 % ic.pos_cycle.size()] : ic.pos_cycle[s % ic.pos_cycle.size()];
+        for (int s = 0; s < B; ++s)
+            pos[s] = B == 1 ? ic.pos_cycle[4 % ic.pos_cycle.size()] : ic.pos_cycle[s % ic.pos_cycle.size()];
         const int pt_stride = int(1 + max_pos / BigPool::page_tokens + 1);
         std::vector<int32_t> tables(size_t(B) * pt_stride, 0);
         std::vector<std::vector<float>> rows(B);
@@ -935,7 +966,11 @@ void check_indexer_case(BigPool& bp, const IndexerCase& ic, int& seqs, int& ties
         plan.pt_stride = pt_stride;
         plan.tokens = F(dev(toks));
         plan.pos = F(dev(ps));
-        cuda::PagePool pool{bp.base, BigPool::pe, 1, BigPool::page_tokens, cuda::RowFormat{0, ID, 0, ID},
+        cuda::PagePool pool{bp.base,
+                            BigPool::pe,
+                            1,
+                            BigPool::page_tokens,
+                            cuda::RowFormat{0, ID, 0, ID},
                             cuda::RowFormat{ic.bf16_rows ? 1 : 0, ID, 0, int32_t(row_words)}};
         const int64_t max_rows = (max_pos + 1) / r + 64;
         float* scores = nullptr;
@@ -966,7 +1001,8 @@ void check_indexer_case(BigPool& bp, const IndexerCase& ic, int& seqs, int& ties
                     double acc = 0;
                     for (int h = 0; h < IH; ++h) {
                         double dot = 0;
-                        for (int i = 0; i < ID; ++i) dot += double(q[(size_t(s) * IH + h) * ID + i]) * rows[s][size_t(c) * ID + i];
+                        for (int i = 0; i < ID; ++i)
+                            dot += double(q[(size_t(s) * IH + h) * ID + i]) * rows[s][size_t(c) * ID + i];
                         acc += double(hw[size_t(s) * IH + h]) * std::max(0.0, dot);
                     }
                     sc[c] = float(acc);
@@ -979,15 +1015,18 @@ void check_indexer_case(BigPool& bp, const IndexerCase& ic, int& seqs, int& ties
                         EXPECT_EQ(gsc[size_t(c)], sc[size_t(c)]) << "seq " << s << " row " << c;
                     } else {
                         const double ulp = std::ldexp(1.0, std::ilogb(std::max(std::fabs(sc[size_t(c)]), 1e-30f)) - 23);
-                        EXPECT_LE(d, ulp) << "seq " << s << " row " << c << ": " << gsc[size_t(c)] << " vs " << sc[size_t(c)];
+                        EXPECT_LE(d, ulp)
+                            << "seq " << s << " row " << c << ": " << gsc[size_t(c)] << " vs " << sc[size_t(c)];
                     }
                     worst_rel = std::max(worst_rel, d / std::max(1e-30, double(std::fabs(sc[size_t(c)]))));
                 }
-                for (int64_t i = 1; scored && i < n_c; ++i) ties_total += std::count(sc.begin(), sc.begin() + i, sc[i]) > 0;
+                for (int64_t i = 1; scored && i < n_c; ++i)
+                    ties_total += std::count(sc.begin(), sc.begin() + i, sc[i]) > 0;
                 const auto want = ref::index_select(ic.real_values ? gsc : sc, K);
                 ASSERT_EQ(gn[s], int32_t(want.size())) << "seq " << s << " n_c " << n_c;
                 EXPECT_EQ(std::vector<int32_t>(gs.begin() + s * K, gs.begin() + s * K + gn[s]), want) << "seq " << s;
-                for (int i = gn[s]; i < K; ++i) EXPECT_EQ(gs[size_t(s) * K + i], -1) << "seq " << s << " slot " << i << " written";
+                for (int i = gn[s]; i < K; ++i)
+                    EXPECT_EQ(gs[size_t(s) * K + i], -1) << "seq " << s << " slot " << i << " written";
                 ++seqs;
             }
         }
@@ -1001,8 +1040,10 @@ TEST(CudaOpsEdge, IndexerTopkEdgeShapes) {
     double worst = 0;
     // n_c = 0 (B03), 1 (first row), 15, 16 (= top-k), 17 and 60 candidates for top-16.
     check_indexer_case(bp, {4, 32, 16, {1, 33}, {2, 3, 59, 63, 67, 240, 0}}, seqs, ties, worst);
-    std::printf("[op indexer top-k edge] %d sequences (batch 1 and 33; 0, 1, 15, 16, 17, 60 candidates for top-16), "
-                "%d tied scores among the scored: selections identical to the CPU and across 3 runs\n", seqs, ties);
+    std::printf(
+        "[op indexer top-k edge] %d sequences (batch 1 and 33; 0, 1, 15, 16, 17, 60 candidates for top-16), "
+        "%d tied scores among the scored: selections identical to the CPU and across 3 runs\n",
+        seqs, ties);
     seqs = 0, ties = 0;
     // Flash indexer shape: n_c = 0, 1, 64, 65, 66, 513, 514, 2102 candidates for top-512.
     // Batch 40: the score grid (about 2 waves of CTAs) is shorter than the 33 key tiles of the
@@ -1012,9 +1053,10 @@ TEST(CudaOpsEdge, IndexerTopkEdgeShapes) {
     // The same with bf16 rows, odd word offset (element loads) and even (8-byte loads).
     check_indexer_case(bp, {64, 128, 512, {9}, flash_pos, true, false, 101}, seqs, ties, worst);
     check_indexer_case(bp, {64, 128, 512, {40}, flash_pos, true, false, 128}, seqs, ties, worst);
-    std::printf("[op indexer top-k edge] Flash shape 64 x 128, f32 and bf16 rows: %d sequences (0 .. 2102 candidates "
-                "for top-512), %d tied scores: scores and selections identical to the CPU and across 3 runs\n",
-                seqs, ties);
+    std::printf(
+        "[op indexer top-k edge] Flash shape 64 x 128, f32 and bf16 rows: %d sequences (0 .. 2102 candidates "
+        "for top-512), %d tied scores: scores and selections identical to the CPU and across 3 runs\n",
+        seqs, ties);
     seqs = 0, ties = 0;
     // Random reals (no ties): scores within one f32 ulp of the CPU's double sum; 64, 48 and 16 heads
     // (padded head tiles), bf16 rows with 8-byte loads, ID 64.
@@ -1049,8 +1091,9 @@ TEST(CudaOpsEdge, TopkExactAtB08Sizes) {
                     EXPECT_EQ(host(di, size_t(R) * k), got) << "second run differs";
                     for (int row = 0; row < R; ++row) {
                         const std::span<const float> sr(&s[size_t(row) * n], size_t(n));
-                        EXPECT_EQ(std::vector<int32_t>(got.begin() + size_t(row) * k, got.begin() + size_t(row + 1) * k),
-                                  ref::topk_indices(sr, k))
+                        EXPECT_EQ(
+                            std::vector<int32_t>(got.begin() + size_t(row) * k, got.begin() + size_t(row + 1) * k),
+                            ref::topk_indices(sr, k))
                             << "n " << n << " k " << k << " R " << R << " dist " << dist << " row " << row;
                     }
                     ++configs;
@@ -1058,9 +1101,10 @@ TEST(CudaOpsEdge, TopkExactAtB08Sizes) {
             }
         }
     }
-    std::printf("[op top-k B08] %d configs (n 2047/2049/16385, k 512/2048, rows 1/33, normal / [1,1.25) / 8 tied values): "
-                "identical to the CPU, stable across runs\n",
-                configs);
+    std::printf(
+        "[op top-k B08] %d configs (n 2047/2049/16385, k 512/2048, rows 1/33, normal / [1,1.25) / 8 tied values): "
+        "identical to the CPU, stable across runs\n",
+        configs);
 }
 
 }  // namespace

@@ -97,8 +97,8 @@ TEST(CudaOps, GroupedLinearMatchesPerGroup) {
     std::vector<float> want(size_t(T) * G * orank);
     for (int t = 0; t < T; ++t)
         for (int j = 0; j < G; ++j)
-            ref::linear(&x[size_t(t) * G * gin + j * gin], &w[size_t(j) * orank * gin], &want[size_t(t) * G * orank + j * orank],
-                        1, orank, gin);
+            ref::linear(&x[size_t(t) * G * gin + j * gin], &w[size_t(j) * orank * gin],
+                        &want[size_t(t) * G * orank + j * orank], 1, orank, gin);
     const double e = max_abs(host(dy, want.size()), want);
     std::printf("[op grouped linear] max |err| %.3g\n", e);
     EXPECT_LT(e, 1e-5);
@@ -128,9 +128,9 @@ TEST(CudaOps, TopkExactTiesAndNan) {
 TEST(CudaOps, ArgmaxLowestIndexOnTies) {
     SKIP_WITHOUT_GPU();
     std::vector<float> l(3 * 1000, 0.0f);
-    l[17] = 5, l[900] = 5;           // row 0: tie -> 17
+    l[17] = 5, l[900] = 5;               // row 0: tie -> 17
     l[1000 + 3] = NAN, l[1000 + 4] = 1;  // row 1: NaN skipped -> 4
-    l[2000 + 999] = 2;                // row 2: last
+    l[2000 + 999] = 2;                   // row 2: last
     float* dl = dev(l);
     int32_t* di = nullptr;
     ASSERT_EQ(cudaMalloc(&di, sizeof(int32_t) * 3), cudaSuccess);

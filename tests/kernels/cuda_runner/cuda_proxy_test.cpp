@@ -223,8 +223,10 @@ TEST(CudaProxy, FastPrefillPathsMatchTheTokenLoop) {
                 nonfinite += !std::isfinite(out[v][size_t(c)][i]);
                 worst = std::max(worst, double(std::fabs(out[v][size_t(c)][i] - out[0][size_t(c)][i])));
             }
-            std::printf("[proxy prefill] runner %d chunk %d: max |diff| to the token loop %.3g (%.3g of the logit scale %.3g)\n",
-                        v, c, worst, worst / scale, scale);
+            std::printf(
+                "[proxy prefill] runner %d chunk %d: max |diff| to the token loop %.3g (%.3g of the logit scale "
+                "%.3g)\n",
+                v, c, worst, worst / scale, scale);
             EXPECT_EQ(nonfinite, 0);
             EXPECT_LT(worst, 0.03 * scale) << "runner " << v << " chunk " << c;
         }

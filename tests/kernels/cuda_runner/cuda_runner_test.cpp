@@ -39,7 +39,8 @@ struct Seq {
     int64_t pos = 0;
 };
 
-std::vector<std::vector<float>> step(ModelRunner& r, std::vector<Seq*> seqs, const std::vector<std::vector<int32_t>>& chunks) {
+std::vector<std::vector<float>> step(ModelRunner& r, std::vector<Seq*> seqs,
+                                     const std::vector<std::vector<int32_t>>& chunks) {
     ForwardBatch b;
     for (size_t i = 0; i < seqs.size(); ++i)
         b.seqs.push_back(SeqChunk{seqs[i]->id, chunks[i], seqs[i]->pos, true, seqs[i]->table});
@@ -210,7 +211,8 @@ TEST(CudaRunner, GraphReplayEqualsEager) {
         s[0].table = table_for(**gpu, 200, 100, 1);
         s[1].table = table_for(**gpu, 200, 2999, 5);
         s[1].id = 2;
-        const auto p0 = random_ids(70, model->config().vocab_size, 31), p1 = random_ids(9, model->config().vocab_size, 32);
+        const auto p0 = random_ids(70, model->config().vocab_size, 31),
+                   p1 = random_ids(9, model->config().vocab_size, 32);
         auto l = step(**gpu, {&s[0], &s[1]}, {p0, p1});
         for (int i = 0; i < 40; ++i) {
             l = step(**gpu, {&s[0], &s[1]}, {{argmax(l[0])}, {argmax(l[1])}});
@@ -275,8 +277,10 @@ TEST(CudaRunner, FactoryBackendCudaMatchesCpuBackend) {
         lc = step(**cpu, {&h}, {{t}});
         c.add(lg[0], lc[0]);
     }
-    std::printf("[runner factory cuda] tiny_quant via make_model_runner: max |logit diff| vs cpu backend %.3g, greedy mismatches %d\n",
-                c.worst, c.greedy_mismatch);
+    std::printf(
+        "[runner factory cuda] tiny_quant via make_model_runner: max |logit diff| vs cpu backend %.3g, greedy "
+        "mismatches %d\n",
+        c.worst, c.greedy_mismatch);
     EXPECT_LT(c.worst, 1e-4);
     EXPECT_EQ(c.greedy_mismatch, 0);
 }
@@ -316,9 +320,10 @@ TEST(CudaRunnerPerf, TinyDecodeStepLatency) {
             const int steps = 50;
             const auto t0 = std::chrono::steady_clock::now();
             for (int i = 0; i < steps; ++i) l = step(**gpu, ptrs, next());
-            const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
-            std::printf("[perf tiny decode] graphs %s batch %2d: %.3f ms/step, %.0f tok/s\n", graphs ? "on " : "off", B, ms,
-                        B * 1000.0 / ms);
+            const double ms =
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
+            std::printf("[perf tiny decode] graphs %s batch %2d: %.3f ms/step, %.0f tok/s\n", graphs ? "on " : "off", B,
+                        ms, B * 1000.0 / ms);
             next_page = next_page < 800 ? 1999 : next_page;
         }
     }

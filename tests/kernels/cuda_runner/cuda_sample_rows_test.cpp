@@ -68,16 +68,25 @@ std::vector<Case> cases() {
     add("top_k50", [](SamplingParams& p) { p.top_k = 50; });
     add("top_k1", [](SamplingParams& p) { p.top_k = 1; });
     add("t0.9 min_p0.1", [](SamplingParams& p) { p.temperature = 0.9f, p.min_p = 0.1f; });
-    add("top_k40 top_p0.8 min_p0.02", [](SamplingParams& p) { p.temperature = 0.8f, p.top_k = 40, p.top_p = 0.8f, p.min_p = 0.02f; });
+    add("top_k40 top_p0.8 min_p0.02",
+        [](SamplingParams& p) { p.temperature = 0.8f, p.top_k = 40, p.top_p = 0.8f, p.min_p = 0.02f; });
     add("t1e-3", [](SamplingParams& p) { p.temperature = 1e-3f; });
     add("t2 top_p0.95", [](SamplingParams& p) { p.temperature = 2.0f, p.top_p = 0.95f; });
-    add("penalties", [](SamplingParams& p) { p.repetition_penalty = 1.3f, p.presence_penalty = 0.5f, p.frequency_penalty = 0.3f; });
-    add("penalties top_p0.7", [](SamplingParams& p) { p.repetition_penalty = 0.8f, p.frequency_penalty = -0.7f, p.top_p = 0.7f; });
-    add("greedy penalties", [](SamplingParams& p) { p.temperature = 0, p.repetition_penalty = 1.5f, p.frequency_penalty = 0.4f; });
+    add("penalties",
+        [](SamplingParams& p) { p.repetition_penalty = 1.3f, p.presence_penalty = 0.5f, p.frequency_penalty = 0.3f; });
+    add("penalties top_p0.7",
+        [](SamplingParams& p) { p.repetition_penalty = 0.8f, p.frequency_penalty = -0.7f, p.top_p = 0.7f; });
+    add("greedy penalties",
+        [](SamplingParams& p) { p.temperature = 0, p.repetition_penalty = 1.5f, p.frequency_penalty = 0.4f; });
     add("logprobs5 top_p0.9", [](SamplingParams& p) { p.logprobs = 5, p.top_p = 0.9f; });
     add("greedy logprobs20", [](SamplingParams& p) { p.temperature = 0, p.logprobs = 20; });
     add("logprobs0 penalties", [](SamplingParams& p) { p.logprobs = 0, p.presence_penalty = 1.5f; });
-    add("stop masking", [](SamplingParams& p) { p.ignore_eos = false, p.stop_token_ids = {5, 7, 11}; }, true);
+    add(
+        "stop masking",
+        [](SamplingParams& p) {
+            p.ignore_eos = false, p.stop_token_ids = {5, 7, 11};
+        },
+        true);
     add("top_k>V", [](SamplingParams& p) { p.top_k = kV + 5; });
     add("top_p tiny", [](SamplingParams& p) { p.top_p = 1e-4f; });
     add("logit_bias", [](SamplingParams& p) { p.logit_bias = {{3, 5.5f}, {9, -100.0f}, {kV - 1, 2.25f}}; });
@@ -127,8 +136,10 @@ TEST(CudaSampleRows, SameTokensAsTheHostSampler) {
             std::vector<cuda::SamplePenaltyToken> toks;
             std::vector<SampleResult> host(kRows);
             for (int r = 0; r < kRows; ++r) {
-                const SampleContext ctx{.seed = seed_base * 1000 + uint64_t(r), .stream = uint64_t(r % 3),
-                                        .position = int64_t(r * 7 + seed_base % 5), .suppress_stops = c.suppress,
+                const SampleContext ctx{.seed = seed_base * 1000 + uint64_t(r),
+                                        .stream = uint64_t(r % 3),
+                                        .position = int64_t(r * 7 + seed_base % 5),
+                                        .suppress_stops = c.suppress,
                                         .eos_token = 1};
                 std::vector<float> copy = rows[r];
                 host[r] = sample_token(copy, c.p, pen[r], ctx);
@@ -136,10 +147,13 @@ TEST(CudaSampleRows, SameTokensAsTheHostSampler) {
                 args[r] = row_args(device_sample_params(c.p, ctx, pt), r, toks);
             }
             ASSERT_LE(toks.size(), max_toks);
-            ASSERT_EQ(cudaMemcpy(d_args, args.data(), args.size() * sizeof(args[0]), cudaMemcpyHostToDevice), cudaSuccess);
+            ASSERT_EQ(cudaMemcpy(d_args, args.data(), args.size() * sizeof(args[0]), cudaMemcpyHostToDevice),
+                      cudaSuccess);
             if (!toks.empty())
-                ASSERT_EQ(cudaMemcpy(d_toks, toks.data(), toks.size() * sizeof(toks[0]), cudaMemcpyHostToDevice), cudaSuccess);
-            ASSERT_EQ(cuda::sample_rows(d_logits, kV, d_args, kRows, d_toks, d_w, d_saved, d_out, nullptr), cudaSuccess);
+                ASSERT_EQ(cudaMemcpy(d_toks, toks.data(), toks.size() * sizeof(toks[0]), cudaMemcpyHostToDevice),
+                          cudaSuccess);
+            ASSERT_EQ(cuda::sample_rows(d_logits, kV, d_args, kRows, d_toks, d_w, d_saved, d_out, nullptr),
+                      cudaSuccess);
             std::vector<cuda::SampleRowOut> out(kRows);
             ASSERT_EQ(cudaMemcpy(out.data(), d_out, out.size() * sizeof(out[0]), cudaMemcpyDeviceToHost), cudaSuccess);
             for (int r = 0; r < kRows; ++r) {
@@ -174,9 +188,10 @@ TEST(CudaSampleRows, SameTokensAsTheHostSampler) {
     std::vector<float> back(flat.size());
     ASSERT_EQ(cudaMemcpy(back.data(), d_logits, back.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
     EXPECT_TRUE(back == flat) << "sample_rows did not restore the penalised logits";
-    std::printf("[sample_rows] %zu cases x 3 seeds x %d rows (V=%d): %lld/%lld tokens equal to the host sampler; "
-                "max |logprob diff| %.3g\n", cases().size(), kRows, kV, (long long)(n_rows - n_mismatch),
-                (long long)n_rows, max_lp);
+    std::printf(
+        "[sample_rows] %zu cases x 3 seeds x %d rows (V=%d): %lld/%lld tokens equal to the host sampler; "
+        "max |logprob diff| %.3g\n",
+        cases().size(), kRows, kV, (long long)(n_rows - n_mismatch), (long long)n_rows, max_lp);
     cudaFree(d_logits), cudaFree(d_w), cudaFree(d_saved), cudaFree(d_args), cudaFree(d_toks), cudaFree(d_out);
 }
 
@@ -244,7 +259,8 @@ TEST(CudaSampleRows, PendingTokenCountedLikeTheHost) {
         }
         ASSERT_EQ(cudaMemcpy(d_args, args.data(), args.size() * sizeof(args[0]), cudaMemcpyHostToDevice), cudaSuccess);
         ASSERT_EQ(cudaMemcpy(d_toks, toks.data(), toks.size() * sizeof(toks[0]), cudaMemcpyHostToDevice), cudaSuccess);
-        ASSERT_EQ(cudaMemcpy(d_step_tokens, step_tokens.data(), step_tokens.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+        ASSERT_EQ(cudaMemcpy(d_step_tokens, step_tokens.data(), step_tokens.size() * 4, cudaMemcpyHostToDevice),
+                  cudaSuccess);
         ASSERT_EQ(cuda::sample_rows(d_logits, kV, d_args, R, d_toks, d_w, d_saved, d_out, nullptr, d_step_tokens),
                   cudaSuccess);
         std::vector<cuda::SampleRowOut> out(R);
@@ -259,8 +275,10 @@ TEST(CudaSampleRows, PendingTokenCountedLikeTheHost) {
     ASSERT_EQ(cudaMemcpy(back.data(), d_logits, back.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
     EXPECT_TRUE(back == flat) << "sample_rows did not restore the logits (pending token included)";
     EXPECT_GT(n_changed, n_rows / 4) << "the pending token's count rarely mattered: the test would not see it missing";
-    std::printf("[sample_rows] pending token counted on the device: %d rows equal to the host; its count changed "
-                "%d of them\n", n_rows, n_changed);
+    std::printf(
+        "[sample_rows] pending token counted on the device: %d rows equal to the host; its count changed "
+        "%d of them\n",
+        n_rows, n_changed);
     cudaFree(d_logits), cudaFree(d_w), cudaFree(d_saved), cudaFree(d_step_tokens), cudaFree(d_args), cudaFree(d_toks),
         cudaFree(d_out);
 }
@@ -290,11 +308,13 @@ TEST(CudaSampleRowsPerf, TimePerCall) {
                 if (mode == 1) args[r].temperature = 0.7f, args[r].top_p = 0.9f;
             }
             ASSERT_EQ(cudaMemcpy(d_args, args.data(), R * sizeof(args[0]), cudaMemcpyHostToDevice), cudaSuccess);
-            for (int i = 0; i < 3; ++i) cuda::sample_rows(d_logits, kV, d_args, R, nullptr, d_w, d_saved, d_out, nullptr);
+            for (int i = 0; i < 3; ++i)
+                cuda::sample_rows(d_logits, kV, d_args, R, nullptr, d_w, d_saved, d_out, nullptr);
             cudaEvent_t a, b;
             cudaEventCreate(&a), cudaEventCreate(&b);
             cudaEventRecord(a);
-            for (int i = 0; i < 20; ++i) cuda::sample_rows(d_logits, kV, d_args, R, nullptr, d_w, d_saved, d_out, nullptr);
+            for (int i = 0; i < 20; ++i)
+                cuda::sample_rows(d_logits, kV, d_args, R, nullptr, d_w, d_saved, d_out, nullptr);
             cudaEventRecord(b);
             ASSERT_EQ(cudaEventSynchronize(b), cudaSuccess);
             float ms = 0;

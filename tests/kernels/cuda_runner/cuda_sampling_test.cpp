@@ -54,8 +54,12 @@ ForwardBatch batch_of(const std::vector<Seq>& seqs, const std::vector<std::vecto
                       const std::vector<DeviceSampleParams>& params = {}) {
     ForwardBatch b;
     for (size_t i = 0; i < seqs.size(); ++i)
-        b.seqs.push_back(SeqChunk{.seq_id = seqs[i].id, .tokens = chunks[i], .start_pos = seqs[i].pos,
-                                  .want_logits = want[i], .page_table = seqs[i].table, .sample = modes[i],
+        b.seqs.push_back(SeqChunk{.seq_id = seqs[i].id,
+                                  .tokens = chunks[i],
+                                  .start_pos = seqs[i].pos,
+                                  .want_logits = want[i],
+                                  .page_table = seqs[i].table,
+                                  .sample = modes[i],
                                   .params = i < params.size() ? params[i] : DeviceSampleParams{}});
     return b;
 }
@@ -136,7 +140,8 @@ TEST(CudaSampling, DeviceGreedyEqualsHostArgmaxOfTheSameStep) {
             } else {
                 const auto& got = ob.logits[host++];
                 ASSERT_EQ(got.size(), size_t(V));
-                for (size_t k = 0; k < got.size(); ++k) logits_diff = std::max(logits_diff, double(std::fabs(got[k] - ref_row[k])));
+                for (size_t k = 0; k < got.size(); ++k)
+                    logits_diff = std::max(logits_diff, double(std::fabs(got[k] - ref_row[k])));
                 next[i] = {host_greedy(got)};
                 ++logits_rows;
             }
@@ -146,9 +151,10 @@ TEST(CudaSampling, DeviceGreedyEqualsHostArgmaxOfTheSameStep) {
         ++steps;
     }
     EXPECT_EQ(logits_diff, 0.0) << "the logits rows of the two runners differ";
-    std::printf("[device sampling] %d steps (eager prefill + graph decode), B=%d: %d device-greedy ids equal the host "
-                "argmax of the same step, %d kFull ids equal sample_token on it, %d logits rows identical (max |diff| %.3g)\n",
-                steps, n, device_rows, full_rows, logits_rows, logits_diff);
+    std::printf(
+        "[device sampling] %d steps (eager prefill + graph decode), B=%d: %d device-greedy ids equal the host "
+        "argmax of the same step, %d kFull ids equal sample_token on it, %d logits rows identical (max |diff| %.3g)\n",
+        steps, n, device_rows, full_rows, logits_rows, logits_diff);
 }
 
 class Sink : public RequestSink {
@@ -178,7 +184,7 @@ TEST(CudaSampling, EngineOutputsIdenticalWithDeviceSamplingOnAndOff) {
         p.temperature = 0;
         p.max_tokens = 12;
         p.ignore_eos = true;
-        if (i == 3) p.repetition_penalty = 1.2f;                      // device kFull (host when off)
+        if (i == 3) p.repetition_penalty = 1.2f;                     // device kFull (host when off)
         if (i == 4) p.temperature = 0.8f, p.top_k = 40, p.seed = 3;  // device kFull
         if (i == 5) p.ignore_eos = false, p.min_tokens = 4;          // kFull for 4 tokens, then kGreedy
         if (i == 6) p.temperature = 1.0f, p.seed = 11, p.logprobs = 3, p.presence_penalty = 0.4f;
@@ -243,9 +249,11 @@ TEST(CudaSampling, EngineOutputsIdenticalWithDeviceSamplingOnAndOff) {
     EXPECT_FALSE(lps[1][6].empty());
     int same = 0;
     for (size_t i = 0; i < on.size(); ++i) same += on[i] == off[i];
-    std::printf("[engine cuda device sampling] %zu requests (greedy, penalties, seeded temperature / top-k / top-p / min-p, logprobs, min_tokens): %lld of %lld "
-                "tokens sampled on the device; %d/%zu outputs identical to device sampling off\n",
-                on.size(), (long long)dev_on, (long long)total, same, on.size());
+    std::printf(
+        "[engine cuda device sampling] %zu requests (greedy, penalties, seeded temperature / top-k / top-p / min-p, "
+        "logprobs, min_tokens): %lld of %lld "
+        "tokens sampled on the device; %d/%zu outputs identical to device sampling off\n",
+        on.size(), (long long)dev_on, (long long)total, same, on.size());
 }
 
 // Informational (docs/perf/ledger-ops6.md): wall time per decode step (graphs on) of the built-in
@@ -288,7 +296,8 @@ TEST(CudaSamplingPerf, DecodeStepHostLogitsVsDeviceGreedy) {
             const bool device = rep % 2 == 1;
             const auto t0 = std::chrono::steady_clock::now();
             for (int i = 0; i < steps; ++i) run_step(device);
-            ms[device].push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps);
+            ms[device].push_back(
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps);
         }
         for (int d = 0; d < 2; ++d) {
             auto v = ms[d];

@@ -91,7 +91,8 @@ std::vector<int32_t> prompt(uint64_t seed, int n, int64_t vocab) {
 
 // Prompts across the ratio-4 windows and the 128-token window; one request with two choices.
 std::vector<Job> jobs_for(int64_t vocab, int max_tokens) {
-    return {{prompt(1, 3, vocab), max_tokens}, {prompt(2, 126, vocab), max_tokens}, {prompt(3, 41, vocab), max_tokens, 2}};
+    return {
+        {prompt(1, 3, vocab), max_tokens}, {prompt(2, 126, vocab), max_tokens}, {prompt(3, 41, vocab), max_tokens, 2}};
 }
 
 std::shared_ptr<const RefModel> tiny() {
@@ -99,7 +100,8 @@ std::shared_ptr<const RefModel> tiny() {
     return m;
 }
 
-std::unique_ptr<ModelRunner> cuda_runner(std::shared_ptr<const RefModel> model, int k, const char* rows, int64_t n_pages) {
+std::unique_ptr<ModelRunner> cuda_runner(std::shared_ptr<const RefModel> model, int k, const char* rows,
+                                         int64_t n_pages) {
     CudaRunnerOptions o;
     o.rt.split_kv_target_ctas = 1;  // one split whatever the batch: verify and one-token steps attend alike
     o.rt.kv_rows = rows;
@@ -176,7 +178,8 @@ void scripted_cycles(ModelRunner& spec, ModelRunner* cpu, ModelRunner& plain, in
         ASSERT_EQ(o.logits.size(), size_t(S));
         if (cpu) {
             const StepOutput c = run_step(*cpu, b);
-            for (int s = 0; s < S; ++s) worst_cpu = std::max(worst_cpu, row_diff(o.logits[size_t(s)], c.logits[size_t(s)], &scale));
+            for (int s = 0; s < S; ++s)
+                worst_cpu = std::max(worst_cpu, row_diff(o.logits[size_t(s)], c.logits[size_t(s)], &scale));
         }
         const StepOutput p = run_step(plain, bp);
         for (int s = 0; s < S; ++s) {
@@ -194,8 +197,12 @@ void scripted_cycles(ModelRunner& spec, ModelRunner* cpu, ModelRunner& plain, in
             Seq& q = seqs[size_t(s)];
             ks[size_t(s)] = q.mtp ? kpat[(c + s) % 4] : 0;
             tok[size_t(s)] = {q.next};
-            b.seqs.push_back({.seq_id = s, .tokens = tok[size_t(s)], .start_pos = q.P, .page_table = q.table,
-                              .mtp = q.mtp, .draft_tokens = ks[size_t(s)]});
+            b.seqs.push_back({.seq_id = s,
+                              .tokens = tok[size_t(s)],
+                              .start_pos = q.P,
+                              .page_table = q.table,
+                              .mtp = q.mtp,
+                              .draft_tokens = ks[size_t(s)]});
         }
         const StepOutput o = run_step(spec, b);
         StepOutput co;
@@ -238,7 +245,8 @@ void scripted_cycles(ModelRunner& spec, ModelRunner* cpu, ModelRunner& plain, in
                 if (i > js[size_t(s)]) continue;
                 const Seq& q = seqs[size_t(s)];
                 pt[size_t(s)] = {i == 0 ? q.next : drafts[size_t(s)][size_t(i - 1)]};
-                bp.seqs.push_back({.seq_id = s, .tokens = pt[size_t(s)], .start_pos = q.P + i, .page_table = q.plain_table});
+                bp.seqs.push_back(
+                    {.seq_id = s, .tokens = pt[size_t(s)], .start_pos = q.P + i, .page_table = q.plain_table});
                 who.push_back(s);
             }
             const StepOutput p = run_step(plain, bp);
@@ -255,9 +263,10 @@ void scripted_cycles(ModelRunner& spec, ModelRunner* cpu, ModelRunner& plain, in
             q.P += js[size_t(s)] + 1;
         }
     }
-    std::printf("[spec cuda scripted] %s k %d: %lld kept drafts, %lld rows against plain decoding (max |diff| %.3g), "
-                "%lld drafts against the cpu runner (rows max |diff| %.3g), logit scale %.3g\n",
-                label, k, (long long)kept, (long long)rows_checked, worst_plain, (long long)drafts_checked, worst_cpu, scale);
+    std::printf(
+        "[spec cuda scripted] %s k %d: %lld kept drafts, %lld rows against plain decoding (max |diff| %.3g), "
+        "%lld drafts against the cpu runner (rows max |diff| %.3g), logit scale %.3g\n",
+        label, k, (long long)kept, (long long)rows_checked, worst_plain, (long long)drafts_checked, worst_cpu, scale);
     EXPECT_GT(kept, 0);
     EXPECT_GT(scale, 0.0);
     EXPECT_LE(worst_plain, tol * scale) << label;
@@ -303,7 +312,8 @@ TEST(CudaSpeculative, EngineGreedyIdenticalOnAndOff) {
         EXPECT_EQ(gpu->max_draft_tokens(), k);
         auto cpu = RefRunner::create(tiny(), 64, 1024, {k, DraftSource::kMtp});
         ASSERT_TRUE(cpu.is_ok());
-        for (const SpecSetup s : {SpecSetup{.k = k}, SpecSetup{.k = k, .budget = 24, .chunk = 5}, SpecSetup{.k = k, .overlap = true}}) {
+        for (const SpecSetup s :
+             {SpecSetup{.k = k}, SpecSetup{.k = k, .budget = 24, .chunk = 5}, SpecSetup{.k = k, .overlap = true}}) {
             const Outcome on = serve(*gpu, jobs, s);
             EXPECT_EQ(on.tokens, base.tokens) << "k " << k << " chunk " << s.chunk << " overlap " << s.overlap;
             EXPECT_GT(on.verify, 0);
@@ -313,9 +323,11 @@ TEST(CudaSpeculative, EngineGreedyIdenticalOnAndOff) {
             EXPECT_EQ(on.verify, ref.verify) << "k " << k;
             EXPECT_EQ(on.drafted, ref.drafted) << "k " << k;
             EXPECT_EQ(on.accepted, ref.accepted) << "k " << k;
-            std::printf("[spec cuda] k %d chunk %lld overlap %d: %lld verify chunks, %lld drafts, %lld accepted (cpu %lld / %lld / %lld)\n",
-                        k, (long long)s.chunk, int(s.overlap), (long long)on.verify, (long long)on.drafted,
-                        (long long)on.accepted, (long long)ref.verify, (long long)ref.drafted, (long long)ref.accepted);
+            std::printf(
+                "[spec cuda] k %d chunk %lld overlap %d: %lld verify chunks, %lld drafts, %lld accepted (cpu %lld / "
+                "%lld / %lld)\n",
+                k, (long long)s.chunk, int(s.overlap), (long long)on.verify, (long long)on.drafted,
+                (long long)on.accepted, (long long)ref.verify, (long long)ref.drafted, (long long)ref.accepted);
         }
     }
 }
@@ -349,7 +361,8 @@ TEST(CudaSpeculative, FastPathGreedyIdenticalOnAndOff) {
     const ModelConfig cfg = small512_config();
     auto model = std::make_shared<const RefModel>(cfg, ModelWeights::random(cfg, 23), RefNumerics{});
     ASSERT_EQ(model->mtp_blocks(), 1);
-    std::vector<Job> jobs = {{prompt(4, 70, cfg.vocab_size), 16}, {prompt(5, 9, cfg.vocab_size), 16},
+    std::vector<Job> jobs = {{prompt(4, 70, cfg.vocab_size), 16},
+                             {prompt(5, 9, cfg.vocab_size), 16},
                              {prompt(6, 33, cfg.vocab_size), 16, 2}};
     auto off = cuda_runner(model, 0, "bf16", 512);
     ASSERT_NE(off, nullptr);
@@ -363,9 +376,10 @@ TEST(CudaSpeculative, FastPathGreedyIdenticalOnAndOff) {
         const auto* bench = dynamic_cast<const CudaBenchRunner*>(gpu.get());
         ASSERT_NE(bench, nullptr);
         EXPECT_GT(bench->graph_replays().verify, 0);
-        std::printf("[spec cuda fast] k %d: %lld verify chunks, %lld of %lld drafts accepted, %lld verify-graph replays\n", k,
-                    (long long)on.verify, (long long)on.accepted, (long long)on.drafted,
-                    (long long)bench->graph_replays().verify);
+        std::printf(
+            "[spec cuda fast] k %d: %lld verify chunks, %lld of %lld drafts accepted, %lld verify-graph replays\n", k,
+            (long long)on.verify, (long long)on.accepted, (long long)on.drafted,
+            (long long)bench->graph_replays().verify);
     }
 }
 

@@ -75,7 +75,8 @@ Run run(const std::shared_ptr<const RefModel>& model, const std::string& rows, b
     for (auto& t : tables) EXPECT_TRUE(pool.grow(t, r.kv_layout().pages_for_tokens(200)));
     for (const auto& st : script) {
         ForwardBatch b;
-        for (int s = 0; s < B; ++s) b.seqs.push_back(SeqChunk{s + 1, st[size_t(s)], pos[size_t(s)], true, tables[size_t(s)]});
+        for (int s = 0; s < B; ++s)
+            b.seqs.push_back(SeqChunk{s + 1, st[size_t(s)], pos[size_t(s)], true, tables[size_t(s)]});
         std::vector<std::vector<float>> lg;
         const Status s = r.forward(b, lg);
         EXPECT_TRUE(s.is_ok()) << s.to_string();
@@ -118,9 +119,10 @@ void expect_graph_equals_eager(const std::shared_ptr<const RefModel>& model, con
         differing += !same;
         greedy_diff += ia != ib;
     }
-    std::printf("[verify graphs] %s rows, batch %d: %zu logit rows, %zu differ from eager (max |diff| %.3g, scale %.3g), "
-                "greedy differs in %zu\n",
-                rows.c_str(), B, eager.logits.size(), differing, worst, scale, greedy_diff);
+    std::printf(
+        "[verify graphs] %s rows, batch %d: %zu logit rows, %zu differ from eager (max |diff| %.3g, scale %.3g), "
+        "greedy differs in %zu\n",
+        rows.c_str(), B, eager.logits.size(), differing, worst, scale, greedy_diff);
     EXPECT_GT(scale, 0.0);
     if (B == 2) {
         EXPECT_EQ(differing, 0u);

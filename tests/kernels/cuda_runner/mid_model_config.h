@@ -31,8 +31,10 @@ inline Result<nlohmann::json> mid_model_config(const std::string& golden_dir, bo
     j["num_hidden_layers"] = 3;
     j["layer_types"] = {"sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"};
     j["compress_ratios"] = {0, 4, 16};
-    if (flip_free) j["mlp_layer_types"] = {"hash_moe", "hash_moe", "hash_moe"};
-    else j["mlp_layer_types"] = {"hash_moe", "moe", "moe"};
+    if (flip_free)
+        j["mlp_layer_types"] = {"hash_moe", "hash_moe", "hash_moe"};
+    else
+        j["mlp_layer_types"] = {"hash_moe", "moe", "moe"};
     j["num_hash_layers"] = flip_free ? 3 : 1;
     j["index_n_heads"] = 16;
     j["index_head_dim"] = 128;

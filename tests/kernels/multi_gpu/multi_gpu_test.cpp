@@ -95,8 +95,8 @@ void on_threads(int n, int device, const std::function<void(int)>& f) {
 using StepAll = std::function<std::vector<std::vector<float>>(const ForwardBatch&)>;
 
 struct Outcome {
-    double worst = 0;        // max |logit diff| vs the reference over all steps
-    double max_logit = 0;    // max |logit| of the reference (scale of `worst`)
+    double worst = 0;      // max |logit diff| vs the reference over all steps
+    double max_logit = 0;  // max |logit| of the reference (scale of `worst`)
     int greedy_mismatch = 0;
     int steps = 0;
     double rank_spread = 0;  // max |diff| between EP ranks' logits (0: all ranks hold the same result)
@@ -160,9 +160,10 @@ CudaRunnerOptions small_options() {
 }
 
 void report(const char* what, const Outcome& o) {
-    std::printf("[%s] %d steps: max |logit diff| vs 1 GPU %.3g (max |logit| %.3g), greedy mismatches %d, "
-                "rank spread %.3g\n",
-                what, o.steps, o.worst, o.max_logit, o.greedy_mismatch, o.rank_spread);
+    std::printf(
+        "[%s] %d steps: max |logit diff| vs 1 GPU %.3g (max |logit| %.3g), greedy mismatches %d, "
+        "rank spread %.3g\n",
+        what, o.steps, o.worst, o.max_logit, o.greedy_mismatch, o.rank_spread);
 }
 
 // ---- one GPU, two ranks through the host all-reduce ------------------------------------------
@@ -294,7 +295,7 @@ TEST(EpOneGpu, RejectsBadRankSetup) {
 
 // ---- two GPUs, NCCL --------------------------------------------------------------------------
 
-#define SKIP_WITHOUT_TWO_GPUS()                                                                  \
+#define SKIP_WITHOUT_TWO_GPUS() \
     if (cuda_device_count() < 2) GTEST_SKIP() << cuda_device_count() << " CUDA device(s), need 2"
 
 TEST(MultiGpu, TinyQuantTwoGpusMatchOneGpu) {
@@ -325,10 +326,11 @@ TEST(MultiGpu, FastMoeTwoGpusMatchOneGpu) {
     wo.seed = 5;
     auto ref = make_cuda_runner_synthetic(*cfg, wo, o);
     ASSERT_TRUE(ref.is_ok()) << ref.status().to_string();
-    auto two = make_multi_gpu_runner(2, o, [&](int, const CudaRunnerOptions& e) -> Result<std::unique_ptr<ModelRunner>> {
-        DSV4_ASSIGN_OR_RETURN(auto b, make_cuda_runner_synthetic(*cfg, wo, e));
-        return std::unique_ptr<ModelRunner>(std::move(b));
-    });
+    auto two =
+        make_multi_gpu_runner(2, o, [&](int, const CudaRunnerOptions& e) -> Result<std::unique_ptr<ModelRunner>> {
+            DSV4_ASSIGN_OR_RETURN(auto b, make_cuda_runner_synthetic(*cfg, wo, e));
+            return std::unique_ptr<ModelRunner>(std::move(b));
+        });
     ASSERT_TRUE(two.is_ok()) << two.status().to_string();
     const Outcome out = drive((*ref)->kv_layout(), prompt_ids(21, cfg->vocab_size), 12, single(**ref), single(**two));
     report("ep 2 gpus fast MoE (nccl, graphs)", out);
@@ -344,7 +346,8 @@ TEST(MultiGpu, FastMoeTwoGpusMatchOneGpu) {
     auto t = (*two)->time_decode_graph(b, 2, 5);
     ASSERT_TRUE(t.is_ok()) << t.status().to_string();
     EXPECT_EQ(t->step_us.size(), 5u);
-    std::printf("[ep 2 gpus fast MoE] decode graph replay %.1f us (first of 5)\n", t->step_us.empty() ? 0.0 : t->step_us[0]);
+    std::printf("[ep 2 gpus fast MoE] decode graph replay %.1f us (first of 5)\n",
+                t->step_us.empty() ? 0.0 : t->step_us[0]);
     std::filesystem::remove_all(dir);
 }
 

@@ -193,7 +193,7 @@ TEST(PerfSparseDecode, PlanSplits) {
     EXPECT_EQ(sparse_decode_plan_splits(1, 1, 8000, 32, 264), 64);  // capped at 64
     EXPECT_EQ(sparse_decode_plan_splits(64, 1, 640, 32, 264), 4);
     EXPECT_EQ(sparse_decode_plan_splits(256, 1, 640, 32, 264), 1);
-    EXPECT_EQ(sparse_decode_plan_splits(8, 2, 136, 32, 528), 4);    // 5 tiles -> 4
+    EXPECT_EQ(sparse_decode_plan_splits(8, 2, 136, 32, 528), 4);  // 5 tiles -> 4
     EXPECT_EQ(sparse_decode_plan_splits(4, 1, 0, 32, 264), 1);
 }
 
@@ -203,10 +203,10 @@ TEST(PerfSparseDecode, AllVariantsBf16AndFp8) {
         for (int v = 0; v < sparse_decode_variant_count(); ++v) {
             if (!sparse_decode_variant_legal(v, f, kH)) continue;
             SCOPED_TRACE(sparse_decode_variant_name(v) + (f == KvFormat::kFp8 ? " fp8" : " bf16"));
-            run_case(v, f, {200}, 0, 1 + v);                 // batch 1, planned splits
-            run_case(v, f, {0, 77, 640, 1, 33}, 1, 2 + v);   // one split, fused finalise
-            run_case(v, f, {0, 77, 640, 1, 33}, 4, 3 + v);   // forced splits incl. empty splits
-            run_case(v, f, {129, 0, 7}, 0, 4 + v);           // planned, ragged
+            run_case(v, f, {200}, 0, 1 + v);                // batch 1, planned splits
+            run_case(v, f, {0, 77, 640, 1, 33}, 1, 2 + v);  // one split, fused finalise
+            run_case(v, f, {0, 77, 640, 1, 33}, 4, 3 + v);  // forced splits incl. empty splits
+            run_case(v, f, {129, 0, 7}, 0, 4 + v);          // planned, ragged
         }
 }
 

@@ -61,7 +61,8 @@ void run_gemv(const GemvCase& c, uint32_t seed) {
             const int grp = r / c.N;
             for (int t = 0; t < c.T; ++t) {
                 double acc = 0;
-                for (int k = 0; k < c.K; ++k) acc += double(wf[size_t(r) * c.K + k]) * x[size_t(t) * xs + grp * c.K + k];
+                for (int k = 0; k < c.K; ++k)
+                    acc += double(wf[size_t(r) * c.K + k]) * x[size_t(t) * xs + grp * c.K + k];
                 ref[size_t(t) * rows + r] = c.out_f32 ? acc : double(round_bf16(float(acc)));
             }
         }
@@ -69,7 +70,8 @@ void run_gemv(const GemvCase& c, uint32_t seed) {
     {  // the fp64 reference of the large shapes is the slow part of this test: spread over cores
         const int nth = int(std::clamp(std::thread::hardware_concurrency(), 1u, 32u));
         std::vector<std::thread> th;
-        for (int i = 0; i < nth; ++i) th.emplace_back(ref_rows, int(int64_t(rows) * i / nth), int(int64_t(rows) * (i + 1) / nth));
+        for (int i = 0; i < nth; ++i)
+            th.emplace_back(ref_rows, int(int64_t(rows) * i / nth), int(int64_t(rows) * (i + 1) / nth));
         for (auto& h : th) h.join();
     }
     DevBuf<uint16_t> d_x(to_bf16(x));
@@ -133,7 +135,7 @@ TEST(PerfDenseGemv, Fp8DecodeShapes) {
     run_gemv({WeightFormat::kFp8Block, 100, 2048, 4096, 1, false, true, 0}, 16);  // shared w1
     run_gemv({WeightFormat::kFp8Block, 128, 8192, 1024, 1, true, false, 24}, 17);
     run_gemv({WeightFormat::kFp8Block, 200, 1024, 2048, 1, true, true, 8}, 18);
-    run_gemv({WeightFormat::kFp8Block, 1, 4096, 2048, 1, true, true, 8}, 19);     // shared w2
+    run_gemv({WeightFormat::kFp8Block, 1, 4096, 2048, 1, true, true, 8}, 19);  // shared w2
 }
 
 TEST(PerfDenseGemv, Bf16DecodeShapes) {
@@ -141,7 +143,7 @@ TEST(PerfDenseGemv, Bf16DecodeShapes) {
     run_gemv({WeightFormat::kBf16, 16, 2048, 4096, 1, true, true, 8}, 21);  // compressor form
     run_gemv({WeightFormat::kBf16, 64, 4096, 1024, 1, true, true, 0}, 22);
     run_gemv({WeightFormat::kBf16, 100, 1024, 2048, 1, false, false, 8}, 23);
-    run_gemv({WeightFormat::kBf16, 128, 8192, 512, 1, true, true, 0}, 24);   // LM head form (K cut)
+    run_gemv({WeightFormat::kBf16, 128, 8192, 512, 1, true, true, 0}, 24);  // LM head form (K cut)
     run_gemv({WeightFormat::kBf16, 200, 512, 1024, 1, true, false, 0}, 25);
 }
 
@@ -157,7 +159,9 @@ TEST(PerfDenseGemv, HeuristicPicksKChunkAboveFourTokens) {
     for (int T : {1, 4, 5, 8, 16, 33, 64, 65, 100, 128, 256}) {
         a.n_tokens = T;
         const std::string name = dense_gemv_variant_name(dense_gemv_select_variant(a));
-        const char* want = T <= 4 ? "dense_gemv." : T <= 64 ? "dense_gemm_kc3.bt32_bh16_w4_s3" : "dense_gemm_kc.bt64_bh16_w4_s2";
+        const char* want = T <= 4    ? "dense_gemv."
+                           : T <= 64 ? "dense_gemm_kc3.bt32_bh16_w4_s3"
+                                     : "dense_gemm_kc.bt64_bh16_w4_s2";
         EXPECT_EQ(name.rfind(want, 0), 0u) << "T " << T << ": " << name;
     }
     a.N = 32768;  // wq_b
@@ -165,7 +169,8 @@ TEST(PerfDenseGemv, HeuristicPicksKChunkAboveFourTokens) {
     for (int T : {8, 32, 33, 256}) {
         a.n_tokens = T;
         EXPECT_EQ(dense_gemv_variant_name(dense_gemv_select_variant(a)),
-                  T <= 32 ? "dense_gemm_kc2.bt32_bh16_w4_s2.sm90" : "dense_gemm_kc3.bt32_bh16_w4_s3.sm90") << "T " << T;
+                  T <= 32 ? "dense_gemm_kc2.bt32_bh16_w4_s2.sm90" : "dense_gemm_kc3.bt32_bh16_w4_s3.sm90")
+            << "T " << T;
     }
     a.N = 1024;  // wq_a: unmeasured with the new forms, unchanged
     a.K = 4096;

@@ -45,8 +45,8 @@ TEST(PerfMoe, RouteScoresHashAndNaN) {
     std::mt19937 g(7);
     const int T = 37, E = 256, K = 6;
     std::vector<float> logits = randn_bf16(g, size_t(T) * E, 2.0f), bias = randn_bf16(g, E, 0.1f);
-    for (int e = 0; e < E; e += 3) logits[5 * E + e] = NAN;          // token 5: many NaN logits
-    for (int e = 0; e < E; ++e) logits[6 * E + e] = NAN;             // token 6: all NaN
+    for (int e = 0; e < E; e += 3) logits[5 * E + e] = NAN;  // token 5: many NaN logits
+    for (int e = 0; e < E; ++e) logits[6 * E + e] = NAN;     // token 6: all NaN
     DevBuf<float> d_l(logits), d_b(bias), d_w(size_t(T) * K);
     DevBuf<int32_t> d_ids(size_t(T) * K);
     MoeRouteArgs a;
@@ -131,9 +131,8 @@ TEST(PerfMoe, RoutePermuteFusedAndSplit) {
             const Status st = moe_route_permute_launch(r, p, nullptr);
             ASSERT_TRUE(st.is_ok()) << st.to_string();
             CUDA_OK(cudaDeviceSynchronize());
-            const auto ids = d_ids.download(), cnt = d_cnt.download(), off = d_off.download(),
-                       ptok = d_ptok.download(), pdst = d_pdst.download(), act = d_act.download(),
-                       nact = d_nact.download();
+            const auto ids = d_ids.download(), cnt = d_cnt.download(), off = d_off.download(), ptok = d_ptok.download(),
+                       pdst = d_pdst.download(), act = d_act.download(), nact = d_nact.download();
             const auto w = d_w.download(), pw = d_pw.download();
             for (int t = 0; t < T; ++t) {
                 std::vector<int> rid;
@@ -225,7 +224,8 @@ void run_expert_case(MoeCase c, uint32_t seed) {
             for (int k = 0; k < Kd; ++k) {
                 const uint8_t byte = pk[(size_t(e) * N + n) * (Kd / 2) + k / 2];
                 const uint8_t code = (k & 1) ? (byte >> 4) : (byte & 0xf);
-                out[size_t(n) * Kd + k] = fp4e2m1_to_f32(code) * ue8m0_to_f32(sc[(size_t(e) * N + n) * (Kd / 32) + k / 32]);
+                out[size_t(n) * Kd + k] =
+                    fp4e2m1_to_f32(code) * ue8m0_to_f32(sc[(size_t(e) * N + n) * (Kd / 32) + k / 32]);
             }
         return out;
     };
@@ -278,92 +278,92 @@ void run_expert_case(MoeCase c, uint32_t seed) {
     }
     DevBuf<int32_t> d_act(E), d_nact(1);
     for (int v = 0; v < moe_expert_variant_count(); ++v)
-    for (bool compact : {false, true}) {
-    SCOPED_TRACE(moe_expert_variant_name(v) + (compact ? " compact grid" : " full grid"));
-    const MoeWeightLayout layout = moe_expert_variant_layout(v);
-    const bool pk = layout == MoeWeightLayout::kPairRotated;
-    d_h.poison();
-    d_y.poison();
-    d_out.poison();
-    MoePermuteArgs pa;
-    pa.topk_ids = d_ids.p;
-    pa.topk_w = d_w.p;
-    pa.expert_count = d_cnt.p;
-    pa.expert_offset = d_off.p;
-    pa.perm_token = d_ptok.p;
-    pa.perm_dst = d_pdst.p;
-    pa.perm_w = d_pw.p;
-    pa.n_tokens = T;
-    pa.n_experts = E;
-    pa.active_experts = compact ? d_act.p : nullptr;
-    pa.n_active = compact ? d_nact.p : nullptr;
-    ASSERT_TRUE(moe_permute_launch(pa, nullptr).is_ok());
-    MoeExpertArgs gu;
-    gu.mode = MoeExpertMode::kGateUp;
-    gu.x = d_x.p;
-    gu.w1 = pk ? d_w1p.p : d_w1.p;
-    gu.w1_scale = d_s1.p;
-    gu.w3 = pk ? d_w3p.p : d_w3.p;
-    gu.w3_scale = d_s3.p;
-    gu.layout = layout;
-    gu.expert_count = d_cnt.p;
-    gu.expert_offset = d_off.p;
-    gu.perm_token = d_ptok.p;
-    gu.perm_dst = d_pdst.p;
-    gu.perm_w = d_pw.p;
-    gu.out = d_h.p;
-    gu.n_experts = E;
-    gu.N = I;
-    gu.K = d;
-    gu.swiglu_limit = limit;
-    gu.variant = v;
-    if (compact) {
-        gu.active_experts = d_act.p;
-        gu.n_active = d_nact.p;
-        gu.max_active = std::min(E, T * K);
-    }
-    Status st = moe_expert_launch(gu, nullptr);
-    ASSERT_TRUE(st.is_ok()) << st.to_string();
-    MoeExpertArgs dn = gu;
-    dn.mode = MoeExpertMode::kDown;
-    dn.x = d_h.p;
-    dn.w1 = pk ? d_w2p.p : d_w2.p;
-    dn.w1_scale = d_s2.p;
-    dn.w3 = nullptr;
-    dn.w3_scale = nullptr;
-    dn.out = d_y.p;
-    dn.N = d;
-    dn.K = I;
-    dn.variant = v;
-    st = moe_expert_launch(dn, nullptr);
-    ASSERT_TRUE(st.is_ok()) << st.to_string();
-    MoeCombineArgs ca;
-    ca.y = d_y.p;
-    ca.shared = d_sh.p;
-    ca.out = d_out.p;
-    ca.n_tokens = T;
-    ca.d = d;
-    ASSERT_TRUE(moe_combine_launch(ca, nullptr).is_ok());
-    CUDA_OK(cudaDeviceSynchronize());
+        for (bool compact : {false, true}) {
+            SCOPED_TRACE(moe_expert_variant_name(v) + (compact ? " compact grid" : " full grid"));
+            const MoeWeightLayout layout = moe_expert_variant_layout(v);
+            const bool pk = layout == MoeWeightLayout::kPairRotated;
+            d_h.poison();
+            d_y.poison();
+            d_out.poison();
+            MoePermuteArgs pa;
+            pa.topk_ids = d_ids.p;
+            pa.topk_w = d_w.p;
+            pa.expert_count = d_cnt.p;
+            pa.expert_offset = d_off.p;
+            pa.perm_token = d_ptok.p;
+            pa.perm_dst = d_pdst.p;
+            pa.perm_w = d_pw.p;
+            pa.n_tokens = T;
+            pa.n_experts = E;
+            pa.active_experts = compact ? d_act.p : nullptr;
+            pa.n_active = compact ? d_nact.p : nullptr;
+            ASSERT_TRUE(moe_permute_launch(pa, nullptr).is_ok());
+            MoeExpertArgs gu;
+            gu.mode = MoeExpertMode::kGateUp;
+            gu.x = d_x.p;
+            gu.w1 = pk ? d_w1p.p : d_w1.p;
+            gu.w1_scale = d_s1.p;
+            gu.w3 = pk ? d_w3p.p : d_w3.p;
+            gu.w3_scale = d_s3.p;
+            gu.layout = layout;
+            gu.expert_count = d_cnt.p;
+            gu.expert_offset = d_off.p;
+            gu.perm_token = d_ptok.p;
+            gu.perm_dst = d_pdst.p;
+            gu.perm_w = d_pw.p;
+            gu.out = d_h.p;
+            gu.n_experts = E;
+            gu.N = I;
+            gu.K = d;
+            gu.swiglu_limit = limit;
+            gu.variant = v;
+            if (compact) {
+                gu.active_experts = d_act.p;
+                gu.n_active = d_nact.p;
+                gu.max_active = std::min(E, T * K);
+            }
+            Status st = moe_expert_launch(gu, nullptr);
+            ASSERT_TRUE(st.is_ok()) << st.to_string();
+            MoeExpertArgs dn = gu;
+            dn.mode = MoeExpertMode::kDown;
+            dn.x = d_h.p;
+            dn.w1 = pk ? d_w2p.p : d_w2.p;
+            dn.w1_scale = d_s2.p;
+            dn.w3 = nullptr;
+            dn.w3_scale = nullptr;
+            dn.out = d_y.p;
+            dn.N = d;
+            dn.K = I;
+            dn.variant = v;
+            st = moe_expert_launch(dn, nullptr);
+            ASSERT_TRUE(st.is_ok()) << st.to_string();
+            MoeCombineArgs ca;
+            ca.y = d_y.p;
+            ca.shared = d_sh.p;
+            ca.out = d_out.p;
+            ca.n_tokens = T;
+            ca.d = d;
+            ASSERT_TRUE(moe_combine_launch(ca, nullptr).is_ok());
+            CUDA_OK(cudaDeviceSynchronize());
 
-    // Permutation invariants.
-    const auto cnt = d_cnt.download(), off = d_off.download(), pdst = d_pdst.download();
-    std::vector<int> hist(E, 0);
-    for (int v : ids) ++hist[v];
-    std::vector<int> seen(size_t(T) * K, 0);
-    for (int e = 0; e < E; ++e) {
-        ASSERT_EQ(cnt[e], hist[e]);
-        for (int p = off[e]; p < off[e] + cnt[e]; ++p) {
-            ASSERT_EQ(ids[pdst[p]], e);
-            ++seen[pdst[p]];
+            // Permutation invariants.
+            const auto cnt = d_cnt.download(), off = d_off.download(), pdst = d_pdst.download();
+            std::vector<int> hist(E, 0);
+            for (int v : ids) ++hist[v];
+            std::vector<int> seen(size_t(T) * K, 0);
+            for (int e = 0; e < E; ++e) {
+                ASSERT_EQ(cnt[e], hist[e]);
+                for (int p = off[e]; p < off[e] + cnt[e]; ++p) {
+                    ASSERT_EQ(ids[pdst[p]], e);
+                    ++seen[pdst[p]];
+                }
+            }
+            for (int s : seen) ASSERT_EQ(s, 1);
+
+            const ErrStats es = compare(from_bf16(d_out.download()), ref);
+            EXPECT_EQ(es.nan_mismatch, 0);
+            EXPECT_LT(es.rel_l2, 1e-2) << moe_expert_variant_name(v) << " T " << T;
         }
-    }
-    for (int s : seen) ASSERT_EQ(s, 1);
-
-    const ErrStats es = compare(from_bf16(d_out.download()), ref);
-    EXPECT_EQ(es.nan_mismatch, 0);
-    EXPECT_LT(es.rel_l2, 1e-2) << moe_expert_variant_name(v) << " T " << T;
-    }
 }
 
 // A variant only runs on the code layout it reads: forced mismatches are refused, and the
@@ -418,8 +418,8 @@ TEST(PerfMoe, ExpertPathAllVariants) {
     run_expert_case({3, false}, 150);
     run_expert_case({8, false}, 170);
     run_expert_case({5, false}, 200);
-    run_expert_case({8, true}, 250);   // 8 rows on each of 6 experts: one full token chunk
-    run_expert_case({11, true}, 300);  // 11 rows on each of 6 experts: chunk loop + tail
+    run_expert_case({8, true}, 250);           // 8 rows on each of 6 experts: one full token chunk
+    run_expert_case({11, true}, 300);          // 11 rows on each of 6 experts: chunk loop + tail
     run_expert_case({3, false, 0, 134}, 400);  // scales 2^-127 .. 2^8: subnormal and > 2^1 paths
 }
 

@@ -31,9 +31,7 @@ bool sparse_decode_variant_legal(int i, KvFormat format, int n_heads) {
 
 int sparse_decode_variant_count() { return sm90::sparse_decode_count(); }
 KernelParams sparse_decode_variant_params(int i) { return sm90::sparse_decode_params(i); }
-std::string sparse_decode_variant_name(int i) {
-    return variant_name("sparse_decode", sm90::sparse_decode_params(i));
-}
+std::string sparse_decode_variant_name(int i) { return variant_name("sparse_decode", sm90::sparse_decode_params(i)); }
 
 int sparse_decode_select_variant(const SparseDecodeArgs& a) {
     if (a.variant >= 0 && a.variant < sparse_decode_variant_count() && legal(a.variant, a)) return a.variant;

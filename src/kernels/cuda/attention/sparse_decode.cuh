@@ -39,9 +39,9 @@ struct KernelArgs {
 template <int BT, int HB, int NW, int STAGES, bool FP8>
 struct Cfg {
     static constexpr int kThreads = NW * 32;
-    static constexpr int kDW = kD / NW;          // output dims per warp
-    static constexpr int kSS = BT + 4;           // S row stride (f32)
-    static constexpr int kPS = BT + 8;           // P row stride (bf16)
+    static constexpr int kDW = kD / NW;  // output dims per warp
+    static constexpr int kSS = BT + 4;   // S row stride (f32)
+    static constexpr int kPS = BT + 8;   // P row stride (bf16)
     static constexpr size_t kQBytes = size_t(HB) * kRowStride * 2;
     static constexpr size_t kTileBytes = size_t(BT) * kRowStride * 2;
     static constexpr size_t kRawBytes = FP8 ? size_t(BT) * kFp8Row : kTileBytes;
@@ -58,11 +58,9 @@ __global__ void __launch_bounds__(NW * 32, 1) sparse_decode_kernel(KernelArgs p)
     extern __shared__ __align__(16) unsigned char smem[];
     __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem);
     unsigned char* stage_base = smem + C::kQBytes;
-    __nv_bfloat16* ktile_fp8 =
-        reinterpret_cast<__nv_bfloat16*>(stage_base + STAGES * C::kRawBytes);
+    __nv_bfloat16* ktile_fp8 = reinterpret_cast<__nv_bfloat16*>(stage_base + STAGES * C::kRawBytes);
     float* s_sc = reinterpret_cast<float*>(stage_base + C::kStageBytes);
-    __nv_bfloat16* p_s = reinterpret_cast<__nv_bfloat16*>(
-        reinterpret_cast<unsigned char*>(s_sc) + C::kSBytes);
+    __nv_bfloat16* p_s = reinterpret_cast<__nv_bfloat16*>(reinterpret_cast<unsigned char*>(s_sc) + C::kSBytes);
     float* m_s = reinterpret_cast<float*>(reinterpret_cast<unsigned char*>(p_s) + C::kPBytes);
     float* l_s = m_s + HB;
     float* a_s = l_s + HB;
@@ -248,8 +246,8 @@ __global__ void __launch_bounds__(NW * 32, 1) sparse_decode_kernel(KernelArgs p)
 #pragma unroll
             for (int np = 0; np < kNT / 2; ++np) {
                 uint32_t bv[4];
-                dev::ldmatrix_x4_trans(bv, kt + (kk * 16 + (lane & 15)) * kRowStride + warp * C::kDW +
-                                               np * 16 + (lane >> 4) * 8);
+                dev::ldmatrix_x4_trans(
+                    bv, kt + (kk * 16 + (lane & 15)) * kRowStride + warp * C::kDW + np * 16 + (lane >> 4) * 8);
 #pragma unroll
                 for (int mt = 0; mt < kMT; ++mt) {
                     dev::mma_bf16_16816(acc[mt][2 * np], a[mt], bv[0], bv[1]);

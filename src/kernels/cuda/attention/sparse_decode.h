@@ -26,8 +26,7 @@ bool sparse_decode_variant_legal(int i, KvFormat format, int n_heads);
 int sparse_decode_select_variant(const SparseDecodeArgs& a);
 // Splits: batch x head_blocks x splits reaches target_ctas, rounded down to a power of two,
 // capped at 64 and at ceil(max_rows / block_t); 1 when there is nothing to split.
-int sparse_decode_plan_splits(int batch, int head_blocks, int max_rows, int block_t,
-                              int target_ctas);
+int sparse_decode_plan_splits(int batch, int head_blocks, int max_rows, int block_t, int target_ctas);
 size_t sparse_decode_workspace_floats(int batch, int n_heads, int n_splits);
 int sparse_decode_splits_for(const SparseDecodeArgs& a);  // what the launch will use
 

@@ -38,7 +38,9 @@ struct Entry {
 
 template <int BT, int HB, int NW, int ST>
 constexpr Entry entry() {
-    return {{BT, HB, NW, ST, 0}, &launch<BT, HB, NW, ST>, attn::Cfg<BT, HB, NW, ST, false>::kSmem,
+    return {{BT, HB, NW, ST, 0},
+            &launch<BT, HB, NW, ST>,
+            attn::Cfg<BT, HB, NW, ST, false>::kSmem,
             attn::Cfg<BT, HB, NW, ST, true>::kSmem};
 }
 
@@ -65,9 +67,9 @@ KernelParams sparse_decode_params(int i) { return kTable[i].params; }
 size_t sparse_decode_smem(int i, bool fp8) { return fp8 ? kTable[i].smem_fp8 : kTable[i].smem_bf16; }
 
 cudaError_t sparse_decode_run(const SparseDecodeArgs& a, int variant, int n_splits, cudaStream_t stream) {
-    attn::KernelArgs ka{static_cast<const __nv_bfloat16*>(a.q), a.kv_pool, a.row_offsets, a.row_start,
-                        a.sink, static_cast<__nv_bfloat16*>(a.out), a.workspace, a.n_heads, n_splits,
-                        a.scale * dev::kLog2e};
+    attn::KernelArgs ka{
+        static_cast<const __nv_bfloat16*>(a.q), a.kv_pool,   a.row_offsets, a.row_start, a.sink,
+        static_cast<__nv_bfloat16*>(a.out),     a.workspace, a.n_heads,     n_splits,    a.scale * dev::kLog2e};
     const bool fp8 = a.format == KvFormat::kFp8;
     cudaError_t e = kTable[variant].fn(ka, a.batch, fp8, stream);
     if (e != cudaSuccess || n_splits == 1) return e;

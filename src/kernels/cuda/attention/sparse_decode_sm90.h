@@ -10,8 +10,7 @@ namespace dsv4::cuda::sm90 {
 
 int sparse_decode_count();
 KernelParams sparse_decode_params(int i);
-cudaError_t sparse_decode_run(const SparseDecodeArgs& a, int variant, int n_splits,
-                              cudaStream_t stream);
+cudaError_t sparse_decode_run(const SparseDecodeArgs& a, int variant, int n_splits, cudaStream_t stream);
 
 }  // namespace dsv4::cuda::sm90
 

@@ -51,7 +51,9 @@ struct Args {
 
 // Byte offset of 16-byte unit u (0..63: dims 8u .. 8u + 7) of row r in a tile of 8 column blocks
 // of [rows][128 B], block stride `block`, 128-byte swizzle.
-__device__ __forceinline__ int swz(int r, int u, int block) { return (u >> 3) * block + r * 128 + (((u & 7) ^ (r & 7)) << 4); }
+__device__ __forceinline__ int swz(int r, int u, int block) {
+    return (u >> 3) * block + r * 128 + (((u & 7) ^ (r & 7)) << 4);
+}
 
 // This thread's share of one tile's raw rows, held in registers from the load until the dequantisation
 // (4 threads per row, lane = 4 (row % 8) + q): the e4m3 words q, q + 4, .. 52 + q (units 8 dims each),
@@ -332,8 +334,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_prefill_kernel(Args p) {
             const uint64_t da = dp + uint64_t(kk * 32 / 16);
 #pragma unroll
             for (int c = 0; c < 2; ++c)
-                dev::wgmma_ss_m64n128k16_tb(
-                    acc[c], da, dv + uint64_t((2 * c * kColBlock + kk * 2048) / 16));
+                dev::wgmma_ss_m64n128k16_tb(acc[c], da, dv + uint64_t((2 * c * kColBlock + kk * 2048) / 16));
         }
         dev::wgmma_commit();
         if (more) {
@@ -384,9 +385,9 @@ __global__ void dequant_check_kernel(unsigned long long* mismatches) {
 }
 
 // store_share as the kernel runs it, one CTA per (scale byte e, block b holding it), one thread per
-// (row, quarter) with its own code pattern: the other six blocks' bytes are 120, so e >= 128 in any one block must send the
-// whole row down the float form; every stored unit is compared with dequant_pair_float (NaN codes
-// skipped), and a row past the list must store zeros.
+// (row, quarter) with its own code pattern: the other six blocks' bytes are 120, so e >= 128 in any one block must send
+// the whole row down the float form; every stored unit is compared with dequant_pair_float (NaN codes skipped), and a
+// row past the list must store zeros.
 __global__ void store_share_check_kernel(unsigned long long* mismatches) {
     extern __shared__ __align__(16) unsigned char tile[];  // kTileBytes
     const uint32_t e = blockIdx.x, b = blockIdx.y, q = threadIdx.x & 3;
@@ -453,9 +454,16 @@ const char* sparse_prefill_decline(const SparseDecodeArgs& a) {
 cudaError_t sparse_prefill_run(const SparseDecodeArgs& a, cudaStream_t stream) {
     if (a.batch <= 0) return cudaSuccess;
     if (*sparse_prefill_decline(a) != '\0') return cudaErrorInvalidValue;
-    Args k{static_cast<const __nv_bfloat16*>(a.q), static_cast<const unsigned char*>(a.kv_pool), a.row_offsets,
-           a.row_start, a.sink, static_cast<__nv_bfloat16*>(a.out), a.n_heads, a.scale * dev::kLog2e};
-    cudaError_t e = cudaFuncSetAttribute(sparse_prefill_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem));
+    Args k{static_cast<const __nv_bfloat16*>(a.q),
+           static_cast<const unsigned char*>(a.kv_pool),
+           a.row_offsets,
+           a.row_start,
+           a.sink,
+           static_cast<__nv_bfloat16*>(a.out),
+           a.n_heads,
+           a.scale * dev::kLog2e};
+    cudaError_t e =
+        cudaFuncSetAttribute(sparse_prefill_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem));
     if (e != cudaSuccess) return e;
     sparse_prefill_kernel<<<dim3(unsigned(a.n_heads / kHB), unsigned(a.batch)), kThreads, kSmem, stream>>>(k);
     return cudaGetLastError();

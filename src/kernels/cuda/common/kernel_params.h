@@ -11,11 +11,11 @@
 namespace dsv4::cuda {
 
 struct KernelParams {
-    int block_t = 0;    // rows (attention KV rows / GEMV tokens) per tile
-    int block_h = 0;    // attention heads per CTA; GEMV weight rows per warp
-    int warps = 0;      // warps per CTA
-    int stages = 0;     // pipeline depth (cp.async stages / register prefetch chunks)
-    int split = 0;      // 0 = chosen at launch (split-KV); >0 = fixed
+    int block_t = 0;  // rows (attention KV rows / GEMV tokens) per tile
+    int block_h = 0;  // attention heads per CTA; GEMV weight rows per warp
+    int warps = 0;    // warps per CTA
+    int stages = 0;   // pipeline depth (cp.async stages / register prefetch chunks)
+    int split = 0;    // 0 = chosen at launch (split-KV); >0 = fixed
 
     std::string to_string() const {
         return "{block_t=" + std::to_string(block_t) + ", block_h=" + std::to_string(block_h) +
@@ -26,8 +26,8 @@ struct KernelParams {
 
 // Canonical variant name: "<op>.bt<T>_bh<H>_w<W>_s<S>.sm90".
 inline std::string variant_name(std::string_view op, const KernelParams& p) {
-    return std::string(op) + ".bt" + std::to_string(p.block_t) + "_bh" + std::to_string(p.block_h) +
-           "_w" + std::to_string(p.warps) + "_s" + std::to_string(p.stages) + ".sm90";
+    return std::string(op) + ".bt" + std::to_string(p.block_t) + "_bh" + std::to_string(p.block_h) + "_w" +
+           std::to_string(p.warps) + "_s" + std::to_string(p.stages) + ".sm90";
 }
 
 // Index of the variant whose canonical name is `name` among `count` (name_at(i)), -1 when "" or unknown.

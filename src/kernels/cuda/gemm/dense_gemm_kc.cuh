@@ -49,19 +49,21 @@ constexpr int smem_bytes() {
 // flipped. f32 rows hold 32 units; lane t reads 8t..8t+7 (all in the same bank group).
 template <bool XF32>
 __device__ __forceinline__ int swz(int u, int m) {
-    if constexpr (XF32) return u ^ ((u >> 3) & 3) ^ ((m & 1) << 2);
-    else return u ^ (((u >> 3) & 1) << 1) ^ (m & 1);
+    if constexpr (XF32)
+        return u ^ ((u >> 3) & 3) ^ ((m & 1) << 2);
+    else
+        return u ^ (((u >> 3) & 1) << 1) ^ (m & 1);
 }
 
 template <bool FP8, bool XF32, int NW, int MTL, int NTT>
 __global__ void __launch_bounds__(NW * 32) dense_gemm_kc_kernel(DenseGemvArgs a) {
     constexpr int MT = 8 * NTT;
-    constexpr int R = NW * 16 * MTL;          // rows per CTA
-    constexpr int UPR = XF32 ? 32 : 16;       // 16-byte x units per token row per 128-k block
-    constexpr int STAGE = MT * UPR * 16;      // bytes per x stage
-    constexpr int QN = FP8 ? 2 : 4;           // 16-byte weight loads per row per 128-k block
-    constexpr int SPQ = FP8 ? 4 : 2;          // mma k-steps covered by one weight load
-    constexpr int PP = MT + 8;                // partials row pitch (f32), conflict-free float2 stores
+    constexpr int R = NW * 16 * MTL;      // rows per CTA
+    constexpr int UPR = XF32 ? 32 : 16;   // 16-byte x units per token row per 128-k block
+    constexpr int STAGE = MT * UPR * 16;  // bytes per x stage
+    constexpr int QN = FP8 ? 2 : 4;       // 16-byte weight loads per row per 128-k block
+    constexpr int SPQ = FP8 ? 4 : 2;      // mma k-steps covered by one weight load
+    constexpr int PP = MT + 8;            // partials row pitch (f32), conflict-free float2 stores
     // bf16 weights with 32 rows per warp would need 128 registers for two blocks of raw weights:
     // those load the current block only (other CTAs on the SM hide the latency).
     constexpr bool kPrefetch = FP8 || MTL == 1;
@@ -86,14 +88,15 @@ __global__ void __launch_bounds__(NW * 32) dense_gemm_kc_kernel(DenseGemvArgs a)
     const uint8_t* srow = FP8 ? a.w_scale + int64_t(n0 / 128) * nkb : nullptr;  // a warp's rows share a scale row
     const unsigned char* xg = static_cast<const unsigned char*>(a.x);
 
-    auto load_w = [&](int kb, uint4 (&raw)[MTL][2][QN], float& sc) {
+    auto load_w = [&](int kb, uint4(&raw)[MTL][2][QN], float& sc) {
 #pragma unroll
         for (int mt = 0; mt < MTL; ++mt)
 #pragma unroll
             for (int h = 0; h < 2; ++h)
 #pragma unroll
                 for (int q = 0; q < QN; ++q)
-                    raw[mt][h][q] = __ldg(reinterpret_cast<const uint4*>(wrow[mt][h] + int64_t(kb) * 128 * (FP8 ? 1 : 2)) + q);
+                    raw[mt][h][q] =
+                        __ldg(reinterpret_cast<const uint4*>(wrow[mt][h] + int64_t(kb) * 128 * (FP8 ? 1 : 2)) + q);
         sc = 1.0f;
         if constexpr (FP8) sc = dev::ue8m0(__ldg(srow + kb));
     };
@@ -167,14 +170,16 @@ __global__ void __launch_bounds__(NW * 32) dense_gemm_kc_kernel(DenseGemvArgs a)
                     if constexpr (XF32) {
 #pragma unroll
                         for (int s = 0; s < SPQ; ++s) {
-                            const float4 f = *reinterpret_cast<const float4*>(xr + swz<true>(8 * t + SPQ * q + s, m) * 16);
+                            const float4 f =
+                                *reinterpret_cast<const float4*>(xr + swz<true>(8 * t + SPQ * q + s, m) * 16);
                             b[2 * s] = dev::pack_bf16x2(f.x, f.y);
                             b[2 * s + 1] = dev::pack_bf16x2(f.z, f.w);
                         }
                     } else {
 #pragma unroll
                         for (int i = 0; i < SPQ / 2; ++i) {
-                            const uint4 v = *reinterpret_cast<const uint4*>(xr + swz<false>(4 * t + (SPQ / 2) * q + i, m) * 16);
+                            const uint4 v =
+                                *reinterpret_cast<const uint4*>(xr + swz<false>(4 * t + (SPQ / 2) * q + i, m) * 16);
                             b[4 * i] = v.x;
                             b[4 * i + 1] = v.y;
                             b[4 * i + 2] = v.z;
@@ -185,7 +190,8 @@ __global__ void __launch_bounds__(NW * 32) dense_gemm_kc_kernel(DenseGemvArgs a)
                     for (int s = 0; s < SPQ; ++s)
 #pragma unroll
                         for (int mt = 0; mt < MTL; ++mt) {
-                            const uint32_t af[4] = {d[mt][0][2 * s], d[mt][1][2 * s], d[mt][0][2 * s + 1], d[mt][1][2 * s + 1]};
+                            const uint32_t af[4] = {d[mt][0][2 * s], d[mt][1][2 * s], d[mt][0][2 * s + 1],
+                                                    d[mt][1][2 * s + 1]};
                             dev::mma_bf16_16816(acc[mt][j], af, b[2 * s], b[2 * s + 1]);
                         }
                 }
@@ -203,8 +209,10 @@ __global__ void __launch_bounds__(NW * 32) dense_gemm_kc_kernel(DenseGemvArgs a)
 
         auto store = [&](int tok, int row, float v) {  // tok < T
             const int64_t o = int64_t(tok) * NT + row;
-            if (a.out_f32) static_cast<float*>(a.y)[o] = v;
-            else static_cast<__nv_bfloat16*>(a.y)[o] = __float2bfloat16_rn(v);
+            if (a.out_f32)
+                static_cast<float*>(a.y)[o] = v;
+            else
+                static_cast<__nv_bfloat16*>(a.y)[o] = __float2bfloat16_rn(v);
         };
         if (S == 1) {
 #pragma unroll
@@ -230,7 +238,8 @@ __global__ void __launch_bounds__(NW * 32) dense_gemm_kc_kernel(DenseGemvArgs a)
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const int r = warp * 16 * MTL + 16 * mt + g + 8 * h;
-                    *reinterpret_cast<float2*>(part + r * PP + 8 * j + 2 * t) = make_float2(acc[mt][j][2 * h], acc[mt][j][2 * h + 1]);
+                    *reinterpret_cast<float2*>(part + r * PP + 8 * j + 2 * t) =
+                        make_float2(acc[mt][j][2 * h], acc[mt][j][2 * h + 1]);
                 }
         cluster.sync();
         const int rank = int(cluster.block_rank());

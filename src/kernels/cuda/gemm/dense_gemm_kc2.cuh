@@ -47,13 +47,13 @@ template <bool FP8, bool XF32, int NW, int MTL, int NTT>
 __global__ void __launch_bounds__(NW * 32) dense_gemm_kc2_kernel(DenseGemvArgs a) {
     constexpr int MT = 8 * NTT;
     constexpr int NT32 = NW * 32;
-    constexpr int R = NW * 16 * MTL;          // rows per CTA
-    constexpr int BSTAGE = MT * 256;          // bytes per bf16 stage
-    constexpr int QN = FP8 ? 2 : 4;           // 16-byte weight loads per row per 128-k block
-    constexpr int SPQ = FP8 ? 4 : 2;          // mma k-steps covered by one weight load
-    constexpr int PP = MT + 8;                // partials row pitch (f32)
-    constexpr int NB = MT * 16 / NT32;        // bf16 16-byte units per thread per block
-    constexpr int NL = MT * 32 / NT32;        // f32 16-byte units per thread per block (landing)
+    constexpr int R = NW * 16 * MTL;    // rows per CTA
+    constexpr int BSTAGE = MT * 256;    // bytes per bf16 stage
+    constexpr int QN = FP8 ? 2 : 4;     // 16-byte weight loads per row per 128-k block
+    constexpr int SPQ = FP8 ? 4 : 2;    // mma k-steps covered by one weight load
+    constexpr int PP = MT + 8;          // partials row pitch (f32)
+    constexpr int NB = MT * 16 / NT32;  // bf16 16-byte units per thread per block
+    constexpr int NL = MT * 32 / NT32;  // f32 16-byte units per thread per block (landing)
     static_assert(MT * 16 % NT32 == 0, "bf16 stage units must split evenly over the threads");
     constexpr bool kPrefetch = FP8 || MTL == 1;
     extern __shared__ __align__(128) unsigned char smem[];
@@ -78,14 +78,15 @@ __global__ void __launch_bounds__(NW * 32) dense_gemm_kc2_kernel(DenseGemvArgs a
     const unsigned char* xg = static_cast<const unsigned char*>(a.x);
     unsigned char* land = smem + 2 * BSTAGE;  // f32 landing buffer (XF32 only)
 
-    auto load_w = [&](int kb, uint4 (&raw)[MTL][2][QN], float& sc) {
+    auto load_w = [&](int kb, uint4(&raw)[MTL][2][QN], float& sc) {
 #pragma unroll
         for (int mt = 0; mt < MTL; ++mt)
 #pragma unroll
             for (int h = 0; h < 2; ++h)
 #pragma unroll
                 for (int q = 0; q < QN; ++q)
-                    raw[mt][h][q] = __ldg(reinterpret_cast<const uint4*>(wrow[mt][h] + int64_t(kb) * 128 * (FP8 ? 1 : 2)) + q);
+                    raw[mt][h][q] =
+                        __ldg(reinterpret_cast<const uint4*>(wrow[mt][h] + int64_t(kb) * 128 * (FP8 ? 1 : 2)) + q);
         sc = 1.0f;
         if constexpr (FP8) sc = dev::ue8m0(__ldg(srow + kb));
     };
@@ -143,8 +144,8 @@ __global__ void __launch_bounds__(NW * 32) dense_gemm_kc2_kernel(DenseGemvArgs a
                     const float4 f0 = *reinterpret_cast<const float4*>(land + m * 512 + su_b * 32);
                     const float4 f1 = *reinterpret_cast<const float4*>(land + m * 512 + su_b * 32 + 16);
                     *reinterpret_cast<uint4*>(dst + m * 256 + swz(su_b, m) * 16) =
-                        make_uint4(dev::pack_bf16x2(f0.x, f0.y), dev::pack_bf16x2(f0.z, f0.w), dev::pack_bf16x2(f1.x, f1.y),
-                                   dev::pack_bf16x2(f1.z, f1.w));
+                        make_uint4(dev::pack_bf16x2(f0.x, f0.y), dev::pack_bf16x2(f0.z, f0.w),
+                                   dev::pack_bf16x2(f1.x, f1.y), dev::pack_bf16x2(f1.z, f1.w));
                 }
             }
         };
@@ -223,7 +224,8 @@ __global__ void __launch_bounds__(NW * 32) dense_gemm_kc2_kernel(DenseGemvArgs a
                     for (int s = 0; s < SPQ; ++s)
 #pragma unroll
                         for (int mt = 0; mt < MTL; ++mt) {
-                            const uint32_t af[4] = {d[mt][0][2 * s], d[mt][1][2 * s], d[mt][0][2 * s + 1], d[mt][1][2 * s + 1]};
+                            const uint32_t af[4] = {d[mt][0][2 * s], d[mt][1][2 * s], d[mt][0][2 * s + 1],
+                                                    d[mt][1][2 * s + 1]};
                             dev::mma_bf16_16816(acc[mt][j], af, b[2 * s], b[2 * s + 1]);
                         }
                 }
@@ -251,8 +253,10 @@ __global__ void __launch_bounds__(NW * 32) dense_gemm_kc2_kernel(DenseGemvArgs a
 
         auto store = [&](int tok, int row, float v) {  // tok < T
             const int64_t o = int64_t(tok) * NT + row;
-            if (a.out_f32) static_cast<float*>(a.y)[o] = v;
-            else static_cast<__nv_bfloat16*>(a.y)[o] = __float2bfloat16_rn(v);
+            if (a.out_f32)
+                static_cast<float*>(a.y)[o] = v;
+            else
+                static_cast<__nv_bfloat16*>(a.y)[o] = __float2bfloat16_rn(v);
         };
         if (S == 1) {
 #pragma unroll
@@ -277,7 +281,8 @@ __global__ void __launch_bounds__(NW * 32) dense_gemm_kc2_kernel(DenseGemvArgs a
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const int r = warp * 16 * MTL + 16 * mt + g + 8 * h;
-                    *reinterpret_cast<float2*>(part + r * PP + 8 * j + 2 * t) = make_float2(acc[mt][j][2 * h], acc[mt][j][2 * h + 1]);
+                    *reinterpret_cast<float2*>(part + r * PP + 8 * j + 2 * t) =
+                        make_float2(acc[mt][j][2 * h], acc[mt][j][2 * h + 1]);
                 }
         cluster.sync();
         const int rank = int(cluster.block_rank());

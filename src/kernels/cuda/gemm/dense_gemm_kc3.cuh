@@ -33,24 +33,22 @@ struct Layout {
     static constexpr int XB = MT * 128 * (XF32 ? 4 : 2);  // x bytes per stage
     static constexpr int RB = FP8 ? 128 : 256;            // weight bytes per row per stage
     static constexpr int STAGE = XB + R * RB;
-    static constexpr int SCALES = 256;                     // UE8M0 bytes of the K range (K <= 32768)
+    static constexpr int SCALES = 256;  // UE8M0 bytes of the K range (K <= 32768)
     static constexpr int PART = R * (MT + 8) * 4;
     static constexpr int bytes() { return ST * STAGE + SCALES > PART ? ST * STAGE + SCALES : PART; }
 };
 
-__device__ __forceinline__ int wswz(bool fp8, int u, int r) {
-    return fp8 ? (u ^ (r & 1)) : gemm_kc::swz<false>(u, r);
-}
+__device__ __forceinline__ int wswz(bool fp8, int u, int r) { return fp8 ? (u ^ (r & 1)) : gemm_kc::swz<false>(u, r); }
 
 template <bool FP8, bool XF32, int NW, int MTL, int NTT, int ST>
 __global__ void __launch_bounds__(NW * 32) dense_gemm_kc3_kernel(DenseGemvArgs a) {
     using L = Layout<FP8, XF32, NW, MTL, NTT, ST>;
     constexpr int MT = L::MT, R = L::R, RB = L::RB, STAGE = L::STAGE, XB = L::XB;
     constexpr int NT32 = NW * 32;
-    constexpr int UPR = XF32 ? 32 : 16;     // 16-byte x units per token row per block
-    constexpr int UW = RB / 16;             // 16-byte weight units per row per block
-    constexpr int NXU = MT * UPR / NT32;    // x units per thread per block
-    constexpr int NWU = R * UW / NT32;      // weight units per thread per block
+    constexpr int UPR = XF32 ? 32 : 16;   // 16-byte x units per token row per block
+    constexpr int UW = RB / 16;           // 16-byte weight units per row per block
+    constexpr int NXU = MT * UPR / NT32;  // x units per thread per block
+    constexpr int NWU = R * UW / NT32;    // weight units per thread per block
     constexpr int QN = FP8 ? 2 : 4;
     constexpr int SPQ = FP8 ? 4 : 2;
     constexpr int PP = MT + 8;
@@ -85,7 +83,9 @@ __global__ void __launch_bounds__(NW * 32) dense_gemm_kc3_kernel(DenseGemvArgs a
     for (int q = 0; q < QN; ++q)
 #pragma unroll
         for (int s = 0; s < XO; ++s)
-            xoff[q][s] = g * UPR * 16 + (XF32 ? gemm_kc::swz<true>(8 * t + SPQ * q + s, g) : gemm_kc::swz<false>(4 * t + (SPQ / 2) * q + s, g)) * 16;
+            xoff[q][s] = g * UPR * 16 + (XF32 ? gemm_kc::swz<true>(8 * t + SPQ * q + s, g)
+                                              : gemm_kc::swz<false>(4 * t + (SPQ / 2) * q + s, g)) *
+                                            16;
     const unsigned char* xg = static_cast<const unsigned char*>(a.x);
 
     for (int t0 = blockIdx.y * MT; t0 < T; t0 += gridDim.y * MT) {
@@ -99,18 +99,20 @@ __global__ void __launch_bounds__(NW * 32) dense_gemm_kc3_kernel(DenseGemvArgs a
 
         auto issue = [&](int kb, int slot) {
             unsigned char* st = smem + slot * STAGE;
-            const int kx = (kb) * 128 * (XF32 ? 4 : 2);
+            const int kx = (kb)*128 * (XF32 ? 4 : 2);
 #pragma unroll
             for (int n = 0; n < NXU; ++n) {
                 const int m = xr0 + n * (NT32 / UPR);
                 if (m < rows_used) {
                     const bool ok = t0 + m < T;
-                    dev::cp_async16(st + xdst0 + n * (NT32 / UPR) * UPR * 16, (ok ? xsrc0 + n * xstep : xsrcz) + kx, ok ? 16 : 0);
+                    dev::cp_async16(st + xdst0 + n * (NT32 / UPR) * UPR * 16, (ok ? xsrc0 + n * xstep : xsrcz) + kx,
+                                    ok ? 16 : 0);
                 }
             }
             const int64_t kw = int64_t(kb) * 128 * (FP8 ? 1 : 2);
 #pragma unroll
-            for (int n = 0; n < NWU; ++n) dev::cp_async16(st + wdst0 + n * (NT32 / UW) * RB, wsrc0 + n * wstep + kw, 16);
+            for (int n = 0; n < NWU; ++n)
+                dev::cp_async16(st + wdst0 + n * (NT32 / UW) * RB, wsrc0 + n * wstep + kw, 16);
         };
 
         float acc[MTL][NTT][4];
@@ -185,7 +187,8 @@ __global__ void __launch_bounds__(NW * 32) dense_gemm_kc3_kernel(DenseGemvArgs a
                     for (int s = 0; s < SPQ; ++s)
 #pragma unroll
                         for (int mt = 0; mt < MTL; ++mt) {
-                            const uint32_t af[4] = {d[mt][0][2 * s], d[mt][1][2 * s], d[mt][0][2 * s + 1], d[mt][1][2 * s + 1]};
+                            const uint32_t af[4] = {d[mt][0][2 * s], d[mt][1][2 * s], d[mt][0][2 * s + 1],
+                                                    d[mt][1][2 * s + 1]};
                             dev::mma_bf16_16816(acc[mt][j], af, b[2 * s], b[2 * s + 1]);
                         }
                 }
@@ -195,8 +198,10 @@ __global__ void __launch_bounds__(NW * 32) dense_gemm_kc3_kernel(DenseGemvArgs a
 
         auto store = [&](int tok, int row, float v) {  // tok < T
             const int64_t o = int64_t(tok) * NT + row;
-            if (a.out_f32) static_cast<float*>(a.y)[o] = v;
-            else static_cast<__nv_bfloat16*>(a.y)[o] = __float2bfloat16_rn(v);
+            if (a.out_f32)
+                static_cast<float*>(a.y)[o] = v;
+            else
+                static_cast<__nv_bfloat16*>(a.y)[o] = __float2bfloat16_rn(v);
         };
         if (S == 1) {
 #pragma unroll
@@ -221,7 +226,8 @@ __global__ void __launch_bounds__(NW * 32) dense_gemm_kc3_kernel(DenseGemvArgs a
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const int r = warp * 16 * MTL + 16 * mt + g + 8 * h;
-                    *reinterpret_cast<float2*>(part + r * PP + 8 * j + 2 * t) = make_float2(acc[mt][j][2 * h], acc[mt][j][2 * h + 1]);
+                    *reinterpret_cast<float2*>(part + r * PP + 8 * j + 2 * t) =
+                        make_float2(acc[mt][j][2 * h], acc[mt][j][2 * h + 1]);
                 }
         cluster.sync();
         const int rank = int(cluster.block_rank());

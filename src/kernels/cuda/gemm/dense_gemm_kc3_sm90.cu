@@ -27,7 +27,8 @@ cudaError_t launch_t(const DenseGemvArgs& a, cudaStream_t s) {
 template <int NW, int MTL, int NTT, int ST>
 cudaError_t dense_gemm_kc3_launch(const DenseGemvArgs& a, cudaStream_t s) {
     const bool fp8 = a.format == WeightFormat::kFp8Block;
-    if (fp8) return a.x_f32 ? launch_t<true, true, NW, MTL, NTT, ST>(a, s) : launch_t<true, false, NW, MTL, NTT, ST>(a, s);
+    if (fp8)
+        return a.x_f32 ? launch_t<true, true, NW, MTL, NTT, ST>(a, s) : launch_t<true, false, NW, MTL, NTT, ST>(a, s);
     return a.x_f32 ? launch_t<false, true, NW, MTL, NTT, ST>(a, s) : launch_t<false, false, NW, MTL, NTT, ST>(a, s);
 }
 

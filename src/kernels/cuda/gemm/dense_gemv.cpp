@@ -13,11 +13,11 @@ int dense_gemv_variant_count() { return sm90::dense_gemv_count(); }
 KernelParams dense_gemv_variant_params(int i) { return sm90::dense_gemv_params(i); }
 std::string dense_gemv_variant_name(int i) {
     const sm90::GemvKind k = sm90::dense_gemv_kind(i);
-    const char* op = k == sm90::GemvKind::kKChunk3  ? "dense_gemm_kc3"
+    const char* op = k == sm90::GemvKind::kKChunk3   ? "dense_gemm_kc3"
                      : k == sm90::GemvKind::kKChunk2 ? "dense_gemm_kc2"
-                     : k == sm90::GemvKind::kKChunk ? "dense_gemm_kc"
-                     : k == sm90::GemvKind::kMma    ? "dense_gemv_mma"
-                                                    : "dense_gemv";
+                     : k == sm90::GemvKind::kKChunk  ? "dense_gemm_kc"
+                     : k == sm90::GemvKind::kMma     ? "dense_gemv_mma"
+                                                     : "dense_gemv";
     return variant_name(op, sm90::dense_gemv_params(i));
 }
 

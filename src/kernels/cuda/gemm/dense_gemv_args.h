@@ -12,19 +12,19 @@ namespace dsv4::cuda {
 enum class WeightFormat { kBf16, kFp8Block };
 
 struct DenseGemvArgs {
-    const void* x = nullptr;          // [n_tokens, x_stride] bf16, or f32 when x_f32
-    bool x_f32 = false;               // f32 x (rounded to bf16 while staged; x_stride % 4 == 0, 16-B aligned)
-    const void* w = nullptr;          // [groups * N, K] bf16 or fp8 e4m3
-    const uint8_t* w_scale = nullptr; // fp8: [ceil(groups*N/128), K/128] UE8M0; bf16: unused
-    void* y = nullptr;                // [n_tokens, groups * N] bf16, or f32 when out_f32
+    const void* x = nullptr;           // [n_tokens, x_stride] bf16, or f32 when x_f32
+    bool x_f32 = false;                // f32 x (rounded to bf16 while staged; x_stride % 4 == 0, 16-B aligned)
+    const void* w = nullptr;           // [groups * N, K] bf16 or fp8 e4m3
+    const uint8_t* w_scale = nullptr;  // fp8: [ceil(groups*N/128), K/128] UE8M0; bf16: unused
+    void* y = nullptr;                 // [n_tokens, groups * N] bf16, or f32 when out_f32
     bool out_f32 = false;
     WeightFormat format = WeightFormat::kFp8Block;
     int n_tokens = 0;
-    int N = 0;                        // output rows per group
-    int K = 0;                        // reduction length per group (multiple of 512)
+    int N = 0;  // output rows per group
+    int K = 0;  // reduction length per group (multiple of 512)
     int groups = 1;
-    int64_t x_stride = 0;             // elements between tokens; 0 = groups * K
-    int variant = -1;                 // registry index; -1 = the heuristic
+    int64_t x_stride = 0;  // elements between tokens; 0 = groups * K
+    int variant = -1;      // registry index; -1 = the heuristic
 };
 
 }  // namespace dsv4::cuda

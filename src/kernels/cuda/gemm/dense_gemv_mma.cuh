@@ -37,7 +37,7 @@ __global__ void __launch_bounds__(NW * 32) dense_gemv_mma_kernel(DenseGemvArgs a
         wrow[h] = static_cast<const unsigned char*>(a.w) + int64_t(n0 + g + 8 * h) * row_bytes + (FP8 ? 32 : 64) * t;
     const uint8_t* srow = FP8 ? a.w_scale + int64_t(n0 / 128) * (K / 128) : nullptr;
 
-    auto load_group = [&](int kb, uint4 (&raw)[U][2][kLoads], float (&sc)[U]) {
+    auto load_group = [&](int kb, uint4(&raw)[U][2][kLoads], float(&sc)[U]) {
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             const int k = kb + 128 * u;
@@ -140,8 +140,10 @@ __global__ void __launch_bounds__(NW * 32) dense_gemv_mma_kernel(DenseGemvArgs a
                 const int tok = t0 + j * 8 + 2 * t + (i & 1);
                 if (tok >= T) continue;
                 const int64_t o = int64_t(tok) * NT + n0 + g + 8 * (i >> 1);
-                if (a.out_f32) static_cast<float*>(a.y)[o] = acc[j][i];
-                else static_cast<__nv_bfloat16*>(a.y)[o] = __float2bfloat16_rn(acc[j][i]);
+                if (a.out_f32)
+                    static_cast<float*>(a.y)[o] = acc[j][i];
+                else
+                    static_cast<__nv_bfloat16*>(a.y)[o] = __float2bfloat16_rn(acc[j][i]);
             }
     }
 }

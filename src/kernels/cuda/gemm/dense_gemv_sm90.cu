@@ -61,9 +61,10 @@ __global__ void __launch_bounds__(NW * 32) dense_gemv_kernel(DenseGemvArgs a) {
                     raw[u][r] = make_uint4(0, 0, 0, 0);
                     sc[u][r] = 1.0f;
                     if (k < K) {
-                        raw[u][r] = __ldg(reinterpret_cast<const uint4*>(
-                            w + int64_t(r0 + r) * row_bytes + int64_t(k) * (FP8 ? 1 : 2)));
-                        if constexpr (FP8) sc[u][r] = dev::ue8m0(__ldg(a.w_scale + ((r0 + r) / 128) * kblocks + k / 128));
+                        raw[u][r] = __ldg(reinterpret_cast<const uint4*>(w + int64_t(r0 + r) * row_bytes +
+                                                                         int64_t(k) * (FP8 ? 1 : 2)));
+                        if constexpr (FP8)
+                            sc[u][r] = dev::ue8m0(__ldg(a.w_scale + ((r0 + r) / 128) * kblocks + k / 128));
                     }
                 }
             }
@@ -74,8 +75,10 @@ __global__ void __launch_bounds__(NW * 32) dense_gemv_kernel(DenseGemvArgs a) {
 #pragma unroll
                 for (int r = 0; r < RPW; ++r) {
                     float wv[VPL];
-                    if constexpr (FP8) ws::decode_fp8(raw[u][r], sc[u][r], wv);
-                    else ws::decode_bf16(raw[u][r], wv);
+                    if constexpr (FP8)
+                        ws::decode_fp8(raw[u][r], sc[u][r], wv);
+                    else
+                        ws::decode_bf16(raw[u][r], wv);
 #pragma unroll
                     for (int m = 0; m < MT; ++m) {
                         float xv[VPL];
@@ -93,8 +96,10 @@ __global__ void __launch_bounds__(NW * 32) dense_gemv_kernel(DenseGemvArgs a) {
                 const float v = dev::warp_sum(acc[r][m]);
                 if (lane == 0 && t0 + m < T) {
                     const int64_t o = int64_t(t0 + m) * NT + r0 + r;
-                    if (a.out_f32) static_cast<float*>(a.y)[o] = v;
-                    else static_cast<__nv_bfloat16*>(a.y)[o] = __float2bfloat16_rn(v);
+                    if (a.out_f32)
+                        static_cast<float*>(a.y)[o] = v;
+                    else
+                        static_cast<__nv_bfloat16*>(a.y)[o] = __float2bfloat16_rn(v);
                 }
             }
     }

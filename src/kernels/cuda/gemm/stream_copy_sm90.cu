@@ -4,8 +4,8 @@
 
 namespace dsv4::cuda {
 namespace {
-__global__ void __launch_bounds__(512) stream_copy_kernel(uint4* __restrict__ dst, const uint4* __restrict__ src,
-                                                          size_t n) {
+__global__ void __launch_bounds__(512)
+    stream_copy_kernel(uint4* __restrict__ dst, const uint4* __restrict__ src, size_t n) {
     const size_t stride = size_t(gridDim.x) * blockDim.x;
     size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
     for (; i + 3 * stride < n; i += 4 * stride) {
@@ -31,8 +31,8 @@ __device__ __forceinline__ void xor_into(uint4& acc, const uint4& v) {
 // 1%, the L1::no_allocate + L2::256B prefetch form 8% slower; 8 CTAs of 512 threads per SM reach
 // ~4.6 TB/s, above the copy kernel's ~3.9). The per-thread XORs meet in a warp reduction, then in
 // shared memory, one 16-byte store per CTA.
-__global__ void __launch_bounds__(512) stream_read_xor_kernel(const uint4* __restrict__ src, size_t n,
-                                                              uint4* __restrict__ partial) {
+__global__ void __launch_bounds__(512)
+    stream_read_xor_kernel(const uint4* __restrict__ src, size_t n, uint4* __restrict__ partial) {
     constexpr int U = 8;
     const size_t stride = size_t(gridDim.x) * blockDim.x;
     size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -70,7 +70,7 @@ int sm_count() {
 
 cudaError_t stream_copy(void* dst, const void* src, size_t bytes, cudaStream_t stream) {
     stream_copy_kernel<<<sm_count() * 4, 512, 0, stream>>>(static_cast<uint4*>(dst), static_cast<const uint4*>(src),
-                                                          bytes / 16);
+                                                           bytes / 16);
     return cudaGetLastError();
 }
 

@@ -15,7 +15,9 @@ Status wrap(cudaError_t e, const std::string& what) {
 }
 // Warps per row tile splitting K (tensor-core entries; 1 = no split).
 int k_slices(const KernelParams& p) { return p.split > 1 ? p.split : 1; }
-const char* layout_name(MoeWeightLayout l) { return l == MoeWeightLayout::kPairRotated ? "pair-rotated" : "checkpoint"; }
+const char* layout_name(MoeWeightLayout l) {
+    return l == MoeWeightLayout::kPairRotated ? "pair-rotated" : "checkpoint";
+}
 
 bool legal(int i, const MoeExpertArgs& a) {
     const KernelParams p = sm90::moe_expert_params(i);
@@ -31,13 +33,15 @@ bool legal(int i, const MoeExpertArgs& a) {
 }
 }  // namespace
 
-bool moe_expert_variant_legal(int i, const MoeExpertArgs& a) { return i >= 0 && i < moe_expert_variant_count() && legal(i, a); }
+bool moe_expert_variant_legal(int i, const MoeExpertArgs& a) {
+    return i >= 0 && i < moe_expert_variant_count() && legal(i, a);
+}
 
 Status moe_route_launch(const MoeRouteArgs& a, cudaStream_t stream) {
     if (a.n_tokens <= 0) return Status::ok();
     if (a.n_experts < 1 || a.n_experts > 1024 || a.top_k < 1 || a.top_k > 8 || a.top_k > a.n_experts)
-        return invalid_argument("moe_route: n_experts {} (1 .. 1024), top_k {} (1 .. min(8, n_experts))",
-                                a.n_experts, a.top_k);
+        return invalid_argument("moe_route: n_experts {} (1 .. 1024), top_k {} (1 .. min(8, n_experts))", a.n_experts,
+                                a.top_k);
     if (!a.logits || !a.topk_ids || !a.topk_w || (a.tid2eid && !a.token_ids))
         return invalid_argument("moe_route: null pointer argument");
     return wrap(sm90::moe_route_run(a, stream), "moe_route");
@@ -90,8 +94,8 @@ std::string moe_expert_variant_name(int i) {
     // bitdq: conversion-free dequant with swizzled x reads; bitdqc: natural x reads; bitdqp: x
     // re-paired in shared memory (docs/perf/ledger.md E6, E7); _mbN: register cap for N CTAs per SM.
     // bitdqpk: bitdqp on pair-rotated weights (docs/perf/ledger.md E17).
-    static const char* const kDq[] = {"moe_mxfp4_mma", "moe_mxfp4_mma_bitdq", "moe_mxfp4_mma_bitdqc", "moe_mxfp4_mma_bitdqp",
-                                      "moe_mxfp4_mma_bitdqpk"};
+    static const char* const kDq[] = {"moe_mxfp4_mma", "moe_mxfp4_mma_bitdq", "moe_mxfp4_mma_bitdqc",
+                                      "moe_mxfp4_mma_bitdqp", "moe_mxfp4_mma_bitdqpk"};
     std::string op = sm90::moe_expert_is_mma(i) ? kDq[sm90::moe_expert_dequant(i)] : "moe_mxfp4_gemv";
     if (sm90::moe_expert_min_blocks(i) > 1) op += "_mb" + std::to_string(sm90::moe_expert_min_blocks(i));
     // _ksN: N warps per row tile split K (docs/perf/ledger.md E11).
@@ -145,8 +149,9 @@ Status moe_expert_launch(const MoeExpertArgs& a, cudaStream_t stream) {
         return invalid_argument("moe_expert: compact grid needs n_active and 0 <= max_active <= n_experts");
     const int v = moe_expert_select_variant(a);
     if (v >= 0 && v < moe_expert_variant_count() && sm90::moe_expert_layout(v) != a.layout)
-        return invalid_argument("moe_expert: variant {} reads the {} code layout, the weights are {}", moe_expert_variant_name(v),
-                                layout_name(sm90::moe_expert_layout(v)), layout_name(a.layout));
+        return invalid_argument("moe_expert: variant {} reads the {} code layout, the weights are {}",
+                                moe_expert_variant_name(v), layout_name(sm90::moe_expert_layout(v)),
+                                layout_name(a.layout));
     if (v < 0 || v >= moe_expert_variant_count() || !legal(v, a))
         return invalid_argument("moe_expert: no legal variant for N={} K={}", a.N, a.K);
     return wrap(sm90::moe_expert_run(a, v, stream), "moe_expert " + moe_expert_variant_name(v));
@@ -160,7 +165,8 @@ std::string moe_grouped_variant_name(int i) {
     if (s.wgmma)  // moe_wgmma_sm90.cu: 2 warpgroups x 2 m64 tiles, t = token rows per CTA
         return std::string(s.layout == MoeWeightLayout::kPairRotated ? "moe_wgmma_pk" : "moe_wgmma") + "_t" +
                std::to_string(s.mt) + "_s" + std::to_string(s.stages) + (s.warps == 4 ? "_wg1" : "") +
-               (s.ws ? "_ws" : "") + (s.mixed ? "_mix" : "") + (s.balanced ? "_bal" : "") + (s.persistent ? "_pers" : "");
+               (s.ws ? "_ws" : "") + (s.mixed ? "_mix" : "") + (s.balanced ? "_bal" : "") +
+               (s.persistent ? "_pers" : "");
     std::string n = s.layout == MoeWeightLayout::kPairRotated ? "moe_gemm_pk" : "moe_gemm";
     n += "_w" + std::to_string(s.warps) + "_mt" + std::to_string(s.tiles) + "_t" + std::to_string(s.mt) + "_s" +
          std::to_string(s.stages);

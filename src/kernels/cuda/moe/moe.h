@@ -28,7 +28,7 @@ Status moe_weight_repack_launch(uint8_t* w, size_t bytes, cudaStream_t stream);
 
 int moe_expert_variant_count();
 MoeWeightLayout moe_expert_variant_layout(int i);  // the only code layout variant i reads
-KernelParams moe_expert_variant_params(int i);  // block_t = tokens/pass, warps, stages = loads in flight
+KernelParams moe_expert_variant_params(int i);     // block_t = tokens/pass, warps, stages = loads in flight
 std::string moe_expert_variant_name(int i);
 // a.variant when >= 0 (callers force a variant only where moe_expert_variant_legal), else the heuristic.
 int moe_expert_select_variant(const MoeExpertArgs& a);

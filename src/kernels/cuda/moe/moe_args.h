@@ -8,31 +8,31 @@
 namespace dsv4::cuda {
 
 struct MoeRouteArgs {
-    const float* logits = nullptr;     // [n_tokens, n_experts] f32 router logits
-    const float* bias = nullptr;       // [n_experts] f32 selection bias (score layers)
-    const int32_t* tid2eid = nullptr;  // [vocab, top_k] i32: hash layers when non-null
-    const int32_t* token_ids = nullptr;// [n_tokens] i32 (hash layers)
-    int32_t* topk_ids = nullptr;       // [n_tokens, top_k] i32 out
-    float* topk_w = nullptr;           // [n_tokens, top_k] f32 out
+    const float* logits = nullptr;       // [n_tokens, n_experts] f32 router logits
+    const float* bias = nullptr;         // [n_experts] f32 selection bias (score layers)
+    const int32_t* tid2eid = nullptr;    // [vocab, top_k] i32: hash layers when non-null
+    const int32_t* token_ids = nullptr;  // [n_tokens] i32 (hash layers)
+    int32_t* topk_ids = nullptr;         // [n_tokens, top_k] i32 out
+    float* topk_w = nullptr;             // [n_tokens, top_k] f32 out
     int n_tokens = 0;
-    int n_experts = 256;               // <= 1024 (any count; lanes past it hold no expert)
-    int top_k = 6;                     // <= 8
+    int n_experts = 256;  // <= 1024 (any count; lanes past it hold no expert)
+    int top_k = 6;        // <= 8
     float route_scale = 1.5f;
     bool norm_topk = true;
 };
 
 struct MoePermuteArgs {
-    const int32_t* topk_ids = nullptr; // [n_tokens, top_k]
-    const float* topk_w = nullptr;     // [n_tokens, top_k]
-    int32_t* expert_count = nullptr;   // [n_experts] out
-    int32_t* expert_offset = nullptr;  // [n_experts + 1] out, exclusive prefix sum
-    int32_t* perm_token = nullptr;     // [n_tokens * top_k] out: token of permuted row p
-    int32_t* perm_dst = nullptr;       // [n_tokens * top_k] out: t * top_k + k of row p
-    float* perm_w = nullptr;           // [n_tokens * top_k] out: routing weight of row p
-    int32_t* active_experts = nullptr; // [n_experts] out (optional): ids with rows, ascending
-    int32_t* n_active = nullptr;       // [1] out (optional): how many entries of active_experts
+    const int32_t* topk_ids = nullptr;  // [n_tokens, top_k]
+    const float* topk_w = nullptr;      // [n_tokens, top_k]
+    int32_t* expert_count = nullptr;    // [n_experts] out
+    int32_t* expert_offset = nullptr;   // [n_experts + 1] out, exclusive prefix sum
+    int32_t* perm_token = nullptr;      // [n_tokens * top_k] out: token of permuted row p
+    int32_t* perm_dst = nullptr;        // [n_tokens * top_k] out: t * top_k + k of row p
+    float* perm_w = nullptr;            // [n_tokens * top_k] out: routing weight of row p
+    int32_t* active_experts = nullptr;  // [n_experts] out (optional): ids with rows, ascending
+    int32_t* n_active = nullptr;        // [1] out (optional): how many entries of active_experts
     int n_tokens = 0;
-    int n_experts = 256;               // <= 1024
+    int n_experts = 256;  // <= 1024
     int top_k = 6;
 };
 
@@ -51,11 +51,11 @@ enum class MoeWeightLayout { kCheckpoint, kPairRotated };
 // kDown:   y[perm_dst[p], n] = h[p] w2^T; out = y [n_tokens * top_k, N] f32.
 struct MoeExpertArgs {
     MoeExpertMode mode = MoeExpertMode::kGateUp;
-    const void* x = nullptr;           // kGateUp: [n_tokens, K] bf16 (f32 when x_f32); kDown: [rows, K] bf16
-    bool x_f32 = false;                // kGateUp only: f32 x, rounded to bf16 while staged (16-B aligned)
-    const uint8_t* w1 = nullptr;       // kGateUp: w1; kDown: w2
+    const void* x = nullptr;      // kGateUp: [n_tokens, K] bf16 (f32 when x_f32); kDown: [rows, K] bf16
+    bool x_f32 = false;           // kGateUp only: f32 x, rounded to bf16 while staged (16-B aligned)
+    const uint8_t* w1 = nullptr;  // kGateUp: w1; kDown: w2
     const uint8_t* w1_scale = nullptr;
-    const uint8_t* w3 = nullptr;       // kGateUp only
+    const uint8_t* w3 = nullptr;  // kGateUp only
     const uint8_t* w3_scale = nullptr;
     MoeWeightLayout layout = MoeWeightLayout::kCheckpoint;  // of w1 and w3 (same for both)
     const int32_t* expert_count = nullptr;
@@ -70,16 +70,16 @@ struct MoeExpertArgs {
     int max_active = 0;
     void* out = nullptr;
     int n_experts = 256;
-    int N = 0;                         // output features (2048 gate-up, 4096 down)
-    int K = 0;                         // reduction length, multiple of 1024
-    float swiglu_limit = 10.0f;        // <= 0: no clamp
-    int n_rows = 0;                    // n_tokens * top_k: variant-selection hint only
+    int N = 0;                   // output features (2048 gate-up, 4096 down)
+    int K = 0;                   // reduction length, multiple of 1024
+    float swiglu_limit = 10.0f;  // <= 0: no clamp
+    int n_rows = 0;              // n_tokens * top_k: variant-selection hint only
     // Grouped GEMM (moe_grouped_launch) only: its work list of (expert, token tile) entries, written
     // by the launch itself. tile_list [moe_grouped_max_tiles(n_rows, n_experts)] and n_tiles [2]:
     // int32 workspace.
     int32_t* tile_list = nullptr;
     int32_t* n_tiles = nullptr;
-    int variant = -1;                  // forced variant (the runner passes option moe_variant); -1: heuristic
+    int variant = -1;  // forced variant (the runner passes option moe_variant); -1: heuristic
     // Grouped GEMM only: x (kGateUp: bf16 tokens; kDown: h) is in the k-permuted layout of
     // moe_kperm.h, which only the wgmma variants read; their gate-up writes h in it too.
     bool x_kperm = false;
@@ -90,13 +90,13 @@ struct MoeExpertArgs {
 };
 
 struct MoeCombineArgs {
-    const float* y = nullptr;          // [n_tokens, top_k, d] f32 expert outputs (weighted)
-    const void* shared = nullptr;      // [n_tokens, d] bf16 shared-expert output, or null
-    void* out = nullptr;               // [n_tokens, d] bf16
-    bool f32 = false;                  // shared and out are f32 instead (the f32 CUDA runner)
+    const float* y = nullptr;      // [n_tokens, top_k, d] f32 expert outputs (weighted)
+    const void* shared = nullptr;  // [n_tokens, d] bf16 shared-expert output, or null
+    void* out = nullptr;           // [n_tokens, d] bf16
+    bool f32 = false;              // shared and out are f32 instead (the f32 CUDA runner)
     int n_tokens = 0;
     int top_k = 6;
-    int d = 4096;                      // multiple of 4
+    int d = 4096;  // multiple of 4
 };
 
 }  // namespace dsv4::cuda

@@ -10,7 +10,8 @@
 //   pieces of x from shared memory, so the dot products are unchanged.
 // Dequantisation: e2m1 nibble pair -> fp16 bit placement -> f32 x (UE8M0 * 2^14) -> bf16x2,
 //   exact (e2m1 x 2^k is representable in bf16).
-// Dequantisation, DQ = 1..3 ("bitdq" / "bitdqc" / "bitdqp" variants, docs/perf/ledger.md E6, E7): no float conversions. Each
+// Dequantisation, DQ = 1..3 ("bitdq" / "bitdqc" / "bitdqp" variants, docs/perf/ledger.md E6, E7): no float conversions.
+// Each
 //   32-bit word of codes (8 values, physical k 8c..8c+7) yields four bf16x2 words pairing k j and
 //   j+4 (j = 0..3): shift the word so nibbles j and j+4 sit at bits 12-15 / 28-31, keep the sign
 //   bit and move the 3 magnitude bits to bf16 bits 6-8 (value e2m1 * 2^-126, code 1 a bf16
@@ -150,7 +151,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) moe_expert_mma_kernel(MoeExpert
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int K = a.K, N = a.N, XS = K + 8;
     constexpr int kRowsPerWarp = GATEUP ? 16 : 32;
-    const int ks = warp % KS;                          // K slice of this warp
+    const int ks = warp % KS;  // K slice of this warp
     const int n0 = (blockIdx.x * (NW / KS) + warp / KS) * kRowsPerWarp;
     const int kbeg = ks * (K / KS), kend = kbeg + K / KS;
     const int64_t rb = K / 2, sb = K / 32;
@@ -168,7 +169,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) moe_expert_mma_kernel(MoeExpert
             sp[tile][h] = S + (int64_t(e) * N + row) * sb + t;
         }
     // Weight loads of one U-block group (issued one group ahead of its use).
-    auto load_group = [&](int kb, uint4 (&raw)[U][2][2], uint32_t (&scb)[U][2][2]) {
+    auto load_group = [&](int kb, uint4(&raw)[U][2][2], uint32_t(&scb)[U][2][2]) {
 #pragma unroll
         for (int u = 0; u < U; ++u)
 #pragma unroll
@@ -188,7 +189,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) moe_expert_mma_kernel(MoeExpert
     for (int t0 = 0; t0 < count; t0 += MT) {
         uint4 raw[U][2][2];
         uint32_t scb[U][2][2];
-        load_group(kbeg, raw, scb);  // in flight while x is staged
+        load_group(kbeg, raw, scb);            // in flight while x is staged
         const int live = min(MT, count - t0);  // token rows of this chunk
         __syncthreads();
         for (int i = tid; i < (kLiveRows ? live : MT) * (K / 8); i += NW * 32) {
@@ -287,7 +288,8 @@ __global__ void __launch_bounds__(NW * 32, MINB) moe_expert_mma_kernel(MoeExpert
                     for (int s = 0; s < 8; ++s) {
                         const uint32_t af[4] = {d0[2 * s], d1[2 * s], d0[2 * s + 1], d1[2 * s + 1]};
 #pragma unroll
-                        for (int j = 0; j < NTT; ++j) dev::mma_bf16_16816(acc[tile][j], af, xb[j][2 * s], xb[j][2 * s + 1]);
+                        for (int j = 0; j < NTT; ++j)
+                            dev::mma_bf16_16816(acc[tile][j], af, xb[j][2 * s], xb[j][2 * s + 1]);
                     }
                 }
             }
@@ -303,7 +305,8 @@ __global__ void __launch_bounds__(NW * 32, MINB) moe_expert_mma_kernel(MoeExpert
 #pragma unroll
                     for (int j = 0; j < NTT; ++j)
 #pragma unroll
-                        for (int q = 0; q < 4; ++q) red[(warp * kAcc + (i * NTT + j) * 4 + q) * 32 + lane] = acc[i][j][q];
+                        for (int q = 0; q < 4; ++q)
+                            red[(warp * kAcc + (i * NTT + j) * 4 + q) * 32 + lane] = acc[i][j][q];
             }
             __syncthreads();
             if (ks > 0) continue;  // the next chunk's barrier orders these reads before new writes

@@ -147,8 +147,7 @@ cudaError_t launch_mode(const MoeExpertArgs& a, cudaStream_t s) {
 
 template <int NW, int MT, int U>
 cudaError_t launch(const MoeExpertArgs& a, cudaStream_t s) {
-    return a.mode == MoeExpertMode::kGateUp ? launch_mode<true, NW, MT, U>(a, s)
-                                            : launch_mode<false, NW, MT, U>(a, s);
+    return a.mode == MoeExpertMode::kGateUp ? launch_mode<true, NW, MT, U>(a, s) : launch_mode<false, NW, MT, U>(a, s);
 }
 
 template <bool GATEUP, int NW, int NTT, int U, int DQ, int MINB, int KS>
@@ -174,8 +173,8 @@ struct Entry {
     KernelParams params;
     LaunchFn fn;
     bool mma;
-    int dq;     // tensor-core dequant (moe_expert_mma.cuh DQ): 0 via f32, 1..3 conversion-free
-    int minb;   // tensor-core: minimum CTAs per SM asked of the register allocator
+    int dq;                  // tensor-core dequant (moe_expert_mma.cuh DQ): 0 via f32, 1..3 conversion-free
+    int minb;                // tensor-core: minimum CTAs per SM asked of the register allocator
     MoeWeightLayout layout;  // the only code layout the entry reads
 };
 template <int NW, int MT, int U>
@@ -186,25 +185,20 @@ constexpr Entry entry() {
 // split = KS warps per row tile splitting K (0 for the plain kernel, where KS = 1).
 template <int NW, int NTT, int U, int DQ = 0, int MINB = 1, int KS = 1>
 constexpr Entry entry_mma() {
-    return {{8 * NTT, 16, NW, U, KS > 1 ? KS : 0}, &launch_mma<NW, NTT, U, DQ, MINB, KS>, true, DQ, MINB,
+    return {{8 * NTT, 16, NW, U, KS > 1 ? KS : 0},
+            &launch_mma<NW, NTT, U, DQ, MINB, KS>,
+            true,
+            DQ,
+            MINB,
             DQ == 4 ? MoeWeightLayout::kPairRotated : MoeWeightLayout::kCheckpoint};
 }
 
 // The one list: instantiates and registers. First entry = default.
 const Entry kTable[] = {
-    entry<8, 4, 2>(),
-    entry<4, 4, 2>(),
-    entry<8, 4, 4>(),
-    entry<8, 8, 2>(),
-    entry<8, 2, 2>(),
-    entry_mma<4, 1, 2>(),
-    entry_mma<8, 1, 2>(),
-    entry_mma<4, 2, 2>(),
+    entry<8, 4, 2>(), entry<4, 4, 2>(), entry<8, 4, 4>(), entry<8, 8, 2>(), entry<8, 2, 2>(), entry_mma<4, 1, 2>(),
+    entry_mma<8, 1, 2>(), entry_mma<4, 2, 2>(),
     // Conversion-free dequant (docs/perf/ledger.md E6).
-    entry_mma<4, 1, 2, 1>(),
-    entry_mma<8, 1, 2, 1>(),
-    entry_mma<2, 1, 2, 1>(),
-    entry_mma<8, 2, 2, 1>(),
+    entry_mma<4, 1, 2, 1>(), entry_mma<8, 1, 2, 1>(), entry_mma<2, 1, 2, 1>(), entry_mma<8, 2, 2, 1>(),
     entry_mma<4, 1, 2, 2>(),
     // E7: x re-paired in shared memory (no detectable change but -2% at batch 1). The register-
     // capped entries measured there (entry_mma<4, 1, 2, 2, 3 or 4>, <8, 1, 2, 2, 2>: no change /
@@ -215,8 +209,7 @@ const Entry kTable[] = {
     // +13% at B=1 and +45..+70% from B=2 on.
     entry_mma<4, 1, 2, 2, 1, 2>(),
     // Pair-rotated weights (docs/perf/ledger.md E17): the bitdqp form and its 2-way split-K.
-    entry_mma<4, 1, 2, 4>(),
-    entry_mma<4, 1, 2, 4, 1, 2>(),
+    entry_mma<4, 1, 2, 4>(), entry_mma<4, 1, 2, 4, 1, 2>(),
     // Measured and not instantiated any more (docs/perf/ledger.md E28): 16 and 32 tokens per pass on
     // pair-rotated weights (entry_mma<4, 2 or 4, 2, 4>) for prefill chunks (dozens of rows per
     // expert): the routed experts of a 4,096-token step took 498 ms instead of 394 (the 32-token

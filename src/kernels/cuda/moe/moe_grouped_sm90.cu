@@ -164,7 +164,8 @@ __global__ void __launch_bounds__(NW * 32, MINB) moe_grouped_kernel(MoeExpertArg
                 for (int ti = 0; ti < WT; ++ti)
 #pragma unroll
                     for (int s = 0; s < 4; ++s) {
-                        const uint32_t af[4] = {A[ti][0][2 * s], A[ti][1][2 * s], A[ti][0][2 * s + 1], A[ti][1][2 * s + 1]};
+                        const uint32_t af[4] = {A[ti][0][2 * s], A[ti][1][2 * s], A[ti][0][2 * s + 1],
+                                                A[ti][1][2 * s + 1]};
                         dev::mma_bf16_16816(acc[ti][j], af, xb[2 * s], xb[2 * s + 1]);
                     }
             }
@@ -229,8 +230,8 @@ constexpr Entry entry() {
 // (within 1% of the 8-warp form at 1,024 tokens, 6% slower at 4,096), 4 stages for the 4-warp
 // 64-row form (+5%).
 const Entry kTable[] = {
-    entry<true, 8, 4, 16, 3>(),  entry<false, 8, 4, 16, 3>(),     // <= 16 rows per expert
-    entry<true, 8, 4, 32, 3>(),  entry<false, 8, 4, 32, 3>(),     // <= 48
+    entry<true, 8, 4, 16, 3>(),    entry<false, 8, 4, 16, 3>(),     // <= 16 rows per expert
+    entry<true, 8, 4, 32, 3>(),    entry<false, 8, 4, 32, 3>(),     // <= 48
     entry<true, 4, 2, 64, 3, 2>(), entry<false, 4, 2, 64, 3, 2>(),  // more
 };
 

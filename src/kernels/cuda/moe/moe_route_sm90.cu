@@ -20,7 +20,7 @@
 namespace dsv4::cuda::sm90 {
 namespace {
 
-constexpr int kMaxExpertsPerLane = 32;  // n_experts <= 1024
+constexpr int kMaxExpertsPerLane = 32;   // n_experts <= 1024
 constexpr int kFusedExpertsPerLane = 8;  // fused route+permute: n_experts <= 256 (64 registers a thread)
 
 __device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
@@ -200,7 +200,8 @@ __global__ void __launch_bounds__(1024) moe_route_permute_kernel(MoeRouteArgs r,
     __shared__ float s_w[kFusedRows];
     const int n = a.n_tokens * a.top_k;
     for (int e = threadIdx.x; e < a.n_experts; e += blockDim.x) cnt[e] = 0;
-    for (int t = threadIdx.x >> 5; t < r.n_tokens; t += 32) route_token<kFusedExpertsPerLane>(r, t, threadIdx.x & 31, s_ids, s_w);
+    for (int t = threadIdx.x >> 5; t < r.n_tokens; t += 32)
+        route_token<kFusedExpertsPerLane>(r, t, threadIdx.x & 31, s_ids, s_w);
     __syncthreads();
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         const int e = s_ids[i];
@@ -282,8 +283,8 @@ cudaError_t moe_permute_run(const MoePermuteArgs& a, cudaStream_t stream) {
     return cudaGetLastError();
 }
 bool moe_route_permute_fused(const MoeRouteArgs& r, const MoePermuteArgs& p) {
-    return r.n_tokens == p.n_tokens && r.top_k == p.top_k && r.n_experts == p.n_experts &&
-           r.topk_ids == p.topk_ids && r.topk_w == p.topk_w && int64_t(r.n_tokens) * r.top_k <= kFusedRows &&
+    return r.n_tokens == p.n_tokens && r.top_k == p.top_k && r.n_experts == p.n_experts && r.topk_ids == p.topk_ids &&
+           r.topk_w == p.topk_w && int64_t(r.n_tokens) * r.top_k <= kFusedRows &&
            r.n_experts <= 32 * kFusedExpertsPerLane;
 }
 cudaError_t moe_route_permute_run(const MoeRouteArgs& r, const MoePermuteArgs& p, cudaStream_t stream) {
@@ -299,8 +300,10 @@ cudaError_t moe_combine_run(const MoeCombineArgs& a, cudaStream_t stream) {
     // One float4 of d per thread: grid (d / 1024, tokens), so a small batch still spreads over
     // several SMs (docs/perf/ledger.md E11; was one CTA per token).
     const dim3 grid((a.d / 4 + 255) / 256, a.n_tokens < 65535 ? a.n_tokens : 65535);
-    if (a.f32) moe_combine_f32_kernel<<<grid, 256, 0, stream>>>(a);
-    else moe_combine_kernel<<<grid, 256, 0, stream>>>(a);
+    if (a.f32)
+        moe_combine_f32_kernel<<<grid, 256, 0, stream>>>(a);
+    else
+        moe_combine_kernel<<<grid, 256, 0, stream>>>(a);
     return cudaGetLastError();
 }
 

@@ -19,7 +19,7 @@ cudaError_t moe_combine_run(const MoeCombineArgs& a, cudaStream_t stream);
 
 int moe_expert_count();
 KernelParams moe_expert_params(int i);
-bool moe_expert_is_mma(int i);  // tensor-core (mma.sync) entry
+bool moe_expert_is_mma(int i);     // tensor-core (mma.sync) entry
 int moe_expert_dequant(int i);     // tensor-core dequant (moe_expert_mma.cuh DQ): 0 via f32, 1..4 conversion-free
 int moe_expert_min_blocks(int i);  // tensor-core: __launch_bounds__ minimum CTAs per SM
 MoeWeightLayout moe_expert_layout(int i);  // the code layout entry i reads

@@ -64,8 +64,8 @@ __device__ __forceinline__ void scan_1024(int* s) {
     }
 }
 
-__global__ void __launch_bounds__(1024) tile_list_kernel(const int32_t* count, int n_experts, int mt,
-                                                         int32_t* list, int32_t* n_tiles) {
+__global__ void __launch_bounds__(1024)
+    tile_list_kernel(const int32_t* count, int n_experts, int mt, int32_t* list, int32_t* n_tiles) {
     __shared__ int s[1024];
     const int e = threadIdx.x;
     const int nt = e < n_experts ? (count[e] + mt - 1) / mt : 0;
@@ -79,8 +79,8 @@ __global__ void __launch_bounds__(1024) tile_list_kernel(const int32_t* count, i
 // The mixed work lists (MoeGroupedShape::mixed): expert e's rows in 128-row tiles, except a tail of
 // at most 64 rows, which goes to list64 as one 64-row tile (entry index in 64-row units). n_tiles[0]
 // and n_tiles[1] receive the two lengths.
-__global__ void __launch_bounds__(1024) tile_list_mixed_kernel(const int32_t* count, int n_experts, int32_t* list128,
-                                                               int32_t* list64, int32_t* n_tiles) {
+__global__ void __launch_bounds__(1024)
+    tile_list_mixed_kernel(const int32_t* count, int n_experts, int32_t* list128, int32_t* list64, int32_t* n_tiles) {
     __shared__ int s[1024], s64[1024];
     const int e = threadIdx.x;
     const int c = e < n_experts ? count[e] : 0;
@@ -99,8 +99,8 @@ __global__ void __launch_bounds__(1024) tile_list_mixed_kernel(const int32_t* co
     }
 }
 
-__global__ void __launch_bounds__(1024) tile_list_balanced_kernel(const int32_t* count, int n_experts, int32_t* list,
-                                                                  int32_t* n_tiles, int max_w = 128) {
+__global__ void __launch_bounds__(1024)
+    tile_list_balanced_kernel(const int32_t* count, int n_experts, int32_t* list, int32_t* n_tiles, int max_w = 128) {
     __shared__ int s[1024];
     const int e = threadIdx.x;
     const int c = e < n_experts ? count[e] : 0;
@@ -114,8 +114,8 @@ __global__ void __launch_bounds__(1024) tile_list_balanced_kernel(const int32_t*
 
 // Gives kernel k smem bytes of dynamic shared memory, writes a's work list for tiles of mt rows,
 // then runs k on (col_blocks, the work list's bound) CTAs of `threads`; CTAs past *n_tiles exit.
-inline cudaError_t launch_grouped(void (*k)(MoeExpertArgs), const MoeExpertArgs& a, int mt, int col_blocks,
-                                  int threads, int smem, cudaStream_t s) {
+inline cudaError_t launch_grouped(void (*k)(MoeExpertArgs), const MoeExpertArgs& a, int mt, int col_blocks, int threads,
+                                  int smem, cudaStream_t s) {
     cudaError_t err = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (err != cudaSuccess) return err;
     tile_list_kernel<<<1, 1024, 0, s>>>(a.expert_count, a.n_experts, mt, a.tile_list, a.n_tiles);
@@ -130,8 +130,9 @@ inline cudaError_t launch_grouped(void (*k)(MoeExpertArgs), const MoeExpertArgs&
 // 64-row list starts after the 128-row list's bound), then runs k128 over the 128-row tiles and k64
 // over the tails, each on (col_blocks, its list's bound) CTAs of `threads`; CTAs past their count exit.
 // The same output rows as the 128-row form, fewer padded rows.
-inline cudaError_t launch_grouped_mixed(void (*k128)(MoeExpertArgs), int smem128, void (*k64)(MoeExpertArgs), int smem64,
-                                        const MoeExpertArgs& a, int col_blocks, int threads, cudaStream_t s) {
+inline cudaError_t launch_grouped_mixed(void (*k128)(MoeExpertArgs), int smem128, void (*k64)(MoeExpertArgs),
+                                        int smem64, const MoeExpertArgs& a, int col_blocks, int threads,
+                                        cudaStream_t s) {
     cudaError_t err = cudaFuncSetAttribute(k128, cudaFuncAttributeMaxDynamicSharedMemorySize, smem128);
     if (err == cudaSuccess) err = cudaFuncSetAttribute(k64, cudaFuncAttributeMaxDynamicSharedMemorySize, smem64);
     if (err != cudaSuccess) return err;

@@ -150,6 +150,8 @@ __device__ __forceinline__ void mma_block(float (&acc)[2][NT / 2], const uint32_
         mma_block_w<NT, NT>(acc, A, desc);
     } else {
         switch (w >> 3) {
+            // Macro-generated cases, which clang-format 14 does not format stably.
+            // clang-format off
 #define DSV4_WIDTH_CASE(W) \
     case W / 8: mma_block_w<W, NT>(acc, A, desc); break;
             DSV4_WIDTH_CASE(8) DSV4_WIDTH_CASE(16) DSV4_WIDTH_CASE(24) DSV4_WIDTH_CASE(32) DSV4_WIDTH_CASE(40)
@@ -157,6 +159,7 @@ __device__ __forceinline__ void mma_block(float (&acc)[2][NT / 2], const uint32_
             DSV4_WIDTH_CASE(88) DSV4_WIDTH_CASE(96) DSV4_WIDTH_CASE(104) DSV4_WIDTH_CASE(112) DSV4_WIDTH_CASE(120)
 #undef DSV4_WIDTH_CASE
             default: break;
+            // clang-format on
         }
     }
     dev::wgmma_commit();

@@ -55,16 +55,15 @@ constexpr PersistSmem persist_smem(int nt, int stages, int K) {
     PersistSmem m{};
     m.slots = 0;
     m.scales = stages * stage_bytes(nt, 2);
-    m.hs = m.scales + 2 * kRows * scale_stride(K);           // scale_stride: a multiple of 16 for K % 512 == 0
-    m.xch = m.hs + nt * hs_stride(2) * 2;                      // bf16 h tile, rows of 16-byte units
-    m.tile_w = m.xch + 2 * (nt / 2) * 128 * 4;                 // up accumulators: [2 pairs][nt / 2][128] f32
+    m.hs = m.scales + 2 * kRows * scale_stride(K);  // scale_stride: a multiple of 16 for K % 512 == 0
+    m.xch = m.hs + nt * hs_stride(2) * 2;           // bf16 h tile, rows of 16-byte units
+    m.tile_w = m.xch + 2 * (nt / 2) * 128 * 4;      // up accumulators: [2 pairs][nt / 2][128] f32
     m.info = m.tile_w + 2 * nt * 4;
-    m.bars = m.info + 2 * int(sizeof(ItemInfo));                // 8-byte aligned: everything above is
-    m.total = m.bars + (2 * stages + 4) * 8;                  // full[], empty[], sfull[2], sempty[2]
+    m.bars = m.info + 2 * int(sizeof(ItemInfo));  // 8-byte aligned: everything above is
+    m.total = m.bars + (2 * stages + 4) * 8;      // full[], empty[], sfull[2], sempty[2]
     return m;
 }
 constexpr int persist_smem_bytes(int nt, int stages, int K) { return 1024 + persist_smem(nt, stages, K).total; }
-
 
 // Block kb's 4 k16 wgmmas of one m64 tile, W tokens wide, on the x tile at x_addr; one commit group.
 template <int W>
@@ -94,7 +93,7 @@ __device__ __forceinline__ void consume_item(const MoeExpertArgs& a, unsigned ch
 #pragma unroll
     for (int i = 0; i < W / 2; ++i) acc[0][i] = 0.0f;
     const uint32_t x_base = dev::smem_addr(smem + L.slots);
-    auto acquire = [&](int kb, uint32_t (&A)[1][4][4]) {
+    auto acquire = [&](int kb, uint32_t(&A)[1][4][4]) {
         const uint32_t r = it0 + uint32_t(kb);
         const int s = int(r % STAGES);
         dev::mbar_wait(&full[s], (r / STAGES) & 1);
@@ -292,6 +291,8 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_persist_kernel(MoeExper
         const unsigned char* sc = scales + b * kRows * sstride;
         const float* tw = tile_w + b * NT;
         switch (info[b].w >> 3) {
+            // Macro-generated cases, which clang-format 14 does not format stably.
+            // clang-format off
 #define DSV4_WIDTH_CASE(W)                                                                                        \
     case W / 8:                                                                                                   \
         if constexpr (W <= NT)                                                                                    \
@@ -303,6 +304,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_persist_kernel(MoeExper
             DSV4_WIDTH_CASE(48) DSV4_WIDTH_CASE(56) DSV4_WIDTH_CASE(64)
 #undef DSV4_WIDTH_CASE
             default: __trap();  // widths past NT never come (the work list caps them); skipping the ring would hang
+            // clang-format on
         }
         // The item's buffer (scales, shape, routing weights) is free once the epilogue has read it.
         __syncwarp();
@@ -335,8 +337,14 @@ cudaError_t launch(const MoeExpertArgs& a, cudaStream_t s) {
 
 template <bool PK, int NT, int STAGES>
 constexpr Entry entry() {
-    MoeGroupedShape sh{8, 2, NT, STAGES, 1, PK ? MoeWeightLayout::kPairRotated : MoeWeightLayout::kCheckpoint,
-                       persist_smem_bytes(NT, STAGES, 4096), true};
+    MoeGroupedShape sh{8,
+                       2,
+                       NT,
+                       STAGES,
+                       1,
+                       PK ? MoeWeightLayout::kPairRotated : MoeWeightLayout::kCheckpoint,
+                       persist_smem_bytes(NT, STAGES, 4096),
+                       true};
     sh.ws = true;
     sh.persistent = true;
     return {sh, &launch<PK, NT, STAGES>};

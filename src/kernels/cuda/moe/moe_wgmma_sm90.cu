@@ -28,9 +28,9 @@ namespace {
 // WG warpgroups per CTA, 128 weight rows (two m64 tiles) each.
 template <int NT, int WG>
 struct WShape {
-    static constexpr int kRows = 128 * WG;   // weight rows per CTA
+    static constexpr int kRows = 128 * WG;  // weight rows per CTA
     static constexpr int kThreads = 128 * WG;
-    static constexpr int kX = NT * 128;     // offset of the codes in a slot
+    static constexpr int kX = NT * 128;  // offset of the codes in a slot
     static constexpr int kStage = stage_bytes(NT, WG);
 };
 // Dynamic shared memory: alignment slack, the slots, the scales of all K.
@@ -85,10 +85,11 @@ __global__ void __launch_bounds__(128 * WG, WG == 1 ? 2 : 1) moe_wgmma_kernel(Mo
         }
 #pragma unroll
         for (int j = 0; j < 2; ++j)
-            dev::cp_async16(st + S::kX + ((tid >> 1) + kThreads / 2 * j) * 32 + (tid & 1) * 16, code_src[j] + kb * 32, 16);
+            dev::cp_async16(st + S::kX + ((tid >> 1) + kThreads / 2 * j) * 32 + (tid & 1) * 16, code_src[j] + kb * 32,
+                            16);
     };
 
-    auto dequant = [&](int kb, uint32_t (&A)[2][4][4]) {
+    auto dequant = [&](int kb, uint32_t(&A)[2][4][4]) {
         dequant_block<PK>(smem + (kb % STAGES) * S::kStage + S::kX, scales, sstride, kb, wg, wq, g, t, A);
     };
 
@@ -123,7 +124,7 @@ __global__ void __launch_bounds__(128 * WG, WG == 1 ? 2 : 1) moe_wgmma_kernel(Mo
     // Multiply block kb from Acur; prepare block kb + 1 into Anext meanwhile. Block kb's group is
     // queued behind block kb - 1's, so the tensor cores stay busy through the barrier and the
     // dequant; wait_group 1 retires block kb - 1 (its A registers, then, after the barrier, its slot).
-    auto step = [&](int kb, uint32_t (&Acur)[2][4][4], uint32_t (&Anext)[2][4][4]) {
+    auto step = [&](int kb, uint32_t(&Acur)[2][4][4], uint32_t(&Anext)[2][4][4]) {
         mma_block<NT>(acc, Acur, x_base + (kb % STAGES) * S::kStage);
         dev::wgmma_wait<1>();
         if (kb + 1 < nkb) {
@@ -208,12 +209,13 @@ constexpr Entry entry_mixed() {
 // uniformly routed Flash shapes favour one warpgroup with 2 CTAs per SM (3,487 vs 3,619 us at 4K):
 // the one-warpgroup rows stay for tune.
 const Entry kTable[] = {
-    entry_mixed<true, 4>(), entry<true, 64, 4>(), entry<true, 128, 4>(), entry<true, 64, 4, 1>(),
+    entry_mixed<true, 4>(),   entry<true, 64, 4>(),    entry<true, 128, 4>(), entry<true, 64, 4, 1>(),
     entry<true, 128, 4, 1>(), entry_mixed<false, 4>(), entry<false, 64, 4>(), entry<false, 128, 4>(),
 };
 
 __global__ void x_kperm_kernel(const float* x, int64_t n_pairs, __nv_bfloat16* out) {
-    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_pairs; i += int64_t(gridDim.x) * blockDim.x) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_pairs;
+         i += int64_t(gridDim.x) * blockDim.x) {
         const int64_t L = 2 * i;  // positions L, L + 1 of one 64-k block (same row)
         const int64_t base = L & ~int64_t(63);
         const int l = int(L & 63);

@@ -26,7 +26,8 @@ namespace dsv4::cuda::sm90 {
 namespace {
 
 constexpr int kThreads = 384, kRows = 256;
-constexpr int kProducerRegs = 56, kConsumerRegs = 224;  // 128 x 56 + 256 x 224 <= 65,536 (40 / 232 spills in the producer)
+constexpr int kProducerRegs = 56,
+              kConsumerRegs = 224;  // 128 x 56 + 256 x 224 <= 65,536 (40 / 232 spills in the producer)
 // Dynamic shared memory: alignment slack, the slots, the scales of all K, the tile's x rows and
 // their routing weights, the barriers (full[STAGES], empty[STAGES], sbar).
 constexpr int ws_smem_bytes(int nt, int stages, int K) {
@@ -55,7 +56,7 @@ __device__ __forceinline__ void consume(const MoeExpertArgs& a, unsigned char* s
 #pragma unroll
         for (int i = 0; i < W / 2; ++i) acc[m][i] = 0.0f;
     const uint32_t x_base = dev::smem_addr(smem);
-    auto acquire = [&](int kb, uint32_t (&A)[2][4][4]) {
+    auto acquire = [&](int kb, uint32_t(&A)[2][4][4]) {
         const int s = kb % STAGES;
         dev::mbar_wait(&full[s], (kb / STAGES) & 1);
         dev::fence_proxy_async_smem();
@@ -63,7 +64,7 @@ __device__ __forceinline__ void consume(const MoeExpertArgs& a, unsigned char* s
     };
     // Block kb from Acur while block kb + 1 is dequantised into Anext (whose block, kb - 1, has
     // retired by then: wait_group 1 after kb's group is queued).
-    auto step = [&](int kb, uint32_t (&Acur)[2][4][4], uint32_t (&Anext)[2][4][4]) {
+    auto step = [&](int kb, uint32_t(&Acur)[2][4][4], uint32_t(&Anext)[2][4][4]) {
         mma_block<W>(acc, Acur, x_base + (kb % STAGES) * kStage);
         dev::wgmma_wait<1>();
         if (kb >= 1) {
@@ -193,6 +194,8 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_ws_kernel(MoeExpertArgs
         // (ncu, session 17: the per-block width switch and the thread-index arithmetic that register
         // pressure made the compiler recompute were ~50 of the 242 instructions per block).
         switch (w >> 3) {
+            // Macro-generated cases, which clang-format 14 does not format stably.
+            // clang-format off
 #define DSV4_WIDTH_CASE(W) \
     case W / 8: consume<GATEUP, PK, NT, STAGES, W>(a, smem, p0, live, c0, tid); break;
             DSV4_WIDTH_CASE(8) DSV4_WIDTH_CASE(16) DSV4_WIDTH_CASE(24) DSV4_WIDTH_CASE(32) DSV4_WIDTH_CASE(40)
@@ -201,6 +204,7 @@ __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_ws_kernel(MoeExpertArgs
             DSV4_WIDTH_CASE(128)
 #undef DSV4_WIDTH_CASE
             default: break;
+            // clang-format on
         }
     } else {
         consume<GATEUP, PK, NT, STAGES, NT>(a, smem, p0, live, c0, tid);
@@ -247,8 +251,14 @@ cudaError_t launch(const MoeExpertArgs& a, cudaStream_t s) {
 // Shape fields: 8 computing warps x 2 m16 tiles (256 weight rows), one CTA per SM.
 template <bool PK, int NT, int STAGES>
 constexpr Entry entry() {
-    MoeGroupedShape sh{8, 2, NT, STAGES, 1, PK ? MoeWeightLayout::kPairRotated : MoeWeightLayout::kCheckpoint,
-                       ws_smem_bytes(NT, STAGES, 4096), true};
+    MoeGroupedShape sh{8,
+                       2,
+                       NT,
+                       STAGES,
+                       1,
+                       PK ? MoeWeightLayout::kPairRotated : MoeWeightLayout::kCheckpoint,
+                       ws_smem_bytes(NT, STAGES, 4096),
+                       true};
     sh.ws = true;
     return {sh, &launch<PK, NT, STAGES>};
 }
@@ -273,7 +283,8 @@ constexpr Entry entry_balanced() {
 // fix: 4K 192.0 vs 194.8 ms). E42: with every expert's rows on the tail kernel (256-1K tokens, 6-24
 // rows per expert) these rows beat the plain 64-row rows by 6-16%, at 3 rows per expert (128 tokens)
 // they lose 11%: moe_grouped_select_variant takes them from 5 rows per expert on.
-const Entry kTable[] = {entry_mixed<true, 6>(), entry_balanced<true, 6>(), entry_mixed<true, 4>(), entry_mixed<false, 6>()};
+const Entry kTable[] = {entry_mixed<true, 6>(), entry_balanced<true, 6>(), entry_mixed<true, 4>(),
+                        entry_mixed<false, 6>()};
 
 }  // namespace
 
@@ -284,7 +295,8 @@ int moe_wgmma_ws_smem_bytes(int i, int K) {
     return ws_smem_bytes(s.mt, s.stages, K);
 }
 cudaError_t moe_wgmma_ws_run(const MoeExpertArgs& a, int i, cudaStream_t stream) {
-    if (i < 0 || i >= moe_wgmma_ws_count() || kTable[i].shape.layout != a.layout || !a.x_kperm) return cudaErrorInvalidValue;
+    if (i < 0 || i >= moe_wgmma_ws_count() || kTable[i].shape.layout != a.layout || !a.x_kperm)
+        return cudaErrorInvalidValue;
     return kTable[i].fn(a, stream);
 }
 

@@ -98,22 +98,25 @@ __global__ void attn_combine_kernel(StepPlan plan, AttnArgs a, int splits) {
         for (int i = threadIdx.x; i < a.D; i += blockDim.x) o[i] = 0.0f;
     } else {
         float den = expf(a.sink[h] - m);
-        for (int sp = 0; sp < splits; ++sp) den += a.part_ml[(base + sp) * 2 + 1] * expf(a.part_ml[(base + sp) * 2] - m);
+        for (int sp = 0; sp < splits; ++sp)
+            den += a.part_ml[(base + sp) * 2 + 1] * expf(a.part_ml[(base + sp) * 2] - m);
         for (int i = threadIdx.x; i < a.D; i += blockDim.x) {
             float num = 0.0f;
-            for (int sp = 0; sp < splits; ++sp) num += a.part_acc[(base + sp) * a.D + i] * expf(a.part_ml[(base + sp) * 2] - m);
+            for (int sp = 0; sp < splits; ++sp)
+                num += a.part_acc[(base + sp) * a.D + i] * expf(a.part_ml[(base + sp) * 2] - m);
             o[i] = num / den;
         }
     }
     __syncthreads();
-    for (int i = threadIdx.x; i < a.rope_dim / 2; i += blockDim.x) rope_pair(o, a.D, a.rope_dim, a.inv_freq, p, i, true);
+    for (int i = threadIdx.x; i < a.rope_dim / 2; i += blockDim.x)
+        rope_pair(o, a.D, a.rope_dim, a.inv_freq, p, i, true);
     __syncthreads();
     for (int i = threadIdx.x; i < a.D; i += blockDim.x) a.out[(tok * a.H + h) * a.D + i] = o[i];
 }
 }  // namespace
 
-cudaError_t attn_decode(const StepPlan& plan, const PagePool& pool, const AttnArgs& a, const AttnVariant& v,
-                        int splits, cudaStream_t st) {
+cudaError_t attn_decode(const StepPlan& plan, const PagePool& pool, const AttnArgs& a, const AttnVariant& v, int splits,
+                        cudaStream_t st) {
     if (plan.n_seqs <= 0) return cudaSuccess;
     if (a.D % 32 != 0 || a.D > 32 * kMaxDPerLane) return cudaErrorInvalidValue;
     const int hpc = attn_heads_per_cta(v, a.H);

@@ -124,8 +124,8 @@ cudaError_t attn_out_rows(const StepPlan& plan, int t, const void* ob, int H, in
                           int rope_dim, float* out, cudaStream_t st) {
     if (plan.n_seqs <= 0) return cudaSuccess;
     if (D > 1024) return cudaErrorInvalidValue;
-    out_rows_kernel<<<dim3(plan.n_seqs, H), 128, sizeof(float) * D, st>>>(plan, t, static_cast<const __nv_bfloat16*>(ob),
-                                                                           H, D, inv_freq, rope_dim, out);
+    out_rows_kernel<<<dim3(plan.n_seqs, H), 128, sizeof(float) * D, st>>>(
+        plan, t, static_cast<const __nv_bfloat16*>(ob), H, D, inv_freq, rope_dim, out);
     return cudaGetLastError();
 }
 

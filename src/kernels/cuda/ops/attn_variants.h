@@ -12,10 +12,10 @@ namespace dsv4::cuda {
 
 struct AttnVariant {
     const char* name = "t32h8";
-    int block_t = 32;        // rows staged in shared memory per tile
-    int heads_per_cta = 8;   // one warp per head (clamped to H and to a divisor of H)
-    int stages = 1;          // smem pipeline stages (1: load, sync, compute)
-    int target_mult = 2;     // target CTAs = target_mult * SMs, rounded down to a power of two
+    int block_t = 32;       // rows staged in shared memory per tile
+    int heads_per_cta = 8;  // one warp per head (clamped to H and to a divisor of H)
+    int stages = 1;         // smem pipeline stages (1: load, sync, compute)
+    int target_mult = 2;    // target CTAs = target_mult * SMs, rounded down to a power of two
     int cap_ctas = 1024;
     int max_splits = 32;
 };

@@ -14,10 +14,10 @@
 
 namespace dsv4::cuda {
 
-#define DSV4_CUDA_RET(expr)                      \
-    do {                                         \
-        const cudaError_t e_ = (expr);           \
-        if (e_ != cudaSuccess) return e_;        \
+#define DSV4_CUDA_RET(expr)               \
+    do {                                  \
+        const cudaError_t e_ = (expr);    \
+        if (e_ != cudaSuccess) return e_; \
     } while (0)
 #define DSV4_LAUNCH_RET() DSV4_CUDA_RET(cudaGetLastError())
 
@@ -65,7 +65,8 @@ __device__ __forceinline__ float w_at(const WeightDesc& w, int e, int64_t n, int
     const uint8_t* d = static_cast<const uint8_t*>(w.data) + (e > 0 ? int64_t(e) * w.expert_stride : 0);
     const uint8_t* s = static_cast<const uint8_t*>(w.scale) + (e > 0 ? int64_t(e) * w.scale_expert_stride : 0);
     switch (w.fmt) {
-        case WFmt::kF32: return reinterpret_cast<const float*>(d)[n * K + k];
+        case WFmt::kF32:
+            return reinterpret_cast<const float*>(d)[n * K + k];
         case WFmt::kBF16: {
             const uint16_t b = reinterpret_cast<const uint16_t*>(d)[n * K + k];
             return __uint_as_float(uint32_t(b) << 16);
@@ -221,8 +222,8 @@ __device__ __forceinline__ float2 rope_cs(const float* inv_freq, int64_t pos, in
 }
 
 // Rotates interleaved pairs of the trailing rope_dim dims of v[dim] (shared or global memory).
-__device__ __forceinline__ void rope_pair(float* v, int dim, int rope_dim, const float* inv_freq, int64_t pos,
-                                          int i, bool inverse) {
+__device__ __forceinline__ void rope_pair(float* v, int dim, int rope_dim, const float* inv_freq, int64_t pos, int i,
+                                          bool inverse) {
     float* r = v + (dim - rope_dim);
     const float2 cs = rope_cs(inv_freq, pos, i, inverse);
     const float2 o = rope_rotate(r[2 * i], r[2 * i + 1], cs.x, cs.y);

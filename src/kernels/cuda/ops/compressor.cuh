@@ -61,7 +61,8 @@ __device__ void finish_compressed_row(const CompressorArgs& c, const PagePool& p
     const float inv = 1.0f / sqrtf(float(ss / double(dim)) + eps);
     for (int ch = threadIdx.x; ch < dim; ch += blockDim.x) entry[ch] = entry[ch] * inv * c.norm[ch];
     __syncthreads();
-    for (int i = threadIdx.x; i < rope_dim / 2; i += blockDim.x) rope_pair(entry, dim, rope_dim, inv_freq, w * r, i, false);
+    for (int i = threadIdx.x; i < rope_dim / 2; i += blockDim.x)
+        rope_pair(entry, dim, rope_dim, inv_freq, w * r, i, false);
     __syncthreads();
     store_row_block(entry, comp_row_ptr(pool, table, r, c.row_off, c.fmt.words, w), c.fmt);
 }

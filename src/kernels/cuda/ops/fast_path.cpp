@@ -229,8 +229,8 @@ std::string moe_variant_refusal(const MoeArgs& a, int variant, bool grouped) {
             ok = moe_expert_variant_legal(variant, e);
         }
         if (!ok)
-            return std::string("not legal for the ") + (gate_up ? "gate-up" : "down") + " half (N=" +
-                   std::to_string(e.N) + " K=" + std::to_string(e.K) + ", " + std::to_string(e.n_rows) +
+            return std::string("not legal for the ") + (gate_up ? "gate-up" : "down") +
+                   " half (N=" + std::to_string(e.N) + " K=" + std::to_string(e.K) + ", " + std::to_string(e.n_rows) +
                    " rows, layout " + (e.layout == MoeWeightLayout::kPairRotated ? "pair-rotated" : "checkpoint") + ")";
     }
     return "";
@@ -242,7 +242,8 @@ bool linear_reads_only_bf16(const WeightDesc& w, int n_per_group, int64_t group_
            *prefill_gemm_decline(*w.gemm, w, n_per_group, group_in, ldx, ldy, false, T) == '\0';
 }
 
-cudaError_t linear_bf16_out(const WeightDesc& w, const void* x_bf16, int64_t ldx, void* y_bf16, int T, cudaStream_t st) {
+cudaError_t linear_bf16_out(const WeightDesc& w, const void* x_bf16, int64_t ldx, void* y_bf16, int T,
+                            cudaStream_t st) {
     if (T <= 0 || w.N <= 0) return cudaSuccess;
     if (!x_bf16 || !y_bf16 || !aligned16(x_bf16) || !linear_reads_only_bf16(w, w.N, 0, ldx, w.N, T))
         return cudaErrorInvalidValue;
@@ -267,7 +268,8 @@ cudaError_t linear(const WeightDesc& w, int expert, const float* x, int64_t ldx,
             g.x_f32 = false;
         }
         g.w = static_cast<const uint8_t*>(w.data) + e * w.expert_stride;
-        g.w_scale = w.fmt == WFmt::kFp8E8M0 ? static_cast<const uint8_t*>(w.scale) + e * w.scale_expert_stride : nullptr;
+        g.w_scale =
+            w.fmt == WFmt::kFp8E8M0 ? static_cast<const uint8_t*>(w.scale) + e * w.scale_expert_stride : nullptr;
         g.y = y;
         const int forced = w.gemv_variant >= 0 ? w.gemv_variant : shape_variant(w.gemv_rules, T);
         if (forced >= 0 && forced < dense_gemv_variant_count() && dense_gemv_legal(forced, g)) g.variant = forced;
@@ -320,7 +322,8 @@ cudaError_t moe_experts(const MoeArgs& a, cudaStream_t st) {
         // One fused kernel for small batches (T * K <= 128, E <= 256), else route then permute.
         if ((err = sm90::moe_route_permute_run(r, p, st)) != cudaSuccess) return err;
     }
-    const MoeGroupedWs gw = a.grouped_min_tokens > 0 && a.T >= a.grouped_min_tokens ? moe_grouped_ws(a, ws) : MoeGroupedWs{};
+    const MoeGroupedWs gw =
+        a.grouped_min_tokens > 0 && a.T >= a.grouped_min_tokens ? moe_grouped_ws(a, ws) : MoeGroupedWs{};
     const bool kperm = gw.xb && moe_grouped_kperm(a);
     if (gw.xb) {
         err = kperm ? sm90::moe_x_kperm_run(a.x, int64_t(a.T) * a.d, gw.xb, st)
@@ -368,7 +371,8 @@ cudaError_t moe_experts(const MoeArgs& a, cudaStream_t st) {
             }
             e.variant = -1;
         }
-        if (const int forced = expert_variant_of(a); forced >= 0 && moe_expert_variant_legal(forced, e)) e.variant = forced;
+        if (const int forced = expert_variant_of(a); forced >= 0 && moe_expert_variant_legal(forced, e))
+            e.variant = forced;
         const int v = moe_expert_select_variant(e);
         if (v < 0) return cudaErrorInvalidValue;  // moe_fast_decline checked legality: not reached
         if ((err = sm90::moe_expert_run(e, v, st)) != cudaSuccess) return err;

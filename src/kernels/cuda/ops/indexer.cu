@@ -171,8 +171,10 @@ __device__ void block_topk_radix(const float* scores, int n, int k, int32_t* idx
 __device__ void block_topk(const float* scores, int n, int k, int32_t* idx) {
     if (k > n) k = n;
     if (k <= 0) return;
-    if (k <= kRadixMaxK && blockDim.x % 32 == 0 && blockDim.x <= kTopkThreads) block_topk_radix(scores, n, k, idx);
-    else block_topk_rank(scores, n, k, idx);
+    if (k <= kRadixMaxK && blockDim.x % 32 == 0 && blockDim.x <= kTopkThreads)
+        block_topk_radix(scores, n, k, idx);
+    else
+        block_topk_rank(scores, n, k, idx);
 }
 
 __global__ void indexer_topk_kernel(StepPlan plan, IndexerArgs a) {
@@ -215,7 +217,8 @@ __global__ void argmax_kernel(const float* logits, int64_t V, int32_t* out) {
     __syncthreads();
     if (threadIdx.x == 0) {
         for (int w = 1; w < int(blockDim.x >> 5); ++w)
-            if (bi[w] >= 0 && (besti < 0 || bv[w] > best || (bv[w] == best && bi[w] < besti))) best = bv[w], besti = bi[w];
+            if (bi[w] >= 0 && (besti < 0 || bv[w] > best || (bv[w] == best && bi[w] < besti)))
+                best = bv[w], besti = bi[w];
         out[blockIdx.x] = besti < 0 ? 0 : besti;
     }
 }

@@ -31,7 +31,7 @@ __global__ void indexer_score_kernel(StepPlan plan, PagePool pool, IndexerArgs a
     if (w0 >= n_c || n_c <= a.topk) return;  // every row selected: no scores needed (indexer_select)
     extern __shared__ float sm[];
     const int ldq = a.ID + 1;
-    float* qs = sm;                                   // [IH, ID + 1]
+    float* qs = sm;  // [IH, ID + 1]
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
     float* kw = sm + int64_t(a.IH) * ldq + int64_t(warp) * a.ID;  // this warp's key row [ID]
     const int64_t tok = plan.tok_begin[s] + a.t;
@@ -78,10 +78,11 @@ constexpr int kMmaKeys = 64;  // keys per CTA tile: 4 warps x 16
 // Epilogue: ReLU and head weights per lane (its 8 heads), then a fixed shuffle tree over the 8 lanes
 // sharing t (deterministic).
 __device__ __forceinline__ void dmma_16888(double (&d)[4], const double (&a)[4], double b0, double b1) {
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-                 "{%0, %1, %2, %3};\n"
-                 : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
-                 : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b0), "d"(b1));
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
+        : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b0), "d"(b1));
 }
 
 // Doubles per (head tile, g) group of the fragment-order q: S8 steps x 4 lanes t x 4 values, + 2 pad.
@@ -96,12 +97,13 @@ __device__ __forceinline__ int qs_frag(int h, int kappa, int s, int S8) {
 }
 size_t dmma16_smem_bytes(int ID) { return sizeof(double) * size_t(kMmaHeads / 2) * size_t(dmma16_group(ID / 8)); }
 
-__global__ void __launch_bounds__(kMmaThreads, 3) indexer_score_dmma16_kernel(StepPlan plan, PagePool pool, IndexerArgs a) {
+__global__ void __launch_bounds__(kMmaThreads, 3)
+    indexer_score_dmma16_kernel(StepPlan plan, PagePool pool, IndexerArgs a) {
     const int s = blockIdx.x;
     if (a.t >= plan.n_tok[s]) return;
     const int64_t n_c = (plan.start_pos[s] + a.t + 1) / a.ratio;
     if (int64_t(blockIdx.y) * kMmaKeys >= n_c || n_c <= a.topk) return;  // all selected: see indexer_select
-    extern __shared__ __align__(16) double qs[];  // fragment order, see qs_frag
+    extern __shared__ __align__(16) double qs[];                         // fragment order, see qs_frag
     const int ID = a.ID, IH = a.IH, S8 = ID / 8;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int64_t tok = plan.tok_begin[s] + a.t;
@@ -146,7 +148,7 @@ __global__ void __launch_bounds__(kMmaThreads, 3) indexer_score_dmma16_kernel(St
     const bool bf16_rows = pool.index.fmt == 1 && ((a.idx_row_off | pool.page_elems | pool.index.words) & 1) == 0;
     const int n_chunks = S8 / 4;  // 4 steps per chunk: 4 contiguous dims of each of the lane's two runs
     const int64_t stride = int64_t(gridDim.y) * kMmaKeys;
-    auto tile_rows = [&](int64_t w0, const float* (&r)[2]) {
+    auto tile_rows = [&](int64_t w0, const float*(&r)[2]) {
 #pragma unroll
         for (int kg = 0; kg < 2; ++kg) {
             const int64_t w = w0 + warp * 16 + kg * 8 + g;
@@ -154,13 +156,13 @@ __global__ void __launch_bounds__(kMmaThreads, 3) indexer_score_dmma16_kernel(St
         }
     };
     // v[kg][run]: dims S8 (t + 4 run) + 4 c .. + 3 of key group kg (8-byte loads, one chunk ahead).
-    auto load_chunk = [&](const float* const (&r)[2], int c, uint2 (&v)[2][2]) {
+    auto load_chunk = [&](const float* const(&r)[2], int c, uint2(&v)[2][2]) {
 #pragma unroll
         for (int kg = 0; kg < 2; ++kg)
 #pragma unroll
             for (int run = 0; run < 2; ++run)
                 v[kg][run] = r[kg] ? *reinterpret_cast<const uint2*>(reinterpret_cast<const uint16_t*>(r[kg]) +
-                                                                      S8 * (t + 4 * run) + 4 * c)
+                                                                     S8 * (t + 4 * run) + 4 * c)
                                    : make_uint2(0, 0);
     };
     const float* row[2];
@@ -182,8 +184,10 @@ __global__ void __launch_bounds__(kMmaThreads, 3) indexer_score_dmma16_kernel(St
                 uint2 cur[2][2];
 #pragma unroll
                 for (int kg = 0; kg < 2; ++kg) cur[kg][0] = next[kg][0], cur[kg][1] = next[kg][1];
-                if (c + 1 < n_chunks) load_chunk(row, c + 1, next);
-                else load_chunk(nrow, 0, next);
+                if (c + 1 < n_chunks)
+                    load_chunk(row, c + 1, next);
+                else
+                    load_chunk(nrow, 0, next);
 #pragma unroll
                 for (int kg = 0; kg < 2; ++kg)
 #pragma unroll
@@ -266,8 +270,8 @@ cudaError_t indexer_scores(const StepPlan& plan, const PagePool& pool, const Ind
     }
     const size_t smem = sizeof(float) * (size_t(a.IH) * size_t(a.ID + 1) + size_t(kScoreThreads / 32) * size_t(a.ID));
     if (smem > 48 * 1024) {
-        const cudaError_t e = cudaFuncSetAttribute(indexer_score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   int(smem));
+        const cudaError_t e =
+            cudaFuncSetAttribute(indexer_score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
         if (e != cudaSuccess) return e;
     }
     const dim3 grid(unsigned(plan.n_seqs), unsigned((a.max_rows + kKeysPerCta - 1) / kKeysPerCta));

@@ -16,7 +16,8 @@ __global__ void reset_zero_kernel(StepPlan plan, PagePool pool, int64_t state_el
     const int s = blockIdx.y;
     if (plan.n_tok[s] <= 0 || plan.start_pos[s] != 0) return;
     const int32_t* table = seq_table(plan, s);
-    for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < state_elems; e += int64_t(gridDim.x) * blockDim.x)
+    for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < state_elems;
+         e += int64_t(gridDim.x) * blockDim.x)
         *state_ptr(pool, table, e) = 0.0f;
 }
 __global__ void reset_gate_kernel(StepPlan plan, PagePool pool, const int64_t* off, const int64_t* len, int n_ranges) {
@@ -24,7 +25,8 @@ __global__ void reset_gate_kernel(StepPlan plan, PagePool pool, const int64_t* o
     if (plan.n_tok[s] <= 0 || plan.start_pos[s] != 0) return;
     const int32_t* table = seq_table(plan, s);
     for (int r = 0; r < n_ranges; ++r)
-        for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < len[r]; e += int64_t(gridDim.x) * blockDim.x)
+        for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < len[r];
+             e += int64_t(gridDim.x) * blockDim.x)
             *state_ptr(pool, table, off[r] + e) = kNegInf;
 }
 

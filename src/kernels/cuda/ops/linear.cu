@@ -12,12 +12,18 @@ namespace dsv4::cuda {
 
 const char* wfmt_name(WFmt f) {
     switch (f) {
-        case WFmt::kF32: return "f32";
-        case WFmt::kBF16: return "bf16";
-        case WFmt::kFp8E8M0: return "fp8-block(ue8m0)";
-        case WFmt::kFp8F32: return "fp8-block(f32)";
-        case WFmt::kMxfp4: return "mxfp4";
-        case WFmt::kMxfp4PairRotated: return "mxfp4(pair-rotated)";
+        case WFmt::kF32:
+            return "f32";
+        case WFmt::kBF16:
+            return "bf16";
+        case WFmt::kFp8E8M0:
+            return "fp8-block(ue8m0)";
+        case WFmt::kFp8F32:
+            return "fp8-block(f32)";
+        case WFmt::kMxfp4:
+            return "mxfp4";
+        case WFmt::kMxfp4PairRotated:
+            return "mxfp4(pair-rotated)";
     }
     return "?";
 }

@@ -15,7 +15,7 @@
 namespace dsv4::cuda {
 
 namespace {
-constexpr int kMaxMix = 80;  // (2+n)n for n <= 8
+constexpr int kMaxMix = 80;        // (2+n)n for n <= 8
 constexpr int kMaxMixChunks = 64;  // chunk partials per token (mhc_mix_chunks caps here)
 
 __device__ float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
@@ -66,9 +66,8 @@ __global__ void mhc_mix_kernel(const float* __restrict__ X, const int32_t* __res
 constexpr int kMixThreads = 256;
 constexpr int kMixChunk = 512;
 template <int NM>
-__global__ void __launch_bounds__(kMixThreads) mhc_mix_chunk_kernel(const float* __restrict__ X,
-                                                                    const int32_t* __restrict__ rows, MhcArgs a,
-                                                                    int64_t ch) {
+__global__ void __launch_bounds__(kMixThreads)
+    mhc_mix_chunk_kernel(const float* __restrict__ X, const int32_t* __restrict__ rows, MhcArgs a, int64_t ch) {
     __shared__ double red[kMixThreads / 32][NM + 1];
     const int64_t width = int64_t(a.n) * a.d;
     const int64_t t = rows ? rows[blockIdx.x] : blockIdx.x;
@@ -107,12 +106,11 @@ __global__ void __launch_bounds__(kMixThreads) mhc_mix_chunk_kernel(const float*
 // partials as mhc_mix_chunk_kernel. Why: the per-token form re-reads the 1.5 MB f32 mixing matrix
 // from L2 once per token (100 MB per call at batch 64: ~42 us per mhc_pre, docs/perf/ledger.md E16);
 // here once per 16 tokens.
-constexpr int kMixTokensPerCta = 16;  // 8 warps x 2 tokens
-constexpr int kMixMaxChunkTok = 1024; // elements per chunk this form stages (NM 24: 96 KB)
+constexpr int kMixTokensPerCta = 16;   // 8 warps x 2 tokens
+constexpr int kMixMaxChunkTok = 1024;  // elements per chunk this form stages (NM 24: 96 KB)
 template <int NM>
-__global__ void __launch_bounds__(kMixThreads) mhc_mix_tokens_kernel(const float* __restrict__ X,
-                                                                     const int32_t* __restrict__ rows, MhcArgs a,
-                                                                     int64_t ch, int T) {
+__global__ void __launch_bounds__(kMixThreads)
+    mhc_mix_tokens_kernel(const float* __restrict__ X, const int32_t* __restrict__ rows, MhcArgs a, int64_t ch, int T) {
     extern __shared__ __align__(16) float fs[];  // [NM][ch]
     const int64_t width = int64_t(a.n) * a.d;
     const int64_t i0 = int64_t(blockIdx.x) * ch;
@@ -208,10 +206,12 @@ __device__ __forceinline__ void dmma_m8n8k4(double (&c)[2], double a, double b) 
                  : "d"(a), "d"(b));
 }
 
-__device__ __forceinline__ float f4_at(const float4& v, int j) { return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w; }
+__device__ __forceinline__ float f4_at(const float4& v, int j) {
+    return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
+}
 
-__global__ void __launch_bounds__(kDmmaWarps * 32, 2) mhc_mix_dmma_kernel(const float* __restrict__ X, MhcArgs a,
-                                                                          int ch, int T) {
+__global__ void __launch_bounds__(kDmmaWarps * 32, 2)
+    mhc_mix_dmma_kernel(const float* __restrict__ X, MhcArgs a, int ch, int T) {
     constexpr int NM = 24;
     extern __shared__ __align__(16) float fs[];  // [NM][ch + kDmmaPad]
     const int64_t width = int64_t(a.n) * a.d;
@@ -258,7 +258,8 @@ __global__ void __launch_bounds__(kDmmaWarps * 32, 2) mhc_mix_dmma_kernel(const 
     // loading and consuming in the same step left ~1 TB/s (E50: 112 us per call at 2K tokens).
     float4 nx[4];
 #pragma unroll
-    for (int mt = 0; mt < 4; ++mt) nx[mt] = valid[mt] ? __ldg(reinterpret_cast<const float4*>(xr[mt])) : make_float4(0, 0, 0, 0);
+    for (int mt = 0; mt < 4; ++mt)
+        nx[mt] = valid[mt] ? __ldg(reinterpret_cast<const float4*>(xr[mt])) : make_float4(0, 0, 0, 0);
     for (int k0 = 0; k0 < ch; k0 += 16) {
         float4 xv[4], fv[3];
 #pragma unroll
@@ -343,7 +344,8 @@ __global__ void __launch_bounds__(256, kPrefetch ? 2 : 1)
     float* ns = xs + width;
     // The chunk partials of the mixing dots (<= 64 x 25 doubles) are loaded into registers first, so
     // their round trip overlaps the staging below instead of following it.
-    __shared__ double part[kMaxMixChunks * 25 > kMaxMix + 1 ? kMaxMixChunks * 25 : kMaxMix + 1];  // chunks x (n_mix + 1)
+    __shared__ double
+        part[kMaxMixChunks * 25 > kMaxMix + 1 ? kMaxMixChunks * 25 : kMaxMix + 1];  // chunks x (n_mix + 1)
     constexpr int kPartPerThread = 8;  // 8 x 256 threads >= kMaxMixChunks * 25
     double pv[kPartPerThread];
     if (a.mix_ws) {
@@ -394,8 +396,10 @@ __global__ void __launch_bounds__(256, kPrefetch ? 2 : 1)
             double v = 0.0;
 #pragma unroll 8
             for (int c = 0; c < chunks; ++c) v += part[c * nm1 + r];  // same order; loads issued together
-            if (r < n_mix) m[r] = float(v);
-            else ss = v;
+            if (r < n_mix)
+                m[r] = float(v);
+            else
+                ss = v;
         }
         __syncthreads();
         const float rho = 1.0f / sqrtf(float(ss / double(width)) + a.rms_eps);
@@ -466,19 +470,20 @@ __global__ void __launch_bounds__(256, kPrefetch ? 2 : 1)
     }
     if (threadIdx.x == 0) {
         if (!kHead) {
-            if (n != 4) for (int it = 0; it < a.sinkhorn_iters; ++it) {
-                if (it > 0)
-                    for (int j = 0; j < n; ++j) {
+            if (n != 4)
+                for (int it = 0; it < a.sinkhorn_iters; ++it) {
+                    if (it > 0)
+                        for (int j = 0; j < n; ++j) {
+                            float s = 0.0f;
+                            for (int k = 0; k < n; ++k) s += C[j * n + k];
+                            for (int k = 0; k < n; ++k) C[j * n + k] /= (s + a.hc_eps);
+                        }
+                    for (int k = 0; k < n; ++k) {
                         float s = 0.0f;
-                        for (int k = 0; k < n; ++k) s += C[j * n + k];
-                        for (int k = 0; k < n; ++k) C[j * n + k] /= (s + a.hc_eps);
+                        for (int j = 0; j < n; ++j) s += C[j * n + k];
+                        for (int j = 0; j < n; ++j) C[j * n + k] /= (s + a.hc_eps);
                     }
-                for (int k = 0; k < n; ++k) {
-                    float s = 0.0f;
-                    for (int j = 0; j < n; ++j) s += C[j * n + k];
-                    for (int j = 0; j < n; ++j) C[j * n + k] /= (s + a.hc_eps);
                 }
-            }
             if (n != 4) write_coeffs();
         }
     }
@@ -534,8 +539,8 @@ __global__ void mhc_post_kernel(float* X, const float* __restrict__ y, const flo
 // choices cannot make them differ), so the same bits.
 // Why: the generic form kept its n-long stream array in local memory and ran at ~2 TB/s on a
 // 4K-token prefill step (docs/perf/ledger.md E35).
-__global__ void __launch_bounds__(256) mhc_post4_kernel(float* X, const float* __restrict__ y,
-                                                        const float* __restrict__ coeffs, int d) {
+__global__ void __launch_bounds__(256)
+    mhc_post4_kernel(float* X, const float* __restrict__ y, const float* __restrict__ coeffs, int d) {
     constexpr int n = 4;
     const int64_t t = blockIdx.x;
     const int i4 = int(blockIdx.y) * blockDim.x + threadIdx.x;
@@ -554,8 +559,8 @@ __global__ void __launch_bounds__(256) mhc_post4_kernel(float* X, const float* _
     const float4 yv = reinterpret_cast<const float4*>(y + t * d)[i4];
 #pragma unroll
     for (int k = 0; k < n; ++k) {
-        float4 acc = make_float4(__fmul_rn(cp[k], yv.x), __fmul_rn(cp[k], yv.y), __fmul_rn(cp[k], yv.z),
-                                 __fmul_rn(cp[k], yv.w));
+        float4 acc =
+            make_float4(__fmul_rn(cp[k], yv.x), __fmul_rn(cp[k], yv.y), __fmul_rn(cp[k], yv.z), __fmul_rn(cp[k], yv.w));
 #pragma unroll
         for (int j = 0; j < n; ++j) {
             const float w = cr[j * n + k];
@@ -583,7 +588,7 @@ __global__ void __launch_bounds__(1024) mhc_post_mix_kernel(float* __restrict__ 
     const int64_t t = blockIdx.x, width = int64_t(n) * d;
     const int k = int(threadIdx.x) / F, i = int(blockIdx.y) * F + int(threadIdx.x) % F;
     const int64_t e = int64_t(k) * d + i;  // element of the flattened row
-    float fv[NM];  // the next site's mixing rows at e: independent of X, loaded first
+    float fv[NM];                          // the next site's mixing rows at e: independent of X, loaded first
 #pragma unroll
     for (int r = 0; r < NM; ++r) fv[r] = __ldg(a.fn + int64_t(r) * width + e);
     float* x = X + t * width;
@@ -623,7 +628,11 @@ int mhc_mix_chunks(int T, const MhcArgs& a) {
     // below 4096, else 1024 (kMixMaxChunkTok): about 256 CTAs (E50: 1024-element chunks left 128 CTAs
     // at 2K tokens). There the wish is halved until the workspace holds it, so the chunks still
     // divide the row evenly (the tensor-core form needs that; a room of, say, 43 chunks would not).
-    const int64_t chunk = T <= 8 ? kMixChunk / 2 : T < 1024 ? kMixChunk : T < 2048 ? kMixChunk / 2 : T < 4096 ? kMixChunk : 2 * kMixChunk;
+    const int64_t chunk = T <= 8     ? kMixChunk / 2
+                          : T < 1024 ? kMixChunk
+                          : T < 2048 ? kMixChunk / 2
+                          : T < 4096 ? kMixChunk
+                                     : 2 * kMixChunk;
     int64_t want = (width + chunk - 1) / chunk;
     const int64_t room = (a.mix_ws_rows > 0 ? a.mix_ws_rows : T) / T;
     if (T >= kDmmaMinTokens)
@@ -642,8 +651,8 @@ constexpr int kMaxStagedTokens = 512;
 size_t mhc_smem(const float* X, int T, const MhcArgs& a, bool* staged) {
     const size_t plain = sizeof(float) * size_t(a.d);
     const size_t full = sizeof(float) * (size_t(a.n) * a.d + 2 * size_t(a.d));
-    *staged = T <= kMaxStagedTokens && a.d % 4 == 0 && reinterpret_cast<uintptr_t>(X) % 16 == 0 && reinterpret_cast<uintptr_t>(a.norm) % 16 == 0 &&
-              full <= 160 * 1024;
+    *staged = T <= kMaxStagedTokens && a.d % 4 == 0 && reinterpret_cast<uintptr_t>(X) % 16 == 0 &&
+              reinterpret_cast<uintptr_t>(a.norm) % 16 == 0 && full <= 160 * 1024;
     return *staged ? full : plain;
 }
 
@@ -662,19 +671,25 @@ cudaError_t launch_mix(const float* X, const int32_t* rows, int T, const MhcArgs
         if (!head && !rows && T >= kDmmaMinTokens && ch <= kMixMaxChunkTok && ch % 16 == 0 && width % 4 == 0 &&
             ch * c == width && aligned) {
             const int smem = int(sizeof(float) * 24 * size_t(ch + kDmmaPad));
-            cudaError_t e = cudaFuncSetAttribute(mhc_mix_dmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+            cudaError_t e =
+                cudaFuncSetAttribute(mhc_mix_dmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
             if (e != cudaSuccess) return e;
             const dim3 grid(unsigned(c), unsigned((T + kDmmaTokensPerCta - 1) / kDmmaTokensPerCta));
             mhc_mix_dmma_kernel<<<grid, kDmmaWarps * 32, smem, st>>>(X, a, int(ch), T);
         } else if (T > 8 && ch <= kMixMaxChunkTok && ch % 4 == 0 && width % 4 == 0 &&
-            reinterpret_cast<uintptr_t>(a.fn) % 16 == 0) {  // token groups share each staged chunk of the mixing rows
+                   reinterpret_cast<uintptr_t>(a.fn) % 16 ==
+                       0) {  // token groups share each staged chunk of the mixing rows
             const dim3 grid(unsigned(c), unsigned((T + kMixTokensPerCta - 1) / kMixTokensPerCta));
             const int smem = int(sizeof(float) * size_t(head ? 4 : 24) * size_t(ch));
-            cudaError_t e = head ? cudaFuncSetAttribute(mhc_mix_tokens_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)
-                                 : cudaFuncSetAttribute(mhc_mix_tokens_kernel<24>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+            cudaError_t e =
+                head ? cudaFuncSetAttribute(mhc_mix_tokens_kernel<4>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)
+                     : cudaFuncSetAttribute(mhc_mix_tokens_kernel<24>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            smem);
             if (e != cudaSuccess) return e;
-            if (head) mhc_mix_tokens_kernel<4><<<grid, kMixThreads, smem, st>>>(X, rows, a, ch, T);
-            else mhc_mix_tokens_kernel<24><<<grid, kMixThreads, smem, st>>>(X, rows, a, ch, T);
+            if (head)
+                mhc_mix_tokens_kernel<4><<<grid, kMixThreads, smem, st>>>(X, rows, a, ch, T);
+            else
+                mhc_mix_tokens_kernel<24><<<grid, kMixThreads, smem, st>>>(X, rows, a, ch, T);
         } else if (head) {
             mhc_mix_chunk_kernel<4><<<dim3(unsigned(T), unsigned(c)), kMixThreads, 0, st>>>(X, rows, a, ch);
         } else {
@@ -701,7 +716,8 @@ cudaError_t mhc_pre_apply(const float* X, int T, const MhcArgs& a, float* coeffs
     bool staged = false;
     const size_t smem = mhc_smem(X, T, a, &staged);
     cudaError_t e = cudaSuccess;
-    if (staged && (e = cudaFuncSetAttribute(mhc_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem))) != cudaSuccess)
+    if (staged && (e = cudaFuncSetAttribute(mhc_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            int(smem))) != cudaSuccess)
         return e;
     if (!staged && a.n == 4 && a.d == kPrefetchD && reinterpret_cast<uintptr_t>(X) % 16 == 0) {
         mhc_kernel<false, true><<<T, kPrefetchThreads, smem, st>>>(X, nullptr, a, coeffs, xn, chunks, false);
@@ -749,7 +765,8 @@ cudaError_t mhc_head(const float* X, const int32_t* rows, int R, const MhcArgs& 
     if (e != cudaSuccess) return e;
     bool staged = false;
     const size_t smem = mhc_smem(X, R, a, &staged);
-    if (staged && (e = cudaFuncSetAttribute(mhc_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem))) != cudaSuccess)
+    if (staged && (e = cudaFuncSetAttribute(mhc_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            int(smem))) != cudaSuccess)
         return e;
     mhc_kernel<true><<<R, 256, smem, st>>>(X, rows, a, nullptr, out, chunks, staged);
     return cudaGetLastError();

@@ -51,8 +51,10 @@ __global__ void route_kernel(MoeArgs a) {
     for (int k = 0; k < a.K; ++k) {
         const float s = sqrtf(softplus_f(lg[ids[k]]));
         float w = a.route_scale;
-        if (a.norm_topk) w *= float(s / (sum + 1e-20));
-        else w *= s;
+        if (a.norm_topk)
+            w *= float(s / (sum + 1e-20));
+        else
+            w *= s;
         if (!isfinite(w)) w = 0.0f;
         wts[k] = w;
     }

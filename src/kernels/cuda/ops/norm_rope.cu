@@ -12,10 +12,9 @@ namespace {
 // x: [rows, ldx] f32; y: [rows, ldy] f32; weight: [n] or null; inv_freq: [rope_dim/2] or null;
 // pos: [rows / rows_per_token] int32
 template <bool kBf16Out>
-__global__ void norm_rope_kernel(const float* x, int64_t ldx, void* y, int64_t ldy, int n,
-                                 bool do_norm, const float* __restrict__ weight, float eps,
-                                 const float* __restrict__ inv_freq, int rope_dim, const int32_t* __restrict__ pos,
-                                 int rows_per_token, bool inverse) {
+__global__ void norm_rope_kernel(const float* x, int64_t ldx, void* y, int64_t ldy, int n, bool do_norm,
+                                 const float* __restrict__ weight, float eps, const float* __restrict__ inv_freq,
+                                 int rope_dim, const int32_t* __restrict__ pos, int rows_per_token, bool inverse) {
     extern __shared__ float row[];
     __shared__ double red[32];
     const int64_t r = blockIdx.x;
@@ -34,7 +33,8 @@ __global__ void norm_rope_kernel(const float* x, int64_t ldx, void* y, int64_t l
     __syncthreads();
     if (inv_freq) {
         const int64_t p = pos[r / rows_per_token];
-        for (int i = threadIdx.x; i < rope_dim / 2; i += blockDim.x) rope_pair(row, n, rope_dim, inv_freq, p, i, inverse);
+        for (int i = threadIdx.x; i < rope_dim / 2; i += blockDim.x)
+            rope_pair(row, n, rope_dim, inv_freq, p, i, inverse);
         __syncthreads();
     }
     if constexpr (kBf16Out) {
@@ -56,11 +56,10 @@ __global__ void norm_rope_kernel(const float* x, int64_t ldx, void* y, int64_t l
 // TIn: float, or __nv_bfloat16 (norm_rope_bf16: the q rows the prefill GEMM wrote as bf16; each warp
 // reads its whole row before writing, so x may be y).
 template <bool kBf16Out, typename TIn = float>
-__global__ void __launch_bounds__(256) norm_rope512_kernel(const TIn* x, int64_t ldx, void* y, int64_t ldy,
-                                                           int64_t rows, bool do_norm, const float* __restrict__ weight,
-                                                           float eps, const float* __restrict__ inv_freq,
-                                                           const int32_t* __restrict__ pos, int rows_per_token,
-                                                           bool inverse) {
+__global__ void __launch_bounds__(256)
+    norm_rope512_kernel(const TIn* x, int64_t ldx, void* y, int64_t ldy, int64_t rows, bool do_norm,
+                        const float* __restrict__ weight, float eps, const float* __restrict__ inv_freq,
+                        const int32_t* __restrict__ pos, int rows_per_token, bool inverse) {
     constexpr int n = 512;
     const int lane = threadIdx.x & 31;
     const int64_t r = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -181,8 +180,8 @@ cudaError_t norm_rope(const float* x, int64_t ldx, float* y, int64_t ldy, int ro
 }
 
 cudaError_t norm_rope_block_form(const float* x, int64_t ldx, float* y, int64_t ldy, int rows, int n, bool do_norm,
-                                 const float* weight, float eps, const float* inv_freq, int rope_dim, const int32_t* pos,
-                                 int rows_per_token, bool inverse, cudaStream_t st) {
+                                 const float* weight, float eps, const float* inv_freq, int rope_dim,
+                                 const int32_t* pos, int rows_per_token, bool inverse, cudaStream_t st) {
     if (rows <= 0) return cudaSuccess;
     norm_rope_kernel<false><<<rows, 128, sizeof(float) * n, st>>>(x, ldx, y, ldy, n, do_norm, weight, eps, inv_freq,
                                                                   rope_dim, pos, rows_per_token, inverse);
@@ -204,7 +203,8 @@ cudaError_t norm_rope_to_bf16(const float* x, int64_t ldx, void* y, int64_t ldy,
 }
 
 cudaError_t norm_rope_bf16(void* y, int64_t ldy, int rows, int n, bool do_norm, const float* weight, float eps,
-                           const float* inv_freq, int rope_dim, const int32_t* pos, int rows_per_token, cudaStream_t st) {
+                           const float* inv_freq, int rope_dim, const int32_t* pos, int rows_per_token,
+                           cudaStream_t st) {
     if (rows <= 0) return cudaSuccess;
     if (!norm_rope512_ok(n, inv_freq, rope_dim)) return cudaErrorInvalidValue;
     const auto* x = static_cast<const __nv_bfloat16*>(y);
@@ -219,14 +219,15 @@ cudaError_t rope_rows_bf16(void* y, int64_t rows, int n, const float* inv_freq, 
     if (rope_dim % 2 || rope_dim > n || n % 2 || reinterpret_cast<uintptr_t>(y) % 4 || rows_per_token <= 0)
         return cudaErrorInvalidValue;
     const int64_t pairs = (rows + rows_per_token - 1) / rows_per_token * (rope_dim / 2);
-    rope_rows_bf16_kernel<<<unsigned((pairs + 255) / 256), 256, 0, st>>>(static_cast<__nv_bfloat16*>(y), rows, n,
-                                                                         inv_freq, rope_dim, pos, rows_per_token, inverse);
+    rope_rows_bf16_kernel<<<unsigned((pairs + 255) / 256), 256, 0, st>>>(
+        static_cast<__nv_bfloat16*>(y), rows, n, inv_freq, rope_dim, pos, rows_per_token, inverse);
     return cudaGetLastError();
 }
 
 cudaError_t round_to_bf16(const float* x, int64_t n, void* out, cudaStream_t st) {
     if (n <= 0) return cudaSuccess;
-    if (n % 4 || reinterpret_cast<uintptr_t>(x) % 16 || reinterpret_cast<uintptr_t>(out) % 8) return cudaErrorInvalidValue;
+    if (n % 4 || reinterpret_cast<uintptr_t>(x) % 16 || reinterpret_cast<uintptr_t>(out) % 8)
+        return cudaErrorInvalidValue;
     const int64_t n4 = n / 4;
     round_bf16_kernel<<<unsigned((n4 + 255) / 256), 256, 0, st>>>(reinterpret_cast<const float4*>(x), n4,
                                                                   static_cast<uint2*>(out));

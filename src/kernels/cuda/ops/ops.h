@@ -21,11 +21,11 @@
 namespace dsv4::cuda {
 
 enum class WFmt : int32_t {
-    kF32 = 0,       // f32 [N, K]
-    kBF16 = 1,      // bf16 [N, K]
-    kFp8E8M0 = 2,   // e4m3 [N, K] + UE8M0 scales [ceil(N/128), ceil(K/128)]
-    kFp8F32 = 3,    // e4m3 [N, K] + f32 scales [ceil(N/128), ceil(K/128)]
-    kMxfp4 = 4,     // e2m1 packed [N, K/2] (low nibble = even k) + UE8M0 scales [N, ceil(K/32)]
+    kF32 = 0,      // f32 [N, K]
+    kBF16 = 1,     // bf16 [N, K]
+    kFp8E8M0 = 2,  // e4m3 [N, K] + UE8M0 scales [ceil(N/128), ceil(K/128)]
+    kFp8F32 = 3,   // e4m3 [N, K] + f32 scales [ceil(N/128), ceil(K/128)]
+    kMxfp4 = 4,    // e2m1 packed [N, K/2] (low nibble = even k) + UE8M0 scales [N, ceil(K/32)]
     // kMxfp4 with the bits of every 32-bit code word permuted at load time (core/mxfp4_pair_rotated.h;
     // K % 8 == 0, so words never straddle rows): the fast expert GEMV's layout
     // (moe_expert_weights_to_fast_layout in fast_path.h). Scales and word positions as kMxfp4.
@@ -55,14 +55,14 @@ struct WeightDesc {
 
 // Per-step plan in device memory.
 struct StepPlan {
-    int32_t n_seqs = 0;          // B (padded bucket size in graphs)
-    const int32_t* tok_begin;    // [B]
-    const int32_t* n_tok;        // [B] 0 for padding
-    const int64_t* start_pos;    // [B]
-    const int32_t* page_table;   // [B, pt_stride]
+    int32_t n_seqs = 0;         // B (padded bucket size in graphs)
+    const int32_t* tok_begin;   // [B]
+    const int32_t* n_tok;       // [B] 0 for padding
+    const int64_t* start_pos;   // [B]
+    const int32_t* page_table;  // [B, pt_stride]
     int32_t pt_stride = 0;
-    const int32_t* tokens;       // [T]
-    const int32_t* pos;          // [T] absolute positions
+    const int32_t* tokens;  // [T]
+    const int32_t* pos;     // [T] absolute positions
     // [B] page-table row of each entry, or null (entry s uses row s). Batched prefill runs its
     // query tokens as one-token pseudo-sequences that share their sequence's page table.
     const int32_t* table_row = nullptr;
@@ -116,10 +116,10 @@ struct SpecCycleArgs {
     int32_t* drafts = nullptr;          // [B, spec_tokens] the drafts, written by spec_take_draft
     int spec_tokens = 0;                // KvLayout::spec_tokens (S)
     int64_t header_offset = -1, pending_tokens_offset = -1, pending_streams_offset = -1;  // KvLayout::spec
-    int stream_elems = 0;               // hc_mult * hidden: one position's final streams
-    int64_t mtp_ring_offset = 0;        // the MTP block's window ring in the state area (KvLayout)
+    int stream_elems = 0;                      // hc_mult * hidden: one position's final streams
+    int64_t mtp_ring_offset = 0;               // the MTP block's window ring in the state area (KvLayout)
     int mtp_ring_rows = 0, mtp_row_words = 0;  // W and KvLayout::row_words_main
-    uint32_t* ring_scratch = nullptr;   // [B, spec_tokens, mtp_row_words] rows the drafts borrow
+    uint32_t* ring_scratch = nullptr;          // [B, spec_tokens, mtp_row_words] rows the drafts borrow
 };
 // The plan of one MTP pass (the runner's second set of plan arrays) and its inputs: the block at
 // positions pos with input streams `streams` [rows, stream_elems] and next-token ids `next`.
@@ -134,15 +134,16 @@ struct SpecPassPlan {
 // filled), streams = the pending streams (unused slots zero); logit row = its last. Every live
 // sequence's pending count is cleared (consumed, or dropped for one that does not speculate). Others
 // get n_tok 0.
-cudaError_t spec_catchup_plan(const StepPlan& plan, const PagePool& pool, const SpecCycleArgs& a, const SpecPassPlan& out,
-                              cudaStream_t st);
+cudaError_t spec_catchup_plan(const StepPlan& plan, const PagePool& pool, const SpecCycleArgs& a,
+                              const SpecPassPlan& out, cudaStream_t st);
 // Draft pass `pass` (1 <= pass < S): live sequences with more than `pass` drafts run the block at
 // start_pos + pass - 1 on draft number `pass` (drafts[s, pass - 1]) with the previous pass's output
 // streams (X row out.logit_rows[s], read before it is rewritten to s); one token per sequence, slot s.
 cudaError_t spec_draft_plan(const StepPlan& plan, const SpecCycleArgs& a, const SpecPassPlan& out, int pass,
                             const float* X, cudaStream_t st);
 // drafts[s, index] = ids[s] for live sequences with more than `index` drafts (else 0).
-cudaError_t spec_take_draft(const StepPlan& plan, const SpecCycleArgs& a, const int32_t* ids, int index, cudaStream_t st);
+cudaError_t spec_take_draft(const StepPlan& plan, const SpecCycleArgs& a, const int32_t* ids, int index,
+                            cudaStream_t st);
 // tokens[tok_begin[s] + 1 + j] = drafts[s, j], j < drafts_k[s]: the verify chunk's token list.
 cudaError_t spec_fill_drafts(const StepPlan& plan, const SpecCycleArgs& a, int32_t* tokens, cudaStream_t st);
 // Saves (restore false) or puts back the MTP ring rows of positions start_pos .. start_pos + k - 2 of
@@ -164,9 +165,8 @@ cudaError_t gather_rows(const float* src, const int32_t* rows, int n, int64_t wi
 // x_bf16 (optional): x rounded to bf16 (round_to_bf16), same row stride ldx; the fast path then
 // stages it instead of rounding f32 x itself (identical values, half the x traffic); ignored by the
 // f32 kernels.
-cudaError_t linear(const WeightDesc& w, int expert, const float* x, int64_t ldx, int n_per_group,
-                   int64_t group_in, float* y, int64_t ldy, int T, bool accumulate, cudaStream_t st,
-                   const void* x_bf16 = nullptr);
+cudaError_t linear(const WeightDesc& w, int expert, const float* x, int64_t ldx, int n_per_group, int64_t group_in,
+                   float* y, int64_t ldy, int T, bool accumulate, cudaStream_t st, const void* x_bf16 = nullptr);
 // out[T, d] = W row tokens[t] (embedding lookup, any WFmt) repeated `copies` times per token.
 cudaError_t embed(const WeightDesc& w, const int32_t* tokens, int T, int copies, float* out, cudaStream_t st);
 
@@ -174,13 +174,13 @@ cudaError_t embed(const WeightDesc& w, const int32_t* tokens, int T, int copies,
 // Row r of width n: y = rmsnorm(x) (* weight if non-null) when do_norm; then RoPE (inverse if
 // asked) on the trailing rope_dim dims at pos[r / rows_per_token] when inv_freq non-null.
 cudaError_t norm_rope(const float* x, int64_t ldx, float* y, int64_t ldy, int rows, int n, bool do_norm,
-                      const float* weight, float eps, const float* inv_freq, int rope_dim,
-                      const int32_t* pos, int rows_per_token, bool inverse, cudaStream_t st);
+                      const float* weight, float eps, const float* inv_freq, int rope_dim, const int32_t* pos,
+                      int rows_per_token, bool inverse, cudaStream_t st);
 // norm_rope in its 128-thread-per-row form whatever n (rows of n = 512 otherwise take a warp-per-row
 // form that must give the same bits; tests compare the two).
 cudaError_t norm_rope_block_form(const float* x, int64_t ldx, float* y, int64_t ldy, int rows, int n, bool do_norm,
-                                 const float* weight, float eps, const float* inv_freq, int rope_dim, const int32_t* pos,
-                                 int rows_per_token, bool inverse, cudaStream_t st);
+                                 const float* weight, float eps, const float* inv_freq, int rope_dim,
+                                 const int32_t* pos, int rows_per_token, bool inverse, cudaStream_t st);
 // norm_rope (inverse = false) with the row rounded to bf16 on the way out: y bf16 [rows, ldy],
 // bit-identical to norm_rope then round_to_bf16.
 cudaError_t norm_rope_to_bf16(const float* x, int64_t ldx, void* y, int64_t ldy, int rows, int n, bool do_norm,
@@ -190,7 +190,8 @@ cudaError_t norm_rope_to_bf16(const float* x, int64_t ldx, void* y, int64_t ldy,
 // else cudaErrorInvalidValue): each row widened to f32, normed and rotated as norm_rope_to_bf16 does,
 // rounded back. Used where the prefill GEMM wrote the rows as bf16 (linear_bf16_out).
 cudaError_t norm_rope_bf16(void* y, int64_t ldy, int rows, int n, bool do_norm, const float* weight, float eps,
-                           const float* inv_freq, int rope_dim, const int32_t* pos, int rows_per_token, cudaStream_t st);
+                           const float* inv_freq, int rope_dim, const int32_t* pos, int rows_per_token,
+                           cudaStream_t st);
 // RoPE (or its inverse) in place on the trailing rope_dim dims of bf16 rows y [rows, n] (contiguous)
 // at pos[r / rows_per_token], computed in f32 and rounded back: the same bits as widening the row to
 // f32, norm_rope without the norm, then round_to_bf16. Odd rope_dim or n, y not 4-byte aligned or
@@ -242,8 +243,8 @@ cudaError_t mhc_head(const float* X, const int32_t* rows, int R, const MhcArgs& 
 // ---- kv_state.cu ----------------------------------------------------------------------------
 // Resets the state area of sequences with start_pos 0 and n_tok > 0: zeros, then -inf on the
 // ranges [gate_off[i], gate_off[i] + gate_len[i]) (compressor gates).
-cudaError_t reset_state(const StepPlan& plan, const PagePool& pool, int64_t state_elems,
-                        const int64_t* gate_off, const int64_t* gate_len, int n_ranges, cudaStream_t st);
+cudaError_t reset_state(const StepPlan& plan, const PagePool& pool, int64_t state_elems, const int64_t* gate_off,
+                        const int64_t* gate_len, int n_ranges, cudaStream_t st);
 
 struct CompressorArgs {
     int ratio = 0, dim = 0;
@@ -257,11 +258,11 @@ struct CompressorArgs {
     const float* norm = nullptr;       // [dim]
 };
 struct KvStepArgs {
-    int t = 0;                 // token step within each sequence's chunk
+    int t = 0;  // token step within each sequence's chunk
     int W = 0, D = 0;
     int64_t ring_off = 0;
-    const float* kv = nullptr; // [T, D] normed, roped kv
-    int n_comp = 0;            // 0, 1 (main) or 2 (main + indexer)
+    const float* kv = nullptr;  // [T, D] normed, roped kv
+    int n_comp = 0;             // 0, 1 (main) or 2 (main + indexer)
     CompressorArgs comp[2];
     const float* rope_inv_freq = nullptr;  // compress table [rope_dim/2]
     int rope_dim = 0;
@@ -310,14 +311,14 @@ cudaError_t ring_write_chunk(const StepPlan& plan, const PagePool& pool, const K
 struct IndexerArgs {
     int t = 0, ratio = 0, IH = 0, ID = 0, topk = 0;
     int64_t idx_row_off = 0;
-    const float* q = nullptr;   // [T, IH*ID] roped index queries
-    const float* w = nullptr;   // [T, IH] head weights (already scaled)
-    float* scores = nullptr;    // [B, max_rows] workspace (not written for sequences with n_c <= topk)
+    const float* q = nullptr;  // [T, IH*ID] roped index queries
+    const float* w = nullptr;  // [T, IH] head weights (already scaled)
+    float* scores = nullptr;   // [B, max_rows] workspace (not written for sequences with n_c <= topk)
     int64_t max_rows = 0;
     // [B, topk] out: selected rows, best first (ties: lowest index); all n_c rows in index order when
     // n_c <= topk (ref::index_select)
     int32_t* sel = nullptr;
-    int32_t* n_sel = nullptr;   // [B] out
+    int32_t* n_sel = nullptr;  // [B] out
 };
 cudaError_t indexer_topk(const StepPlan& plan, const PagePool& pool, const IndexerArgs& a, cudaStream_t st);
 // indexer_topk in its two launches (the op profiler times them apart): scores, then the top-k.
@@ -341,22 +342,22 @@ struct AttnArgs {
     bool csa = false;
     int64_t ring_off = 0, row_off = 0;
     int topk = 0;
-    const int32_t* sel = nullptr;    // [B, topk] (CSA)
-    const int32_t* n_sel = nullptr;  // [B] (CSA)
-    const float* q = nullptr;        // [T, H*D]
-    const float* sink = nullptr;     // [H]
-    const float* inv_freq = nullptr; // layer's RoPE table [rope_dim/2]
+    const int32_t* sel = nullptr;     // [B, topk] (CSA)
+    const int32_t* n_sel = nullptr;   // [B] (CSA)
+    const float* q = nullptr;         // [T, H*D]
+    const float* sink = nullptr;      // [H]
+    const float* inv_freq = nullptr;  // layer's RoPE table [rope_dim/2]
     int rope_dim = 0;
     float scale = 1.0f;
-    float* part_acc = nullptr;       // [B, H, splits, D]
-    float* part_ml = nullptr;        // [B, H, splits, 2]
-    float* out = nullptr;            // [T, H*D]
+    float* part_acc = nullptr;  // [B, H, splits, D]
+    float* part_ml = nullptr;   // [B, H, splits, 2]
+    float* out = nullptr;       // [T, H*D]
 };
 struct AttnVariant;
 // The old path: CUDA-core split-KV kernel reading rows of any format (DSV4_FAST_KERNELS=0, f32 rows,
 // head_dim != 512).
-cudaError_t attn_decode(const StepPlan& plan, const PagePool& pool, const AttnArgs& a, const AttnVariant& v,
-                        int splits, cudaStream_t st);
+cudaError_t attn_decode(const StepPlan& plan, const PagePool& pool, const AttnArgs& a, const AttnVariant& v, int splits,
+                        cudaStream_t st);
 
 // ---- attn_rows.cu ---------------------------------------------------------------------------
 // Glue of the fast decode attention (kernels/cuda/attention/sparse_decode.h) for token step t:
@@ -368,12 +369,12 @@ struct RowListArgs {
     bool csa = false;
     int64_t ring_off = 0, row_off = 0;  // layer's ring (state area) and main row (token page) offsets
     int topk = 0;
-    const int32_t* sel = nullptr;       // [B, topk] CSA selection (indexer_topk)
-    const int32_t* n_sel = nullptr;     // [B]
-    int unit_bytes = 1;                 // offset unit: 1 (fp8 rows: bytes), 2 (bf16 rows: elements)
-    int64_t* offsets = nullptr;         // out [capacity]: pool offsets of each row, sequence by sequence
-    int32_t* row_start = nullptr;       // out [B + 1]: CSR bounds
-    int64_t capacity = 0;               // rows beyond it are dropped (size it B x max rows per sequence)
+    const int32_t* sel = nullptr;    // [B, topk] CSA selection (indexer_topk)
+    const int32_t* n_sel = nullptr;  // [B]
+    int unit_bytes = 1;              // offset unit: 1 (fp8 rows: bytes), 2 (bf16 rows: elements)
+    int64_t* offsets = nullptr;      // out [capacity]: pool offsets of each row, sequence by sequence
+    int32_t* row_start = nullptr;    // out [B + 1]: CSR bounds
+    int64_t capacity = 0;            // rows beyond it are dropped (size it B x max rows per sequence)
     // Batched prefill (prefill_state.cu): window positions >= stage_from[s] are read from the
     // step's staging rows instead of the ring (the ring is written back after the layer's
     // attention). Staging row i (the step's token i) starts at pool word stage_word + i * main.words;
@@ -393,22 +394,22 @@ cudaError_t attn_out_rows(const StepPlan& plan, int t, const void* ob, int H, in
 // ---- moe.cu ---------------------------------------------------------------------------------
 struct MoeArgs {
     int T = 0, E = 0, K = 0, d = 0, I = 0;
-    const float* logits = nullptr;    // [T, E] router logits
-    const float* bias = nullptr;      // [E] (learned) or null
-    const int32_t* tid2eid = nullptr; // [V, K] (hash) or null
-    const int32_t* tokens = nullptr;  // [T]
+    const float* logits = nullptr;     // [T, E] router logits
+    const float* bias = nullptr;       // [E] (learned) or null
+    const int32_t* tid2eid = nullptr;  // [V, K] (hash) or null
+    const int32_t* tokens = nullptr;   // [T]
     float route_scale = 1.0f;
     bool norm_topk = true;
     float limit = 0.0f;
-    int32_t* ids = nullptr;    // [T, K]
-    float* wts = nullptr;      // [T, K]
-    int32_t* counts = nullptr; // [E] then cursors [E] then offsets [E+1]: int32 [3E+1]
-    int32_t* perm = nullptr;   // [T*K] assignment (t*K+k) per permuted slot
-    int32_t* slot = nullptr;   // [T*K] permuted slot of assignment t*K+k
-    const float* x = nullptr;  // [T, d]
-    float* h = nullptr;        // [T*K, I] permuted hidden
-    float* yp = nullptr;       // [T*K, d] permuted expert outputs
-    WeightDesc w1, w3, w2;     // experts (expert_stride set)
+    int32_t* ids = nullptr;     // [T, K]
+    float* wts = nullptr;       // [T, K]
+    int32_t* counts = nullptr;  // [E] then cursors [E] then offsets [E+1]: int32 [3E+1]
+    int32_t* perm = nullptr;    // [T*K] assignment (t*K+k) per permuted slot
+    int32_t* slot = nullptr;    // [T*K] permuted slot of assignment t*K+k
+    const float* x = nullptr;   // [T, d]
+    float* h = nullptr;         // [T*K, I] permuted hidden
+    float* yp = nullptr;        // [T*K, d] permuted expert outputs
+    WeightDesc w1, w3, w2;      // experts (expert_stride set)
     // Expert parallelism (docs/design.md): when ep_count > 0 this rank computes only the routed
     // experts [ep_first, ep_first + ep_count), whose weights w1/w3/w2 hold at local index
     // e - ep_first; routing still runs over all E experts, and an assignment to another rank's

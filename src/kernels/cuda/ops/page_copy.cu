@@ -7,10 +7,12 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kCtasPerPage = 8;
 
-__global__ void __launch_bounds__(kThreads) copy_pages_kernel(uint32_t* pool, int64_t page_words, const int32_t* pairs) {
+__global__ void __launch_bounds__(kThreads)
+    copy_pages_kernel(uint32_t* pool, int64_t page_words, const int32_t* pairs) {
     const int64_t src = int64_t(pairs[2 * blockIdx.x]) * page_words;
     const int64_t dst = int64_t(pairs[2 * blockIdx.x + 1]) * page_words;
-    for (int64_t i = int64_t(blockIdx.y) * kThreads + threadIdx.x; i < page_words; i += int64_t(kCtasPerPage) * kThreads)
+    for (int64_t i = int64_t(blockIdx.y) * kThreads + threadIdx.x; i < page_words;
+         i += int64_t(kCtasPerPage) * kThreads)
         pool[dst + i] = pool[src + i];
 }
 

@@ -69,7 +69,8 @@ cudaError_t prefill_gemm_linear(const PrefillGemm& g, const WeightDesc& w, const
     // ld K) X (K x T, ld ldx); group g: W rows g*npg.., x columns g*K.., y columns g*npg.
     for (int64_t t0 = 0; t0 < T; t0 += g.x_rows) {
         const int64_t rows = T - t0 < g.x_rows ? T - t0 : g.x_rows;
-        const void* B = x_bf16 ? static_cast<const void*>(static_cast<const __nv_bfloat16*>(x_bf16) + t0 * ldx) : nullptr;
+        const void* B =
+            x_bf16 ? static_cast<const void*>(static_cast<const __nv_bfloat16*>(x_bf16) + t0 * ldx) : nullptr;
         if (!B) {
             DSV4_CUDA_RET(round_to_bf16(x + t0 * ldx, rows * ldx, g.x_scratch, st));
             B = g.x_scratch;

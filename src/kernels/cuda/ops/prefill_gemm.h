@@ -20,12 +20,12 @@ struct WeightDesc;
 // Owned by the runner; WeightDesc::gemm points at it. One user at a time (the scratch buffers are
 // shared), so every call must run on one stream or on streams ordered with each other.
 struct PrefillGemm {
-    LtGemm* handle = nullptr;      // owned by whoever made it (lt_gemm_create / lt_gemm_destroy); null: off
-    void* w_scratch = nullptr;     // bf16 [w_scratch_elems]: the largest dequantised weight
+    LtGemm* handle = nullptr;   // owned by whoever made it (lt_gemm_create / lt_gemm_destroy); null: off
+    void* w_scratch = nullptr;  // bf16 [w_scratch_elems]: the largest dequantised weight
     int64_t w_scratch_elems = 0;
-    void* x_scratch = nullptr;     // bf16 [x_rows, x_cols]: a slice of x rounded to bf16
+    void* x_scratch = nullptr;  // bf16 [x_rows, x_cols]: a slice of x rounded to bf16
     int64_t x_rows = 0, x_cols = 0;
-    int min_tokens = 0;            // linear() takes this path from this many tokens; 0: never
+    int min_tokens = 0;  // linear() takes this path from this many tokens; 0: never
 };
 
 // Whether prefill_gemm_linear handles this call ("" = yes, else why not): at least min_tokens

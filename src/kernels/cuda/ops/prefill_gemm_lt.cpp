@@ -22,7 +22,8 @@ struct Descs {
     }
 };
 
-bool layout(cublasLtMatrixLayout_t* l, cudaDataType_t type, int rows, int cols, int64_t ld, int groups, int64_t stride) {
+bool layout(cublasLtMatrixLayout_t* l, cudaDataType_t type, int rows, int cols, int64_t ld, int groups,
+            int64_t stride) {
     if (cublasLtMatrixLayoutCreate(l, type, uint64_t(rows), uint64_t(cols), ld) != CUBLAS_STATUS_SUCCESS) return false;
     if (groups == 1) return true;
     const int32_t count = groups;
@@ -72,8 +73,10 @@ cudaError_t lt_gemm_run(LtGemm* g, int n, int t, int k, const void* A, int64_t l
     auto make = [&](Descs& d, int t_desc) {
         if (cublasLtMatmulDescCreate(&d.op, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) return false;
         const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-        return cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)) == CUBLAS_STATUS_SUCCESS &&
-               cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)) == CUBLAS_STATUS_SUCCESS &&
+        return cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)) ==
+                   CUBLAS_STATUS_SUCCESS &&
+               cublasLtMatmulDescSetAttribute(d.op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)) ==
+                   CUBLAS_STATUS_SUCCESS &&
                layout(&d.a, CUDA_R_16BF, k, n, lda, groups, a_stride) &&
                layout(&d.b, CUDA_R_16BF, k, t_desc, ldb, groups, b_stride) &&
                layout(&d.c, ct, n, t_desc, ldc, groups, c_stride);

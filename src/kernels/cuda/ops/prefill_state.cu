@@ -60,12 +60,12 @@ __global__ void compress_chunk_kernel(StepPlan plan, PagePool pool, KvStepArgs a
     const CompressorArgs& c = a.comp[blockIdx.z];
     const Chunk k = chunk_of(plan, s);
     const int64_t w = k.p0 / c.ratio + blockIdx.x;  // windows closing in the chunk: p0 / r .. e / r - 1
-    if (w >= k.e / c.ratio) return;  // uniform across the block
+    if (w >= k.e / c.ratio) return;                 // uniform across the block
     const int32_t* table = seq_table(plan, s);
-    emit_compressed_row(c, pool, table, w, a.rope_inv_freq, a.rope_dim, a.eps, entry, red,
-                        [&](int j, int ch, float* g, float* v) {
-                            slot_value(c, pool, table, k, slot_pos(c, w, j), int64_t(slot_half(c, j)) * c.dim + ch, g, v);
-                        });
+    emit_compressed_row(
+        c, pool, table, w, a.rope_inv_freq, a.rope_dim, a.eps, entry, red, [&](int j, int ch, float* g, float* v) {
+            slot_value(c, pool, table, k, slot_pos(c, w, j), int64_t(slot_half(c, j)) * c.dim + ch, g, v);
+        });
 }
 
 // Two-phase form of compress_chunk_kernel (compress_chunk with a scratch). Why: one CTA per window
@@ -82,8 +82,8 @@ __device__ __forceinline__ int64_t pooled_row(const Chunk& k, int64_t w, int r, 
 }
 
 // Phase 1, grid (windows, seqs, n_comp x channel groups): pooled[row][ch] = pool_channel(...).
-__global__ void __launch_bounds__(kPoolThreads) pool_chunk_kernel(StepPlan plan, PagePool pool, KvStepArgs a,
-                                                                  float* pooled, int T, int ld, int groups) {
+__global__ void __launch_bounds__(kPoolThreads)
+    pool_chunk_kernel(StepPlan plan, PagePool pool, KvStepArgs a, float* pooled, int T, int ld, int groups) {
     const int s = blockIdx.y;
     if (plan.n_tok[s] <= 0) return;
     const int ci = int(blockIdx.z) / groups;
@@ -202,12 +202,12 @@ cudaError_t compress_chunk(const StepPlan& plan, const PagePool& pool, const KvS
         const int groups = (dim + kPoolThreads - 1) / kPoolThreads;
         pool_chunk_kernel<<<dim3(windows, unsigned(plan.n_seqs), unsigned(a.n_comp * groups)), kPoolThreads, 0, st>>>(
             plan, pool, a, scratch, T, ld, groups);
-        emit_pooled_kernel<<<dim3(windows, unsigned(plan.n_seqs), unsigned(a.n_comp)), kThreads, sizeof(float) * dim, st>>>(
-            plan, pool, a, scratch, T, ld);
+        emit_pooled_kernel<<<dim3(windows, unsigned(plan.n_seqs), unsigned(a.n_comp)), kThreads, sizeof(float) * dim,
+                             st>>>(plan, pool, a, scratch, T, ld);
         return cudaGetLastError();
     }
-    compress_chunk_kernel<<<dim3(windows, unsigned(plan.n_seqs), unsigned(a.n_comp)), kThreads, sizeof(float) * dim, st>>>(
-        plan, pool, a);
+    compress_chunk_kernel<<<dim3(windows, unsigned(plan.n_seqs), unsigned(a.n_comp)), kThreads, sizeof(float) * dim,
+                            st>>>(plan, pool, a);
     return cudaGetLastError();
 }
 

@@ -124,8 +124,10 @@ __device__ Cut select(const float* W, int V, float min_p, Cut cut, bool by_sum, 
                     sel = d;
                     break;
                 }
-                if (by_sum) acc += sm.dsum[d];
-                else rem -= sm.dcnt[d];
+                if (by_sum)
+                    acc += sm.dsum[d];
+                else
+                    rem -= sm.dcnt[d];
             }
             if (sel < 0) fallback = true;
         }
@@ -188,10 +190,9 @@ __device__ Cut select(const float* W, int V, float min_p, Cut cut, bool by_sum, 
     return Cut{true, cw, ci};
 }
 
-__global__ void __launch_bounds__(kThreads) sample_rows_kernel(float* logits, int64_t V64, const SampleRowArgs* args,
-                                                                const SamplePenaltyToken* toks, float* weights,
-                                                                float* saved, SampleRowOut* outs,
-                                                                const int32_t* step_tokens) {
+__global__ void __launch_bounds__(kThreads)
+    sample_rows_kernel(float* logits, int64_t V64, const SampleRowArgs* args, const SamplePenaltyToken* toks,
+                       float* weights, float* saved, SampleRowOut* outs, const int32_t* step_tokens) {
     extern __shared__ __align__(16) unsigned char dyn[];
     double* bsum = reinterpret_cast<double*>(dyn);
     int* bcnt = reinterpret_cast<int*>(bsum + kDigits * kThreads);
@@ -241,7 +242,8 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(float* logits, in
 
     // The pending output token (SampleRowArgs::pending_index): counted as the host would have
     // counted it, in its entry (ids are unique, so one thread at most finds it) or as one more.
-    const bool rep = a.repetition_penalty != 1.0f, pres_freq = a.presence_penalty != 0.0f || a.frequency_penalty != 0.0f;
+    const bool rep = a.repetition_penalty != 1.0f,
+               pres_freq = a.presence_penalty != 0.0f || a.frequency_penalty != 0.0f;
     int pend = -1;
     if (a.pending_index >= 0 && step_tokens && (rep || pres_freq)) {
         pend = step_tokens[a.pending_index];
@@ -392,8 +394,7 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(float* logits, in
 }  // namespace
 
 cudaError_t sample_rows(float* logits, int64_t V, const SampleRowArgs* args, int n, const SamplePenaltyToken* toks,
-                        float* weights, float* saved, SampleRowOut* out, cudaStream_t st,
-                        const int32_t* step_tokens) {
+                        float* weights, float* saved, SampleRowOut* out, cudaStream_t st, const int32_t* step_tokens) {
     if (n <= 0) return cudaSuccess;
     const size_t smem = size_t(kDigits) * kThreads * (sizeof(double) + sizeof(int));
     cudaError_t e = cudaFuncSetAttribute(sample_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));

@@ -64,8 +64,8 @@ struct SampleRowOut {
 // restored), weights [n, V] f32 scratch, saved [total penalty entries] f32 scratch; args, toks,
 // out: device arrays of n rows / entries. One CTA of 1024 threads per row, 128 KiB dynamic shared.
 // step_tokens: the step's token ids, read at args[i].pending_index (null when no row has one).
-cudaError_t sample_rows(float* logits, int64_t V, const SampleRowArgs* args, int n,
-                        const SamplePenaltyToken* toks, float* weights, float* saved, SampleRowOut* out,
-                        cudaStream_t st, const int32_t* step_tokens = nullptr);
+cudaError_t sample_rows(float* logits, int64_t V, const SampleRowArgs* args, int n, const SamplePenaltyToken* toks,
+                        float* weights, float* saved, SampleRowOut* out, cudaStream_t st,
+                        const int32_t* step_tokens = nullptr);
 
 }  // namespace dsv4::cuda

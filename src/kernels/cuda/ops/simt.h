@@ -8,8 +8,8 @@
 
 namespace dsv4::cuda {
 
-cudaError_t linear_simt(const WeightDesc& w, int expert, const float* x, int64_t ldx, int n_per_group,
-                        int64_t group_in, float* y, int64_t ldy, int T, bool accumulate, cudaStream_t st);
+cudaError_t linear_simt(const WeightDesc& w, int expert, const float* x, int64_t ldx, int n_per_group, int64_t group_in,
+                        float* y, int64_t ldy, int T, bool accumulate, cudaStream_t st);
 cudaError_t moe_experts_simt(const MoeArgs& a, cudaStream_t st);
 cudaError_t moe_combine_simt(const MoeArgs& a, const float* shared, float* out, cudaStream_t st);
 

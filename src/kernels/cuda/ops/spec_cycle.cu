@@ -46,8 +46,10 @@ __global__ void catchup_plan_kernel(StepPlan plan, PagePool pool, SpecCycleArgs 
         for (int i = 0; i < K1; ++i) {
             out.pos[s * K1 + i] = int32_t(m > 0 ? A + i : 0);
             int32_t nt = 0;
-            if (i + 1 < m) nt = int32_t(*state_ptr(pool, table, a.pending_tokens_offset + i + 1));
-            else if (i + 1 == m) nt = plan.tokens[plan.tok_begin[s]];  // the chunk's first token (filled pending ids included)
+            if (i + 1 < m)
+                nt = int32_t(*state_ptr(pool, table, a.pending_tokens_offset + i + 1));
+            else if (i + 1 == m)
+                nt = plan.tokens[plan.tok_begin[s]];  // the chunk's first token (filled pending ids included)
             out.next[s * K1 + i] = nt;
         }
     }
@@ -63,7 +65,7 @@ __global__ void catchup_plan_kernel(StepPlan plan, PagePool pool, SpecCycleArgs 
 __global__ void draft_plan_kernel(StepPlan plan, SpecCycleArgs a, SpecPassPlan out, int pass, const float* X) {
     const int s = blockIdx.x;
     const int64_t prev_row = out.logit_rows[s];  // the last pass's row of this sequence (its output streams)
-    __syncthreads();                              // read by every thread before thread 0 rewrites it
+    __syncthreads();                             // read by every thread before thread 0 rewrites it
     const bool on = mtp_live(plan, a, s) && a.drafts_k[s] > pass;
     const int64_t p = plan.start_pos[s] + pass - 1;
     if (threadIdx.x == 0) {
@@ -100,8 +102,10 @@ __global__ void mtp_ring_kernel(StepPlan plan, PagePool pool, SpecCycleArgs a, b
     // Word by word through the page table: an f32 ring row may straddle two state pages.
     for (int e = threadIdx.x; e < a.mtp_row_words; e += blockDim.x) {
         uint32_t* w = reinterpret_cast<uint32_t*>(state_ptr(pool, table, row + e));
-        if (restore) *w = saved[e];
-        else saved[e] = *w;
+        if (restore)
+            *w = saved[e];
+        else
+            saved[e] = *w;
     }
 }
 
@@ -117,8 +121,7 @@ __global__ void pending_write_kernel(StepPlan plan, PagePool pool, SpecCycleArgs
     if (threadIdx.x == 0) {
         set_hdr(pool, table, a.header_offset, 2, int32_t(plan.start_pos[s] + first));
         set_hdr(pool, table, a.header_offset, 3, len);
-        for (int i = 0; i < len; ++i)
-            *state_ptr(pool, table, a.pending_tokens_offset + i) = float(plan.tokens[t0 + i]);
+        for (int i = 0; i < len; ++i) *state_ptr(pool, table, a.pending_tokens_offset + i) = float(plan.tokens[t0 + i]);
     }
     for (int i = 0; i < len; ++i)
         for (int e = threadIdx.x; e < a.stream_elems; e += blockDim.x)
@@ -134,8 +137,8 @@ __global__ void gather_rows_kernel(const float* src, const int32_t* rows, int64_
 }
 }  // namespace
 
-cudaError_t spec_catchup_plan(const StepPlan& plan, const PagePool& pool, const SpecCycleArgs& a, const SpecPassPlan& out,
-                              cudaStream_t st) {
+cudaError_t spec_catchup_plan(const StepPlan& plan, const PagePool& pool, const SpecCycleArgs& a,
+                              const SpecPassPlan& out, cudaStream_t st) {
     if (a.spec_tokens <= 0 || a.header_offset < 0) return cudaErrorInvalidValue;
     if (plan.n_seqs <= 0) return cudaSuccess;
     catchup_plan_kernel<<<unsigned(plan.n_seqs), kThreads, 0, st>>>(plan, pool, a, out);
@@ -150,7 +153,8 @@ cudaError_t spec_draft_plan(const StepPlan& plan, const SpecCycleArgs& a, const 
     return cudaGetLastError();
 }
 
-cudaError_t spec_take_draft(const StepPlan& plan, const SpecCycleArgs& a, const int32_t* ids, int index, cudaStream_t st) {
+cudaError_t spec_take_draft(const StepPlan& plan, const SpecCycleArgs& a, const int32_t* ids, int index,
+                            cudaStream_t st) {
     if (plan.n_seqs <= 0) return cudaSuccess;
     take_draft_kernel<<<unsigned((plan.n_seqs + 127) / 128), 128, 0, st>>>(plan, a, ids, index);
     return cudaGetLastError();

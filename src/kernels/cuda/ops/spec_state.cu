@@ -19,7 +19,8 @@ struct DevState {
 __device__ __forceinline__ int32_t header_word(const PagePool& p, const int32_t* table, int64_t off, int i) {
     return __float_as_int(*state_ptr(p, table, off + i));
 }
-__device__ __forceinline__ void set_header_word(const PagePool& p, const int32_t* table, int64_t off, int i, int32_t v) {
+__device__ __forceinline__ void set_header_word(const PagePool& p, const int32_t* table, int64_t off, int i,
+                                                int32_t v) {
     *state_ptr(p, table, off + i) = __int_as_float(v);
 }
 

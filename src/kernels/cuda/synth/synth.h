@@ -32,11 +32,11 @@ cudaError_t round_to_bf16(float* p, int64_t n, cudaStream_t st);
 // How rows of one kind sit in a page: `count` rows of `dim` dims, the first at byte `byte_off`,
 // `stride` bytes apart, stored as `kind`.
 enum class KvFillKind : int32_t {
-    kF32 = 0,       // dim f32, uniform [-1, 1)
-    kBf16 = 1,      // dim bf16, uniform [-1, 1)
-    kFp8Row584 = 2, // reference FP8 row (kernels/cuda/attention/sparse_decode_args.h): dim-64 e4m3 codes,
-                    // 64 bf16 RoPE dims, (dim-64)/64 UE8M0 scales in [124, 128], zero pad to `stride`
-    kFp8Row132 = 3, // indexer FP8 row: dim e4m3 codes + one f32 scale in [0.5, 2)
+    kF32 = 0,        // dim f32, uniform [-1, 1)
+    kBf16 = 1,       // dim bf16, uniform [-1, 1)
+    kFp8Row584 = 2,  // reference FP8 row (kernels/cuda/attention/sparse_decode_args.h): dim-64 e4m3 codes,
+                     // 64 bf16 RoPE dims, (dim-64)/64 UE8M0 scales in [124, 128], zero pad to `stride`
+    kFp8Row132 = 3,  // indexer FP8 row: dim e4m3 codes + one f32 scale in [0.5, 2)
 };
 struct KvFillRegion {
     int64_t byte_off = 0;
