@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
+# Formatting first: it takes seconds and says which files to run scripts/check-format.sh --fix on.
+./scripts/check-format.sh
 ./scripts/build.sh
 
 # clang's build-fuzz dir holds the libFuzzer targets and the host-side suites under sanitizers
