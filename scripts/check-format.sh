@@ -22,10 +22,9 @@ if [[ "${1:-}" == "--fix" ]]; then
     clang-format -i "${files[@]}"
     exit 0
 fi
-bad=()
-for f in "${files[@]}"; do
-    clang-format --dry-run --Werror "$f" >/dev/null 2>&1 || bad+=("$f")
-done
+# One clang-format process for the whole tree; its diagnostics name the files that differ.
+mapfile -t bad < <(clang-format --dry-run "${files[@]}" 2>&1 | grep -oE '^[^:]+:[0-9]+:[0-9]+: (warning|error)' |
+    cut -d: -f1 | sort -u)
 if [[ ${#bad[@]} -gt 0 ]]; then
     echo "check-format: ${#bad[@]} file(s) not formatted (scripts/check-format.sh --fix formats them):"
     printf '  %s\n' "${bad[@]}"

@@ -387,23 +387,9 @@ Status CudaRunner::plan(const ForwardBatch& batch, int graph_tokens, HostPlan& h
 }
 
 Status CudaRunner::upload_plan(const HostPlan& hp) {
-    auto up = [&](void* dst, const void* src, size_t bytes) {
-        return cuda_ok(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "plan upload");
-    };
-    std::vector<int32_t> rows = hp.logit_rows;
-    rows.resize(size_t(std::max(hp.R_pad, hp.B)), 0);  // padded rows read token 0
-    DSV4_RETURN_IF_ERROR(up(ws_.tok_begin, hp.tok_begin.data(), hp.B * sizeof(int32_t)));
-    DSV4_RETURN_IF_ERROR(up(ws_.n_tok, hp.n_tok.data(), hp.B * sizeof(int32_t)));
-    DSV4_RETURN_IF_ERROR(up(ws_.start_pos, hp.start_pos.data(), hp.B * sizeof(int64_t)));
-    DSV4_RETURN_IF_ERROR(up(ws_.page_table, hp.page_table.data(), hp.page_table.size() * sizeof(int32_t)));
-    DSV4_RETURN_IF_ERROR(up(ws_.tokens, hp.tokens.data(), hp.T * sizeof(int32_t)));
-    DSV4_RETURN_IF_ERROR(up(ws_.pos, hp.pos.data(), hp.T * sizeof(int32_t)));
-    DSV4_RETURN_IF_ERROR(up(ws_.logit_rows, rows.data(), rows.size() * sizeof(int32_t)));
-    if (hp.batched) {
-        DSV4_RETURN_IF_ERROR(up(ws_.pf_seq, hp.pf_seq.data(), hp.T * sizeof(int32_t)));
-        DSV4_RETURN_IF_ERROR(up(ws_.pf_start_pos, hp.pf_pos.data(), hp.T * sizeof(int64_t)));
-        DSV4_RETURN_IF_ERROR(up(ws_.pf_stage_from, hp.pf_stage_from.data(), hp.T * sizeof(int64_t)));
-    }
+    const std::vector<int32_t> rows = plan_rows(hp);
+    for (const HostPiece& p : plan_pieces(hp, step_plan_bufs(), rows))
+        if (p.bytes) DSV4_CU(cudaMemcpyAsync(p.dst, p.src, p.bytes, cudaMemcpyHostToDevice, stream_));
     // Pageable sources: wait before the host vectors go away.
     return cuda_ok(cudaStreamSynchronize(stream_), "plan upload");
 }

@@ -5,69 +5,61 @@
 
 namespace dsv4::cuda_runner_detail {
 
+std::vector<CudaRunner::HostPiece> CudaRunner::plan_pieces(const HostPlan& hp, const PlanBufs& dst,
+                                                           const std::vector<int32_t>& rows) {
+    const size_t i32 = sizeof(int32_t), i64 = sizeof(int64_t);
+    std::vector<HostPiece> p = {{dst.tok_begin, hp.tok_begin.data(), hp.B * i32},
+                                {dst.n_tok, hp.n_tok.data(), hp.B * i32},
+                                {dst.start_pos, hp.start_pos.data(), hp.B * i64},
+                                {dst.page_table, hp.page_table.data(), hp.page_table.size() * i32},
+                                {dst.tokens, hp.tokens.data(), hp.T * i32},
+                                {dst.pos, hp.pos.data(), hp.T * i32},
+                                {dst.logit_rows, rows.data(), rows.size() * i32}};
+    if (hp.batched) {
+        p.push_back({dst.pf_seq, hp.pf_seq.data(), hp.T * i32});
+        p.push_back({dst.pf_start_pos, hp.pf_pos.data(), hp.T * i64});
+        p.push_back({dst.pf_stage_from, hp.pf_stage_from.data(), hp.T * i64});
+    }
+    return p;
+}
+
+Status CudaRunner::stage_pieces(PinnedBuf& buf, const std::vector<HostPiece>& pieces) {
+    auto padded = [](size_t bytes) { return (bytes + 15) & ~size_t(15); };
+    size_t total = 0;
+    for (const HostPiece& p : pieces) total += padded(p.bytes);
+    DSV4_RETURN_IF_ERROR(buf.reserve(total));
+    char* base = static_cast<char*>(buf.p);
+    size_t off = 0;
+    for (const HostPiece& p : pieces) {
+        if (p.bytes) {
+            std::memcpy(base + off, p.src, p.bytes);
+            DSV4_CU(cudaMemcpyAsync(p.dst, base + off, p.bytes, cudaMemcpyHostToDevice, stream_));
+        }
+        off += padded(p.bytes);
+    }
+    return Status::ok();
+}
+
 Status CudaRunner::upload_plan_async(const HostPlan& hp, const std::vector<cuda::SampleRowArgs>& full,
                                      const std::vector<cuda::SamplePenaltyToken>& toks,
                                      const std::vector<PageCopy>& copies, StepSlot& slot) {
-    struct Piece {
-        void* dst;
-        size_t off, bytes;
-    };
-    std::vector<Piece> pieces;
-    size_t total = 0;
-    auto plan_piece = [&](void* dst, size_t bytes) {
-        pieces.push_back({dst, total, bytes});
-        total += (bytes + 15) & ~size_t(15);
-    };
-    const size_t i32 = sizeof(int32_t), i64 = sizeof(int64_t);
-    plan_piece(ws_.tok_begin, hp.B * i32);
-    plan_piece(ws_.n_tok, hp.B * i32);
-    plan_piece(ws_.start_pos, hp.B * i64);
-    plan_piece(ws_.page_table, hp.page_table.size() * i32);
-    plan_piece(ws_.tokens, hp.T * i32);
-    plan_piece(ws_.pos, hp.T * i32);
-    const int n_rows = std::max(hp.R_pad, hp.B);
-    plan_piece(ws_.logit_rows, size_t(n_rows) * i32);
-    if (hp.batched) {
-        plan_piece(ws_.pf_seq, hp.T * i32);
-        plan_piece(ws_.pf_start_pos, hp.T * i64);
-        plan_piece(ws_.pf_stage_from, hp.T * i64);
-    }
-    if (!hp.spec_seq.empty()) plan_piece(spec_seq_, hp.spec_seq.size() * i32);
-    plan_piece(pend_dst_, hp.pend_dst.size() * i32);
-    plan_piece(pend_src_, hp.pend_src.size() * i32);
+    const std::vector<int32_t> rows = plan_rows(hp);
+    std::vector<HostPiece> pieces = plan_pieces(hp, step_plan_bufs(), rows);
+    const size_t i32 = sizeof(int32_t);
+    if (!hp.spec_seq.empty()) pieces.push_back({spec_seq_, hp.spec_seq.data(), hp.spec_seq.size() * i32});
+    pieces.push_back({pend_dst_, hp.pend_dst.data(), hp.pend_dst.size() * i32});
+    pieces.push_back({pend_src_, hp.pend_src.data(), hp.pend_src.size() * i32});
     DSV4_RETURN_IF_ERROR(copy_pairs_.reserve(std::max<size_t>(1, copies.size()) * sizeof(PageCopy)));
-    plan_piece(copy_pairs_.p, copies.size() * sizeof(PageCopy));
+    pieces.push_back({copy_pairs_.p, copies.data(), copies.size() * sizeof(PageCopy)});
     if (!full.empty()) {
         DSV4_RETURN_IF_ERROR(sample_args_.reserve(full.size() * sizeof(cuda::SampleRowArgs)));
         DSV4_RETURN_IF_ERROR(sample_toks_.reserve(std::max<size_t>(1, toks.size()) * sizeof(cuda::SamplePenaltyToken)));
         DSV4_RETURN_IF_ERROR(sample_saved_.reserve(std::max<size_t>(1, toks.size()) * sizeof(float)));
-        plan_piece(sample_args_.p, full.size() * sizeof(cuda::SampleRowArgs));
-        plan_piece(sample_toks_.p, toks.size() * sizeof(cuda::SamplePenaltyToken));
+        pieces.push_back({sample_args_.p, full.data(), full.size() * sizeof(cuda::SampleRowArgs)});
+        pieces.push_back({sample_toks_.p, toks.data(), toks.size() * sizeof(cuda::SamplePenaltyToken)});
     }
     // Growing the pinned buffer waits for nothing in flight on it: this slot's last step was collected.
-    DSV4_RETURN_IF_ERROR(slot.up.reserve(total));
-    std::vector<int32_t> rows = hp.logit_rows;
-    rows.resize(size_t(n_rows), 0);  // padded rows read token 0
-    const void* srcs[] = {hp.tok_begin.data(), hp.n_tok.data(), hp.start_pos.data(), hp.page_table.data(),
-                          hp.tokens.data(),    hp.pos.data(),   rows.data()};
-    size_t k = 0;
-    char* base = static_cast<char*>(slot.up.p);
-    for (const void* src : srcs) std::memcpy(base + pieces[k].off, src, pieces[k].bytes), ++k;
-    if (hp.batched)
-        for (const void* src :
-             {(const void*)hp.pf_seq.data(), (const void*)hp.pf_pos.data(), (const void*)hp.pf_stage_from.data()})
-            std::memcpy(base + pieces[k].off, src, pieces[k].bytes), ++k;
-    if (!hp.spec_seq.empty()) std::memcpy(base + pieces[k].off, hp.spec_seq.data(), pieces[k].bytes), ++k;
-    std::memcpy(base + pieces[k].off, hp.pend_dst.data(), pieces[k].bytes), ++k;
-    std::memcpy(base + pieces[k].off, hp.pend_src.data(), pieces[k].bytes), ++k;
-    std::memcpy(base + pieces[k].off, copies.data(), pieces[k].bytes), ++k;
-    if (!full.empty()) {
-        std::memcpy(base + pieces[k].off, full.data(), pieces[k].bytes), ++k;
-        std::memcpy(base + pieces[k].off, toks.data(), pieces[k].bytes), ++k;
-    }
-    for (const Piece& pc : pieces)
-        if (pc.bytes) DSV4_CU(cudaMemcpyAsync(pc.dst, base + pc.off, pc.bytes, cudaMemcpyHostToDevice, stream_));
-    return Status::ok();
+    return stage_pieces(slot.up, pieces);
 }
 
 Status CudaRunner::queue_outputs(const ForwardBatch& batch, bool honour_sample, const HostPlan& hp, StepSlot& slot,

@@ -378,6 +378,36 @@ private:
         std::swap(ws_.pf_start_pos, aux_.pf_start_pos);
         std::swap(ws_.pf_stage_from, aux_.pf_stage_from);
     }
+    // Swaps the passes' plan arrays in for the guard's lifetime.
+    struct PlanSwap {
+        CudaRunner& r;
+        bool with_table;
+        PlanSwap(CudaRunner& runner, bool table) : r(runner), with_table(table) { r.swap_plan(with_table); }
+        ~PlanSwap() { r.swap_plan(with_table); }
+    };
+    // ws_'s plan arrays as a PlanBufs (the destination of the step's own plan).
+    PlanBufs step_plan_bufs() const {
+        return {ws_.tok_begin,  ws_.n_tok,  ws_.page_table, ws_.tokens,       ws_.pos,
+                ws_.logit_rows, ws_.pf_seq, ws_.start_pos,  ws_.pf_start_pos, ws_.pf_stage_from};
+    }
+    // One host array to copy to the device.
+    struct HostPiece {
+        void* dst;
+        const void* src;
+        size_t bytes;
+    };
+    // The plan arrays of hp into dst's buffers (pf arrays only for a batched plan); rows: hp's logits rows
+    // padded to what the step computes (plan_rows), which must outlive the pieces.
+    static std::vector<HostPiece> plan_pieces(const HostPlan& hp, const PlanBufs& dst,
+                                              const std::vector<int32_t>& rows);
+    static std::vector<int32_t> plan_rows(const HostPlan& hp) {
+        std::vector<int32_t> rows = hp.logit_rows;
+        rows.resize(size_t(std::max(hp.R_pad, hp.B)), 0);  // padded rows read token 0
+        return rows;
+    }
+    // Packs the pieces into buf (pinned; grown when needed: the caller knows nothing in flight reads it)
+    // at 16-byte offsets and queues their copies on stream_, so nothing waits for the stream.
+    Status stage_pieces(PinnedBuf& buf, const std::vector<HostPiece>& pieces);
     PlanBufs aux_;
     int spec_tokens_ = 0;           // KvLayout::spec_tokens (0: no speculative decoding)
     int rows_cap_ = 0;              // logits rows a step may compute: max_seqs x (1 + spec_tokens)

@@ -8,15 +8,6 @@
 
 namespace dsv4::cuda_runner_detail {
 
-namespace {
-// Swaps the MTP passes' plan arrays in for the lifetime of the guard.
-struct PlanSwap {
-    std::function<void()> swap;
-    explicit PlanSwap(std::function<void()> f) : swap(std::move(f)) { swap(); }
-    ~PlanSwap() { swap(); }
-};
-}  // namespace
-
 cuda::SpecCycleArgs CudaRunner::spec_cycle_args(int B) const {
     cuda::SpecCycleArgs a;
     a.mtp = spec_seq_;
@@ -67,7 +58,7 @@ Status CudaRunner::spec_before(const HostPlan& hp) {
         if (hp.spec_live) {
             {
                 // Logits only when a verify chunk drafts: the pass itself fills the block's ring either way.
-                PlanSwap g([this] { swap_plan(false); });
+                PlanSwap g(*this, false);
                 token_loop_ = true;
                 Status s = mtp_block(0, B, B * K1, K1, max_k > 0 ? B : 0, mtp_in_, mtp_next_);
                 token_loop_ = false;
@@ -85,7 +76,7 @@ Status CudaRunner::spec_before(const HostPlan& hp) {
                 mark("spec: draft plan");
                 DSV4_CU(cuda::spec_draft_plan(sp, a, pp, pass, ws_.X, stream_));
                 {
-                    PlanSwap g([this] { swap_plan(false); });
+                    PlanSwap g(*this, false);
                     DSV4_RETURN_IF_ERROR(mtp_block(0, B, B, 1, B, mtp_in_, mtp_next_));
                 }
                 mark("spec: draft pick");
@@ -134,37 +125,13 @@ Status CudaRunner::spec_after(const ForwardBatch& batch, const HostPlan& hp, Ste
     HostPlan h2;
     DSV4_RETURN_IF_ERROR(plan(sub, 0, h2));
     // Its plan through slot.up2 into the second plan arrays (the step's own stay for the next step's reads).
-    struct Piece {
-        void* dst;
-        const void* src;
-        size_t bytes;
-    };
-    const size_t i32 = sizeof(int32_t), i64 = sizeof(int64_t);
-    std::vector<Piece> pieces = {{aux_.tok_begin, h2.tok_begin.data(), h2.B * i32},
-                                 {aux_.n_tok, h2.n_tok.data(), h2.B * i32},
-                                 {aux_.start_pos, h2.start_pos.data(), h2.B * i64},
-                                 {aux_.page_table, h2.page_table.data(), h2.page_table.size() * i32},
-                                 {aux_.tokens, h2.tokens.data(), h2.T * i32},
-                                 {aux_.pos, h2.pos.data(), h2.T * i32},
-                                 {gather_idx_, src.data(), src.size() * i32}};
-    if (h2.batched) {
-        pieces.push_back({aux_.pf_seq, h2.pf_seq.data(), h2.T * i32});
-        pieces.push_back({aux_.pf_start_pos, h2.pf_pos.data(), h2.T * i64});
-        pieces.push_back({aux_.pf_stage_from, h2.pf_stage_from.data(), h2.T * i64});
-    }
-    size_t total = 0;
-    for (const Piece& p : pieces) total += (p.bytes + 15) & ~size_t(15);
-    DSV4_RETURN_IF_ERROR(slot.up2.reserve(total));
-    char* base = static_cast<char*>(slot.up2.p);
-    size_t off = 0;
-    for (const Piece& p : pieces) {
-        std::memcpy(base + off, p.src, p.bytes);
-        if (p.bytes) DSV4_CU(cudaMemcpyAsync(p.dst, base + off, p.bytes, cudaMemcpyHostToDevice, stream_));
-        off += (p.bytes + 15) & ~size_t(15);
-    }
+    const std::vector<int32_t> rows = plan_rows(h2);
+    std::vector<HostPiece> pieces = plan_pieces(h2, aux_, rows);
+    pieces.push_back({gather_idx_, src.data(), src.size() * sizeof(int32_t)});
+    DSV4_RETURN_IF_ERROR(stage_pieces(slot.up2, pieces));
     mark("spec: MTP prefill pass");
     DSV4_CU(cuda::gather_rows(ws_.X, gather_idx_, int(src.size()), nd, mtp_in_, stream_));
-    PlanSwap g([this] { swap_plan(true); });
+    PlanSwap g(*this, true);
     sd_rule_ = -1;
     // next = the pass's own tokens (tokens[1..] of each chunk), in the swapped-in token array.
     return mtp_block(0, h2.B, h2.T, h2.max_t, 0, mtp_in_, ws_.tokens);

@@ -118,30 +118,28 @@ Status CudaRunner::alloc_workspace() {
         t.push_back(raw("bf16 xn", ws_.xb_xn, Bw * d * 2));
         t.push_back(raw("bf16 shared h", ws_.xb_sh, Bm * I * 2));
     }
-    for (Buffer b :
-         {buf("head rows", ws_.hn, Rm * d), buf("logits", ws_.logits, Rm * V), buf("routed ids", ws_.ids, Tm * K),
-          buf("expert counts", ws_.counts, 3 * E + 1), buf("permutation", ws_.perm, Tm * K),
-          buf("permutation slots", ws_.slot, Tm * K), buf("indexer selection", ws_.sel, Bq * topk),
-          buf("indexer selected", ws_.n_sel, Bq), buf("plan: logits rows", ws_.logit_rows, Rm),
-          buf("plan: token begin", ws_.tok_begin, Bm), buf("plan: tokens per sequence", ws_.n_tok, Bm),
-          buf("plan: page tables", ws_.page_table, Bm * size_t(pt_stride_)), buf("plan: tokens", ws_.tokens, Tm),
-          buf("plan: positions", ws_.pos, Tm), buf("plan: start positions", ws_.start_pos, Bm)})
-        t.push_back(std::move(b));
+    t.insert(t.end(),
+             {buf("head rows", ws_.hn, Rm * d), buf("logits", ws_.logits, Rm * V), buf("routed ids", ws_.ids, Tm * K),
+              buf("expert counts", ws_.counts, 3 * E + 1), buf("permutation", ws_.perm, Tm * K),
+              buf("permutation slots", ws_.slot, Tm * K), buf("indexer selection", ws_.sel, Bq * topk),
+              buf("indexer selected", ws_.n_sel, Bq), buf("plan: logits rows", ws_.logit_rows, Rm),
+              buf("plan: token begin", ws_.tok_begin, Bm), buf("plan: tokens per sequence", ws_.n_tok, Bm),
+              buf("plan: page tables", ws_.page_table, Bm * size_t(pt_stride_)), buf("plan: tokens", ws_.tokens, Tm),
+              buf("plan: positions", ws_.pos, Tm), buf("plan: start positions", ws_.start_pos, Bm)});
     if (!w_.mtp.empty()) {  // the MTP block's input streams and next tokens (mtp_block)
         t.push_back(buf("MTP input streams", mtp_in_, Tm * n * d));
         t.push_back(buf("MTP next tokens", mtp_next_, Tm));
     }
     if (spec_tokens_ > 0) {  // speculative decoding's cycle (cuda_runner_spec.cpp): the second plan arrays and more
-        for (Buffer b :
-             {buf("aux plan: token begin", aux_.tok_begin, std::max(Bm, Tm)),
-              buf("aux plan: tokens per sequence", aux_.n_tok, Bm),
-              buf("aux plan: page tables", aux_.page_table, Bm * size_t(pt_stride_)),
-              buf("aux plan: tokens", aux_.tokens, Tm), buf("aux plan: positions", aux_.pos, Tm),
-              buf("aux plan: logits rows", aux_.logit_rows, Rm), buf("aux plan: start positions", aux_.start_pos, Bm),
-              buf("spec: per-sequence flags", spec_seq_, 4 * Bm), buf("spec: drafts", drafts_, Bm * S),
-              buf("spec: draft picks", draft_ids_, Bm), buf("spec: MTP pass rows", gather_idx_, Tm),
-              buf("spec: MTP ring rows", ring_scratch_, Bm * S * size_t(layout_.row_words_main))})
-            t.push_back(std::move(b));
+        t.insert(t.end(), {buf("aux plan: token begin", aux_.tok_begin, std::max(Bm, Tm)),
+                           buf("aux plan: tokens per sequence", aux_.n_tok, Bm),
+                           buf("aux plan: page tables", aux_.page_table, Bm * size_t(pt_stride_)),
+                           buf("aux plan: tokens", aux_.tokens, Tm), buf("aux plan: positions", aux_.pos, Tm),
+                           buf("aux plan: logits rows", aux_.logit_rows, Rm),
+                           buf("aux plan: start positions", aux_.start_pos, Bm),
+                           buf("spec: per-sequence flags", spec_seq_, 4 * Bm), buf("spec: drafts", drafts_, Bm * S),
+                           buf("spec: draft picks", draft_ids_, Bm), buf("spec: MTP pass rows", gather_idx_, Tm),
+                           buf("spec: MTP ring rows", ring_scratch_, Bm * S * size_t(layout_.row_words_main))});
         if (batched_) {
             t.push_back(buf("aux plan: prefill sequence", aux_.pf_seq, Tm));
             t.push_back(buf("aux plan: prefill positions", aux_.pf_start_pos, Tm));
@@ -156,11 +154,11 @@ Status CudaRunner::alloc_workspace() {
     t.push_back(buf("kFull sampler results", sample_out_, Bm));
     if (batched_) {
         ws_.comp_pooled_ld = int(std::max(D, ID));  // the main and the indexer compressor's row widths
-        for (Buffer b : {buf("prefill: token begin", ws_.pf_tok_begin, Tm), buf("prefill: one token", ws_.pf_n_tok, Tm),
-                         buf("prefill: sequence", ws_.pf_seq, Tm), buf("prefill: positions", ws_.pf_start_pos, Tm),
-                         buf("prefill: staging", ws_.pf_stage_from, Tm),
-                         buf("prefill: compressor pooling", ws_.comp_pooled, 2 * Tm * size_t(ws_.comp_pooled_ld))})
-            t.push_back(std::move(b));
+        t.insert(t.end(),
+                 {buf("prefill: token begin", ws_.pf_tok_begin, Tm), buf("prefill: one token", ws_.pf_n_tok, Tm),
+                  buf("prefill: sequence", ws_.pf_seq, Tm), buf("prefill: positions", ws_.pf_start_pos, Tm),
+                  buf("prefill: staging", ws_.pf_stage_from, Tm),
+                  buf("prefill: compressor pooling", ws_.comp_pooled, 2 * Tm * size_t(ws_.comp_pooled_ld))});
     }
     size_t total = 0;
     const Buffer* largest = nullptr;

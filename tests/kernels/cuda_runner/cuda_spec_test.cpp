@@ -136,8 +136,6 @@ double row_diff(const std::vector<float>& a, const std::vector<float>& b, double
     return d;
 }
 
-int32_t argmax_of(const std::vector<float>& v) { return int32_t(std::max_element(v.begin(), v.end()) - v.begin()); }
-
 // Three sequences (the third does not speculate) through `cycles` steps on `spec` (k drafts at most),
 // `cpu` (the host cycle, optional: same drafts, rows within tol x scale) and `plain` (the kept positions
 // one token at a time: rows within tol x scale). Per step and speculating sequence the test picks k'
@@ -185,7 +183,7 @@ void scripted_cycles(ModelRunner& spec, ModelRunner* cpu, ModelRunner& plain, in
         for (int s = 0; s < S; ++s) {
             worst_plain = std::max(worst_plain, row_diff(o.logits[size_t(s)], p.logits[size_t(s)], &scale));
             seqs[size_t(s)].P = lens[size_t(s)];
-            seqs[size_t(s)].next = argmax_of(o.logits[size_t(s)]);
+            seqs[size_t(s)].next = int32_t(argmax_index(o.logits[size_t(s)]));
         }
     }
     const int kpat[4] = {k, k, 0, std::max(1, k - 1)};
@@ -259,7 +257,7 @@ void scripted_cycles(ModelRunner& spec, ModelRunner* cpu, ModelRunner& plain, in
         for (int s = 0; s < S; ++s) {
             Seq& q = seqs[size_t(s)];
             kept += js[size_t(s)];
-            q.next = argmax_of(*rows[size_t(s)][size_t(js[size_t(s)])]);
+            q.next = int32_t(argmax_index(*rows[size_t(s)][size_t(js[size_t(s)])]));
             q.P += js[size_t(s)] + 1;
         }
     }

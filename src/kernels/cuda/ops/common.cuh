@@ -107,6 +107,14 @@ __device__ __forceinline__ const int32_t* seq_table(const StepPlan& plan, int s)
 __device__ __forceinline__ float* state_ptr(const PagePool& p, const int32_t* table, int64_t e) {
     return p.base + int64_t(table[e / p.page_elems]) * p.page_elems + e % p.page_elems;
 }
+// Word i of an int32 record at state element off (speculative decoding's header, model/spec_state.h:
+// stored as the f32 words' bits).
+__device__ __forceinline__ int32_t state_word(const PagePool& p, const int32_t* table, int64_t off, int i) {
+    return __float_as_int(*state_ptr(p, table, off + i));
+}
+__device__ __forceinline__ void set_state_word(const PagePool& p, const int32_t* table, int64_t off, int i, int32_t v) {
+    *state_ptr(p, table, off + i) = __int_as_float(v);
+}
 // Compressed row w (ratio r) of a sequence: token page address + the layer's row offset; rows
 // are `words` 4-byte words apart.
 __device__ __forceinline__ int64_t comp_row_word(const PagePool& p, const int32_t* table, int r, int64_t row_off,

@@ -10,12 +10,6 @@ namespace dsv4::cuda {
 namespace {
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ int32_t hdr(const PagePool& p, const int32_t* table, int64_t off, int i) {
-    return __float_as_int(*state_ptr(p, table, off + i));
-}
-__device__ __forceinline__ void set_hdr(const PagePool& p, const int32_t* table, int64_t off, int i, int32_t v) {
-    *state_ptr(p, table, off + i) = __int_as_float(v);
-}
 // The sequence takes part in the cycle's MTP work: it speculates, runs in this step and is past its
 // first chunk (a chunk at position 0 resets the state, whose header is stale until then).
 __device__ __forceinline__ bool mtp_live(const StepPlan& plan, const SpecCycleArgs& a, int s) {
@@ -25,20 +19,18 @@ __device__ __forceinline__ bool mtp_live(const StepPlan& plan, const SpecCycleAr
 __global__ void catchup_plan_kernel(StepPlan plan, PagePool pool, SpecCycleArgs a, SpecPassPlan out) {
     const int s = blockIdx.x, K1 = a.spec_tokens + 1;
     __shared__ int m_sh;
-    __shared__ int64_t a_sh;
     const int32_t* table = seq_table(plan, s);
     if (threadIdx.x == 0) {
         int m = 0;
         int64_t A = 0;
         if (plan.n_tok[s] > 0 && plan.start_pos[s] > 0) {
-            const int32_t len = hdr(pool, table, a.header_offset, 3);
-            A = hdr(pool, table, a.header_offset, 2);
+            const int32_t len = state_word(pool, table, a.header_offset, 3);
+            A = state_word(pool, table, a.header_offset, 2);
             if (a.mtp[s] && len > 0 && len <= K1 && A + len == plan.start_pos[s]) m = len;
             // Consumed here; a sequence that does not speculate keeps none (RefRunner's rule).
-            set_hdr(pool, table, a.header_offset, 3, 0);
+            set_state_word(pool, table, a.header_offset, 3, 0);
         }
         m_sh = m;
-        a_sh = A;
         out.tok_begin[s] = s * K1;
         out.n_tok[s] = m;
         out.start_pos[s] = m > 0 ? A : 0;
@@ -119,8 +111,8 @@ __global__ void pending_write_kernel(StepPlan plan, PagePool pool, SpecCycleArgs
     const int first = k > 0 ? 0 : n - 1, len = n - first;
     const int64_t t0 = plan.tok_begin[s] + first;
     if (threadIdx.x == 0) {
-        set_hdr(pool, table, a.header_offset, 2, int32_t(plan.start_pos[s] + first));
-        set_hdr(pool, table, a.header_offset, 3, len);
+        set_state_word(pool, table, a.header_offset, 2, int32_t(plan.start_pos[s] + first));
+        set_state_word(pool, table, a.header_offset, 3, len);
         for (int i = 0; i < len; ++i) *state_ptr(pool, table, a.pending_tokens_offset + i) = float(plan.tokens[t0 + i]);
     }
     for (int i = 0; i < len; ++i)

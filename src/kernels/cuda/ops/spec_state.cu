@@ -16,14 +16,6 @@ struct DevState {
     __device__ float& operator()(int64_t e) { return *state_ptr(*p, table, e); }
 };
 
-__device__ __forceinline__ int32_t header_word(const PagePool& p, const int32_t* table, int64_t off, int i) {
-    return __float_as_int(*state_ptr(p, table, off + i));
-}
-__device__ __forceinline__ void set_header_word(const PagePool& p, const int32_t* table, int64_t off, int i,
-                                                int32_t v) {
-    *state_ptr(p, table, off + i) = __int_as_float(v);
-}
-
 __global__ void spec_backup_kernel(StepPlan plan, PagePool pool, SpecStateArgs a) {
     const int s = blockIdx.x, r = blockIdx.y;
     const int64_t n = plan.n_tok[s];
@@ -36,15 +28,15 @@ __global__ void spec_backup_header_kernel(StepPlan plan, PagePool pool, SpecStat
     const int s = blockIdx.x * blockDim.x + threadIdx.x;
     if (s >= plan.n_seqs || plan.n_tok[s] <= 0 || plan.n_tok[s] > a.spec_tokens + 1) return;
     const int32_t* table = seq_table(plan, s);
-    set_header_word(pool, table, a.header_offset, 0, int32_t(plan.start_pos[s]));
-    set_header_word(pool, table, a.header_offset, 1, plan.n_tok[s]);
+    set_state_word(pool, table, a.header_offset, 0, int32_t(plan.start_pos[s]));
+    set_state_word(pool, table, a.header_offset, 1, plan.n_tok[s]);
 }
 
 __global__ void spec_rollback_kernel(StepPlan plan, PagePool pool, SpecStateArgs a) {
     const int s = blockIdx.x, r = blockIdx.y;
     if (plan.n_tok[s] <= 0) return;
     const int32_t* table = seq_table(plan, s);
-    const int64_t v0 = header_word(pool, table, a.header_offset, 0), n = header_word(pool, table, a.header_offset, 1);
+    const int64_t v0 = state_word(pool, table, a.header_offset, 0), n = state_word(pool, table, a.header_offset, 1);
     const int64_t from = plan.start_pos[s];
     if (n == 0 || from < v0) return;
     DevState at{&pool, table};
@@ -55,14 +47,14 @@ __global__ void spec_rollback_header_kernel(StepPlan plan, PagePool pool, SpecSt
     const int s = blockIdx.x * blockDim.x + threadIdx.x;
     if (s >= plan.n_seqs || plan.n_tok[s] <= 0) return;
     const int32_t* table = seq_table(plan, s);
-    const int64_t v0 = header_word(pool, table, a.header_offset, 0), n = header_word(pool, table, a.header_offset, 1);
+    const int64_t v0 = state_word(pool, table, a.header_offset, 0), n = state_word(pool, table, a.header_offset, 1);
     const int64_t from = plan.start_pos[s];
     if (n == 0 || from < v0) return;
-    const int64_t pending_start = header_word(pool, table, a.header_offset, 2);
-    const int64_t pending_len = header_word(pool, table, a.header_offset, 3);
-    set_header_word(pool, table, a.header_offset, 0, 0);
-    set_header_word(pool, table, a.header_offset, 1, 0);
-    set_header_word(pool, table, a.header_offset, 3, int32_t(min(max(from - pending_start, int64_t(0)), pending_len)));
+    const int64_t pending_start = state_word(pool, table, a.header_offset, 2);
+    const int64_t pending_len = state_word(pool, table, a.header_offset, 3);
+    set_state_word(pool, table, a.header_offset, 0, 0);
+    set_state_word(pool, table, a.header_offset, 1, 0);
+    set_state_word(pool, table, a.header_offset, 3, int32_t(min(max(from - pending_start, int64_t(0)), pending_len)));
 }
 }  // namespace
 
