@@ -18,8 +18,8 @@ if [[ -x dsv4_cuda_tests ]]; then
     timeout 30 ./dsv4_cuda_tests --gtest_filter='CudaFastOps.Linear*' > "$OUT/cuda_tests.log" 2>&1
     echo "cuda tests rc $?"; grep -E "^\[  |Failure|op fast linear" "$OUT/cuda_tests.log" | head -30
 fi
-export DSV4_GEMV_SWEEP_SHAPES=${SHAPES:-wo_b,wo_a,shared_w1,shared_w2,wq_a,wq_b,lm_head,wkv,idx_wq_b,router,csa_compressor}
-export DSV4_GEMV_SWEEP=${VARIANTS:-dense_gemm_kc.bt32_bh32_w4_s2.sm90,dense_gemm_kc.bt32_bh16_w4_s2.sm90,dense_gemm_kc.bt64_bh32_w4_s2.sm90,dense_gemm_kc.bt64_bh16_w4_s2.sm90,dense_gemm_kc.bt32_bh16_w8_s2.sm90,dense_gemm_kc.bt64_bh16_w8_s2.sm90}
-timeout ${BENCH_S:-100} ./dsv4-decode-bench decode-bench --sections gemv_sweep --batches ${BATCHES:-1,8,16,32,64,128,256} --reps 20 --rounds 2 --out "$OUT/decode_bench.json" > "$OUT/bench.log" 2>&1
+SHAPES=${SHAPES:-wo_b,wo_a,shared_w1,shared_w2,wq_a,wq_b,lm_head,wkv,idx_wq_b,router,csa_compressor}
+VARIANTS=${VARIANTS:-dense_gemm_kc.bt32_bh32_w4_s2.sm90,dense_gemm_kc.bt32_bh16_w4_s2.sm90,dense_gemm_kc.bt64_bh32_w4_s2.sm90,dense_gemm_kc.bt64_bh16_w4_s2.sm90,dense_gemm_kc.bt32_bh16_w8_s2.sm90,dense_gemm_kc.bt64_bh16_w8_s2.sm90}
+timeout ${BENCH_S:-100} ./dsv4-decode-bench decode-bench --sections gemv_sweep --gemv-sweep-shapes "$SHAPES" --gemv-sweep-variants "$VARIANTS" --batches ${BATCHES:-1,8,16,32,64,128,256} --reps 20 --rounds 2 --out "$OUT/decode_bench.json" > "$OUT/bench.log" 2>&1
 echo "bench rc $?"
 grep -E "copy|sweep|rror" "$OUT/bench.log" | grep -v "^  " | head -80

@@ -1,6 +1,7 @@
-// Shared pieces of `dsv4 decode-bench` (cmd_decode_bench_cuda.cpp): device buffers, random input
-// patterns, CUDA-graph timing, and the ceilings every point is reported against (copy bandwidth,
-// cuBLAS bf16 GEMM peak). Benchmark tool code: failures exit the process with a message.
+// Shared pieces of `dsv4 decode-bench` (cmd_decode_bench_cuda.cpp, decode_bench_*.cpp): device
+// buffers, random input patterns, CUDA-graph timing, and the ceilings every point is reported
+// against (copy bandwidth, cuBLAS bf16 GEMM peak). Benchmark tool code: failures exit the process
+// with a message.
 #pragma once
 
 #include <cuda_runtime.h>
