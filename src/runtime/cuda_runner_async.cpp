@@ -73,10 +73,15 @@ Status CudaRunner::queue_outputs(const ForwardBatch& batch, bool honour_sample, 
         const SeqChunk& c = batch.seqs[i];
         if (!c.want_logits) continue;
         const int r = int(slot.host_rows.size() + slot.dev_rows.size());
-        if (c.draft_tokens > 0) {  // a verify chunk: its k + 1 rows are judged on the host
-            if (honour_sample && c.sample != DeviceSample::kNone)
-                return invalid_argument("sequence {}: a verify chunk's rows are not sampled on the device", c.seq_id);
-            for (int j = 0; j <= c.draft_tokens; ++j) slot.host_rows.push_back(r + j);
+        if (c.draft_tokens > 0) {  // a verify chunk: its k + 1 rows, greedy picks or logits for the host
+            const bool greedy = honour_sample && c.sample == DeviceSample::kGreedy;
+            if (honour_sample && !greedy && c.sample != DeviceSample::kNone)
+                return invalid_argument("sequence {}: a verify chunk's rows are sampled on the device only greedily",
+                                        c.seq_id);
+            for (int j = 0; j <= c.draft_tokens; ++j) {
+                (greedy ? slot.dev_rows : slot.host_rows).push_back(r + j);
+                if (greedy) slot.dev_mode.push_back(DeviceSample::kGreedy);
+            }
             slot.verify.emplace_back(int(i), c.draft_tokens);
             continue;
         }
@@ -222,9 +227,12 @@ Status CudaRunner::queue_step(const ForwardBatch& batch, bool honour_sample) {
     DSV4_CU(cudaEventRecord(slot.done, stream_));
     prev_rows_.clear();
     size_t d = 0;
-    for (const auto& c : batch.seqs)
-        if (c.want_logits && honour_sample && c.sample != DeviceSample::kNone)
-            prev_rows_[c.seq_id] = slot.dev_rows[d++];
+    for (const auto& c : batch.seqs) {
+        if (!c.want_logits || !honour_sample || c.sample == DeviceSample::kNone) continue;
+        // A verify chunk's next token depends on its acceptance, judged on the host: never pending.
+        if (c.draft_tokens == 0) prev_rows_[c.seq_id] = slot.dev_rows[d];
+        d += size_t(1 + c.draft_tokens);
+    }
     inflight_.push_back(next_slot_);
     next_slot_ ^= 1;
     return Status::ok();

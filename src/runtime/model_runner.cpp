@@ -64,9 +64,12 @@ Status ModelRunner::launch(const ForwardBatch& batch) {
     last_sampled_.clear();
     if (step.status.is_ok()) {
         size_t dev = 0;
-        for (const auto& c : batch.seqs)
-            if (c.want_logits && c.sample != DeviceSample::kNone && dev < step.out.tokens.size())
-                last_sampled_[c.seq_id] = step.out.tokens[dev++];
+        for (const auto& c : batch.seqs) {
+            if (!c.want_logits || c.sample == DeviceSample::kNone || dev >= step.out.tokens.size()) continue;
+            // A verify chunk's k + 1 picks: its next token waits for the host's acceptance.
+            if (c.draft_tokens == 0) last_sampled_[c.seq_id] = step.out.tokens[dev];
+            dev += size_t(1 + c.draft_tokens);
+        }
     }
     // A failed step is still collected (collect() returns its error), as an asynchronous runner
     // learns of a device error only then.

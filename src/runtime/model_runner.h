@@ -26,7 +26,8 @@ struct StepOutput {
     std::vector<float> logprobs;
     std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;
     // Per verify chunk (SeqChunk::draft_tokens > 0), in batch order: its k draft tokens. Its k + 1
-    // logits rows are in `logits`, in position order, where its one row would be.
+    // rows are in `logits` (or, sampled kGreedy, in `tokens`), in position order, where its one row
+    // would be.
     std::vector<std::vector<int32_t>> drafts;
 };
 

@@ -226,13 +226,16 @@ void EngineCore::launch_plan(StepPlan plan, StepStats& st) {
         DeviceSampleParams dp;
         if (c.want_logits) {
             const SampleContext ctx = sample_context(c.seq, c.seq->n_output());
-            // A verify chunk's rows are judged against its drafts on the host.
-            mode = c.draft_tokens > 0 ? DeviceSample::kNone : row_mode(c.seq, ctx);
+            mode = row_mode(c.seq, ctx);
+            // A verify chunk's k + 1 rows: greedy picks on the device (a draft is accepted iff it is
+            // the pick, and plain argmax at the first row stays so at the later ones: min_tokens only
+            // unmasks), else logits judged against the drafts on the host (rejection sampling).
+            if (c.draft_tokens > 0 && mode != DeviceSample::kGreedy) mode = DeviceSample::kNone;
             if (mode == DeviceSample::kFull) {
                 pen[i] = penalty_tokens(c.seq->params, c.seq->penalties, ctx);
                 dp = device_sample_params(c.seq->params, ctx, pen[i]);
             }
-            f.n_dev_rows += mode != DeviceSample::kNone;
+            f.n_dev_rows += mode != DeviceSample::kNone ? 1 + c.draft_tokens : 0;
             f.n_host_rows += mode == DeviceSample::kNone ? 1 + c.draft_tokens : 0;
         }
         f.seq_id.push_back(c.seq->seq_id);
@@ -279,7 +282,8 @@ void EngineCore::launch_plan(StepPlan plan, StepStats& st) {
             seq->n_output() >= seq->params.max_tokens || int64_t(seq->tokens.size()) >= max_context_;
         // A constraint waiting for its start token: the next row's mode depends on this token.
         const bool may_constrain = seq->constraint && !seq->constraint_active;
-        seq->await_output = f.mode[i] == DeviceSample::kNone || may_finish || may_constrain;
+        // A verify chunk's next position depends on how many drafts the host accepts.
+        seq->await_output = f.mode[i] == DeviceSample::kNone || f.drafts[i] > 0 || may_finish || may_constrain;
     }
     ++stats_.steps_total;
     stats_.overlapped_steps_total += !inflight_.empty();
@@ -314,7 +318,9 @@ bool EngineCore::emit(Sequence* seq, int64_t at, SampleResult res) {
         seq->tokens.push_back(res.token);
     else
         seq->tokens[size_t(at)] = res.token;
-    seq->await_output = false;
+    // A later step's row still in flight (overlap) keeps the wait its launch set: a verify chunk's
+    // or a host row's next token is not known before that step is collected.
+    if (at + 1 == int64_t(seq->tokens.size())) seq->await_output = false;
     seq->penalties.add_output(res.token);
     ++stats_.generated_tokens_total;
 
@@ -393,8 +399,8 @@ void EngineCore::collect_oldest(StepStats& st) {
         if (f.out_at[i] < 0) continue;
         const bool on_device = f.mode[i] != DeviceSample::kNone;
         const int k = f.drafts[i];
-        const size_t r = on_device ? dev_row++ : row;  // rows of finished sequences are skipped too
-        if (!on_device) row += size_t(1 + k);
+        const size_t r = on_device ? dev_row : row;  // rows of finished sequences are skipped too
+        (on_device ? dev_row : row) += size_t(1 + k);
         const std::vector<int32_t>* drafts = k > 0 ? &out.drafts[verify++] : nullptr;
         if (!alive(i)) continue;
         Sequence* seq = f.plan.chunks[i].seq;
@@ -407,7 +413,11 @@ void EngineCore::collect_oldest(StepStats& st) {
             for (int j = 0; j <= k; ++j) {
                 const SampleContext ctx = sample_context(seq, at + j - seq->n_prompt);
                 DraftVerdict v;
-                if (j < k)
+                if (on_device) {  // kGreedy rows: the device's argmax, sample_token's greedy result
+                    v.sample.token = out.tokens[r + size_t(j)];
+                    v.accepted = j < k && v.sample.token == (*drafts)[size_t(j)];
+                    ++st.n_device_sampled;
+                } else if (j < k)
                     v = sample_token_with_draft(out.logits[r + size_t(j)], seq->params, seq->penalties, ctx,
                                                 (*drafts)[size_t(j)]);
                 else

@@ -14,6 +14,7 @@
 #include "core/philox.h"
 #include "model/ref_speculative.h"
 #include "runtime/ref_runner.h"
+#include "tests/server/host_sampling_runner.h"
 #include "runtime/runner_factory.h"
 #include "sched/engine_core.h"
 #include "tests/server/choice_sink.h"
@@ -42,11 +43,15 @@ struct SpecSetup {
     int64_t tight_pool = 0;  // > 0: a pool of two sequences of this many tokens and one page
     bool prefix_cache = false;
     bool overlap = false;  // EngineConfig::Overlap::kAlways (the bookkeeping of a step in flight)
+    // The runner picks greedy rows itself (HostSamplingRunner, as the CUDA runner does on the device),
+    // verify chunks' k + 1 rows included.
+    bool device_picks = false;
 };
 
 struct Outcome {
     std::vector<std::map<int, std::vector<int32_t>>> tokens;
     int64_t verify = 0, drafted = 0, accepted = 0, preempted = 0, generated = 0;
+    int64_t verify_rows_picked = 0;  // by the runner, with SpecSetup::device_picks
 };
 
 std::vector<int32_t> prompt(uint64_t seed, int n) {
@@ -83,7 +88,9 @@ Outcome run(const std::vector<Job>& jobs, const SpecSetup& s, FinishReason want 
     if (s.overlap) cfg.overlap = EngineConfig::Overlap::kAlways;
     cfg.default_seed = 11;
     EngineStats stats;
-    EngineCore core(**runner, cfg, stats);
+    test::HostSamplingRunner picking(**runner);
+    if (!s.device_picks) cfg.device_sampling = false;
+    EngineCore core(s.device_picks ? static_cast<ModelRunner&>(picking) : **runner, cfg, stats);
     std::vector<std::shared_ptr<Sink>> sinks;
     uint64_t id = 1;
     for (const Job& j : jobs) {
@@ -95,7 +102,8 @@ Outcome run(const std::vector<Job>& jobs, const SpecSetup& s, FinishReason want 
     EXPECT_FALSE(core.has_work());
     Outcome o;
     for (size_t i = 0; i < sinks.size(); ++i) {
-        for (int c = 0; c < jobs[i].n; ++c) EXPECT_EQ(sinks[i]->finish[c], want) << "job " << i;
+        for (int c = 0; c < jobs[i].n; ++c)
+            EXPECT_EQ(sinks[i]->finish[c], want) << "job " << i << ": " << sinks[i]->error;
         o.tokens.push_back(sinks[i]->tokens);
     }
     o.verify = stats.spec_verify_chunks_total;
@@ -103,6 +111,7 @@ Outcome run(const std::vector<Job>& jobs, const SpecSetup& s, FinishReason want 
     o.accepted = stats.spec_accepted_tokens_total;
     o.preempted = stats.preemptions_total;
     o.generated = stats.generated_tokens_total;
+    o.verify_rows_picked = picking.verify_rows;
     if (!s.prefix_cache) EXPECT_EQ(core.pages().n_used(), 0);
     return o;
 }
@@ -129,6 +138,29 @@ TEST(EngineSpeculative, GreedyIdenticalWithMtpDraftsForEveryK) {
             EXPECT_LE(on.verify + on.accepted, on.generated);
         }
     }
+}
+
+// Greedy verify chunks' rows picked by the runner (the CUDA runner's device argmax) instead of judged
+// on the host: the same tokens and acceptances, with chunked prefill and a step in flight.
+TEST(EngineSpeculative, GreedyVerifyRowsPickedByTheRunner) {
+    const std::vector<Job> jobs = greedy_jobs(14);
+    const Outcome base = run(jobs, {});
+    for (int k = 1; k <= 3; ++k)
+        for (const DraftSource d : {DraftSource::kMtp, DraftSource::kSelf})  // self: every draft accepted
+            for (const SpecSetup s : {SpecSetup{.k = k, .draft = d, .device_picks = true},
+                                      SpecSetup{.k = k, .draft = d, .budget = 24, .chunk = 5, .device_picks = true},
+                                      SpecSetup{.k = k, .draft = d, .overlap = true, .device_picks = true}}) {
+                const Outcome host =
+                    run(jobs, {.k = k, .draft = d, .budget = s.budget, .chunk = s.chunk, .overlap = s.overlap});
+                const Outcome picked = run(jobs, s);
+                EXPECT_EQ(picked.tokens, base.tokens) << "k " << k << " self " << (d == DraftSource::kSelf) << " chunk "
+                                                      << s.chunk << " overlap " << s.overlap;
+                EXPECT_EQ(picked.verify, host.verify);
+                EXPECT_EQ(picked.accepted, host.accepted);
+                if (d == DraftSource::kSelf) EXPECT_EQ(picked.accepted, picked.drafted);
+                // At least one draft per verify chunk (fewer than k near max_tokens).
+                EXPECT_GE(picked.verify_rows_picked, 2 * picked.verify);
+            }
 }
 
 // Regression case B15 (greedy output that depends on concurrency, reported with speculative

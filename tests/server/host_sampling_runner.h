@@ -26,30 +26,37 @@ public:
         return inner_.forward(b, logits);
     }
     bool supports_device_sample(DeviceSample) const override { return true; }
+    int max_draft_tokens() const override { return inner_.max_draft_tokens(); }
     Status launch(const ForwardBatch& b) override {
         for (const auto& c : b.seqs) pending_seen += std::count(c.tokens.begin(), c.tokens.end(), kPendingToken);
         return ModelRunner::launch(b);
     }
     Status forward_sampled(const ForwardBatch& b, StepOutput& out) override {
         out = StepOutput{};
-        std::vector<std::vector<float>> all;
-        DSV4_RETURN_IF_ERROR(inner_.forward(b, all));
+        ForwardBatch rows = b;  // the inner runner returns every row's logits (and a verify chunk's drafts)
+        for (auto& c : rows.seqs) c.sample = DeviceSample::kNone;
+        StepOutput all;
+        DSV4_RETURN_IF_ERROR(inner_.forward_sampled(rows, all));
+        out.drafts = std::move(all.drafts);
         size_t r = 0;
         for (const auto& c : b.seqs) {
             if (!c.want_logits) continue;
-            auto& row = all[r++];
-            if (echo_bonus != 0.0f) row[size_t(c.tokens.back())] += echo_bonus;
-            if (c.sample == DeviceSample::kNone) {
-                out.logits.push_back(std::move(row));
-                continue;
+            for (int j = 0; j <= c.draft_tokens; ++j) {  // a verify chunk's k + 1 rows, else one
+                auto& row = all.logits[r++];
+                if (echo_bonus != 0.0f && c.draft_tokens == 0) row[size_t(c.tokens.back())] += echo_bonus;
+                if (c.sample == DeviceSample::kNone) {
+                    out.logits.push_back(std::move(row));
+                    continue;
+                }
+                ++device_rows[c.seq_id];
+                verify_rows += c.draft_tokens > 0;
+                SampleResult s = c.sample == DeviceSample::kGreedy ? greedy(row) : full(row, c.params);
+                out.tokens.push_back(s.token);
+                out.logprobs.push_back(s.logprob);
+                std::vector<std::pair<int32_t, float>> top;
+                for (const auto& e : s.top) top.emplace_back(e.token, e.logprob);
+                out.top_logprobs.push_back(std::move(top));
             }
-            ++device_rows[c.seq_id];
-            SampleResult s = c.sample == DeviceSample::kGreedy ? greedy(row) : full(row, c.params);
-            out.tokens.push_back(s.token);
-            out.logprobs.push_back(s.logprob);
-            std::vector<std::pair<int32_t, float>> top;
-            for (const auto& e : s.top) top.emplace_back(e.token, e.logprob);
-            out.top_logprobs.push_back(std::move(top));
         }
         return Status::ok();
     }
@@ -59,6 +66,7 @@ public:
     // the penalties of the latest output token decide the next one.
     float echo_bonus = 0.0f;
     int64_t pending_seen = 0;  // chunk tokens launched as kPendingToken
+    int64_t verify_rows = 0;   // verify chunks' rows sampled here
 
 private:
     // sample_token's greedy: the lowest id of the largest logit, NaN skipped.

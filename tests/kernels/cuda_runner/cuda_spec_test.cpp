@@ -44,6 +44,9 @@ struct SpecSetup {
     int64_t budget = 512, chunk = 512;
     bool overlap = false;
     int max_running = 16;
+    // Greedy rows picked on the device, verify chunks' k + 1 rows included (false: every row's logits
+    // come back and are judged on the host).
+    bool device_sampling = true;
 };
 
 struct Outcome {
@@ -56,6 +59,7 @@ Outcome serve(ModelRunner& runner, const std::vector<Job>& jobs, const SpecSetup
     cfg.sched = {.max_running = s.max_running, .max_tokens_per_step = s.budget, .max_prefill_chunk = s.chunk};
     cfg.sched.speculative_tokens = s.k;
     cfg.page_shuffle_seed = 5;
+    cfg.device_sampling = s.device_sampling;
     cfg.overlap = s.overlap ? EngineConfig::Overlap::kAlways : EngineConfig::Overlap::kOff;
     EngineStats stats;
     EngineCore core(runner, cfg, stats);
@@ -310,8 +314,8 @@ TEST(CudaSpeculative, EngineGreedyIdenticalOnAndOff) {
         EXPECT_EQ(gpu->max_draft_tokens(), k);
         auto cpu = RefRunner::create(tiny(), 64, 1024, {k, DraftSource::kMtp});
         ASSERT_TRUE(cpu.is_ok());
-        for (const SpecSetup s :
-             {SpecSetup{.k = k}, SpecSetup{.k = k, .budget = 24, .chunk = 5}, SpecSetup{.k = k, .overlap = true}}) {
+        for (const SpecSetup s : {SpecSetup{.k = k}, SpecSetup{.k = k, .budget = 24, .chunk = 5},
+                                  SpecSetup{.k = k, .overlap = true}, SpecSetup{.k = k, .device_sampling = false}}) {
             const Outcome on = serve(*gpu, jobs, s);
             EXPECT_EQ(on.tokens, base.tokens) << "k " << k << " chunk " << s.chunk << " overlap " << s.overlap;
             EXPECT_GT(on.verify, 0);
@@ -322,10 +326,11 @@ TEST(CudaSpeculative, EngineGreedyIdenticalOnAndOff) {
             EXPECT_EQ(on.drafted, ref.drafted) << "k " << k;
             EXPECT_EQ(on.accepted, ref.accepted) << "k " << k;
             std::printf(
-                "[spec cuda] k %d chunk %lld overlap %d: %lld verify chunks, %lld drafts, %lld accepted (cpu %lld / "
-                "%lld / %lld)\n",
-                k, (long long)s.chunk, int(s.overlap), (long long)on.verify, (long long)on.drafted,
-                (long long)on.accepted, (long long)ref.verify, (long long)ref.drafted, (long long)ref.accepted);
+                "[spec cuda] k %d chunk %lld overlap %d device picks %d: %lld verify chunks, %lld drafts, %lld "
+                "accepted (cpu %lld / %lld / %lld)\n",
+                k, (long long)s.chunk, int(s.overlap), int(s.device_sampling), (long long)on.verify,
+                (long long)on.drafted, (long long)on.accepted, (long long)ref.verify, (long long)ref.drafted,
+                (long long)ref.accepted);
         }
     }
 }
@@ -370,6 +375,9 @@ TEST(CudaSpeculative, FastPathGreedyIdenticalOnAndOff) {
         ASSERT_NE(gpu, nullptr);
         const Outcome on = serve(*gpu, jobs, {.k = k});
         EXPECT_EQ(on.tokens, base.tokens) << "k " << k;
+        const Outcome host = serve(*gpu, jobs, {.k = k, .device_sampling = false});
+        EXPECT_EQ(host.tokens, base.tokens) << "k " << k << ", verify rows judged on the host";
+        EXPECT_EQ(host.accepted, on.accepted) << "k " << k;
         EXPECT_GT(on.verify, 0);
         const auto* bench = dynamic_cast<const CudaBenchRunner*>(gpu.get());
         ASSERT_NE(bench, nullptr);
