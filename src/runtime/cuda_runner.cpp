@@ -106,6 +106,7 @@ Status CudaRunner::init(const Checkpoint* ckpt, WeightSource source) {
         pool_.base = *pool;
     }
     ws_.stage_word = int64_t(page_words);
+    build_layer_args();
     DSV4_CU(cudaDeviceSynchronize());
     // Capturing records the launches without running them, and a decode graph depends only on its
     // bucket and rule (the plan's buffers are filled before each replay), so this is what the first

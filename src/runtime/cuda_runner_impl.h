@@ -423,6 +423,19 @@ private:
     uint32_t* ring_scratch_ = nullptr;
     SpecRegion* spec_regions_ = nullptr;  // device copy of spec_regions(layout_)
     int n_spec_regions_ = 0;
+    // Block l's kernel arguments that are the same at every step (its weights, its state offsets in
+    // a sequence's pages, the workspace and pool pointers), built once at init (build_layer_args,
+    // cuda_runner_layer_args.cpp); attention() and moe() copy them and set the step's fields.
+    struct LayerArgs {
+        cuda::KvStepArgs kv;
+        cuda::IndexerArgs idx;
+        cuda::AttnArgs attn;
+        cuda::RowListArgs rows;     // fast attention only
+        cuda::SparseDecodeArgs sd;  // fast attention only; batch, variant and target_ctas per step
+        cuda::MoeArgs moe;          // T, grouped_min_tokens, rules and decode_step per step (moe_args)
+    };
+    std::vector<LayerArgs> layer_args_;  // [n_layers + MTP blocks]
+    void build_layer_args();
     Status attention(int l, const cuda::StepPlan& sp, int T, int max_t, int splits);
     // The state and attention part of attention() for a batched prefill step (cuda_runner_prefill.cpp):
     // staging, chunk compressors, the indexer and sparse_decode over pseudo-sequences of
@@ -438,8 +451,12 @@ private:
     // place, and wo_a reads it; no f32 q rows or o are staged (same bits as the f32 route).
     bool bf16_route(int l, int T, int max_t) const;
     Status moe(int l, int T);
-    // Layer l's routed-expert arguments for a T-token step (workspace pointers, weights, kernel choices).
+    // Layer l's routed-expert arguments for a T-token step (workspace pointers, weights, kernel choices):
+    // LayerArgs::moe with the step's fields.
     cuda::MoeArgs moe_args(int l, int T) const;
+    // The step-independent part (the workspace pointers are null before alloc_workspace: the tuning
+    // file's checks read shapes and weights only).
+    cuda::MoeArgs moe_block_args(int l) const;
     // Destroys the captured decode graphs (and the head graphs when `head`); they are recaptured on use.
     void drop_graphs(bool head) {
         for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g);

@@ -14,7 +14,6 @@ bool CudaRunner::bf16_route(int l, int T, int max_t) const {
 
 Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, int splits) {
     const DevLayer& L = block_w(l);
-    const LayerStateLayout& S = layout_.layers[l];
     const int d = cfg_.hidden_size, H = cfg_.n_heads, D = cfg_.head_dim, qr = cfg_.q_lora_rank, R = cfg_.rope_dim;
     const float eps = float(cfg_.rms_norm_eps);
     const int r = block_ratio(l);
@@ -81,83 +80,14 @@ Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, 
         }
     }
     if (ov) DSV4_RETURN_IF_ERROR(join(n_side));
-    cuda::KvStepArgs ka;
-    ka.W = cfg_.sliding_window;
-    ka.D = D;
-    ka.ring_off = S.ring_offset;
-    ka.kv = ws_.kv;
-    ka.rope_inv_freq = w_.rope_compress;
-    ka.rope_dim = R;
-    ka.eps = eps;
-    if (r > 0) {
-        ka.comp[0] = {r,          D,      csa,    S.comp_kv_offset, S.comp_gate_offset, S.row_offset,
-                      pool_.main, ws_.cv, ws_.cg, L.comp.ape,       L.comp.norm};
-        ka.n_comp = 1;
-    }
-    if (csa) {
-        ka.comp[1] = {r,           ID,     true,   S.idx_kv_offset, S.idx_gate_offset, S.idx_row_offset,
-                      pool_.index, ws_.iv, ws_.ig, L.idx_comp.ape,  L.idx_comp.norm};
-        ka.n_comp = 2;
-    }
-    cuda::IndexerArgs ia;
-    ia.ratio = r;
-    ia.IH = IH;
-    ia.ID = ID;
-    ia.topk = cfg_.index_topk;
-    ia.idx_row_off = S.idx_row_offset;
-    ia.q = ws_.iq;
-    ia.w = ws_.iw;
-    ia.scores = ws_.scores;
-    ia.max_rows = ws_.max_rows;
-    ia.sel = ws_.sel;
-    ia.n_sel = ws_.n_sel;
-    cuda::AttnArgs aa;
-    aa.H = H;
-    aa.D = D;
-    aa.W = cfg_.sliding_window;
-    aa.ratio = r;
-    aa.csa = csa;
-    aa.ring_off = S.ring_offset;
-    aa.row_off = S.row_offset;
-    aa.topk = std::max(cfg_.index_topk, 1);
-    aa.sel = ws_.sel;
-    aa.n_sel = ws_.n_sel;
-    aa.q = ws_.q;
-    aa.sink = L.attn_sink;
-    aa.inv_freq = rope;
-    aa.rope_dim = R;
-    aa.scale = 1.0f / std::sqrt(float(D));
-    aa.part_acc = ws_.part_acc;
-    aa.part_ml = ws_.part_ml;
-    aa.out = ws_.o;
-    // Fast path: row lists -> sparse_decode (bf16 q / out) -> f32 with inverse RoPE.
-    cuda::RowListArgs ra;
-    cuda::SparseDecodeArgs sa;
-    if (fast_attn_) {
-        ra.W = cfg_.sliding_window;
-        ra.ratio = r;
-        ra.csa = csa;
-        ra.ring_off = S.ring_offset;
-        ra.row_off = S.row_offset;
-        ra.topk = aa.topk;
-        ra.sel = ws_.sel;
-        ra.n_sel = ws_.n_sel;
-        ra.unit_bytes = pool_.main.fmt == int32_t(KvRowFormat::kFp8) ? 1 : 2;
-        ra.offsets = ws_.row_offs;
-        ra.row_start = ws_.row_start;
-        ra.capacity = ws_.row_cap;
-        sa.q = ws_.qb;
-        sa.kv_pool = pool_.base;
-        sa.row_offsets = ws_.row_offs;
-        sa.row_start = ws_.row_start;
-        sa.sink = L.attn_sink;
-        sa.out = ws_.ob;
-        sa.workspace = ws_.sd_ws;
-        sa.format = ra.unit_bytes == 1 ? cuda::KvFormat::kFp8 : cuda::KvFormat::kBf16;
+    LayerArgs la = layer_args_[size_t(l)];
+    cuda::KvStepArgs& ka = la.kv;
+    cuda::IndexerArgs& ia = la.idx;
+    cuda::AttnArgs& aa = la.attn;
+    cuda::RowListArgs& ra = la.rows;
+    cuda::SparseDecodeArgs& sa = la.sd;
+    if (fast_attn_) {  // row lists -> sparse_decode (bf16 q / out) -> f32 with inverse RoPE
         sa.batch = sp.n_seqs;
-        sa.n_heads = H;
-        sa.max_rows = int(cfg_.sliding_window + (r == 0 ? 0 : csa ? int64_t(aa.topk) : opt_.max_context / r));
-        sa.scale = aa.scale;
         sa.variant = sd_variant_;
         sa.target_ctas = opt_.rt.split_kv_target_ctas;
         if (sd_rule_ >= 0) {  // the tuning file's choice for this step's shape; a forced variant wins
@@ -209,41 +139,11 @@ Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, 
 }
 
 cuda::MoeArgs CudaRunner::moe_args(int l, int T) const {
-    const DevLayer& L = block_w(l);
-    cuda::MoeArgs a;
+    cuda::MoeArgs a = layer_args_[size_t(l)].moe;
     a.T = T;
-    a.E = cfg_.n_routed_experts;
-    a.K = cfg_.n_experts_per_tok;
-    a.d = cfg_.hidden_size;
-    a.I = cfg_.moe_intermediate_size;
-    a.logits = ws_.glog;
-    const bool hash = block_routing(l) == MoeRouting::kHash;
-    a.bias = hash ? nullptr : L.gate_bias;
-    a.tid2eid = hash ? L.tid2eid : nullptr;
-    a.tokens = ws_.tokens;
-    a.route_scale = float(cfg_.routed_scaling_factor);
-    a.norm_topk = cfg_.norm_topk_prob;
-    a.limit = float(cfg_.swiglu_limit);
-    a.ids = ws_.ids;
-    a.wts = ws_.wts;
-    a.counts = ws_.counts;
-    a.perm = ws_.perm;
-    a.slot = ws_.slot;
-    a.x = ws_.xn;
-    a.h = ws_.h;
-    a.yp = ws_.yp;
-    a.w1 = L.ex_w1;
-    a.w3 = L.ex_w3;
-    a.w2 = L.ex_w2;
-    a.ep_first = ep_first_;  // [ep2] local experts only (count 0: all)
-    a.ep_count = ep_count_;
-    a.fast = opt_.rt.fast_kernels;
-    a.moe_variant = moe_variant_;
     a.grouped_min_tokens = moe_gemm_min_tokens_;
-    a.grouped_variant = moe_gemm_variant_;
     a.moe_rules = moe_rules_.empty() ? nullptr : &moe_rules_;
     a.grouped_rules = grouped_rules_.empty() ? nullptr : &grouped_rules_;
-    a.grouped_wgmma = opt_.rt.moe_gemm_wgmma;
     a.decode_step = decode_only_step_;
     return a;
 }
