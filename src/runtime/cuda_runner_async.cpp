@@ -73,51 +73,54 @@ Status CudaRunner::queue_outputs(const ForwardBatch& batch, bool honour_sample, 
         const SeqChunk& c = batch.seqs[i];
         if (!c.want_logits) continue;
         const int r = int(slot.host_rows.size() + slot.dev_rows.size());
-        if (c.draft_tokens > 0) {  // a verify chunk: its k + 1 rows, greedy picks or logits for the host
-            const bool greedy = honour_sample && c.sample == DeviceSample::kGreedy;
-            if (honour_sample && !greedy && c.sample != DeviceSample::kNone)
-                return invalid_argument("sequence {}: a verify chunk's rows are sampled on the device only greedily",
-                                        c.seq_id);
-            for (int j = 0; j <= c.draft_tokens; ++j) {
-                (greedy ? slot.dev_rows : slot.host_rows).push_back(r + j);
-                if (greedy) slot.dev_mode.push_back(DeviceSample::kGreedy);
-            }
-            slot.verify.emplace_back(int(i), c.draft_tokens);
+        const DeviceSample mode = honour_sample ? c.sample : DeviceSample::kNone;
+        const int k = c.draft_tokens;  // a verify chunk: k + 1 rows, row j judging draft j (j < k)
+        if (k > 0) slot.verify.emplace_back(int(i), k);
+        if (mode == DeviceSample::kNone) {
+            for (int j = 0; j <= k; ++j) slot.host_rows.push_back(r + j);
             continue;
         }
-        if (!honour_sample || c.sample == DeviceSample::kNone) {
-            slot.host_rows.push_back(r);
-            continue;
+        if (mode != DeviceSample::kGreedy && mode != DeviceSample::kFull)
+            return invalid_argument("sequence {}: device sample mode {} is not supported", c.seq_id, int(mode));
+        for (int j = 0; j <= k; ++j) {
+            slot.dev_rows.push_back(r + j);
+            slot.dev_mode.push_back(mode);
         }
-        if (c.sample != DeviceSample::kGreedy && c.sample != DeviceSample::kFull)
-            return invalid_argument("sequence {}: device sample mode {} is not supported", c.seq_id, int(c.sample));
-        slot.dev_rows.push_back(r);
-        slot.dev_mode.push_back(c.sample);
-        if (c.sample == DeviceSample::kGreedy) continue;
+        if (mode == DeviceSample::kGreedy) continue;
         const DeviceSampleParams& p = c.params;
         if (p.logprobs > kMaxDeviceTopLogprobs)
             return invalid_argument("sequence {}: {} top logprobs, the device sampler returns at most {}", c.seq_id,
                                     p.logprobs, kMaxDeviceTopLogprobs);
-        cuda::SampleRowArgs a;
-        a.row = r;
-        a.temperature = p.temperature;
-        a.top_p = p.top_p;
-        a.min_p = p.min_p;
-        a.top_k = p.top_k;
-        a.repetition_penalty = p.repetition_penalty;
-        a.presence_penalty = p.presence_penalty;
-        a.frequency_penalty = p.frequency_penalty;
-        a.logprobs = p.logprobs;
-        a.seed = p.seed;
-        a.stream = p.stream;
-        a.position = p.position;
-        a.tok_begin = int32_t(toks.size());
-        a.n_tok = int32_t(p.penalty_tokens.size());
-        // A pending output token (filled in on the device) is not in the host's counts: the kernel adds it.
-        if (c.tokens.back() == kPendingToken) a.pending_index = hp.logit_rows[size_t(r)];
-        for (const PenaltyToken& t : p.penalty_tokens)
-            toks.push_back({t.token, t.output_count, uint8_t(t.seen), uint8_t(t.masked), t.bias});
-        full.push_back(a);
+        // A verify chunk's later rows would need penalty counts that include the drafts before them.
+        if (k > 0 && (p.logprobs >= 0 || p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
+                      p.frequency_penalty != 0.0f))
+            return invalid_argument(
+                "sequence {}: a verify chunk's rows are sampled on the device without penalties "
+                "and logprobs only",
+                c.seq_id);
+        for (int j = 0; j <= k; ++j) {
+            cuda::SampleRowArgs a;
+            a.tok_begin = int32_t(toks.size());  // a list per row: the kernel saves each row's entries
+            for (const PenaltyToken& t : p.penalty_tokens)
+                toks.push_back({t.token, t.output_count, uint8_t(t.seen), uint8_t(t.masked), t.bias});
+            a.row = r + j;
+            a.temperature = p.temperature;
+            a.top_p = p.top_p;
+            a.min_p = p.min_p;
+            a.top_k = p.top_k;
+            a.repetition_penalty = p.repetition_penalty;
+            a.presence_penalty = p.presence_penalty;
+            a.frequency_penalty = p.frequency_penalty;
+            a.logprobs = p.logprobs;
+            a.seed = p.seed;
+            a.stream = p.stream;
+            a.position = p.position + j;
+            a.n_tok = int32_t(p.penalty_tokens.size());
+            // A pending output token (filled in on the device) is not in the host's counts: the kernel adds it.
+            if (k == 0 && c.tokens.back() == kPendingToken) a.pending_index = hp.logit_rows[size_t(r)];
+            if (j < k) a.draft_index = int32_t(i) * spec_tokens_ + j;  // drafts_ [B, spec_tokens_]
+            full.push_back(a);
+        }
     }
     slot.n_full = full.size();
     return Status::ok();
@@ -160,7 +163,7 @@ Status CudaRunner::queue_step(const ForwardBatch& batch, bool honour_sample) {
     // The kFull sampler's weights on first use, before any of the step is queued: running out of
     // memory here then fails this step's requests and leaves no half-queued step behind.
     if (!full.empty() && !sample_w_) {
-        auto w = arena_.alloc_n<float>(size_t(opt_.max_seqs) * size_t(cfg_.vocab_size));
+        auto w = arena_.alloc_n<float>(size_t(rows_cap_) * size_t(cfg_.vocab_size));  // k + 1 rows per verify chunk
         if (!w.is_ok()) return w.status().with_context("the device sampler's weights");
         sample_w_ = *w;
     }
@@ -199,7 +202,8 @@ Status CudaRunner::queue_step(const ForwardBatch& batch, bool honour_sample) {
         const auto* args = static_cast<const cuda::SampleRowArgs*>(sample_args_.p);
         DSV4_CU(cuda::sample_rows(ws_.logits, int64_t(V), args, int(full.size()),
                                   static_cast<const cuda::SamplePenaltyToken*>(sample_toks_.p), sample_w_,
-                                  static_cast<float*>(sample_saved_.p), sample_out_, stream_, ws_.tokens));
+                                  static_cast<float*>(sample_saved_.p), sample_out_, stream_, ws_.tokens,
+                                  slot.verify.empty() ? nullptr : drafts_));
         DSV4_CU(cuda::scatter_sampled_tokens(args, sample_out_, int(full.size()), sampled_, stream_));
         DSV4_CU(cudaMemcpyAsync(slot.full.p, sample_out_, full.size() * sizeof(cuda::SampleRowOut),
                                 cudaMemcpyDeviceToHost, stream_));

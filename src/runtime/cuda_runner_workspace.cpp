@@ -151,7 +151,7 @@ Status CudaRunner::alloc_workspace() {
     if (opt_.rt.split_argmax) t.push_back(buf("split argmax keys", argmax_ws_, Rm * size_t(cuda::kArgmaxParts)));
     t.push_back(buf("pending tokens: destinations", pend_dst_, Tm));
     t.push_back(buf("pending tokens: sources", pend_src_, Tm));
-    t.push_back(buf("kFull sampler results", sample_out_, Bm));
+    t.push_back(buf("kFull sampler results", sample_out_, Rm));
     if (batched_) {
         ws_.comp_pooled_ld = int(std::max(D, ID));  // the main and the indexer compressor's row widths
         t.insert(t.end(),
@@ -195,13 +195,13 @@ Status CudaRunner::alloc_workspace() {
     // The two step slots' pinned staging, sized for the largest plan (penalty tokens grow when needed).
     const size_t plan_bytes = Bm * (3 * sizeof(int32_t) + sizeof(int64_t)) + Bm * size_t(pt_stride_) * sizeof(int32_t) +
                               Tm * (4 * sizeof(int32_t) + 3 * sizeof(int64_t)) + Tm * 2 * sizeof(int32_t) +
-                              Bm * sizeof(cuda::SampleRowArgs) + 16 * 64;
+                              Rm * sizeof(cuda::SampleRowArgs) + 16 * 64;
     for (auto& sl : slots_) {
         DSV4_CU(cudaEventCreateWithFlags(&sl.done, cudaEventDisableTiming));
         DSV4_CU(cudaEventCreateWithFlags(&sl.ready, cudaEventDisableTiming));
         DSV4_RETURN_IF_ERROR(sl.up.reserve(plan_bytes + Bm * 64 * sizeof(cuda::SamplePenaltyToken)));
         DSV4_RETURN_IF_ERROR(sl.ids.reserve(Rm * sizeof(int32_t)));
-        DSV4_RETURN_IF_ERROR(sl.full.reserve(Bm * sizeof(cuda::SampleRowOut)));
+        DSV4_RETURN_IF_ERROR(sl.full.reserve(Rm * sizeof(cuda::SampleRowOut)));
         if (spec_tokens_ > 0) DSV4_RETURN_IF_ERROR(sl.drafts.reserve(Bm * S * sizeof(int32_t)));
     }
     return Status::ok();

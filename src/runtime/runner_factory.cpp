@@ -27,7 +27,10 @@ Result<ModelConfig> runner_model_config(const RunnerOptions& opt) {
     if (opt.synthetic_flash_layers > 0) {
         FlashProxySpec spec;
         spec.n_layers = opt.synthetic_flash_layers;
-        return flash_proxy_config(spec);
+        DSV4_ASSIGN_OR_RETURN(ModelConfig cfg, flash_proxy_config(spec));
+        // Speculative decoding drafts with a synthetic mtp.0 block, as the checkpoint ships one.
+        if (opt.speculative_tokens > 0) cfg.num_nextn_predict_layers = 1;
+        return cfg;
     }
     if (opt.model == "tiny") return tiny_model_config();
     return load_model_config(opt.model);
@@ -53,14 +56,13 @@ Result<std::shared_ptr<const RefModel>> load_ref_model(const std::string& model,
 Result<std::unique_ptr<ModelRunner>> make_model_runner(const RunnerOptions& opt) {
     if (opt.backend != "cpu") {
         if (opt.backend != "cuda") return invalid_argument("unknown backend '{}' (expected cpu or cuda)", opt.backend);
-        // The CUDA runner's cycle (CudaRunnerOptions::spec_tokens) is built and has its GPU tests
-        // (CudaSpeculative.*), which have not run on a GPU yet: until they pass, the cli keeps it off. Lifting
-        // this needs a refusal of --speculative-draft self here (the CUDA runner drafts with the MTP block
-        // only); the runner itself refuses more than one GPU.
-        if (opt.speculative_tokens > 0)
-            return error(StatusCode::kUnimplemented,
-                         "speculative decoding (--speculative-tokens) runs on the cpu backend only so far: the CUDA "
-                         "runner's speculative cycle is not enabled yet");
+        // The CUDA runner drafts with the checkpoint's MTP block only (CudaRunnerOptions::spec_tokens); the
+        // runner itself refuses speculation over more than one GPU.
+        if (opt.speculative_tokens > 0 && opt.speculative_draft != "mtp")
+            return invalid_argument(
+                "--speculative-draft '{}' runs on the cpu backend only: the cuda backend drafts with the "
+                "checkpoint's MTP block (--speculative-draft mtp)",
+                opt.speculative_draft);
 #ifdef DSV4_HAVE_CUDA
         CudaRunnerOptions co;
         co.page_tokens = opt.page_tokens;

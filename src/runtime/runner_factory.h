@@ -30,8 +30,8 @@ struct RunnerOptions {
     int64_t max_context = 0;  // cuda: positions per sequence (0: the runner's default, 65,536)
     int max_step_tokens = 0;  // cuda: tokens per step (0: the runner's default, 8,192)
     // Speculative decoding (issue 24): verify chunks of up to this many draft tokens (0: off).
-    // The cpu backend only so far (drafts from the checkpoint's MTP block; "self": the target's own
-    // greedy tokens, a test mode); the cuda backend answers kUnimplemented.
+    // Drafts from the checkpoint's MTP block ("mtp"), or on the cpu backend from the target's own
+    // greedy tokens ("self", a test mode; the cuda backend refuses it).
     int speculative_tokens = 0;
     std::string speculative_draft = "mtp";  // "mtp" | "self"
 };

@@ -14,9 +14,6 @@ namespace dsv4 {
 namespace {
 
 constexpr float kMinLogprob = -1.0e30f;  // finite stand-in for log(0)
-// The acceptance draws of speculative decoding: a Philox stream of their own, apart from the
-// sampling draws of the same (seed, choice, position).
-constexpr uint64_t kDraftStream = uint64_t(1) << 63;
 
 float finite_logprob(double lp) {
     if (!std::isfinite(lp)) return kMinLogprob;
@@ -237,7 +234,7 @@ SampleResult sample_impl(std::span<float> logits, const SamplingParams& params, 
         const Kept kept = kept_tokens(logits, params);
         const double u = philox_uniform(ctx.seed, ctx.stream, uint64_t(ctx.position));
         int32_t chosen = -1;
-        if (draft >= 0 && philox_uniform(ctx.seed, ctx.stream | kDraftStream, uint64_t(ctx.position)) <=
+        if (draft >= 0 && philox_uniform(ctx.seed, ctx.stream | kPhiloxDraftStream, uint64_t(ctx.position)) <=
                               kept_probability(kept, draft)) {
             chosen = draft;
             *accepted = true;

@@ -227,10 +227,18 @@ void EngineCore::launch_plan(StepPlan plan, StepStats& st) {
         if (c.want_logits) {
             const SampleContext ctx = sample_context(c.seq, c.seq->n_output());
             mode = row_mode(c.seq, ctx);
-            // A verify chunk's k + 1 rows: greedy picks on the device (a draft is accepted iff it is
-            // the pick, and plain argmax at the first row stays so at the later ones: min_tokens only
-            // unmasks), else logits judged against the drafts on the host (rejection sampling).
-            if (c.draft_tokens > 0 && mode != DeviceSample::kGreedy) mode = DeviceSample::kNone;
+            // A verify chunk's k + 1 rows on the device: greedy picks (a draft is accepted iff it is the
+            // pick; plain argmax at the first row stays so at the later ones, min_tokens only unmasks),
+            // or kFull rows that judge their drafts (sample_token_with_draft) when every row samples
+            // with the same lists: no penalties (row j's counts would include drafts 0..j-1), no
+            // logprobs, the same stop masking at the first and the last row. Else logits for the host.
+            if (c.draft_tokens > 0 && mode == DeviceSample::kFull) {
+                const SamplingParams& p = c.seq->params;
+                const bool same_rows =
+                    !p.has_penalties() && p.logprobs < 0 &&
+                    sample_context(c.seq, c.seq->n_output() + c.draft_tokens).suppress_stops == ctx.suppress_stops;
+                if (!same_rows) mode = DeviceSample::kNone;
+            }
             if (mode == DeviceSample::kFull) {
                 pen[i] = penalty_tokens(c.seq->params, c.seq->penalties, ctx);
                 dp = device_sample_params(c.seq->params, ctx, pen[i]);
@@ -413,7 +421,7 @@ void EngineCore::collect_oldest(StepStats& st) {
             for (int j = 0; j <= k; ++j) {
                 const SampleContext ctx = sample_context(seq, at + j - seq->n_prompt);
                 DraftVerdict v;
-                if (on_device) {  // kGreedy rows: the device's argmax, sample_token's greedy result
+                if (on_device) {  // the runner's pick or its judgement of draft j: kept iff the token is the draft
                     v.sample.token = out.tokens[r + size_t(j)];
                     v.accepted = j < k && v.sample.token == (*drafts)[size_t(j)];
                     ++st.n_device_sampled;

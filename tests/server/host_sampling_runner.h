@@ -37,10 +37,11 @@ public:
         for (auto& c : rows.seqs) c.sample = DeviceSample::kNone;
         StepOutput all;
         DSV4_RETURN_IF_ERROR(inner_.forward_sampled(rows, all));
-        out.drafts = std::move(all.drafts);
-        size_t r = 0;
+        out.drafts = all.drafts;
+        size_t r = 0, v = 0;
         for (const auto& c : b.seqs) {
             if (!c.want_logits) continue;
+            const std::vector<int32_t>* drafts = c.draft_tokens > 0 ? &all.drafts[v++] : nullptr;
             for (int j = 0; j <= c.draft_tokens; ++j) {  // a verify chunk's k + 1 rows, else one
                 auto& row = all.logits[r++];
                 if (echo_bonus != 0.0f && c.draft_tokens == 0) row[size_t(c.tokens.back())] += echo_bonus;
@@ -50,7 +51,9 @@ public:
                 }
                 ++device_rows[c.seq_id];
                 verify_rows += c.draft_tokens > 0;
-                SampleResult s = c.sample == DeviceSample::kGreedy ? greedy(row) : full(row, c.params);
+                // kFull verify rows: row j at position + j judges draft j as the CUDA runner's sampler does.
+                const int32_t draft = drafts && j < c.draft_tokens ? (*drafts)[size_t(j)] : -1;
+                SampleResult s = c.sample == DeviceSample::kGreedy ? greedy(row) : full(row, c.params, j, draft);
                 out.tokens.push_back(s.token);
                 out.logprobs.push_back(s.logprob);
                 std::vector<std::pair<int32_t, float>> top;
@@ -78,7 +81,7 @@ private:
         return s;
     }
     // The kFull row through the host sampler: penalty tokens back into prompt / output counts.
-    SampleResult full(std::vector<float>& row, const DeviceSampleParams& d) const {
+    SampleResult full(std::vector<float>& row, const DeviceSampleParams& d, int j = 0, int32_t draft = -1) const {
         SamplingParams p;
         p.temperature = d.temperature;
         p.top_p = d.top_p;
@@ -101,9 +104,10 @@ private:
         pen.reset(prompt, output);
         const SampleContext ctx{.seed = d.seed,
                                 .stream = d.stream,
-                                .position = d.position,
+                                .position = d.position + j,
                                 .suppress_stops = any_mask,
                                 .eos_token = int32_t(inner_.config().eos_token_id)};
+        if (draft >= 0) return sample_token_with_draft(row, p, pen, ctx, draft).sample;
         return sample_token(row, p, pen, ctx);
     }
 

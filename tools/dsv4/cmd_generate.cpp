@@ -214,10 +214,12 @@ void register_generate(CLI::App& app, CommandContext& ctx) {
     cmd->add_option("--gpus", args->gpus, "cuda: expert parallel over this many GPUs (NCCL; default 1)");
     cmd->add_option("--kv-rows", args->kv_rows,
                     "cuda: KV row storage fp8 (default), bf16 or f32 (= --option kv_rows=...)");
-    cmd->add_option("--speculative-tokens", args->speculative_tokens,
-                    "speculative decoding: draft tokens per verify step, 1-3, from the MTP block (0 = off; cpu only)")
+    cmd->add_option(
+           "--speculative-tokens", args->speculative_tokens,
+           "speculative decoding: draft tokens per verify step, 1-3, from the MTP block (0 = off; one GPU on cuda)")
         ->check(CLI::Range(0, 3));
-    cmd->add_option("--speculative-draft", args->speculative_draft, "mtp | self (the model's own tokens: a test mode)")
+    cmd->add_option("--speculative-draft", args->speculative_draft,
+                    "mtp | self (the model's own tokens: a test mode, cpu backend only)")
         ->check(CLI::IsMember({"mtp", "self"}));
     add_runtime_option_flag(cmd, &args->options, &args->tuning);
     cmd->add_flag("--reference-numerics", args->reference_numerics,

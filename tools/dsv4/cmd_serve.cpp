@@ -263,12 +263,14 @@ void register_serve(CLI::App& app, CommandContext& ctx) {
     cmd->add_option(
            "--speculative-tokens", o->speculative_tokens,
            "speculative decoding: draft tokens per verify step, 1-3, from the checkpoint's MTP block (0 = off; "
-           "cpu backend only so far; requests with logprobs or structured output decode without it)")
+           "one GPU on cuda; requests with logprobs or structured output decode without it)")
         ->check(CLI::Range(0, 3));
     cmd->add_option("--speculative-max-batch", o->speculative_max_batch,
                     "speculate only in steps of at most this many running sequences (0 = always; default 128)");
-    cmd->add_option("--speculative-draft", o->speculative_draft,
-                    "mtp (the checkpoint's MTP block) | self (the model's own greedy tokens: a test mode, no speed-up)")
+    cmd->add_option(
+           "--speculative-draft", o->speculative_draft,
+           "mtp (the checkpoint's MTP block) | self (the model's own greedy tokens: a test mode, no speed-up; cpu "
+           "backend only)")
         ->check(CLI::IsMember({"mtp", "self"}));
     cmd->add_option("--max-queued", o->max_queued, "waiting requests before 429");
     cmd->add_option("--max-tokens-per-step", o->max_tokens_per_step,

@@ -5,6 +5,7 @@
 // sides break by id) and partly -inf.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -193,6 +194,100 @@ TEST(CudaSampleRows, SameTokensAsTheHostSampler) {
         "max |logprob diff| %.3g\n",
         cases().size(), kRows, kV, (long long)(n_rows - n_mismatch), (long long)n_rows, max_lp);
     cudaFree(d_logits), cudaFree(d_w), cudaFree(d_saved), cudaFree(d_args), cudaFree(d_toks), cudaFree(d_out);
+}
+
+// Speculative decoding's verify rows (SampleRowArgs::draft_index): each row judges a draft as
+// sample_token_with_draft does (kept with probability p(draft) by the draft stream's draw, else a
+// draw from p without it), for every case without penalties or logprobs (the rows the runner
+// judges on the device). Drafts per row: its best token (mostly kept), its 2nd best, a random
+// token (mostly rejected), and for kind-3 rows sometimes a -inf one (never kept). Same tokens as the
+// host; both verdicts occur.
+TEST(CudaSampleRows, DraftVerdictsAsTheHostSampler) {
+    SKIP_WITHOUT_GPU();
+    std::mt19937 g(321);
+    std::vector<std::vector<float>> rows;
+    for (int r = 0; r < kRows; ++r) rows.push_back(make_row(r % 4, g));
+    float *d_logits = nullptr, *d_w = nullptr, *d_saved = nullptr;
+    cuda::SampleRowArgs* d_args = nullptr;
+    cuda::SamplePenaltyToken* d_toks = nullptr;
+    cuda::SampleRowOut* d_out = nullptr;
+    int32_t* d_drafts = nullptr;
+    ASSERT_EQ(cudaMalloc(&d_logits, size_t(kRows) * kV * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&d_w, size_t(kRows) * kV * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&d_saved, 4096 * 4), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&d_args, kRows * sizeof(cuda::SampleRowArgs)), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&d_toks, 4096 * sizeof(cuda::SamplePenaltyToken)), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&d_out, kRows * sizeof(cuda::SampleRowOut)), cudaSuccess);
+    ASSERT_EQ(cudaMalloc(&d_drafts, kRows * sizeof(int32_t)), cudaSuccess);
+    std::vector<float> flat(size_t(kRows) * kV);
+    for (int r = 0; r < kRows; ++r) std::copy(rows[r].begin(), rows[r].end(), flat.begin() + size_t(r) * kV);
+    ASSERT_EQ(cudaMemcpy(d_logits, flat.data(), flat.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+    const PenaltyState none;
+    int64_t n_rows = 0, n_mismatch = 0, n_kept = 0, n_rejected = 0;
+    for (const Case& c : cases()) {
+        if (c.p.has_penalties() || c.p.logprobs >= 0) continue;
+        for (uint64_t seed_base : {5ull, 99ull, 2468ull}) {
+            std::vector<cuda::SampleRowArgs> args(kRows);
+            std::vector<cuda::SamplePenaltyToken> toks;
+            std::vector<int32_t> drafts(kRows);
+            std::vector<DraftVerdict> host(kRows);
+            for (int r = 0; r < kRows; ++r) {
+                std::vector<int32_t> order(kV);
+                for (int i = 0; i < kV; ++i) order[size_t(i)] = i;
+                std::partial_sort(order.begin(), order.begin() + 2, order.end(),
+                                  [&](int32_t a, int32_t b) { return rows[r][a] > rows[r][b]; });
+                const int pick = int((seed_base + uint64_t(r)) % 4);
+                int32_t d = pick == 0 ? order[0] : pick == 1 ? order[1] : int32_t(g() % kV);
+                if (pick == 3 && r % 4 == 3)
+                    for (int i = 0; i < kV; ++i)
+                        if (std::isinf(rows[r][i])) d = i;
+                drafts[r] = d;
+                const SampleContext ctx{.seed = seed_base * 1000 + uint64_t(r),
+                                        .stream = uint64_t(r % 3),
+                                        .position = int64_t(r * 5 + seed_base % 7),
+                                        .suppress_stops = c.suppress,
+                                        .eos_token = 1};
+                std::vector<float> copy = rows[r];
+                host[r] = sample_token_with_draft(copy, c.p, none, ctx, d);
+                const auto pt = penalty_tokens(c.p, none, ctx);
+                args[r] = row_args(device_sample_params(c.p, ctx, pt), r, toks);
+                args[r].draft_index = r;
+            }
+            ASSERT_EQ(cudaMemcpy(d_args, args.data(), args.size() * sizeof(args[0]), cudaMemcpyHostToDevice),
+                      cudaSuccess);
+            if (!toks.empty())
+                ASSERT_EQ(cudaMemcpy(d_toks, toks.data(), toks.size() * sizeof(toks[0]), cudaMemcpyHostToDevice),
+                          cudaSuccess);
+            ASSERT_EQ(cudaMemcpy(d_drafts, drafts.data(), drafts.size() * 4, cudaMemcpyHostToDevice), cudaSuccess);
+            ASSERT_EQ(
+                cuda::sample_rows(d_logits, kV, d_args, kRows, d_toks, d_w, d_saved, d_out, nullptr, nullptr, d_drafts),
+                cudaSuccess);
+            std::vector<cuda::SampleRowOut> out(kRows);
+            ASSERT_EQ(cudaMemcpy(out.data(), d_out, out.size() * sizeof(out[0]), cudaMemcpyDeviceToHost), cudaSuccess);
+            for (int r = 0; r < kRows; ++r) {
+                ++n_rows;
+                const bool same = out[r].token == host[r].sample.token;
+                n_mismatch += !same;
+                EXPECT_TRUE(same) << c.name << " seed " << seed_base << " row " << r << " draft " << drafts[r]
+                                  << ": device " << out[r].token << " host " << host[r].sample.token << " (host "
+                                  << (host[r].accepted ? "kept" : "rejected") << " the draft)";
+                // The runner's verdict is "the token is the draft".
+                EXPECT_EQ(host[r].accepted, host[r].sample.token == drafts[r]) << c.name << " row " << r;
+                (host[r].accepted ? n_kept : n_rejected) += 1;
+            }
+        }
+    }
+    std::vector<float> back(flat.size());
+    ASSERT_EQ(cudaMemcpy(back.data(), d_logits, back.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_TRUE(back == flat) << "sample_rows did not restore the logits";
+    EXPECT_GT(n_kept, 0);
+    EXPECT_GT(n_rejected, 0);
+    std::printf(
+        "[sample_rows drafts] %lld/%lld tokens equal to sample_token_with_draft; %lld drafts kept, %lld "
+        "rejected\n",
+        (long long)(n_rows - n_mismatch), (long long)n_rows, (long long)n_kept, (long long)n_rejected);
+    cudaFree(d_logits), cudaFree(d_w), cudaFree(d_saved), cudaFree(d_args), cudaFree(d_toks), cudaFree(d_out);
+    cudaFree(d_drafts);
 }
 
 // Overlapped scheduling: a row whose latest output token is pending (SampleRowArgs::pending_index)
