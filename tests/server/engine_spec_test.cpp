@@ -14,107 +14,21 @@
 #include "core/philox.h"
 #include "model/ref_speculative.h"
 #include "runtime/ref_runner.h"
-#include "tests/server/host_sampling_runner.h"
 #include "runtime/runner_factory.h"
 #include "sched/engine_core.h"
-#include "tests/server/choice_sink.h"
+#include "tests/server/engine_spec_harness.h"
 
 namespace dsv4 {
 namespace {
 
-std::shared_ptr<const RefModel> tiny() {
-    static const std::shared_ptr<const RefModel> m = *load_ref_model("tiny", 0);
-    return m;
-}
-
-using Sink = ChoiceSink;
-
-struct Job {
-    std::vector<int32_t> prompt;
-    SamplingParams params;
-    int n = 1;
-};
-
-struct SpecSetup {
-    int k = 0;  // speculative tokens (0: off)
-    DraftSource draft = DraftSource::kMtp;
-    int64_t budget = 512, chunk = 512;
-    int max_running = 16, max_batch = 0;
-    int64_t tight_pool = 0;  // > 0: a pool of two sequences of this many tokens and one page
-    bool prefix_cache = false;
-    bool overlap = false;  // EngineConfig::Overlap::kAlways (the bookkeeping of a step in flight)
-    // The runner picks greedy rows itself (HostSamplingRunner, as the CUDA runner does on the device),
-    // verify chunks' k + 1 rows included.
-    bool device_picks = false;
-};
-
-struct Outcome {
-    std::vector<std::map<int, std::vector<int32_t>>> tokens;
-    int64_t verify = 0, drafted = 0, accepted = 0, preempted = 0, generated = 0;
-    int64_t verify_rows_picked = 0;  // by the runner, with SpecSetup::device_picks
-};
-
-std::vector<int32_t> prompt(uint64_t seed, int n) {
-    std::vector<int32_t> p;
-    for (int i = 0; i < n; ++i) p.push_back(int32_t(2 + philox_uniform(seed, 1, uint64_t(i)) * 120000));
-    return p;
-}
-
-SamplingParams greedy(int max_tokens) {
-    SamplingParams p;
-    p.temperature = 0;
-    p.max_tokens = max_tokens;
-    p.ignore_eos = true;
-    return p;
-}
-
-Outcome run(const std::vector<Job>& jobs, const SpecSetup& s, FinishReason want = FinishReason::kLength) {
-    const int64_t page_tokens = 64;
-    int64_t n_pages = 1024;
-    if (s.tight_pool > 0) {
-        const bool mtp = s.k > 0 && s.draft == DraftSource::kMtp;
-        auto layout = KvLayout::make(tiny()->config(), page_tokens, 4, KvRowFormat::kF32, mtp ? 1 : 0, s.k);
-        EXPECT_TRUE(layout.is_ok());
-        n_pages = 2 * layout->pages_for_tokens(s.tight_pool) + 1;
-    }
-    auto runner = RefRunner::create(tiny(), page_tokens, n_pages, {s.k, s.draft});
-    EXPECT_TRUE(runner.is_ok()) << runner.status().message();
-    EngineConfig cfg;
-    cfg.sched = {.max_running = s.max_running, .max_tokens_per_step = s.budget, .max_prefill_chunk = s.chunk};
-    cfg.sched.prefix_cache = s.prefix_cache;
-    cfg.sched.speculative_tokens = s.k;
-    cfg.sched.speculative_max_batch = s.max_batch;
-    cfg.page_shuffle_seed = 5;
-    if (s.overlap) cfg.overlap = EngineConfig::Overlap::kAlways;
-    cfg.default_seed = 11;
-    EngineStats stats;
-    test::HostSamplingRunner picking(**runner);
-    if (!s.device_picks) cfg.device_sampling = false;
-    EngineCore core(s.device_picks ? static_cast<ModelRunner&>(picking) : **runner, cfg, stats);
-    std::vector<std::shared_ptr<Sink>> sinks;
-    uint64_t id = 1;
-    for (const Job& j : jobs) {
-        sinks.push_back(std::make_shared<Sink>());
-        EXPECT_TRUE(
-            core.add({.id = id++, .prompt = j.prompt, .params = j.params, .n = j.n, .sink = sinks.back()}).is_ok());
-    }
-    for (int guard = 0; core.has_work() && guard < 20000; ++guard) core.step();
-    EXPECT_FALSE(core.has_work());
-    Outcome o;
-    for (size_t i = 0; i < sinks.size(); ++i) {
-        for (int c = 0; c < jobs[i].n; ++c)
-            EXPECT_EQ(sinks[i]->finish[c], want) << "job " << i << ": " << sinks[i]->error;
-        o.tokens.push_back(sinks[i]->tokens);
-    }
-    o.verify = stats.spec_verify_chunks_total;
-    o.drafted = stats.spec_draft_tokens_total;
-    o.accepted = stats.spec_accepted_tokens_total;
-    o.preempted = stats.preemptions_total;
-    o.generated = stats.generated_tokens_total;
-    o.verify_rows_picked = picking.verify_rows;
-    if (!s.prefix_cache) EXPECT_EQ(core.pages().n_used(), 0);
-    return o;
-}
+using spec_test::greedy;
+using spec_test::Job;
+using spec_test::Outcome;
+using spec_test::prompt;
+using spec_test::run;
+using spec_test::Sink;
+using spec_test::SpecSetup;
+using spec_test::tiny;
 
 // Prompts across the ratio-4 windows and the 128-token window; one request with two choices.
 std::vector<Job> greedy_jobs(int max_tokens) {
