@@ -457,6 +457,8 @@ private:
     // The step-independent part (the workspace pointers are null before alloc_workspace: the tuning
     // file's checks read shapes and weights only).
     cuda::MoeArgs moe_block_args(int l) const;
+    // `a` with the step's fields: T, the grouped-GEMM threshold, the tuning rules, the decode flag.
+    cuda::MoeArgs moe_step_args(cuda::MoeArgs a, int T) const;
     // Destroys the captured decode graphs (and the head graphs when `head`); they are recaptured on use.
     void drop_graphs(bool head) {
         for (auto& [key, g] : graphs_) cudaGraphExecDestroy(g);

@@ -138,8 +138,9 @@ Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, 
     return Status::ok();
 }
 
-cuda::MoeArgs CudaRunner::moe_args(int l, int T) const {
-    cuda::MoeArgs a = layer_args_[size_t(l)].moe;
+cuda::MoeArgs CudaRunner::moe_args(int l, int T) const { return moe_step_args(layer_args_[size_t(l)].moe, T); }
+
+cuda::MoeArgs CudaRunner::moe_step_args(cuda::MoeArgs a, int T) const {
     a.T = T;
     a.grouped_min_tokens = moe_gemm_min_tokens_;
     a.moe_rules = moe_rules_.empty() ? nullptr : &moe_rules_;

@@ -151,10 +151,7 @@ Status CudaRunner::apply_tuning_rules() {
                     for (int T : token_samples(r.tokens, opt_.max_step_tokens)) {
                         // Every layer's experts have one shape and layout. Hash routing is left out: its
                         // token ids are not allocated yet, and the routing does not decide the variant.
-                        cuda::MoeArgs a = moe_block_args(0);
-                        a.T = T;
-                        a.grouped_min_tokens = moe_gemm_min_tokens_;
-                        a.decode_step = decode_only_step_;
+                        cuda::MoeArgs a = moe_step_args(moe_block_args(0), T);
                         a.tid2eid = nullptr;
                         const std::string why = cuda::moe_variant_refusal(a, v, grouped);
                         if (!why.empty()) return refused(r, why, T);

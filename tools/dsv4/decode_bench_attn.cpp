@@ -183,15 +183,10 @@ void run_attn_sections(DecodeBenchRun& run) {
                                            " B=" + std::to_string(B) + ":";
                         for (auto& [name, v] : pt.items()) {
                             auto m = v["median_us"];
-                            double lo = 1e30, hi = 0, sum = 0;
-                            for (auto& x : m) {
-                                lo = std::min(lo, x.get<double>());
-                                hi = std::max(hi, x.get<double>());
-                                sum += x.get<double>();
-                            }
+                            const RoundSpread r = round_spread(m);
                             char b[128];
                             std::snprintf(b, sizeof b, " %s(sp%d)=%.1f[%.1f-%.1f]", name.c_str(),
-                                          v["splits"].get<int>(), sum / m.size(), lo, hi);
+                                          v["splits"].get<int>(), r.mean, r.lo, r.hi);
                             line += b;
                         }
                         table.push_back(line);

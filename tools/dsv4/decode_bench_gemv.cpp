@@ -202,18 +202,13 @@ void run_gemv_sections(DecodeBenchRun& run) {
                 for (const auto& [name, v] : cols) {
                     if (!pt.contains(name)) continue;
                     const json& m = pt[name]["median_us"];
-                    double lo = 1e30, hi = 0, sum = 0;
-                    for (auto& x : m) {
-                        lo = std::min(lo, x.get<double>());
-                        hi = std::max(hi, x.get<double>());
-                        sum += x.get<double>();
-                    }
+                    const RoundSpread r = round_spread(m);
                     char b[200];
                     if (name == "old" || name == "new")
                         std::snprintf(b, sizeof b, " %s(%s)=%.1f[%.1f-%.1f]", name.c_str(),
-                                      dense_gemv_variant_name(v).substr(11).c_str(), sum / m.size(), lo, hi);
+                                      dense_gemv_variant_name(v).substr(11).c_str(), r.mean, r.lo, r.hi);
                     else
-                        std::snprintf(b, sizeof b, " %s=%.1f[%.1f-%.1f]", name.c_str(), sum / m.size(), lo, hi);
+                        std::snprintf(b, sizeof b, " %s=%.1f[%.1f-%.1f]", name.c_str(), r.mean, r.lo, r.hi);
                     line += b;
                 }
                 std::printf("%s\n", line.c_str());  // as it comes: a cut-off run keeps its lines

@@ -278,16 +278,11 @@ void run_moe_sections(DecodeBenchRun& run) {
                     }
                 J["moe_gemm"].push_back(json{{"batch", B}, {"configs", pt}});
                 for (auto& [name, v] : pt.items()) {
-                    double lo = 1e30, hi = 0, sum = 0, tf = 0;
-                    for (auto& x : v["median_us"]) {
-                        lo = std::min(lo, x.get<double>());
-                        hi = std::max(hi, x.get<double>());
-                        sum += x.get<double>();
-                    }
-                    for (auto& x : v["tflops"]) tf = std::max(tf, x.get<double>());
+                    const RoundSpread r = round_spread(v["median_us"]);
+                    const double tf = round_spread(v["tflops"]).hi;
                     char line[256];
                     std::snprintf(line, sizeof line, "moe_gemm B=%-5d %-34s %9.1f us [%.1f-%.1f] %6.1f TFLOP/s", B,
-                                  name.c_str(), sum / v["median_us"].size(), lo, hi, tf);
+                                  name.c_str(), r.mean, r.lo, r.hi, tf);
                     table.push_back(line);
                     std::printf("%s\n", line);
                 }
@@ -320,15 +315,9 @@ void run_moe_sections(DecodeBenchRun& run) {
                 J["moe_sweep"].push_back(json{{"batch", B}, {"configs", pt}});
                 std::string line = "sweep moe B=" + std::to_string(B) + ":";
                 for (auto& [name, v] : pt.items()) {
-                    double lo = 1e30, hi = 0, sum = 0;
-                    for (auto& x : v["median_us"]) {
-                        lo = std::min(lo, x.get<double>());
-                        hi = std::max(hi, x.get<double>());
-                        sum += x.get<double>();
-                    }
+                    const RoundSpread r = round_spread(v["median_us"]);
                     char b[160];
-                    std::snprintf(b, sizeof b, " %s=%.1f[%.1f-%.1f]", name.substr(10).c_str(),
-                                  sum / v["median_us"].size(), lo, hi);
+                    std::snprintf(b, sizeof b, " %s=%.1f[%.1f-%.1f]", name.substr(10).c_str(), r.mean, r.lo, r.hi);
                     line += b;
                 }
                 table.push_back(line);

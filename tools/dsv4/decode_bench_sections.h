@@ -43,6 +43,21 @@ void run_gemv_sections(DecodeBenchRun& run);
 
 namespace dbench {
 // Whether the list v (--sections) holds s.
+// Mean, min and max of a sweep's per-round medians (a JSON array of numbers), for its summary line.
+struct RoundSpread {
+    double mean = 0, lo = 0, hi = 0;
+};
+inline RoundSpread round_spread(const nlohmann::json& values) {
+    RoundSpread r{0, 1e30, 0};
+    for (const auto& x : values) {
+        r.lo = std::min(r.lo, x.get<double>());
+        r.hi = std::max(r.hi, x.get<double>());
+        r.mean += x.get<double>();
+    }
+    r.mean /= double(values.size());
+    return r;
+}
+
 inline bool has(const std::vector<std::string>& v, const char* s) {
     return std::find(v.begin(), v.end(), s) != v.end();
 }
