@@ -49,11 +49,6 @@ DSV4_HD inline float philox_uniform(uint64_t seed, uint64_t stream, uint64_t i) 
     return u32_to_unit(out[i & 3]);
 }
 
-// The stream bit of speculative decoding's acceptance draws (src/sample/sampler.cpp and the device
-// sampler): a Philox stream of their own, apart from the sampling draws of the same (seed, choice,
-// position).
-inline constexpr uint64_t kPhiloxDraftStream = uint64_t(1) << 63;
-
 // Element i of a seeded stream: standard normal (Box-Muller on a pair of words).
 DSV4_HD inline float philox_normal(uint64_t seed, uint64_t stream, uint64_t i) {
     uint32_t out[4];

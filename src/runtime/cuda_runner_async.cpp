@@ -118,7 +118,6 @@ Status CudaRunner::queue_outputs(const ForwardBatch& batch, bool honour_sample, 
             a.n_tok = int32_t(p.penalty_tokens.size());
             // A pending output token (filled in on the device) is not in the host's counts: the kernel adds it.
             if (k == 0 && c.tokens.back() == kPendingToken) a.pending_index = hp.logit_rows[size_t(r)];
-            if (j < k) a.draft_index = int32_t(i) * spec_tokens_ + j;  // drafts_ [B, spec_tokens_]
             full.push_back(a);
         }
     }
@@ -202,8 +201,7 @@ Status CudaRunner::queue_step(const ForwardBatch& batch, bool honour_sample) {
         const auto* args = static_cast<const cuda::SampleRowArgs*>(sample_args_.p);
         DSV4_CU(cuda::sample_rows(ws_.logits, int64_t(V), args, int(full.size()),
                                   static_cast<const cuda::SamplePenaltyToken*>(sample_toks_.p), sample_w_,
-                                  static_cast<float*>(sample_saved_.p), sample_out_, stream_, ws_.tokens,
-                                  slot.verify.empty() ? nullptr : drafts_));
+                                  static_cast<float*>(sample_saved_.p), sample_out_, stream_, ws_.tokens));
         DSV4_CU(cuda::scatter_sampled_tokens(args, sample_out_, int(full.size()), sampled_, stream_));
         DSV4_CU(cudaMemcpyAsync(slot.full.p, sample_out_, full.size() * sizeof(cuda::SampleRowOut),
                                 cudaMemcpyDeviceToHost, stream_));

@@ -137,34 +137,22 @@ void for_each_kept(const Kept& k, Fn&& fn) {
     }
 }
 
-// The kept token a draw u in (0, 1] lands on (cumulative weights), leaving out `skip`; -1: none kept.
-int32_t walk(const Kept& k, double u, int32_t skip = -1) {
+// The kept token a draw u in (0, 1] lands on (cumulative weights); -1: none kept.
+int32_t walk(const Kept& k, double u) {
     double total = 0.0;
-    for_each_kept(k, [&](int32_t i, float w) {
-        if (i != skip) total += w;
+    for_each_kept(k, [&](int32_t, float w) {
+        total += w;
         return true;
     });
     const double target = u * total;
     double cum = 0.0;
     int32_t chosen = -1;
     for_each_kept(k, [&](int32_t i, float w) {
-        if (i == skip) return true;
         cum += w;
         chosen = i;
         return cum < target;
     });
     return chosen;
-}
-
-// Probability of token t under the kept distribution (0 when not kept).
-double kept_probability(const Kept& k, int32_t t) {
-    double total = 0.0, wt = 0.0;
-    for_each_kept(k, [&](int32_t i, float w) {
-        total += w;
-        if (i == t) wt = w;
-        return true;
-    });
-    return total > 0.0 ? wt / total : 0.0;
 }
 
 }  // namespace
@@ -184,11 +172,8 @@ bool sample_is_plain_argmax(const SamplingParams& params, const SampleContext& c
     return !masks;
 }
 
-namespace {
-
-// sample_token, and with draft >= 0 the draft's acceptance (sample_token_with_draft).
-SampleResult sample_impl(std::span<float> logits, const SamplingParams& params, const PenaltyState& penalties,
-                         const SampleContext& ctx, int32_t draft, bool* accepted) {
+SampleResult sample_token(std::span<float> logits, const SamplingParams& params, const PenaltyState& penalties,
+                          const SampleContext& ctx) {
     SampleResult res;
     const int32_t vocab = int32_t(logits.size());
     double lse = 0.0;
@@ -229,18 +214,9 @@ SampleResult sample_impl(std::span<float> logits, const SamplingParams& params, 
 
     if (params.greedy()) {
         res.token = argmax(logits);
-        if (accepted) *accepted = res.token == draft;
     } else {
-        const Kept kept = kept_tokens(logits, params);
-        const double u = philox_uniform(ctx.seed, ctx.stream, uint64_t(ctx.position));
-        int32_t chosen = -1;
-        if (draft >= 0 && philox_uniform(ctx.seed, ctx.stream | kPhiloxDraftStream, uint64_t(ctx.position)) <=
-                              kept_probability(kept, draft)) {
-            chosen = draft;
-            *accepted = true;
-        } else {
-            chosen = walk(kept, u, draft);
-        }
+        const int32_t chosen =
+            walk(kept_tokens(logits, params), philox_uniform(ctx.seed, ctx.stream, uint64_t(ctx.position)));
         res.token = chosen >= 0 ? chosen : argmax(logits);
     }
     if (params.logprobs >= 0) {
@@ -251,17 +227,11 @@ SampleResult sample_impl(std::span<float> logits, const SamplingParams& params, 
     return res;
 }
 
-}  // namespace
-
-SampleResult sample_token(std::span<float> logits, const SamplingParams& params, const PenaltyState& penalties,
-                          const SampleContext& ctx) {
-    return sample_impl(logits, params, penalties, ctx, -1, nullptr);
-}
-
 DraftVerdict sample_token_with_draft(std::span<float> logits, const SamplingParams& params,
                                      const PenaltyState& penalties, const SampleContext& ctx, int32_t draft) {
     DraftVerdict v;
-    v.sample = sample_impl(logits, params, penalties, ctx, draft, &v.accepted);
+    v.sample = sample_token(logits, params, penalties, ctx);
+    v.accepted = draft >= 0 && v.sample.token == draft;
     return v;
 }
 

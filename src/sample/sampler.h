@@ -56,14 +56,14 @@ SampleResult sample_token(std::span<float> logits, const SamplingParams& params,
                           const SampleContext& ctx);
 
 // Speculative decoding (issue 24): the verdict on a draft token proposed for this position by a
-// greedy draft model (its proposal distribution q is one-hot at `draft`). Greedy: accepted iff the
-// draft is sample_token's argmax, which is the token either way. Otherwise the draft is accepted
-// with probability p(draft), p being the distribution sample_token draws from (after penalties,
-// masks, temperature, min_p, top_k, top_p), by one Philox draw on a stream of its own; on rejection
-// the token is drawn from p without the draft, renormalised, with sample_token's draw. The token's
-// distribution is then p exactly: the rule of Leviathan et al. 2023 and Chen et al. 2023,
-// "accept with min(1, p/q), else sample from max(0, p - q)", with q one-hot. Deterministic in
-// (seed, stream, position) and the draft.
+// greedy draft model (its proposal distribution q is one-hot at `draft`). The token is sample_token's
+// (the same draw at the same (seed, stream, position)) and the draft is accepted iff it is that
+// token. Its law is p exactly, and the draft is accepted with probability p(draft): the law and
+// the acceptance rate of the rejection rule of Leviathan et al. 2023 and Chen et al. 2023 ("accept
+// with min(1, p/q), else sample from max(0, p - q)") when q is one-hot. Drawing with sample_token's
+// stream rather than one of its own makes a seeded request's output the same with speculation on
+// or off, whatever the batch it runs in (up to rounding differences between the verify and the
+// one-token step's logits).
 struct DraftVerdict {
     SampleResult sample;  // the token (the draft when accepted) and its logprobs, as sample_token's
     bool accepted = false;

@@ -7,7 +7,8 @@
 // completion counts that include a final stop id, and no page left in use. Cases: a stop id or EOS
 // among accepted drafts, max_tokens inside a verify chunk, min_tokens masking EOS (plain argmax
 // off, then on), n > 1, preemption, the prefix cache, speculative_max_batch switching speculation off
-// and on as requests arrive and finish, seeded sampled requests beside greedy ones, aborts with a step
+// and on as requests arrive and finish, seeded sampled requests beside greedy ones (their outputs
+// identical too), aborts with a step
 // in flight, greedy rows that are not plain argmax, and random mixes of all of these.
 #include <gtest/gtest.h>
 
@@ -317,55 +318,27 @@ std::vector<Job> sampled_and_greedy_jobs() {
             {.prompt = prompt(95, 5), .params = unseeded, .arrive_at_step = 3}};
 }
 
-// Seeded sampled requests (temperature 1; penalties, top-k / top-p) beside greedy ones in the same
-// steps: the sampled rows are kFull rows (penalty counts lacking a pending token) and host-judged
-// verify chunks. Sampled outputs equal the same setup without overlap (and, for k = 3, without runner
-// picks); greedy outputs equal speculation off.
-//
-// Only where each sequence's chunks do not depend on the rest of the batch (no step budget to share,
-// no speculative_max_batch): a seeded sampled request's tokens depend on which positions were drafts
-// (accepted with the acceptance stream's draw) and which a row's own token (the sampling stream's
-// draw), and a step budget cuts drafts and splits prompts differently when overlap takes sequences
-// that wait for their verify chunk out of every other step.
+// Seeded sampled requests (temperature 1; penalties, top-k / top-p; one seeded by the engine) beside
+// greedy ones in the same steps: the sampled rows are kFull rows (penalty counts lacking a pending
+// token) and host-judged verify chunks. Every output, sampled ones included, equals the same engine
+// without speculation: a draft is kept iff it is the token sample_token draws at its position, so a
+// seeded output does not depend on which positions were drafts.
 TEST(EngineSpecOverlap, SampledBesideGreedy) {
-    const std::vector<Job> jobs = sampled_and_greedy_jobs();
-    const Outcome greedy_base = run(jobs, {}, FinishReason::kNone);
-    for (const Variant& v : variants()) {
-        const std::string label = v.name();
-        const SpecSetup on_setup = with(kOverlapPicks, v);
-        const Outcome on = run(jobs, on_setup, FinishReason::kNone);
-        expect_clean(on, jobs, label);
-        EXPECT_GT(on.verify, 0) << label;
-        EXPECT_GT(on.pending_seen, 0) << label;
-        for (size_t i = 0; i < jobs.size(); ++i)
-            if (jobs[i].params.greedy()) EXPECT_EQ(on.tokens[i], greedy_base.tokens[i]) << label << " job " << i;
-        SpecSetup serial = on_setup;
-        serial.overlap = false;
-        const Outcome no_overlap = run(jobs, serial, FinishReason::kNone);
-        EXPECT_EQ(on.tokens, no_overlap.tokens) << label;
-        EXPECT_EQ(on.finish, no_overlap.finish) << label;
-        EXPECT_EQ(on.accepted, no_overlap.accepted) << label;
-        if (v.k < 3) continue;
-        serial.device_picks = false;
-        EXPECT_EQ(run(jobs, serial, FinishReason::kNone).tokens, on.tokens) << label << ", host sampling";
-    }
+    expect_same_as_without_speculation(sampled_and_greedy_jobs(), kOverlapPicks, "sampled beside greedy");
 }
 
-// The same mix under a step budget of 20 tokens (prompts split, drafts cut): greedy outputs still
-// equal speculation off, every request ends cleanly.
-TEST(EngineSpecOverlap, SampledBesideGreedyUnderAStepBudget) {
-    const std::vector<Job> jobs = sampled_and_greedy_jobs();
-    const Outcome greedy_base = run(jobs, {}, FinishReason::kNone);
+// The same mix under a step budget of 20 tokens (prompts split, drafts cut, overlap taking sequences
+// that wait for their verify chunk out of every other step) and with speculation switched off while
+// more than 4 sequences run (5 of the 6 once the fourth request arrives): still the outputs of no
+// speculation.
+TEST(EngineSpecOverlap, SampledBesideGreedyUnderAStepBudgetAndTheBatchLimit) {
     SpecSetup budgeted = kOverlapPicks;
     budgeted.budget = 20;
     budgeted.chunk = 6;
-    for (const Variant& v : variants()) {
-        const Outcome on = run(jobs, with(budgeted, v), FinishReason::kNone);
-        expect_clean(on, jobs, v.name());
-        EXPECT_GT(on.verify, 0) << v.name();
-        for (size_t i = 0; i < jobs.size(); ++i)
-            if (jobs[i].params.greedy()) EXPECT_EQ(on.tokens[i], greedy_base.tokens[i]) << v.name() << " job " << i;
-    }
+    expect_same_as_without_speculation(sampled_and_greedy_jobs(), budgeted, "sampled, budget 20");
+    SpecSetup limited = kOverlapPicks;
+    limited.max_batch = 4;
+    expect_same_as_without_speculation(sampled_and_greedy_jobs(), limited, "sampled, speculative_max_batch 4");
 }
 
 // Aborts with a step in flight: a speculating request aborted after 2, 3 or 5 steps (its verify
@@ -501,25 +474,16 @@ TEST(EngineSpecOverlap, RandomMixes) {
                     EXPECT_EQ(got, std::vector<int32_t>(all.begin(), all.begin() + long(got.size())))
                         << label << " job " << i;
                 }
-            } else if (jobs[i].params.greedy()) {
+            } else {  // greedy and seeded sampled alike
                 EXPECT_EQ(on.tokens[i], base.tokens[i]) << label << " job " << i;
                 EXPECT_EQ(on.finish[i], base.finish[i]) << label << " job " << i;
             }
-        // Where no sequence's chunks depend on the others' (SampledBesideGreedy), sampled requests
-        // too equal the same setup without overlap.
-        if (s.budget == 512 && s.chunk == 512 && s.max_batch == 0 && s.tight_pool == 0) {
-            SpecSetup serial = with(s, v);
-            serial.overlap = false;
-            const Outcome no_overlap = run(jobs, serial, FinishReason::kNone);
-            for (size_t i = 0; i < jobs.size(); ++i)
-                if (jobs[i].abort_at_step < 0) EXPECT_EQ(on.tokens[i], no_overlap.tokens[i]) << label << " job " << i;
-        }
     }
 }
 
 // Everything at once: arrivals, the batch limit, a small step budget, stop ids, EOS, min_tokens,
-// n > 1, a sampled request, a tight pool (two sequences cross position 64: preemptions). Greedy
-// outputs equal speculation off.
+// n > 1, a sampled request, a tight pool (two sequences cross position 64: preemptions). Every
+// output, the sampled one's included, equals speculation off.
 TEST(EngineSpecOverlap, EverythingAtOnce) {
     const std::vector<int32_t> p = prompt(101, 8);
     const std::vector<int32_t> free = free_run(p, 14);
@@ -559,11 +523,8 @@ TEST(EngineSpecOverlap, EverythingAtOnce) {
         expect_clean(on, jobs, v.name());
         EXPECT_GT(on.verify, 0) << v.name();
         preempted += on.preempted;
-        for (size_t i = 0; i < jobs.size(); ++i)
-            if (jobs[i].params.greedy()) {
-                EXPECT_EQ(on.tokens[i], base.tokens[i]) << v.name() << " job " << i;
-                EXPECT_EQ(on.finish[i], base.finish[i]) << v.name() << " job " << i;
-            }
+        EXPECT_EQ(on.tokens, base.tokens) << v.name();
+        EXPECT_EQ(on.finish, base.finish) << v.name();
     }
     EXPECT_GT(preempted, 0);
 }

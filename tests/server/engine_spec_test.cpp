@@ -2,8 +2,8 @@
 // model and its MTP block: greedy output is identical with speculation on and off for k = 1..3,
 // across the ratio-4 windows and the 128-token sliding window, with chunked prefill, n = 2,
 // preemption and the prefix cache; self drafts (the target's own tokens) are all accepted; seeded
-// sampled requests are reproducible; logprobs requests and steps above the batch limit do not
-// speculate; /metrics' counters add up. The tiny model's MTP block has random weights, so most MTP
+// sampled requests give the tokens of speculation off; logprobs requests and steps above the batch
+// limit do not speculate; /metrics' counters add up. The tiny model's MTP block has random weights, so most MTP
 // drafts are rejected: every verify chunk exercises the rollback of the rejected positions.
 #include <gtest/gtest.h>
 
@@ -211,7 +211,9 @@ TEST(EngineSpeculative, PrefixCacheSnapshotsTakenDuringVerifyResumeCleanly) {
     EXPECT_EQ(std::vector<int32_t>(a->tokens[0].begin() + 245, a->tokens[0].begin() + 253), b->tokens[0]);
 }
 
-TEST(EngineSpeculative, SeededSampledRequestsAreReproducible) {
+// Seeded sampled requests (penalties and top-p too) give the tokens of speculation off: the draft at
+// a position is kept iff it is the token sample_token draws there.
+TEST(EngineSpeculative, SeededSampledRequestsAsWithSpeculationOff) {
     SamplingParams p;
     p.temperature = 0.8f;
     p.top_p = 0.95f;
@@ -223,6 +225,8 @@ TEST(EngineSpeculative, SeededSampledRequestsAreReproducible) {
     const Outcome a = run(jobs, {.k = 2}), b = run(jobs, {.k = 2});
     EXPECT_EQ(a.tokens, b.tokens);
     EXPECT_GT(a.verify, 0);
+    EXPECT_EQ(a.tokens, run(jobs, {}).tokens);
+    EXPECT_EQ(run(jobs, {.k = 3, .draft = DraftSource::kSelf}).tokens, a.tokens);
     for (const auto& choices : a.tokens)
         for (const auto& [c, t] : choices) {
             EXPECT_EQ(t.size(), 12u);

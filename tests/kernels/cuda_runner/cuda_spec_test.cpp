@@ -342,11 +342,15 @@ TEST(CudaSpeculative, EngineGreedyIdenticalOnAndOff) {
     }
 }
 
-// Sampled requests: verify rows judged by the device sampler (SampleRowArgs::draft_index) give the
-// tokens the host's sample_token_with_draft gives on the same rows (seeded, so run to run the same).
+// Seeded sampled requests: verify rows sampled on the device give the tokens the host's
+// sample_token_with_draft gives on the same rows, and (f32 rows, bit-identical to one-token decoding)
+// the tokens of speculation off: a draft is kept iff it is the row's own draw.
 TEST(CudaSpeculative, SampledVerifyRowsOnTheDeviceAsOnTheHost) {
     SKIP_WITHOUT_GPU();
     const std::vector<Job> jobs = jobs_for(tiny()->config().vocab_size, 14);
+    auto plain_runner = cuda_runner(tiny(), 0, "f32", 1024);
+    ASSERT_NE(plain_runner, nullptr);
+    const Outcome plain = serve(*plain_runner, jobs, {.temperature = 0.8f});
     for (int k = 1; k <= 3; ++k) {
         auto gpu = cuda_runner(tiny(), k, "f32", 1024);
         ASSERT_NE(gpu, nullptr);
@@ -355,6 +359,7 @@ TEST(CudaSpeculative, SampledVerifyRowsOnTheDeviceAsOnTheHost) {
             const Outcome host =
                 serve(*gpu, jobs, {.k = k, .overlap = overlap, .device_sampling = false, .temperature = 0.8f});
             EXPECT_EQ(dev.tokens, host.tokens) << "k " << k << " overlap " << overlap;
+            EXPECT_EQ(dev.tokens, plain.tokens) << "k " << k << " overlap " << overlap << ": against speculation off";
             EXPECT_EQ(dev.accepted, host.accepted) << "k " << k;
             EXPECT_GT(dev.verify, 0);
             std::printf("[spec cuda sampled] k %d overlap %d: %lld verify chunks, %lld of %lld drafts kept\n", k,

@@ -192,8 +192,7 @@ __device__ Cut select(const float* W, int V, float min_p, Cut cut, bool by_sum, 
 
 __global__ void __launch_bounds__(kThreads)
     sample_rows_kernel(float* logits, int64_t V64, const SampleRowArgs* args, const SamplePenaltyToken* toks,
-                       float* weights, float* saved, SampleRowOut* outs, const int32_t* step_tokens,
-                       const int32_t* drafts) {
+                       float* weights, float* saved, SampleRowOut* outs, const int32_t* step_tokens) {
     extern __shared__ __align__(16) unsigned char dyn[];
     double* bsum = reinterpret_cast<double*>(dyn);
     int* bcnt = reinterpret_cast<int*>(bsum + kDigits * kThreads);
@@ -306,28 +305,7 @@ __global__ void __launch_bounds__(kThreads)
             __syncthreads();
             const double u = double(philox_uniform(a.seed, a.stream, uint64_t(a.position)));
             const bool filtered = a.top_k > 0 || a.top_p < 1.0f || a.min_p > 0.0f;
-            // A draft (SampleRowArgs::draft_index): kept with probability W[draft] / (kept total);
-            // rejected, its weight is zeroed so that the draw below walks the kept set without it.
-            const int draft = a.draft_index >= 0 && drafts ? drafts[a.draft_index] : -1;
-            auto judge_draft = [&](Cut c, double total) {
-                if (draft < 0 || draft >= V) return false;
-                const float wd = W[draft];
-                const double p = kept(wd, draft, a.min_p, c) && total > 0.0 ? double(wd) / total : 0.0;
-                const double u2 = double(philox_uniform(a.seed, a.stream | kPhiloxDraftStream, uint64_t(a.position)));
-                __syncthreads();  // every thread has read W[draft]
-                if (u2 <= p) return true;
-                if (tid == 0) W[draft] = 0.0f;
-                __syncthreads();
-                return false;
-            };
-            if (!filtered && draft >= 0) {
-                double t = 0.0;
-                for (int i = tid; i < V; i += kThreads) t += double(W[i]);
-                if (judge_draft(Cut{}, block_reduce(t, dadd, sm.d))) chosen = draft;
-            }
-            if (chosen >= 0) {
-                // the draft, accepted
-            } else if (!filtered) {
+            if (!filtered) {
                 // Id order: warp w walks [w*C, (w+1)*C) in 32-wide segments (shuffle scans).
                 const int lane = tid & 31, warp = tid >> 5;
                 const int C = ((V + kWarps - 1) / kWarps + 31) / 32 * 32;
@@ -392,13 +370,8 @@ __global__ void __launch_bounds__(kThreads)
                         const double goal = double(a.top_p) * kept_sum(cut);
                         cut = select(W, V, a.min_p, cut, true, goal, 0, bsum, bcnt, sm);
                     }
-                    double total = kept_sum(cut);
-                    if (draft >= 0 && judge_draft(cut, total)) {
-                        chosen = draft;
-                    } else {
-                        if (draft >= 0) total = kept_sum(cut);  // without the rejected draft
-                        if (total > 0.0) chosen = select(W, V, a.min_p, cut, true, u * total, 0, bsum, bcnt, sm).i;
-                    }
+                    const double total = kept_sum(cut);
+                    if (total > 0.0) chosen = select(W, V, a.min_p, cut, true, u * total, 0, bsum, bcnt, sm).i;
                 }
             }
         }
@@ -421,13 +394,12 @@ __global__ void __launch_bounds__(kThreads)
 }  // namespace
 
 cudaError_t sample_rows(float* logits, int64_t V, const SampleRowArgs* args, int n, const SamplePenaltyToken* toks,
-                        float* weights, float* saved, SampleRowOut* out, cudaStream_t st, const int32_t* step_tokens,
-                        const int32_t* drafts) {
+                        float* weights, float* saved, SampleRowOut* out, cudaStream_t st, const int32_t* step_tokens) {
     if (n <= 0) return cudaSuccess;
     const size_t smem = size_t(kDigits) * kThreads * (sizeof(double) + sizeof(int));
     cudaError_t e = cudaFuncSetAttribute(sample_rows_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     if (e != cudaSuccess) return e;
-    sample_rows_kernel<<<n, kThreads, smem, st>>>(logits, V, args, toks, weights, saved, out, step_tokens, drafts);
+    sample_rows_kernel<<<n, kThreads, smem, st>>>(logits, V, args, toks, weights, saved, out, step_tokens);
     return cudaGetLastError();
 }
 

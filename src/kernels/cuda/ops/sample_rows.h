@@ -50,11 +50,6 @@ struct SampleRowArgs {
     // the kernel counts it, once more in output_count (presence / frequency) and as seen (repetition),
     // or as an extra entry when the list lacks it. -1: the entries are complete.
     int32_t pending_index = -1;
-    // >= 0: the row judges a speculative draft, drafts[draft_index] (sample_token_with_draft): the
-    // draft is kept with probability p(draft) under the row's distribution, by the draw of
-    // philox_uniform(seed, stream | kPhiloxDraftStream, position); else the token is drawn from p
-    // without the draft. The row's token equals the draft iff it was accepted. -1: no draft.
-    int32_t draft_index = -1;
 };
 
 struct SampleRowOut {
@@ -69,9 +64,8 @@ struct SampleRowOut {
 // restored), weights [n, V] f32 scratch, saved [total penalty entries] f32 scratch; args, toks,
 // out: device arrays of n rows / entries. One CTA of 1024 threads per row, 128 KiB dynamic shared.
 // step_tokens: the step's token ids, read at args[i].pending_index (null when no row has one).
-// drafts: speculative drafts, read at args[i].draft_index (null when no row has one).
 cudaError_t sample_rows(float* logits, int64_t V, const SampleRowArgs* args, int n, const SamplePenaltyToken* toks,
                         float* weights, float* saved, SampleRowOut* out, cudaStream_t st,
-                        const int32_t* step_tokens = nullptr, const int32_t* drafts = nullptr);
+                        const int32_t* step_tokens = nullptr);
 
 }  // namespace dsv4::cuda
