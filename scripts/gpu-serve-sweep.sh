@@ -9,6 +9,10 @@
 #   overlap  A/B of the overlap scheduler: two servers of OVERLAP_LAYERS (8) layers, one with
 #            --no-overlap-schedule, decode-heavy at OVERLAP_CONC with OVERLAP_TOKENS outputs, batches
 #            alternated by `dsv4 bench --ab`
+#   spec     A/B of MTP speculative decoding (issue 24): two servers of SPEC_LAYERS (8) layers, one with
+#            --speculative-tokens SPEC_K (2) --speculative-max-batch 0, decode-heavy at SPEC_CONC, greedy
+#            and temperature 1.0 (SPEC_TEMPS); with synthetic weights drafts are rarely accepted, so this
+#            measures the machinery's cost at accept length ~1 (the accept counts come from /metrics)
 # `dsv4 serve --backend cuda --synthetic-flash --layers LAYERS` is driven by `dsv4 bench` (completions,
 # closed loop, one wave of requests per level); the table comes from tools/bench/served_vs_offline.py.
 # Usage, with dsv4 and dsv4-proxy-bench in BIN:
@@ -21,6 +25,8 @@ CONC=${CONC:-1,8,64,256,512}; TEMPS=${TEMPS:-0 1.0}; LAYERS=${LAYERS:-20}
 DECODE_TOKENS=${DECODE_TOKENS:-1024}
 PREFILL_CONC=${PREFILL_CONC:-1,8,64}; PREFILL_INPUT=${PREFILL_INPUT:-8192}; PREFILL_TOKENS=${PREFILL_TOKENS:-1024}
 OVERLAP_CONC=${OVERLAP_CONC:-1,8,64}; OVERLAP_TOKENS=${OVERLAP_TOKENS:-256}; OVERLAP_ITER=${OVERLAP_ITER:-3}
+SPEC_CONC=${SPEC_CONC:-1,8,32}; SPEC_K=${SPEC_K:-2}; SPEC_TOKENS=${SPEC_TOKENS:-128}; SPEC_ITER=${SPEC_ITER:-3}
+SPEC_TEMPS=${SPEC_TEMPS:-0 1.0}
 TOK=${TOKENIZER:-$BIN/tokenizer.json}
 MAXRUN=$(echo "$CONC" | tr ',' '\n' | sort -n | tail -1)
 SERVE_ARGS=${SERVE_ARGS:-}
@@ -81,6 +87,20 @@ if has overlap; then
     grep -iE "faster|slower|no detectable|level|B/A" "$OUT/overlap_ab.txt" | head -30
     for n in on off; do curl -s "$(eval echo \$URL_$n)/metrics" | grep -E "^dsv4_engine_" > "$OUT/metrics_$n.txt"; done
     kill "$PID_on" "$PID_off"; wait 2>/dev/null
+fi
+if has spec; then
+    SERVER_LAYERS=${SPEC_LAYERS:-8} SERVE_ARGS="$SERVE_ARGS --n-pages 20000" start_server spec \
+        --speculative-tokens "$SPEC_K" --speculative-max-batch 0 || exit 1
+    SERVER_LAYERS=${SPEC_LAYERS:-8} SERVE_ARGS="$SERVE_ARGS --n-pages 20000" start_server plain || exit 1
+    bench spec_warmup --url "$URL_spec" --ab "$URL_plain" --input-len 64 --max-tokens 8 --conc "$SPEC_CONC"
+    for t in $SPEC_TEMPS; do
+        ITER=$SPEC_ITER bench "spec_ab_t$t" --url "$URL_spec" --ab "$URL_plain" --input-len 64 \
+            --max-tokens "$SPEC_TOKENS" --temperature "$t" --conc "$SPEC_CONC"
+        grep -iE "faster|slower|no detectable|level|B/A" "$OUT/spec_ab_t$t.txt" | head -20
+    done
+    for n in spec plain; do curl -s "$(eval echo \$URL_$n)/metrics" | grep -E "^dsv4_engine_" > "$OUT/metrics_$n.txt"; done
+    grep -E "spec" "$OUT/metrics_spec.txt"
+    kill "$PID_spec" "$PID_plain"; wait 2>/dev/null
 fi
 if has multiturn; then
     # Issue 17's multi-turn workload: 16 conversations x 8 turns over a 2K shared system prompt, 64-token

@@ -55,6 +55,65 @@ __device__ __forceinline__ int swz(int u, int m) {
         return u ^ (((u >> 3) & 1) << 1) ^ (m & 1);
 }
 
+// The tile's results to a.y (y [n_tokens][groups * N], f32 or bf16 as a.out_f32 says), called by every
+// thread of the CTA after its K range: acc holds warp w's MTL x NTT mma.m16n8k16 C fragments, element
+// i of acc[mt][j] being row cta_row + 16 (w MTL + mt) + g + 8 (i / 2) and token t0 + 8 j + 2 t + i % 2
+// (g = lane / 4, t = lane % 4); tn = the tokens of this chunk. S = 1 (one CTA per tile): stored
+// directly. S > 1 (split-K over a cluster of S CTAs): the partials go to this CTA's shared memory
+// (smem, at least R x (MT + 8) f32, reused: every warp must be done with what the main loop staged
+// there) and rank r sums rows [r R / S, (r + 1) R / S) over ranks 0..S-1 in that fixed order, so
+// the result does not depend on timing. Shared by dense_gemm_kc, kc2 and kc3.
+template <int NW, int MTL, int NTT>
+__device__ __forceinline__ void store_tile(const DenseGemvArgs& a, const float (&acc)[MTL][NTT][4], unsigned char* smem,
+                                           int S, int t0, int tn, int cta_row) {
+    constexpr int MT = 8 * NTT, R = NW * 16 * MTL, PP = MT + 8;  // PP: conflict-free float2 stores
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+    const int T = a.n_tokens, NT = a.groups * a.N, n0 = cta_row + warp * 16 * MTL;
+    auto store = [&](int tok, int row, float v) {  // tok < T
+        const int64_t o = int64_t(tok) * NT + row;
+        if (a.out_f32)
+            static_cast<float*>(a.y)[o] = v;
+        else
+            static_cast<__nv_bfloat16*>(a.y)[o] = __float2bfloat16_rn(v);
+    };
+    if (S == 1) {
+#pragma unroll
+        for (int mt = 0; mt < MTL; ++mt)
+#pragma unroll
+            for (int j = 0; j < NTT; ++j)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int tok = t0 + 8 * j + 2 * t + (i & 1);
+                    if (tok < T) store(tok, n0 + 16 * mt + g + 8 * (i >> 1), acc[mt][j][i]);
+                }
+        return;
+    }
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    float* part = reinterpret_cast<float*>(smem);
+    __syncthreads();  // all warps are done reading the stages
+#pragma unroll
+    for (int mt = 0; mt < MTL; ++mt)
+#pragma unroll
+        for (int j = 0; j < NTT; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int r = warp * 16 * MTL + 16 * mt + g + 8 * h;
+                *reinterpret_cast<float2*>(part + r * PP + 8 * j + 2 * t) =
+                    make_float2(acc[mt][j][2 * h], acc[mt][j][2 * h + 1]);
+            }
+    cluster.sync();
+    const int rank = int(cluster.block_rank());
+    const int RS = R / S;
+    for (int i = tid; i < RS * tn; i += NW * 32) {
+        const int rr = rank * RS + i % RS, tok = i / RS;
+        float v = 0.0f;
+        for (int q = 0; q < S; ++q) v += cluster.map_shared_rank(part, q)[rr * PP + tok];  // fixed order
+        store(t0 + tok, cta_row + rr, v);
+    }
+    cluster.sync();  // no CTA leaves (or restages) while others read its partials
+}
+
 template <bool FP8, bool XF32, int NW, int MTL, int NTT>
 __global__ void __launch_bounds__(NW * 32) dense_gemm_kc_kernel(DenseGemvArgs a) {
     constexpr int MT = 8 * NTT;
@@ -63,13 +122,12 @@ __global__ void __launch_bounds__(NW * 32) dense_gemm_kc_kernel(DenseGemvArgs a)
     constexpr int STAGE = MT * UPR * 16;  // bytes per x stage
     constexpr int QN = FP8 ? 2 : 4;       // 16-byte weight loads per row per 128-k block
     constexpr int SPQ = FP8 ? 4 : 2;      // mma k-steps covered by one weight load
-    constexpr int PP = MT + 8;            // partials row pitch (f32), conflict-free float2 stores
     // bf16 weights with 32 rows per warp would need 128 registers for two blocks of raw weights:
     // those load the current block only (other CTAs on the SM hide the latency).
     constexpr bool kPrefetch = FP8 || MTL == 1;
     extern __shared__ __align__(128) unsigned char smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-    const int K = a.K, T = a.n_tokens, NT = a.groups * a.N;
+    const int K = a.K, T = a.n_tokens;
     const int cta_row = blockIdx.x * R;
     const int grp = cta_row / a.N;
     const int n0 = cta_row + warp * 16 * MTL;
@@ -207,50 +265,7 @@ __global__ void __launch_bounds__(NW * 32) dense_gemm_kc_kernel(DenseGemvArgs a)
             }
         }
 
-        auto store = [&](int tok, int row, float v) {  // tok < T
-            const int64_t o = int64_t(tok) * NT + row;
-            if (a.out_f32)
-                static_cast<float*>(a.y)[o] = v;
-            else
-                static_cast<__nv_bfloat16*>(a.y)[o] = __float2bfloat16_rn(v);
-        };
-        if (S == 1) {
-#pragma unroll
-            for (int mt = 0; mt < MTL; ++mt)
-#pragma unroll
-                for (int j = 0; j < NTT; ++j)
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        const int tok = t0 + 8 * j + 2 * t + (i & 1);
-                        if (tok < T) store(tok, n0 + 16 * mt + g + 8 * (i >> 1), acc[mt][j][i]);
-                    }
-            continue;
-        }
-        // Split-K: partials [R][PP] f32 in this CTA's shared memory, reduced across the cluster.
-        namespace cg = cooperative_groups;
-        cg::cluster_group cluster = cg::this_cluster();
-        float* part = reinterpret_cast<float*>(smem);
-        __syncthreads();  // all warps are done reading the x stages
-#pragma unroll
-        for (int mt = 0; mt < MTL; ++mt)
-#pragma unroll
-            for (int j = 0; j < NTT; ++j)
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int r = warp * 16 * MTL + 16 * mt + g + 8 * h;
-                    *reinterpret_cast<float2*>(part + r * PP + 8 * j + 2 * t) =
-                        make_float2(acc[mt][j][2 * h], acc[mt][j][2 * h + 1]);
-                }
-        cluster.sync();
-        const int rank = int(cluster.block_rank());
-        const int RS = R / S;
-        for (int i = tid; i < RS * tn; i += NW * 32) {
-            const int rr = rank * RS + i % RS, tok = i / RS;
-            float v = 0.0f;
-            for (int q = 0; q < S; ++q) v += cluster.map_shared_rank(part, q)[rr * PP + tok];  // fixed order
-            store(t0 + tok, cta_row + rr, v);
-        }
-        cluster.sync();  // no CTA leaves (or restages) while others read its partials
+        store_tile<NW, MTL, NTT>(a, acc, smem, S, t0, tn, cta_row);
     }
 }
 

@@ -51,15 +51,13 @@ __global__ void __launch_bounds__(NW * 32) dense_gemm_kc3_kernel(DenseGemvArgs a
     constexpr int NWU = R * UW / NT32;    // weight units per thread per block
     constexpr int QN = FP8 ? 2 : 4;
     constexpr int SPQ = FP8 ? 4 : 2;
-    constexpr int PP = MT + 8;
     static_assert(MT * UPR % NT32 == 0 && R * UW % NT32 == 0, "stage units must split evenly");
     static_assert((NT32 / UPR) % 2 == 0 && (NT32 / UW) % 2 == 0, "swizzle parity must be per-thread constant");
     extern __shared__ __align__(128) unsigned char smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-    const int K = a.K, T = a.n_tokens, NT = a.groups * a.N;
+    const int K = a.K, T = a.n_tokens;
     const int cta_row = blockIdx.x * R;
     const int grp = cta_row / a.N;
-    const int n0 = cta_row + warp * 16 * MTL;
     const int64_t xstride = a.x_stride ? a.x_stride : int64_t(a.groups) * K;
     const int64_t xbase = int64_t(grp) * K;
     const int nkb = K / 128, S = gridDim.z, z = blockIdx.z;
@@ -196,49 +194,7 @@ __global__ void __launch_bounds__(NW * 32) dense_gemm_kc3_kernel(DenseGemvArgs a
         }
         dev::cp_async_wait<0>();  // nothing in flight into the buffers reused below
 
-        auto store = [&](int tok, int row, float v) {  // tok < T
-            const int64_t o = int64_t(tok) * NT + row;
-            if (a.out_f32)
-                static_cast<float*>(a.y)[o] = v;
-            else
-                static_cast<__nv_bfloat16*>(a.y)[o] = __float2bfloat16_rn(v);
-        };
-        if (S == 1) {
-#pragma unroll
-            for (int mt = 0; mt < MTL; ++mt)
-#pragma unroll
-                for (int j = 0; j < NTT; ++j)
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        const int tok = t0 + 8 * j + 2 * t + (i & 1);
-                        if (tok < T) store(tok, n0 + 16 * mt + g + 8 * (i >> 1), acc[mt][j][i]);
-                    }
-            continue;
-        }
-        namespace cg = cooperative_groups;
-        cg::cluster_group cluster = cg::this_cluster();
-        float* part = reinterpret_cast<float*>(smem);
-        __syncthreads();  // all warps are done reading the stages
-#pragma unroll
-        for (int mt = 0; mt < MTL; ++mt)
-#pragma unroll
-            for (int j = 0; j < NTT; ++j)
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const int r = warp * 16 * MTL + 16 * mt + g + 8 * h;
-                    *reinterpret_cast<float2*>(part + r * PP + 8 * j + 2 * t) =
-                        make_float2(acc[mt][j][2 * h], acc[mt][j][2 * h + 1]);
-                }
-        cluster.sync();
-        const int rank = int(cluster.block_rank());
-        const int RS = R / S;
-        for (int i = tid; i < RS * tn; i += NT32) {
-            const int rr = rank * RS + i % RS, tok = i / RS;
-            float v = 0.0f;
-            for (int q = 0; q < S; ++q) v += cluster.map_shared_rank(part, q)[rr * PP + tok];  // fixed order
-            store(t0 + tok, cta_row + rr, v);
-        }
-        cluster.sync();  // no CTA leaves (or restages) while others read its partials
+        gemm_kc::store_tile<NW, MTL, NTT>(a, acc, smem, S, t0, tn, cta_row);
     }
 }
 
