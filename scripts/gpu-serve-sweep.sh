@@ -12,7 +12,8 @@
 #   spec     A/B of MTP speculative decoding (issue 24): two servers of SPEC_LAYERS (8) layers, one with
 #            --speculative-tokens SPEC_K (2) --speculative-max-batch 0, decode-heavy at SPEC_CONC, greedy
 #            and temperature 1.0 (SPEC_TEMPS); with synthetic weights drafts are rarely accepted, so this
-#            measures the machinery's cost at accept length ~1 (the accept counts come from /metrics)
+#            measures the machinery's cost at accept length ~1 (the accept counts come from /metrics);
+#            SPEC_B_ARGS: the second server's extra arguments (default none: speculation off)
 # `dsv4 serve --backend cuda --synthetic-flash --layers LAYERS` is driven by `dsv4 bench` (completions,
 # closed loop, one wave of requests per level); the table comes from tools/bench/served_vs_offline.py.
 # Usage, with dsv4 and dsv4-proxy-bench in BIN:
@@ -91,15 +92,15 @@ fi
 if has spec; then
     SERVER_LAYERS=${SPEC_LAYERS:-8} SERVE_ARGS="$SERVE_ARGS --n-pages 20000" start_server spec \
         --speculative-tokens "$SPEC_K" --speculative-max-batch 0 || exit 1
-    SERVER_LAYERS=${SPEC_LAYERS:-8} SERVE_ARGS="$SERVE_ARGS --n-pages 20000" start_server plain || exit 1
+    SERVER_LAYERS=${SPEC_LAYERS:-8} SERVE_ARGS="$SERVE_ARGS --n-pages 20000" start_server plain ${SPEC_B_ARGS:-} || exit 1
     bench spec_warmup --url "$URL_spec" --ab "$URL_plain" --input-len 64 --max-tokens 8 --conc "$SPEC_CONC"
     for t in $SPEC_TEMPS; do
         ITER=$SPEC_ITER bench "spec_ab_t$t" --url "$URL_spec" --ab "$URL_plain" --input-len 64 \
             --max-tokens "$SPEC_TOKENS" --temperature "$t" --conc "$SPEC_CONC"
         grep -iE "faster|slower|no detectable|level|B/A" "$OUT/spec_ab_t$t.txt" | head -20
     done
-    for n in spec plain; do curl -s "$(eval echo \$URL_$n)/metrics" | grep -E "^dsv4_engine_" > "$OUT/metrics_$n.txt"; done
-    grep -E "spec" "$OUT/metrics_spec.txt"
+    for n in spec plain; do curl -s "$(eval echo \$URL_$n)/metrics" | grep -E "^dsv4_(engine|spec)_" > "$OUT/metrics_$n.txt"; done
+    grep -E "^dsv4_spec_" "$OUT/metrics_spec.txt"
     kill "$PID_spec" "$PID_plain"; wait 2>/dev/null
 fi
 if has multiturn; then

@@ -91,7 +91,7 @@ public:
     }
     // Steps launched as graph replays so far, by kind (tests: which path a step took).
     struct GraphReplays {
-        int64_t decode = 0, verify = 0;
+        int64_t decode = 0, verify = 0, spec = 0;  // spec: the speculative cycle's draft work (spec_graphs)
     };
     virtual GraphReplays graph_replays() const { return {}; }
     virtual std::string variant_table() const = 0;  // the active attention variant (printable)

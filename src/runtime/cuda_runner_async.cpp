@@ -74,7 +74,7 @@ Status CudaRunner::queue_outputs(const ForwardBatch& batch, bool honour_sample, 
         if (!c.want_logits) continue;
         const int r = int(slot.host_rows.size() + slot.dev_rows.size());
         const DeviceSample mode = honour_sample ? c.sample : DeviceSample::kNone;
-        const int k = c.draft_tokens;  // a verify chunk: k + 1 rows, row j judging draft j (j < k)
+        const int k = c.draft_tokens;  // a verify chunk: k + 1 rows, row j deciding draft j (j < k)
         if (k > 0) slot.verify.emplace_back(int(i), k);
         if (mode == DeviceSample::kNone) {
             for (int j = 0; j <= k; ++j) slot.host_rows.push_back(r + j);
@@ -180,7 +180,7 @@ Status CudaRunner::queue_step(const ForwardBatch& batch, bool honour_sample) {
     ++steps_launched_;
     if (opt_.rt.fault_inject_step > 0 && steps_launched_ == opt_.rt.fault_inject_step)
         DSV4_CU(cuda::inject_device_fault(stream_));
-    if (spec_tokens_ > 0) DSV4_RETURN_IF_ERROR(spec_before(hp));
+    if (spec_tokens_ > 0) DSV4_RETURN_IF_ERROR(launch_spec_before(hp, graph_n > 0));
     if (graph_n == 1) {
         DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, decode_graph(hp.B, hp.sd_rule));
         DSV4_CU(cudaGraphLaunch(ge, stream_));

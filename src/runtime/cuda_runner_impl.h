@@ -357,6 +357,10 @@ private:
     //   the positions before the last of its other chunks (prefill), whose plan goes through slot.up2
     //   into the second plan arrays. Call after the step's outputs are queued (it rewrites ws_.tokens).
     Status spec_before(const HostPlan& hp);
+    // spec_before, replayed as a graph when `graphed` (the step replays one: hp.B is a bucket) and
+    // RuntimeOptions::spec_graphs; its host decisions (hp.B, the largest draft count, whether any
+    // sequence is live, hp.spec_live, hp.spec_verify) key the graph.
+    Status launch_spec_before(const HostPlan& hp, bool graphed);
     Status spec_after(const ForwardBatch& batch, const HostPlan& hp, StepSlot& slot);
     cuda::SpecCycleArgs spec_cycle_args(int B) const;  // B: the step plan's sequences (spec_seq_ is [4, B])
     // The plan arrays the MTP passes use while they run (swap_plan swaps them with ws_'s; with_table: the page
@@ -465,6 +469,8 @@ private:
         graphs_.clear();
         for (auto& [key, g] : verify_graphs_) cudaGraphExecDestroy(g);
         verify_graphs_.clear();
+        for (auto& [key, g] : spec_graphs_) cudaGraphExecDestroy(g);
+        spec_graphs_.clear();
         if (!head) return;
         for (auto& [key, g] : head_graphs_) cudaGraphExecDestroy(g);
         head_graphs_.clear();
@@ -529,8 +535,9 @@ private:
     int pt_stride_ = 0;
     int n_gate_ranges_ = 0;
     std::map<int, cudaGraphExec_t> graphs_;
-    std::map<int, cudaGraphExec_t> verify_graphs_;  // verify_graph: key B * 8 + n
-    GraphReplays replays_;                          // queue_step's graph launches
+    std::map<int, cudaGraphExec_t> verify_graphs_;    // verify_graph: key B * 8 + n
+    std::map<int64_t, cudaGraphExec_t> spec_graphs_;  // launch_spec_before: per bucket and cycle shape
+    GraphReplays replays_;                            // queue_step's graph launches
     float* mtp_in_ = nullptr;      // [max_step_tokens, hc_mult, d] the MTP block's input streams (with an MTP block)
     int32_t* mtp_next_ = nullptr;  // [max_step_tokens] the token after each position
     // [max_seqs] ids of the last step's device-sampled rows, by logits row: argmax_rows writes them,

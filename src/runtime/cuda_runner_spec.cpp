@@ -97,6 +97,31 @@ Status CudaRunner::spec_before(const HostPlan& hp) {
     return Status::ok();
 }
 
+Status CudaRunner::launch_spec_before(const HostPlan& hp, bool graphed) {
+    if (!graphed || !opt_.rt.spec_graphs) return spec_before(hp);
+    // Why a graph: spec_before's launches (the catch-up pass as a token loop over k + 1 slots, k - 1
+    // draft passes of a whole layer and the head, the picks) ran eagerly before the verify graph and
+    // cost 1.5-3x a plain step's time in served steps of 8-32 sequences (ledger E61).
+    const int B = hp.B;
+    bool any_live = false;
+    int max_k = 0;
+    for (int s = 0; s < B; ++s) {
+        any_live = any_live || hp.spec_seq[size_t(3 * B + s)] != 0;
+        max_k = std::max(max_k, hp.spec_seq[size_t(B + s)]);
+    }
+    if (!any_live && !hp.spec_verify) return spec_before(hp);  // nothing to launch
+    const int64_t key =
+        ((int64_t(B) * 8 + max_k) * 2 + (any_live ? 1 : 0)) * 4 + (hp.spec_live ? 2 : 0) + (hp.spec_verify ? 1 : 0);
+    auto it = spec_graphs_.find(key);
+    if (it == spec_graphs_.end()) {
+        DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, capture([&] { return spec_before(hp); }));
+        it = spec_graphs_.emplace(key, ge).first;
+    }
+    DSV4_CU(cudaGraphLaunch(it->second, stream_));
+    ++replays_.spec;
+    return Status::ok();
+}
+
 Status CudaRunner::spec_after(const ForwardBatch& batch, const HostPlan& hp, StepSlot& slot) {
     bool any_mtp = false;
     for (int s = 0; s < hp.B; ++s) any_mtp = any_mtp || hp.spec_seq[size_t(s)] != 0;

@@ -58,7 +58,7 @@ struct SeqChunk {
     // Speculative decoding (issue 24; ModelRunner::max_draft_tokens() > 0):
     // - mtp: the sequence speculates, so the runner keeps its MTP block's state current (every chunk
     //   of such a sequence, prefill and plain decode included, sets it; model/spec_state.h);
-    // - draft_tokens k > 0 (one token, want_logits, sample kNone or kGreedy): a verify chunk. The
+    // - draft_tokens k > 0 (one token, want_logits, sample kNone, kGreedy or kFull): a verify chunk. The
     //   runner drafts k tokens d1..dk after tokens[0], runs [tokens[0], d1..dk] at
     //   start_pos..start_pos+k and returns k + 1 rows (row i: the token after position start_pos + i;
     //   logits rows, or with kGreedy their k + 1 argmax ids in StepOutput::tokens) and the drafts

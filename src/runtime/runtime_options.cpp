@@ -83,6 +83,10 @@ const std::vector<OptionDef>& option_defs() {
         {{"verify_graphs", "DSV4_VERIFY_GRAPHS",
           "steps of 2-4 tokens in every sequence (speculative verify steps) replayed as CUDA graphs"},
          DSV4_BOOL_OPTION(verify_graphs)},
+        {{"spec_graphs", "DSV4_SPEC_GRAPHS",
+          "speculative decoding's draft work (MTP catch-up and draft passes) replayed as CUDA graphs in graphed "
+          "steps"},
+         DSV4_BOOL_OPTION(spec_graphs)},
         {{"split_argmax", "DSV4_SPLIT_ARGMAX",
           "greedy picks split over many CTAs per vocabulary row (0: one CTA per row)"},
          DSV4_BOOL_OPTION(split_argmax)},

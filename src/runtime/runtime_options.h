@@ -46,6 +46,11 @@ struct RuntimeOptions {
     // such steps launch eagerly (ledger E59: the graphs take 11-14% off such steps at batch 1, 3-7% at
     // batch 8-64).
     bool verify_graphs = true;
+    // With cuda_graphs: in a step that replays a graph, speculative decoding's work before it (the
+    // rollback, the MTP block's catch-up pass over each sequence's k + 1 pending positions, the k - 1
+    // recursive draft passes, the picks) replays a graph too, per (decode batch bucket, the cycle's
+    // shape), captured on first use; false: launched eagerly (several hundred launches per step).
+    bool spec_graphs = true;
     // Greedy picks (device argmax of a vocabulary row) split over up to 64 CTAs per row and joined by a
     // second launch; false: one CTA per row, which E59 measured at 196 us per 129,280-wide row at
     // batch 1. The split form took the MTP draft step from 1.11-1.15 to 0.74-0.76 ms at batch 1

@@ -422,7 +422,7 @@ void EngineCore::collect_oldest(StepStats& st) {
             for (int j = 0; j <= k; ++j) {
                 const SampleContext ctx = sample_context(seq, at + j - seq->n_prompt);
                 DraftVerdict v;
-                if (on_device) {  // the runner's pick or its judgement of draft j: kept iff the token is the draft
+                if (on_device) {  // the runner's token for row j: draft j kept iff it is that token
                     v.sample.token = out.tokens[r + size_t(j)];
                     v.accepted = j < k && v.sample.token == (*drafts)[size_t(j)];
                     ++st.n_device_sampled;

@@ -222,8 +222,7 @@ TEST(EngineSpeculative, SeededSampledRequestsAsWithSpeculationOff) {
     p.max_tokens = 12;
     p.ignore_eos = true;
     const std::vector<Job> jobs = {{prompt(4, 20), p, 2}, {prompt(5, 9), p}};
-    const Outcome a = run(jobs, {.k = 2}), b = run(jobs, {.k = 2});
-    EXPECT_EQ(a.tokens, b.tokens);
+    const Outcome a = run(jobs, {.k = 2});
     EXPECT_GT(a.verify, 0);
     EXPECT_EQ(a.tokens, run(jobs, {}).tokens);
     EXPECT_EQ(run(jobs, {.k = 3, .draft = DraftSource::kSelf}).tokens, a.tokens);

@@ -38,10 +38,9 @@ public:
         StepOutput all;
         DSV4_RETURN_IF_ERROR(inner_.forward_sampled(rows, all));
         out.drafts = all.drafts;
-        size_t r = 0, v = 0;
+        size_t r = 0;
         for (const auto& c : b.seqs) {
             if (!c.want_logits) continue;
-            const std::vector<int32_t>* drafts = c.draft_tokens > 0 ? &all.drafts[v++] : nullptr;
             for (int j = 0; j <= c.draft_tokens; ++j) {  // a verify chunk's k + 1 rows, else one
                 auto& row = all.logits[r++];
                 if (echo_bonus != 0.0f && c.draft_tokens == 0) row[size_t(c.tokens.back())] += echo_bonus;
@@ -51,9 +50,9 @@ public:
                 }
                 ++device_rows[c.seq_id];
                 verify_rows += c.draft_tokens > 0;
-                // kFull verify rows: row j at position + j judges draft j as the CUDA runner's sampler does.
-                const int32_t draft = drafts && j < c.draft_tokens ? (*drafts)[size_t(j)] : -1;
-                SampleResult s = c.sample == DeviceSample::kGreedy ? greedy(row) : full(row, c.params, j, draft);
+                // kFull verify rows: row j sampled at position + j, as the CUDA runner's sampler does
+                // (the engine keeps draft j iff it is the row's token).
+                SampleResult s = c.sample == DeviceSample::kGreedy ? greedy(row) : full(row, c.params, j);
                 out.tokens.push_back(s.token);
                 out.logprobs.push_back(s.logprob);
                 std::vector<std::pair<int32_t, float>> top;
@@ -81,7 +80,7 @@ private:
         return s;
     }
     // The kFull row through the host sampler: penalty tokens back into prompt / output counts.
-    SampleResult full(std::vector<float>& row, const DeviceSampleParams& d, int j = 0, int32_t draft = -1) const {
+    SampleResult full(std::vector<float>& row, const DeviceSampleParams& d, int j = 0) const {
         SamplingParams p;
         p.temperature = d.temperature;
         p.top_p = d.top_p;
@@ -107,7 +106,6 @@ private:
                                 .position = d.position + j,
                                 .suppress_stops = any_mask,
                                 .eos_token = int32_t(inner_.config().eos_token_id)};
-        if (draft >= 0) return sample_token_with_draft(row, p, pen, ctx, draft).sample;
         return sample_token(row, p, pen, ctx);
     }
 

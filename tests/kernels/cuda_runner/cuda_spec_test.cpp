@@ -370,21 +370,24 @@ TEST(CudaSpeculative, SampledVerifyRowsOnTheDeviceAsOnTheHost) {
 
 TEST(CudaSpeculative, GreedyIdenticalUnderPreemption) {
     SKIP_WITHOUT_GPU();
-    // A pool of a few sequences' pages: verify chunks and prefills preempt each other.
+    // The CPU test's recipe (EngineSpeculative.GreedyIdenticalUnderPreemption): three 60-token prompts
+    // and room for two sequences of 61 tokens plus one page, so crossing position 64 needs a page that
+    // only a preemption frees. (Session 25's pool of ~250 tokens for six prompts admitted them a few
+    // at a time and never preempted on the GPU.)
     const int64_t vocab = tiny()->config().vocab_size;
-    std::vector<Job> jobs;
-    for (int i = 0; i < 6; ++i) jobs.push_back({prompt(10 + uint64_t(i), 20 + 17 * i, vocab), 24});
-    auto layout = KvLayout::make(tiny()->config(), 64, 4, KvRowFormat::kF32, 1, 2);
-    ASSERT_TRUE(layout.is_ok());
-    // Room for about 250 of the ~520 tokens the six sequences reach (the longest, 129 tokens and its
-    // drafts, fits alone).
-    const int64_t pages = layout->pages_for_tokens(150) + layout->pages_for_tokens(100);
-    auto off = cuda_runner(tiny(), 0, "f32", pages);
-    auto on = cuda_runner(tiny(), 2, "f32", pages);
+    const std::vector<Job> jobs = {
+        {prompt(11, 60, vocab), 12}, {prompt(12, 60, vocab), 12}, {prompt(13, 60, vocab), 12}};
+    auto pages_for = [](int mtp, int k) {
+        auto layout = KvLayout::make(tiny()->config(), 64, 4, KvRowFormat::kF32, mtp, k);
+        EXPECT_TRUE(layout.is_ok());
+        return layout.is_ok() ? 2 * layout->pages_for_tokens(61) + 1 : int64_t(64);
+    };
+    auto off = cuda_runner(tiny(), 0, "f32", pages_for(0, 0));
+    auto on = cuda_runner(tiny(), 2, "f32", pages_for(1, 2));
     ASSERT_NE(off, nullptr);
     ASSERT_NE(on, nullptr);
-    const Outcome a = serve(*off, jobs, {.budget = 64, .chunk = 32});
-    const Outcome b = serve(*on, jobs, {.k = 2, .budget = 64, .chunk = 32});
+    const Outcome a = serve(*off, jobs, {});
+    const Outcome b = serve(*on, jobs, {.k = 2});
     EXPECT_EQ(a.tokens, b.tokens);
     EXPECT_GT(b.verify, 0);
     EXPECT_GT(b.preempted, 0);
@@ -422,6 +425,7 @@ TEST(CudaSpeculative, FastPathDevicePicksAsHostJudgement) {
         const auto* bench = dynamic_cast<const CudaBenchRunner*>(gpu.get());
         ASSERT_NE(bench, nullptr);
         EXPECT_GT(bench->graph_replays().verify, 0);
+        EXPECT_GT(bench->graph_replays().spec, 0);  // the draft work of graphed steps (spec_graphs)
         int64_t same = 0, total = 0;  // tokens equal to speculation off, up to each choice's first difference
         for (size_t q = 0; q < base.tokens.size(); ++q)
             for (const auto& [c, t] : base.tokens[q]) {
@@ -431,10 +435,11 @@ TEST(CudaSpeculative, FastPathDevicePicksAsHostJudgement) {
                 same += int64_t(n), total += int64_t(t.size());
             }
         std::printf(
-            "[spec cuda fast] k %d: %lld verify chunks, %lld of %lld drafts accepted, %lld verify-graph replays; "
-            "%lld of %lld tokens before the first difference from speculation off\n",
+            "[spec cuda fast] k %d: %lld verify chunks, %lld of %lld drafts accepted, %lld verify-graph and %lld "
+            "draft-graph replays; %lld of %lld tokens before the first difference from speculation off\n",
             k, (long long)on.verify, (long long)on.accepted, (long long)on.drafted,
-            (long long)bench->graph_replays().verify, (long long)same, (long long)total);
+            (long long)bench->graph_replays().verify, (long long)bench->graph_replays().spec, (long long)same,
+            (long long)total);
     }
 }
 
