@@ -59,9 +59,11 @@ struct ServeOptions {
     std::string api_key;               // "" = the DSV4_API_KEY variable, else no key
     bool guard_health_metrics = false;
     int speculative_tokens = 0;  // SchedulerConfig::speculative_tokens (0: off)
-    // SchedulerConfig::speculative_max_batch. Ledger E57's projection on the 20-layer proxy at 8K:
-    // k = 2 at accept length 2.5 still saves 31% per token at batch 128 (not yet a served measurement).
-    int speculative_max_batch = 128;
+    // SchedulerConfig::speculative_max_batch. Served on the 8-layer proxy (ledger E61, one H100, k = 2):
+    // a speculating step costs 2.1x a plain one at one user, 2.5-3.2x at 4-32, so at the published
+    // accept length 2.5 speculation gains at 1 (+18%) and about breaks even at 4 (+4%, noisy), and
+    // loses from 8 (-12 to -21%).
+    int speculative_max_batch = 4;
     std::string speculative_draft = "mtp";  // RunnerOptions::speculative_draft
     double health_stall_s = 60.0;
     double drain_timeout_s = 30.0;  // SIGTERM: how long admitted requests may run on
@@ -266,7 +268,7 @@ void register_serve(CLI::App& app, CommandContext& ctx) {
            "one GPU on cuda; requests with logprobs or structured output decode without it)")
         ->check(CLI::Range(0, 3));
     cmd->add_option("--speculative-max-batch", o->speculative_max_batch,
-                    "speculate only in steps of at most this many running sequences (0 = always; default 128)");
+                    "speculate only in steps of at most this many running sequences (0 = always; default 4)");
     cmd->add_option(
            "--speculative-draft", o->speculative_draft,
            "mtp (the checkpoint's MTP block) | self (the model's own greedy tokens: a test mode, no speed-up; cpu "
