@@ -236,7 +236,8 @@ for stage in "$@"; do
         # SWEEP_PHASES (default "offline decode prefill"); its other knobs pass through the environment.
         SD=$(mktemp -d)
         xz -dc "$BIN"/dsv4.xz > "$SD"/dsv4 && chmod +x "$SD"/dsv4
-        cp "$BIN"/dsv4-proxy-bench "$SD"/
+        # Only the offline phase runs dsv4-proxy-bench: a carried folder may leave it out.
+        [[ -f "$BIN"/dsv4-proxy-bench ]] && cp "$BIN"/dsv4-proxy-bench "$SD"/
         xz -dc "$BIN"/tokenizer.json.xz > "$SD"/tokenizer.json
         mkdir -p "$OUT/sweep"
         BIN="$SD" OUT="$OUT/sweep" PHASES="${SWEEP_PHASES:-offline decode prefill}" bash scripts/gpu-serve-sweep.sh \
