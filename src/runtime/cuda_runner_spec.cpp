@@ -25,18 +25,33 @@ cuda::SpecCycleArgs CudaRunner::spec_cycle_args(int B) const {
     return a;
 }
 
+namespace {
+
+// What spec_before decides on the host from the plan's per-sequence flags (HostPlan::spec_seq):
+// whether any sequence is past its first chunk (live), and the largest draft count.
+struct CycleShape {
+    bool any_live = false;
+    int max_k = 0;
+};
+
+CycleShape cycle_shape(const HostPlan& hp) {
+    CycleShape c;
+    const int B = hp.B;
+    for (int s = 0; s < B; ++s) {
+        c.any_live = c.any_live || hp.spec_seq[size_t(3 * B + s)] != 0;
+        c.max_k = std::max(c.max_k, hp.spec_seq[size_t(B + s)]);
+    }
+    return c;
+}
+
+}  // namespace
+
 Status CudaRunner::spec_before(const HostPlan& hp) {
     const int B = hp.B, K1 = spec_tokens_ + 1;
     const cuda::StepPlan sp = step_plan(B);
     const cuda::SpecCycleArgs a = spec_cycle_args(B);
     const cuda::SpecStateArgs sa{spec_regions_, n_spec_regions_, spec_tokens_, layout_.spec.header_offset};
-    const int32_t* sq = hp.spec_seq.data();
-    bool any_live = false;
-    int max_k = 0;
-    for (int s = 0; s < B; ++s) {
-        any_live = any_live || sq[3 * B + s] != 0;
-        max_k = std::max(max_k, sq[B + s]);
-    }
+    const auto [any_live, max_k] = cycle_shape(hp);
     // 1. Undo the rejected positions of each sequence's last verify chunk (a sequence that does not
     //    speculate may hold one from a prefix-cache snapshot). Only sequences past their first chunk:
     //    a chunk at position 0 resets the state, whose header is whatever the pages held before.
@@ -102,16 +117,10 @@ Status CudaRunner::launch_spec_before(const HostPlan& hp, bool graphed) {
     // Why a graph: spec_before's launches (the catch-up pass as a token loop over k + 1 slots, k - 1
     // draft passes of a whole layer and the head, the picks) are several hundred per step; eager, they
     // cost the serving host 0.85 ms per step against 0.26 ms as a graph, and the step 1-2% (ledger E61).
-    const int B = hp.B;
-    bool any_live = false;
-    int max_k = 0;
-    for (int s = 0; s < B; ++s) {
-        any_live = any_live || hp.spec_seq[size_t(3 * B + s)] != 0;
-        max_k = std::max(max_k, hp.spec_seq[size_t(B + s)]);
-    }
+    const auto [any_live, max_k] = cycle_shape(hp);
     if (!any_live && !hp.spec_verify) return spec_before(hp);  // nothing to launch
     const int64_t key =
-        ((int64_t(B) * 8 + max_k) * 2 + (any_live ? 1 : 0)) * 4 + (hp.spec_live ? 2 : 0) + (hp.spec_verify ? 1 : 0);
+        ((int64_t(hp.B) * 8 + max_k) * 2 + (any_live ? 1 : 0)) * 4 + (hp.spec_live ? 2 : 0) + (hp.spec_verify ? 1 : 0);
     auto it = spec_graphs_.find(key);
     if (it == spec_graphs_.end()) {
         DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, capture([&] { return spec_before(hp); }));

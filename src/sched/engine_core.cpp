@@ -229,10 +229,10 @@ void EngineCore::launch_plan(StepPlan plan, StepStats& st) {
             mode = row_mode(c.seq, ctx);
             // A verify chunk's k + 1 rows on the device: greedy picks (a draft is accepted iff it is the
             // pick; plain argmax at the first row stays so at the later ones, min_tokens only unmasks),
-            // or kFull rows sampled as one-token rows (sample_token_with_draft: a draft is kept iff it
-            // is the row's own draw) when every row samples
-            // with the same lists: no penalties (row j's counts would include drafts 0..j-1), no
-            // logprobs, the same stop masking at the first and the last row. Else logits for the host.
+            // or kFull rows sampled as one-token rows (sample_token_with_draft: a draft is kept iff it is
+            // the row's own draw) when every row samples with the same lists: no penalties (row j's
+            // counts would include drafts 0..j-1), no logprobs, the same stop masking at the first and
+            // the last row. Else logits for the host.
             if (c.draft_tokens > 0 && mode == DeviceSample::kFull) {
                 const SamplingParams& p = c.seq->params;
                 const bool same_rows =

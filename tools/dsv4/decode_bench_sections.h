@@ -42,7 +42,6 @@ void run_moe_sections(DecodeBenchRun& run);
 void run_gemv_sections(DecodeBenchRun& run);
 
 namespace dbench {
-// Whether the list v (--sections) holds s.
 // Mean, min and max of a sweep's per-round medians (a JSON array of numbers), for its summary line.
 struct RoundSpread {
     double mean = 0, lo = 0, hi = 0;
@@ -58,6 +57,7 @@ inline RoundSpread round_spread(const nlohmann::json& values) {
     return r;
 }
 
+// Whether the list v (--sections) holds s.
 inline bool has(const std::vector<std::string>& v, const char* s) {
     return std::find(v.begin(), v.end(), s) != v.end();
 }
