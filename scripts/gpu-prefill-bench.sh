@@ -3,7 +3,7 @@
 # engine's step budget: for each "--max-tokens-per-step/--max-prefill-chunk" pair, one server, then
 # `dsv4 bench` (random-ids completions, --max-tokens 1) at prompt lengths 128, 1K, 4K and 1 / 16 users.
 # Usage: a folder with dsv4(.xz), tokenizer.json(.xz), blaslibs.tar.xz and this script; OUT= log folder.
-# BUDGETS="512:512 2048:2048 8192:4096" (default), LENS, CONCS, MAX_CONTEXT (8192) override the sweep.
+# BUDGETS="512:512 2048:2048 8192:8192" (default; 8192:8192 is serve's cuda default), LENS, CONCS, MAX_CONTEXT (8192) override the sweep.
 set -u
 D=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-/tmp/prefill-bench}; mkdir -p "$OUT"
@@ -14,7 +14,7 @@ fi
 PYNCCL=$(python3 -c "import nvidia.nccl as m; print(list(m.__path__)[0])" 2>/dev/null || true)
 [[ -n "$PYNCCL" && -d "$PYNCCL/lib" ]] && export LD_LIBRARY_PATH="$PYNCCL/lib:${LD_LIBRARY_PATH:-}"
 ldd "$W/dsv4" | grep "not found"
-for B in ${BUDGETS:-512:512 2048:2048 8192:4096}; do
+for B in ${BUDGETS:-512:512 2048:2048 8192:8192}; do
     step=${B%%:*}; chunk=${B##*:}
     "$W"/dsv4 serve --backend cuda --synthetic-flash --layers 20 --tokenizer "$W/tokenizer.json" --port 8123 \
         --max-context "${MAX_CONTEXT:-8192}" --max-running 16 --max-tokens-per-step "$step" --max-prefill-chunk "$chunk" \

@@ -47,7 +47,7 @@ void register_proxy_bench(CLI::App& app, CommandContext& ctx) {
     auto plens = std::make_shared<std::string>(), pusers = std::make_shared<std::string>("1");
     cmd->add_option("--prefill-lens", *plens, "comma-separated prompt lengths of the prefill points (none by default)");
     cmd->add_option("--prefill-users", *pusers, "comma-separated concurrent prompts per prefill point (default 1)");
-    cmd->add_option("--prefill-chunk", o->prefill_chunk, "prefill: tokens of one sequence per step (default 4096)");
+    cmd->add_option("--prefill-chunk", o->prefill_chunk, "prefill: tokens of one sequence per step (default 8192)");
     cmd->add_option("--prefill-step", o->prefill_step, "prefill: tokens of all sequences per step (default 8192)");
     cmd->add_option("--prefill-reps", o->prefill_reps, "prefill: timed repetitions per point (default 3)");
     cmd->add_flag("--prefill-only", o->prefill_only, "prefill points only (no decode points)");

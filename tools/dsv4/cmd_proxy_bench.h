@@ -34,12 +34,12 @@ struct ProxyBenchOptions {
     // users, run through forward() in chunked-prefill steps; empty: none.
     std::vector<int> prefill_lens;
     std::vector<int> prefill_users{1};
-    int prefill_chunk = 4096;         // tokens of one sequence per step
+    int prefill_chunk = 8192;         // tokens of one sequence per step
     int prefill_step = 8192;          // tokens of all sequences per step
     int prefill_reps = 3;             // timed repetitions per point (median reported)
     bool prefill_only = false;        // skip the decode points
-    bool op_profile_prefill = false;  // from option op_profile: per-op table of each 1-user point's first step
-                                      // and of each verify point's steps of n > 1 tokens
+    bool op_profile_prefill = false;  // from option op_profile: per-op table of each 1-user point's first and
+                                      // last steps and of each verify point's steps of n > 1 tokens
     // Verify points (cmd_proxy_bench_verify.cpp): steps of n tokens per sequence (n = k + 1 of speculative
     // decoding) beside the one-token step, at every batch and context; empty: none.
     std::vector<int> verify_tokens;

@@ -125,19 +125,31 @@ bool run_prefill_points(CudaBenchRunner& runner, const ModelConfig& cfg, const P
                        {"tflops", tflops},
                        {"pct_gemm_peak", gemm_tflops > 0 ? 100.0 * tflops / gemm_tflops : 0.0}});
             if (o.op_profile_prefill && U == 1) {
-                // The first step of one fresh prompt again, with event marks between op classes.
-                ForwardBatch b;
-                SeqChunk c;
-                c.seq_id = 0;
-                c.tokens = std::span<const int32_t>(prompt[0].data(), size_t(std::min(L, o.prefill_chunk)));
-                c.page_table = table[0];
-                b.seqs.push_back(c);
-                auto t = runner.profile_step(b);
-                if (t)
-                    std::printf("op profile, first prefill step of one %d-token prompt (%zu tokens):\n%s", L,
-                                c.tokens.size(), t->c_str());
-                else
-                    std::printf("op profile: %s\n", t.status().message().c_str());
+                // The first step of one prompt again, with event marks between op classes, and, when the
+                // prompt takes several steps, its last step: the indexer and the compressed rows grow
+                // with the position, so the last chunk of a long prompt is where they cost most. The
+                // pages still hold the measured run's rows; only the positions matter for the timing.
+                // One prompt is split as the timed runs split it (chunks of o.prefill_chunk from 0).
+                const int64_t chunk = std::min(L, o.prefill_chunk), last = (int64_t(L) - 1) / chunk * chunk;
+                for (int64_t start : {int64_t(0), last}) {
+                    ForwardBatch b;
+                    SeqChunk c;
+                    c.seq_id = 0;
+                    c.tokens = std::span<const int32_t>(prompt[0].data() + start,
+                                                        size_t(std::min<int64_t>(chunk, int64_t(L) - start)));
+                    c.start_pos = start;
+                    c.page_table = table[0];
+                    b.seqs.push_back(c);
+                    auto t = runner.profile_step(b);
+                    if (!t) {
+                        std::printf("op profile: %s\n", t.status().message().c_str());
+                        break;
+                    }
+                    std::printf("op profile, %s prefill step of one %d-token prompt (positions %lld-%lld):\n%s",
+                                start == 0 ? "first" : "last", L, (long long)start,
+                                (long long)(start + int64_t(c.tokens.size()) - 1), t->c_str());
+                    if (last == 0) break;
+                }
             }
             J["prefill"].push_back(pt);
         }
