@@ -383,6 +383,11 @@ Status CudaRunner::plan(const ForwardBatch& batch, int graph_tokens, HostPlan& h
                 hp.pf_pos[tok] = hp.start_pos[s] + i;
                 hp.pf_stage_from[tok] = hp.start_pos[s];
             }
+        hp.pf_block_end.assign(size_t((hp.T + pf_block_ - 1) / pf_block_), 0);
+        for (int tok = 0; tok < hp.T; ++tok) {
+            int64_t& e = hp.pf_block_end[size_t(tok / pf_block_)];
+            e = std::max(e, hp.pf_pos[size_t(tok)] + 1);
+        }
     }
     return Status::ok();
 }
@@ -431,12 +436,14 @@ cuda::MhcArgs CudaRunner::site_args(int l, int site) const {
                          ws_.mhc_mix_rows};
 }
 
-Status CudaRunner::run_step(int B, int T, int max_t, int R, int64_t end_pos) {
+Status CudaRunner::run_step(int B, int T, int max_t, int R, int64_t end_pos, const std::vector<int64_t>* block_end) {
     step_end_pos_ = end_pos;
+    pf_block_end_ = block_end;
     struct Reset {
         int64_t& v;
-        ~Reset() { v = kAnyEndPos; }
-    } reset{step_end_pos_};
+        const std::vector<int64_t>*& b;
+        ~Reset() { v = kAnyEndPos, b = nullptr; }
+    } reset{step_end_pos_, pf_block_end_};
     const cuda::StepPlan sp = step_plan(B);
     cudaStream_t st = stream_;
     const int n = cfg_.hc_mult, d = cfg_.hidden_size;

@@ -191,7 +191,7 @@ Status CudaRunner::queue_step(const ForwardBatch& batch, bool honour_sample) {
         ++replays_.verify;
     } else {
         sd_rule_ = hp.sd_rule;
-        DSV4_RETURN_IF_ERROR(run_step(hp.B, hp.T, hp.max_t, hp.R, hp.end_pos));
+        DSV4_RETURN_IF_ERROR(run_step(hp.B, hp.T, hp.max_t, hp.R, hp.end_pos, &hp.pf_block_end));
     }
     const size_t V = size_t(cfg_.vocab_size);
     const bool any_greedy =

@@ -81,7 +81,7 @@ Result<std::string> CudaRunner::profile_step(const ForwardBatch& batch) {
     DSV4_CU(prof.reserve(65536));
     prof_ = &prof;
     sd_rule_ = hp.sd_rule;
-    Status s = run_step(hp.B, hp.T, hp.max_t, hp.R, hp.end_pos);
+    Status s = run_step(hp.B, hp.T, hp.max_t, hp.R, hp.end_pos, &hp.pf_block_end);
     prof_ = nullptr;
     DSV4_RETURN_IF_ERROR(s);
     DSV4_CU(cudaStreamSynchronize(stream_));
@@ -124,7 +124,7 @@ Status CudaRunner::forward_with_mtp(const ForwardBatch& batch, std::span<const i
             out.emplace_back(h.begin() + int64_t(r) * int64_t(V), h.begin() + int64_t(r + 1) * int64_t(V));
         return Status::ok();
     };
-    DSV4_RETURN_IF_ERROR(remember_loss(run_step(hp.B, hp.T, hp.max_t, hp.R, hp.end_pos)));
+    DSV4_RETURN_IF_ERROR(remember_loss(run_step(hp.B, hp.T, hp.max_t, hp.R, hp.end_pos, &hp.pf_block_end)));
     DSV4_RETURN_IF_ERROR(remember_loss(rows_to_host(logits)));
     DSV4_CU(cudaMemcpyAsync(mtp_in_, ws_.X, size_t(hp.T) * nd * sizeof(float), cudaMemcpyDeviceToDevice, stream_));
     DSV4_CU(cudaMemcpyAsync(mtp_next_, next.data(), next.size() * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));

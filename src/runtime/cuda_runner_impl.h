@@ -25,6 +25,7 @@
 #include "kernels/cuda/moe/moe.h"
 #include "kernels/cuda/ops/fast_path.h"
 #include "kernels/cuda/ops/fault_inject.h"
+#include "kernels/cuda/ops/indexer_filter.h"
 #include "kernels/cuda/ops/attn_variants.h"
 #include "kernels/cuda/ops/ops.h"
 #include "kernels/cuda/ops/prefill_gemm.h"
@@ -58,6 +59,10 @@ struct Workspace {
     double* mhc_mix = nullptr;  // [mhc_mix_rows, (2+n)n + 1] mHC mixing dot products (MhcArgs::mix_ws)
     int64_t mhc_mix_rows = 0;   // max(16 T, 32 B): chunk partial rows (decode: 32 chunks per token, prefill: 16-64)
     int64_t max_rows = 0;
+    // Filtered indexer scores of batched prefill (cuda::IndexerFilter): [Bq, max_rows] lower bounds,
+    // then candidate lists; [Bq] counts. Null when option indexer_filter_min_rows is 0.
+    float* idx_lo = nullptr;
+    int32_t* idx_n_cand = nullptr;
     // Fast decode attention (sparse_decode): row lists, bf16 q / out, split partials.
     void *qb = nullptr, *ob = nullptr;
     // bf16 copies of the inputs of the large dense projections (round_to_bf16), from 32 tokens on:
@@ -105,6 +110,9 @@ struct HostPlan {
     int64_t end_pos = 0;  // the longest sequence's start_pos + n_tok (CudaRunner::run_step's end_pos)
     std::vector<int32_t> pf_seq;
     std::vector<int64_t> pf_pos, pf_stage_from;
+    // Batched steps: per block of prefill_query_block tokens, the largest position + 1 (the indexer's
+    // rows per query there: indexer_filter_min_rows is decided per block).
+    std::vector<int64_t> pf_block_end;
 };
 
 // Page-locked host memory (cudaHostAlloc), grown on demand: what asynchronous copies need (a copy
@@ -293,7 +301,8 @@ private:
     // below index_topk x ratio + ratio no CSA sequence has more rows than the indexer selects, so its
     // queries and scores are skipped (ref::index_selects_all).
     static constexpr int64_t kAnyEndPos = INT64_MAX;
-    Status run_step(int B, int T, int max_t, int R, int64_t end_pos);
+    // block_end: HostPlan::pf_block_end of a batched step (null: end_pos for every block).
+    Status run_step(int B, int T, int max_t, int R, int64_t end_pos, const std::vector<int64_t>* block_end = nullptr);
     // Resolves opt_.rt's variant names against the registries (an unknown name is an error), stamps the
     // kernel choices into every weight descriptor and repacks the experts' codes (moe_layout).
     Status apply_kernel_choices();
@@ -526,7 +535,8 @@ private:
     std::vector<cuda::ShapeVariant> gemv_rules_, moe_rules_, grouped_rules_;
     int sd_rule_ = -1;                   // the running step's sparse_decode rule (graphs are captured per rule)
     int64_t step_end_pos_ = kAnyEndPos;  // run_step's end_pos while it runs
-    int64_t test_delay_ns_ = 0;          // set_test_delay_ns: a spin at the start of every step
+    const std::vector<int64_t>* pf_block_end_ = nullptr;  // run_step's block_end while it runs
+    int64_t test_delay_ns_ = 0;                           // set_test_delay_ns: a spin at the start of every step
     bool fast_attn_ = false;
     bool batched_ = false;    // batched prefill available (batched_step)
     cuda::PrefillGemm gemm_;  // handle null: off

@@ -40,9 +40,27 @@ Status CudaRunner::attention_batched(const cuda::StepPlan& sp, int T, int max_t,
         qp.table_row = ws_.pf_seq + q0;
         ra.stage_from = ws_.pf_stage_from + q0;
         if (csa) {
-            mark("prefill: indexer scores + top-k");
-            DSV4_CU(cuda::indexer_scores(qp, pool_, ia, st));
-            DSV4_CU(cuda::indexer_select(qp, ia, st));
+            // Long rows: exact scores only where the top-k can still take the row (same selection).
+            // Only where the block's positions are known (eager steps): captured graphs (verify steps)
+            // replay at any position and keep the plain path.
+            const size_t b = size_t(q0 / pf_block_);
+            if (ws_.idx_lo && pf_block_end_ && b < pf_block_end_->size() &&
+                (*pf_block_end_)[b] / std::max(ia.ratio, 1) >= opt_.rt.indexer_filter_min_rows &&
+                cuda::indexer_filter_applies(pool_, ia)) {
+                const cuda::IndexerFilter f{ws_.idx_lo, ws_.idx_n_cand};
+                mark("prefill: indexer bounds (bf16)");
+                DSV4_CU(cuda::indexer_bounds(qp, pool_, ia, f, st));
+                mark("prefill: indexer candidates");
+                DSV4_CU(cuda::indexer_candidates(qp, ia, f, st));
+                mark("prefill: indexer exact scores (listed)");
+                DSV4_CU(cuda::indexer_scores_listed(qp, pool_, ia, f, st));
+                mark("prefill: indexer top-k (listed)");
+                DSV4_CU(cuda::indexer_select_listed(qp, ia, f, st));
+            } else {
+                mark("prefill: indexer scores + top-k");
+                DSV4_CU(cuda::indexer_scores(qp, pool_, ia, st));
+                DSV4_CU(cuda::indexer_select(qp, ia, st));
+            }
         }
         mark(bf16_route ? "prefill: row lists" : "prefill: row lists + q bf16");
         DSV4_CU(cuda::build_row_lists(qp, pool_, ra, st));

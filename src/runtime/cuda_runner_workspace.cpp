@@ -83,6 +83,10 @@ Status CudaRunner::alloc_workspace() {
         buf("attn_decode partial acc", ws_.part_acc, old_path * Bm * H * splits * D),
         buf("attn_decode partial m/l", ws_.part_ml, old_path * Bm * H * splits * 2),
     };
+    if (batched_ && min_ratio > 0 && opt_.rt.indexer_filter_min_rows > 0) {
+        t.push_back(buf("indexer filter bounds / candidates", ws_.idx_lo, Bq * size_t(ws_.max_rows)));
+        t.push_back(buf("indexer filter counts", ws_.idx_n_cand, Bq));
+    }
     if (fast_attn_) {
         // Rows per sequence: the window plus the largest compressed set (CSA top-k, HCA all rows).
         int64_t max_comp = 0;

@@ -142,6 +142,10 @@ const std::vector<OptionDef>& option_defs() {
         {{"prefill_attn_wgmma", "DSV4_PREFILL_ATTN_WGMMA",
           "batched prefill attention on the wgmma kernel (FP8 rows; 0: sparse_decode, bitwise the token loop's)"},
          DSV4_BOOL_OPTION(prefill_attn_wgmma)},
+        {{"indexer_filter_min_rows", "DSV4_INDEXER_FILTER",
+          "batched prefill: from this many indexer rows per query, exact scores only for the rows a bf16 pass "
+          "cannot rule out of the top-k (same selection; 0: every row scored exactly)"},
+         DSV4_COUNT_OPTION(indexer_filter_min_rows)},
         {{"decode_gemm_min_tokens", "DSV4_DECODE_GEMM",
           "prefill_gemm_min_tokens and moe_gemm_min_tokens for decode-only steps (one token per sequence; 0: never)"},
          DSV4_COUNT_OPTION(decode_gemm_min_tokens)},

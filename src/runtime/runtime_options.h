@@ -100,6 +100,11 @@ struct RuntimeOptions {
     // Batched prefill attention on the warpgroup (wgmma) kernel (kernels/cuda/attention/sparse_prefill_sm90.cu;
     // FP8 rows); false: sparse_decode over the pseudo-sequences (bitwise the token loop's).
     bool prefill_attn_wgmma = true;
+    // Batched prefill on a CSA layer whose step reaches this many indexer rows per query: the
+    // lightning indexer's exact FP64 scores are computed only for the rows a bf16 tensor-core pass
+    // with a proven error bound cannot rule out of the top-k (kernels/cuda/ops/indexer_filter.h; same
+    // selection, bit for bit); 0: every row scored exactly.
+    int indexer_filter_min_rows = 2048;
     // Both thresholds above for decode-only steps (one token per sequence): there the decode kernels
     // stay ahead longer (E33: 128- and 256-sequence steps 30% and 3% slower on the GEMMs; E44, with the
     // balanced wgmma expert rows: 256 sequences 57.3 vs 55.2 ms, 384 64.0 vs 76.6 ms; E49, with the

@@ -105,16 +105,18 @@ void expect_batched_equals_loop(const ModelConfig& cfg, const char* rows, const 
                                 int64_t max_len, int max_tokens, bool q_gemm_steps = false) {
     ASSERT_TRUE(cfg.validate().is_ok());
     auto model = std::make_shared<const RefModel>(cfg, ModelWeights::random(cfg, 17), RefNumerics{});
-    std::vector<std::vector<float>> out[5];
-    // 0: token loop; 3 on the wgmma prefill attention; 4 also with prefill_q_bf16.
-    const int blocks[5] = {0, 7, 256, 256, 256};
-    for (int v = 0; v < 5; ++v) {
+    std::vector<std::vector<float>> out[6];
+    // 0: token loop; 3 on the wgmma prefill attention; 4 also with prefill_q_bf16; 5: runner 3 with the
+    // filtered indexer scores on every CSA step (cuda::indexer_topk_filtered: the same selection).
+    const int blocks[6] = {0, 7, 256, 256, 256, 256};
+    for (int v = 0; v < 6; ++v) {
         CudaRunnerOptions o;
         o.rt.kv_rows = rows;
         o.rt.batched_prefill = blocks[v] > 0;
         o.rt.prefill_query_block = blocks[v] > 0 ? blocks[v] : 256;
         o.rt.prefill_attn_wgmma = v >= 3;
         o.rt.prefill_q_bf16 = v == 4;
+        o.rt.indexer_filter_min_rows = v == 5 ? 1 : 0;
         o.rt.split_kv_target_ctas = 1;
         o.max_seqs = 4;
         o.max_step_tokens = max_tokens;
@@ -179,6 +181,12 @@ void expect_batched_equals_loop(const ModelConfig& cfg, const char* rows, const 
         EXPECT_GT(d4.differing, 0u) << "prefill_q_bf16 changed nothing: the bf16 q path did not run";
     else
         EXPECT_EQ(d4.differing, 0u) << "prefill_q_bf16 changed steps whose q projection is no GEMM";
+    ASSERT_EQ(out[5].size(), out[3].size());
+    size_t filtered_differing = 0;
+    for (size_t i = 0; i < out[3].size(); ++i) filtered_differing += out[5][i] != out[3][i];
+    std::printf("[batched prefill] %s rows, filtered indexer scores: %zu rows differ from runner 3\n", rows,
+                filtered_differing);
+    EXPECT_EQ(filtered_differing, 0u);
 }
 
 TEST(CudaBatchedPrefill, BitIdenticalToTheTokenLoopSmall) {

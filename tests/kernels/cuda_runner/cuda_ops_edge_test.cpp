@@ -21,6 +21,7 @@
 #include <random>
 
 #include "core/dtype.h"
+#include "kernels/cuda/ops/indexer_filter.h"
 #include "kernels/cuda/ops/ops.h"
 #include "kernels/ref/compressor.h"
 #include "kernels/ref/ops.h"
@@ -907,13 +908,25 @@ struct IndexerCase {
     bool bf16_rows = false;          // index rows stored as bf16 (the CUDA runner's format), else f32
     bool real_values = false;        // random reals instead of small integers (exact in any order)
     int64_t idx_row_off = 100;       // word offset of the rows in a page (odd: bf16 rows read per element)
+    // Every row of a sequence its first row with about 3 dims moved by one bf16 step: scores a hair
+    // apart, most of them inside the filtered path's error bound (cuda::indexer_topk_filtered).
+    bool near_ties = false;
+};
+
+// Rows scored and rows listed for exact scores by the filtered path (check_indexer_case).
+struct FilterCount {
+    int64_t rows = 0, listed = 0, seqs = 0;
 };
 
 // Small heads (the old per-key form's shapes) and the Flash indexer (64 heads x 128, top-512, up
 // to 2102 candidates: the FP64 tensor-core scorer, several 64-key tiles, the last one partial).
 // Integer data: scores exact, many ties, so the selection must equal the CPU's. Real data: scores
 // within one f32 ulp of the CPU's double sum, and the selection exact over the GPU's own scores.
-void check_indexer_case(BigPool& bp, const IndexerCase& ic, int& seqs, int& ties_total, double& worst_rel) {
+// Where cuda::indexer_filter_applies, the filtered path (bf16 bounds, exact scores of the listed rows)
+// runs on the same inputs too: the same selection, the list in row order, and the listed rows'
+// scores bitwise the full path's.
+void check_indexer_case(BigPool& bp, const IndexerCase& ic, int& seqs, int& ties_total, double& worst_rel,
+                        FilterCount* fc = nullptr) {
     const int r = 4, IH = ic.IH, ID = ic.ID, K = ic.K;
     const int64_t idx_row_off = ic.idx_row_off;
     const int64_t row_words = ic.bf16_rows ? ID / 2 : ID;
@@ -936,6 +949,13 @@ void check_indexer_case(BigPool& bp, const IndexerCase& ic, int& seqs, int& ties
                 v = ic.real_values ? u(g) : float(int(g() % 5) - 2);  // integers: many exactly tied scores
                 if (ic.bf16_rows) v = round_bf16(v);
             }
+            for (int64_t w = 1; ic.near_ties && w < n_c; ++w)
+                for (int i = 0; i < ID; ++i) {
+                    float v = rows[s][size_t(i)];
+                    if (v != 0.0f && g() % uint32_t(ID / 3) == 0)
+                        v = bf16_to_f32(uint16_t(f32_to_bf16(v) + ((g() & 1) ? 1 : -1)));
+                    rows[s][size_t(w) * ID + i] = v;
+                }
             for (int64_t w = 0; w < n_c; ++w) {
                 const int64_t page = tables[size_t(s) * pt_stride + 1 + (w * r) / BigPool::page_tokens];
                 const int64_t slot = ((w * r) % BigPool::page_tokens) / r;
@@ -1029,6 +1049,41 @@ void check_indexer_case(BigPool& bp, const IndexerCase& ic, int& seqs, int& ties
                     EXPECT_EQ(gs[size_t(s) * K + i], -1) << "seq " << s << " slot " << i << " written";
                 ++seqs;
             }
+            if (!cuda::indexer_filter_applies(pool, a)) continue;
+            float *fsc = nullptr, *lo = nullptr;
+            int32_t *fsel = nullptr, *fn = nullptr, *n_cand = nullptr;
+            ASSERT_EQ(cudaMalloc(&fsc, sizeof(float) * B * max_rows), cudaSuccess);
+            ASSERT_EQ(cudaMalloc(&lo, sizeof(float) * B * max_rows), cudaSuccess);
+            ASSERT_EQ(cudaMalloc(&fsel, sizeof(int32_t) * B * K), cudaSuccess);
+            ASSERT_EQ(cudaMalloc(&fn, sizeof(int32_t) * B), cudaSuccess);
+            ASSERT_EQ(cudaMalloc(&n_cand, sizeof(int32_t) * B), cudaSuccess);
+            F(fsc), F(lo), F(fsel), F(fn), F(n_cand);
+            ASSERT_EQ(cudaMemset(fsel, 0xff, sizeof(int32_t) * B * K), cudaSuccess);
+            cuda::IndexerArgs fa = a;
+            fa.scores = fsc, fa.sel = fsel, fa.n_sel = fn;
+            ASSERT_EQ(cuda::indexer_topk_filtered(plan, pool, fa, cuda::IndexerFilter{lo, n_cand}, nullptr),
+                      cudaSuccess);
+            EXPECT_EQ(host(fsel, size_t(B) * K), gs) << "filtered selection";
+            EXPECT_EQ(host(fn, size_t(B)), gn);
+            const auto nc = host(n_cand, size_t(B));
+            for (int s = 0; s < B; ++s) {
+                const int64_t n_c = (pos[s] + 1) / r;
+                if (ref::index_selects_all(n_c, K)) continue;
+                // The list: rows in increasing order, each with the full path's score at its position.
+                const int64_t listed = nc[size_t(s)];
+                ASSERT_GE(listed, K) << "seq " << s;
+                ASSERT_LE(listed, n_c) << "seq " << s;
+                const auto got = host(fsc + int64_t(s) * max_rows, size_t(listed));
+                const auto ids = host(reinterpret_cast<const int32_t*>(lo) + int64_t(s) * max_rows, size_t(listed));
+                const auto full = host(scores + int64_t(s) * max_rows, size_t(n_c));
+                for (int64_t j = 0; j < listed; ++j) {
+                    const int32_t w = ids[size_t(j)];
+                    ASSERT_TRUE(w >= 0 && w < n_c && (j == 0 || w > ids[size_t(j - 1)]))
+                        << "seq " << s << " entry " << j;
+                    EXPECT_EQ(got[size_t(j)], full[size_t(w)]) << "seq " << s << " listed row " << w;
+                }
+                if (fc) fc->rows += n_c, fc->listed += listed, ++fc->seqs;
+            }
         }
     }
 }
@@ -1060,11 +1115,38 @@ TEST(CudaOpsEdge, IndexerTopkEdgeShapes) {
     seqs = 0, ties = 0;
     // Random reals (no ties): scores within one f32 ulp of the CPU's double sum; 64, 48 and 16 heads
     // (padded head tiles), bf16 rows with 8-byte loads, ID 64.
-    check_indexer_case(bp, {64, 128, 512, {9, 40}, flash_pos, true, true, 128}, seqs, ties, worst);
+    FilterCount fc;
+    check_indexer_case(bp, {64, 128, 512, {9, 40}, flash_pos, true, true, 128}, seqs, ties, worst, &fc);
     check_indexer_case(bp, {48, 128, 512, {9}, flash_pos, false, true}, seqs, ties, worst);
-    check_indexer_case(bp, {16, 64, 32, {33}, flash_pos, true, true, 64}, seqs, ties, worst);
+    check_indexer_case(bp, {16, 64, 32, {33}, flash_pos, true, true, 64}, seqs, ties, worst, &fc);
     std::printf("[op indexer scores] random reals: %d sequences, worst relative score error %.3g vs the CPU (double)\n",
                 seqs, worst);
+    std::printf(
+        "[op indexer filter] random reals: %lld scored sequences, %lld of %lld rows listed for exact scores, "
+        "selections identical to the full path\n",
+        (long long)fc.seqs, (long long)fc.listed, (long long)fc.rows);
+}
+
+// The filtered indexer top-k (cuda::indexer_topk_filtered) where its bound matters: integer data
+// (exact ties at the k-th score, broken by index) and rows a bf16 step apart (most scores inside the
+// bound), 64 and 16 heads, up to 2,102 rows for top-512: the selection must be the full path's.
+TEST(CudaOpsEdge, IndexerFilterSameSelection) {
+    SKIP_WITHOUT_GPU();
+    BigPool bp;
+    int seqs = 0, ties = 0;
+    double worst = 0;
+    const std::vector<int64_t> flash_pos = {2, 3, 255, 259, 8407, 2051, 2055, 263, 0};
+    FilterCount ties_fc, near_fc;
+    check_indexer_case(bp, {64, 128, 512, {40}, flash_pos, true, false, 128}, seqs, ties, worst, &ties_fc);
+    check_indexer_case(bp, {64, 128, 512, {9}, flash_pos, true, true, 128, true}, seqs, ties, worst, &near_fc);
+    check_indexer_case(bp, {16, 64, 32, {33}, flash_pos, true, true, 64, true}, seqs, ties, worst, &near_fc);
+    EXPECT_GT(ties_fc.seqs, 0);
+    EXPECT_GT(near_fc.seqs, 0);
+    std::printf(
+        "[op indexer filter] integer data: %lld sequences, %lld of %lld rows listed; rows a bf16 step apart: "
+        "%lld sequences, %lld of %lld rows listed; selections identical to the full path\n",
+        (long long)ties_fc.seqs, (long long)ties_fc.listed, (long long)ties_fc.rows, (long long)near_fc.seqs,
+        (long long)near_fc.listed, (long long)near_fc.rows);
 }
 
 TEST(CudaOpsEdge, TopkExactAtB08Sizes) {

@@ -12,6 +12,7 @@
 #include <algorithm>
 
 #include "kernels/cuda/ops/common.cuh"
+#include "kernels/cuda/ops/indexer_filter.h"
 
 namespace dsv4::cuda {
 
@@ -37,8 +38,9 @@ __device__ __forceinline__ uint32_t ordered_key(float s) {
     return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
-// O(n^2) rank pass: ranks scores[n] and writes the k best indices into idx[k], best first.
-__device__ void block_topk_rank(const float* scores, int n, int k, int32_t* idx) {
+// O(n^2) rank pass: ranks scores[n] and writes the k best indices into idx[k], best first (as ids[i]
+// when ids is given: the scores of a candidate list, indexer_filter.h).
+__device__ void block_topk_rank(const float* scores, int n, int k, int32_t* idx, const int32_t* ids) {
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         const float ki = topk_key(scores[i]);
         int rank = 0;
@@ -46,39 +48,19 @@ __device__ void block_topk_rank(const float* scores, int n, int k, int32_t* idx)
             const float kj = topk_key(scores[j]);
             rank += (kj > ki) || (kj == ki && j < i);
         }
-        if (rank < k) idx[rank] = i;
+        if (rank < k) idx[rank] = ids ? ids[i] : i;
     }
 }
 
-// Radix-select top-k (k <= kRadixMaxK, k <= n); all threads of the block take part.
-__device__ void block_topk_radix(const float* scores, int n, int k, int32_t* idx) {
+// The k-th largest of n keys (1 <= k <= n) by a 4-pass 8-bit radix select: key_of(j, i) is the key of
+// element i = threadIdx.x + j blockDim.x. Returns the key T; *krem_out = how many rows equal to T belong
+// to the k largest. All threads of the block take part; every thread gets T and *krem.
+template <class KeyOf>
+__device__ uint32_t block_radix_kth(const KeyOf& key_of, int n, int k, int* krem_out) {
     __shared__ uint32_t hist[256];
     __shared__ uint32_t s_prefix, s_mask;
-    __shared__ int s_krem, s_gt, s_base;
-    __shared__ int warp_cnt[kTopkThreads / 32];
-    // Selected rows as (key << 32 | ~index): one 64-bit compare orders by key, then lower index.
-    __shared__ uint64_t cand[kRadixMaxK];
-    if (threadIdx.x == 0) s_prefix = 0, s_mask = 0, s_krem = k, s_gt = 0, s_base = 0;
-    // Up to kCached keys per thread stay in registers for all six passes over the row (element
-    // threadIdx.x + j blockDim.x in kc[j]), loaded at once: re-reading scores from L2 in every pass
-    // was a chain of ~12 dependent round trips per row. Longer rows read them again each pass.
-    const bool cached = n <= kCached * int(blockDim.x);
-    uint32_t kc[kCached];
-#pragma unroll
-    for (int j = 0; j < kCached; ++j) {
-        const int i = int(threadIdx.x) + j * int(blockDim.x);
-        kc[j] = cached && i < n ? ordered_key(scores[i]) : 0u;
-    }
-    // Key of element i = threadIdx.x + j blockDim.x (j < kCached when cached).
-    auto key_of = [&](int j, int i) -> uint32_t {
-        if (cached) {
-            uint32_t v = 0;
-#pragma unroll
-            for (int jj = 0; jj < kCached; ++jj) v = jj == j ? kc[jj] : v;
-            return v;
-        }
-        return ordered_key(scores[i]);
-    };
+    __shared__ int s_krem;
+    if (threadIdx.x == 0) s_prefix = 0, s_mask = 0, s_krem = k;
     for (int shift = 24; shift >= 0; shift -= 8) {
         for (int b = threadIdx.x; b < 256; b += blockDim.x) hist[b] = 0;
         __syncthreads();
@@ -117,8 +99,39 @@ __device__ void block_topk_radix(const float* scores, int n, int k, int32_t* idx
         }
         __syncthreads();
     }
-    const uint32_t T = s_prefix;  // the k-th largest key; s_krem rows equal to T are still needed
-    const int krem = s_krem;
+    *krem_out = s_krem;
+    return s_prefix;
+}
+
+// Radix-select top-k (k <= kRadixMaxK, k <= n); all threads of the block take part. ids: as block_topk_rank.
+__device__ void block_topk_radix(const float* scores, int n, int k, int32_t* idx, const int32_t* ids) {
+    __shared__ int s_gt, s_base;
+    __shared__ int warp_cnt[kTopkThreads / 32];
+    // Selected rows as (key << 32 | ~index): one 64-bit compare orders by key, then lower index.
+    __shared__ uint64_t cand[kRadixMaxK];
+    if (threadIdx.x == 0) s_gt = 0, s_base = 0;
+    // Up to kCached keys per thread stay in registers for all six passes over the row (element
+    // threadIdx.x + j blockDim.x in kc[j]), loaded at once: re-reading scores from L2 in every pass
+    // was a chain of ~12 dependent round trips per row. Longer rows read them again each pass.
+    const bool cached = n <= kCached * int(blockDim.x);
+    uint32_t kc[kCached];
+#pragma unroll
+    for (int j = 0; j < kCached; ++j) {
+        const int i = int(threadIdx.x) + j * int(blockDim.x);
+        kc[j] = cached && i < n ? ordered_key(scores[i]) : 0u;
+    }
+    // Key of element i = threadIdx.x + j blockDim.x (j < kCached when cached).
+    auto key_of = [&](int j, int i) -> uint32_t {
+        if (cached) {
+            uint32_t v = 0;
+#pragma unroll
+            for (int jj = 0; jj < kCached; ++jj) v = jj == j ? kc[jj] : v;
+            return v;
+        }
+        return ordered_key(scores[i]);
+    };
+    int krem = 0;
+    const uint32_t T = block_radix_kth(key_of, n, k, &krem);  // rows equal to T: krem still needed
     for (int i = threadIdx.x, j = 0; i < n; i += blockDim.x, ++j) {
         const uint32_t u = key_of(j, i);
         if (u > T) {
@@ -165,19 +178,25 @@ __device__ void block_topk_radix(const float* scores, int n, int k, int32_t* idx
             }
             __syncthreads();
         }
-    for (int r = threadIdx.x; r < k; r += blockDim.x) idx[r] = int32_t(~uint32_t(cand[r]));
+    for (int r = threadIdx.x; r < k; r += blockDim.x) {
+        const int32_t i = int32_t(~uint32_t(cand[r]));
+        idx[r] = ids ? ids[i] : i;
+    }
 }
 
-__device__ void block_topk(const float* scores, int n, int k, int32_t* idx) {
+__device__ void block_topk(const float* scores, int n, int k, int32_t* idx, const int32_t* ids = nullptr) {
     if (k > n) k = n;
     if (k <= 0) return;
     if (k <= kRadixMaxK && blockDim.x % 32 == 0 && blockDim.x <= kTopkThreads)
-        block_topk_radix(scores, n, k, idx);
+        block_topk_radix(scores, n, k, idx, ids);
     else
-        block_topk_rank(scores, n, k, idx);
+        block_topk_rank(scores, n, k, idx, ids);
 }
 
-__global__ void indexer_topk_kernel(StepPlan plan, IndexerArgs a) {
+// f.lo null: over the entry's score row. Else the filtered form (indexer_filter.h): over the exact
+// scores of its candidate list (positions 0 .. n_cand of the score row), mapped back to row ids; the
+// list is in row order, so ties still go to the lowest row.
+__global__ void indexer_topk_kernel(StepPlan plan, IndexerArgs a, IndexerFilter f) {
     const int s = blockIdx.x;
     if (a.t >= plan.n_tok[s]) return;
     const int64_t p = plan.start_pos[s] + a.t;
@@ -187,9 +206,52 @@ __global__ void indexer_topk_kernel(StepPlan plan, IndexerArgs a) {
     if (n_c <= a.topk) {  // all rows, in index order, unscored (ref::index_select)
         for (int i = threadIdx.x; i < k; i += blockDim.x) sel[i] = i;
     } else {
-        block_topk(a.scores + int64_t(s) * a.max_rows, int(n_c), k, sel);
+        const float* row = a.scores + int64_t(s) * a.max_rows;
+        if (f.lo)
+            block_topk(row, f.n_cand[s], k, sel, reinterpret_cast<const int32_t*>(f.lo) + int64_t(s) * a.max_rows);
+        else
+            block_topk(row, int(n_c), k, sel);
     }
     if (threadIdx.x == 0) a.n_sel[s] = k;
+}
+
+// Step 2 of the filtered scores (indexer_filter.h): T = the k-th largest lower bound; the rows whose
+// upper bound (in the score row) is not below T (NaN bounds included) are listed, in row order, in the
+// lower bounds' storage.
+__global__ void indexer_candidates_kernel(StepPlan plan, IndexerArgs a, IndexerFilter f) {
+    const int s = blockIdx.x;
+    if (a.t >= plan.n_tok[s]) return;
+    const int64_t n_c = (plan.start_pos[s] + a.t + 1) / a.ratio;
+    if (n_c <= a.topk) return;  // all selected, unscored (indexer_select)
+    const int n = int(n_c);
+    const float* hi = a.scores + int64_t(s) * a.max_rows;
+    const float* lo = f.lo + int64_t(s) * a.max_rows;
+    int krem = 0;
+    const uint32_t T = block_radix_kth([&](int, int i) { return ordered_key(lo[i]); }, n, a.topk, &krem);
+    __shared__ int s_count;
+    __shared__ int warp_cnt[kTopkThreads / 32];
+    if (threadIdx.x == 0) s_count = 0;
+    __syncthreads();  // every thread is past its last read of lo: the list takes its storage
+    int32_t* list = reinterpret_cast<int32_t*>(f.lo) + int64_t(s) * a.max_rows;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    for (int c0 = 0; c0 < n; c0 += blockDim.x) {
+        const int i = c0 + threadIdx.x;
+        bool cand = false;
+        if (i < n) {
+            const float h = hi[i];
+            cand = isnan(h) || ordered_key(h) >= T;
+        }
+        const unsigned m = __ballot_sync(0xffffffffu, cand);
+        if (lane == 0) warp_cnt[warp] = __popc(m);
+        __syncthreads();
+        int before = s_count, total = 0;
+        for (int w = 0; w < nw; ++w) before += w < warp ? warp_cnt[w] : 0, total += warp_cnt[w];
+        if (cand) list[before + __popc(m & ((1u << lane) - 1u))] = i;
+        __syncthreads();  // warp_cnt and s_count read by every thread before they change
+        if (threadIdx.x == 0) s_count += total;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) f.n_cand[s] = s_count;
 }
 
 __global__ void topk_rows_kernel(const float* scores, int n, int k, int32_t* idx) {
@@ -266,7 +328,20 @@ __global__ void argmax_join_kernel(const unsigned long long* ws, int parts, int3
 
 cudaError_t indexer_select(const StepPlan& plan, const IndexerArgs& a, cudaStream_t st) {
     if (plan.n_seqs <= 0 || a.max_rows <= 0) return cudaSuccess;
-    indexer_topk_kernel<<<plan.n_seqs, kShortRowThreads, 0, st>>>(plan, a);
+    indexer_topk_kernel<<<plan.n_seqs, kShortRowThreads, 0, st>>>(plan, a, IndexerFilter{});
+    return cudaGetLastError();
+}
+
+cudaError_t indexer_select_listed(const StepPlan& plan, const IndexerArgs& a, const IndexerFilter& f, cudaStream_t st) {
+    if (plan.n_seqs <= 0 || a.max_rows <= 0) return cudaSuccess;
+    if (!f.lo || !f.n_cand) return cudaErrorInvalidValue;
+    indexer_topk_kernel<<<plan.n_seqs, kShortRowThreads, 0, st>>>(plan, a, f);
+    return cudaGetLastError();
+}
+
+cudaError_t indexer_candidates(const StepPlan& plan, const IndexerArgs& a, const IndexerFilter& f, cudaStream_t st) {
+    if (plan.n_seqs <= 0 || a.max_rows <= 0) return cudaSuccess;
+    indexer_candidates_kernel<<<plan.n_seqs, kShortRowThreads, 0, st>>>(plan, a, f);
     return cudaGetLastError();
 }
 

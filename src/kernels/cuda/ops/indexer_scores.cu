@@ -14,6 +14,7 @@
 // be ~32 us; measured at ~0.2 of it, not yet profiled.
 // Other shapes: one warp per key, double FMAs on CUDA cores (general, slow).
 #include "kernels/cuda/ops/common.cuh"
+#include "kernels/cuda/ops/indexer_filter.h"
 
 namespace dsv4::cuda {
 
@@ -76,7 +77,9 @@ constexpr int kMmaKeys = 64;  // keys per CTA tile: 4 warps x 16
 // [head][dim] layout cost ~12 register moves per pair of DMMAs, ncu in ledger E53); rows of g are
 // 16 bytes further apart than a multiple of 128, so a quarter-warp's loads touch every bank once.
 // Epilogue: ReLU and head weights per lane (its 8 heads), then a fixed shuffle tree over the 8 lanes
-// sharing t (deterministic).
+// sharing t (deterministic). kList (indexer_filter.h): the tiles walk the entry's candidate list
+// (row ids list[0 .. n_list)) instead of rows 0 .. n_c, and the score of list entry i goes to
+// position i of the score row; each row's arithmetic is the same.
 __device__ __forceinline__ void dmma_16888(double (&d)[4], const double (&a)[4], double b0, double b1) {
     asm volatile(
         "mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
@@ -97,13 +100,20 @@ __device__ __forceinline__ int qs_frag(int h, int kappa, int s, int S8) {
 }
 size_t dmma16_smem_bytes(int ID) { return sizeof(double) * size_t(kMmaHeads / 2) * size_t(dmma16_group(ID / 8)); }
 
+template <bool kList>
 __global__ void __launch_bounds__(kMmaThreads, 3)
-    indexer_score_dmma16_kernel(StepPlan plan, PagePool pool, IndexerArgs a) {
+    indexer_score_dmma16_kernel(StepPlan plan, PagePool pool, IndexerArgs a, const int32_t* list,
+                                const int32_t* n_list) {
     const int s = blockIdx.x;
     if (a.t >= plan.n_tok[s]) return;
-    const int64_t n_c = (plan.start_pos[s] + a.t + 1) / a.ratio;
-    if (int64_t(blockIdx.y) * kMmaKeys >= n_c || n_c <= a.topk) return;  // all selected: see indexer_select
-    extern __shared__ __align__(16) double qs[];                         // fragment order, see qs_frag
+    const int64_t n_rows = (plan.start_pos[s] + a.t + 1) / a.ratio;
+    if (n_rows <= a.topk) return;  // all selected: see indexer_select
+    // Tiles cover entries 0 .. n_c of the row ids (the rows themselves, or the candidate list).
+    const int64_t n_c = kList ? int64_t(n_list[s]) : n_rows;
+    const int32_t* ids = kList ? list + int64_t(s) * a.max_rows : nullptr;
+    auto row_id = [&](int64_t i) -> int64_t { return kList ? int64_t(ids[i]) : i; };
+    if (int64_t(blockIdx.y) * kMmaKeys >= n_c) return;
+    extern __shared__ __align__(16) double qs[];  // fragment order, see qs_frag
     const int ID = a.ID, IH = a.IH, S8 = ID / 8;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int64_t tok = plan.tok_begin[s] + a.t;
@@ -152,7 +162,7 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
 #pragma unroll
         for (int kg = 0; kg < 2; ++kg) {
             const int64_t w = w0 + warp * 16 + kg * 8 + g;
-            r[kg] = w < n_c ? comp_row_ptr(pool, table, a.ratio, a.idx_row_off, pool.index.words, w) : nullptr;
+            r[kg] = w < n_c ? comp_row_ptr(pool, table, a.ratio, a.idx_row_off, pool.index.words, row_id(w)) : nullptr;
         }
     };
     // v[kg][run]: dims S8 (t + 4 run) + 4 c .. + 3 of key group kg (8-byte loads, one chunk ahead).
@@ -248,26 +258,38 @@ __global__ void __launch_bounds__(kMmaThreads, 3)
         row[0] = nrow[0], row[1] = nrow[1];
     }
 }
+
+// The FP64 tensor-core form over the rows (list null) or each entry's candidate list.
+cudaError_t launch_dmma16(const StepPlan& plan, const PagePool& pool, const IndexerArgs& a, const int32_t* list,
+                          const int32_t* n_list, cudaStream_t st) {
+    auto* kernel = list ? indexer_score_dmma16_kernel<true> : indexer_score_dmma16_kernel<false>;
+    const size_t smem = dmma16_smem_bytes(a.ID);
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (e != cudaSuccess) return e;
+    int dev = 0, sms = 132;
+    if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
+    if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
+    // 3 CTAs per SM fit (66 KB of q, 168 registers): one wave of CTAs, each walking its tiles
+    // (a partial second wave would leave most SMs idle at its end), never more CTAs than tiles.
+    const int64_t tiles = (a.max_rows + kMmaKeys - 1) / kMmaKeys;
+    int64_t gy = 3 * int64_t(sms) / plan.n_seqs;
+    gy = gy < 1 ? 1 : (gy > tiles ? tiles : gy);
+    kernel<<<dim3(unsigned(plan.n_seqs), unsigned(gy)), kMmaThreads, smem, st>>>(plan, pool, a, list, n_list);
+    return cudaGetLastError();
+}
 }  // namespace
+
+cudaError_t indexer_scores_listed(const StepPlan& plan, const PagePool& pool, const IndexerArgs& a,
+                                  const IndexerFilter& f, cudaStream_t st) {
+    if (plan.n_seqs <= 0 || a.max_rows <= 0) return cudaSuccess;
+    if (!(a.IH <= kMmaHeads && a.ID % 32 == 0 && a.ID <= kMmaMaxID)) return cudaErrorInvalidValue;
+    return launch_dmma16(plan, pool, a, reinterpret_cast<const int32_t*>(f.lo), f.n_cand, st);
+}
 
 cudaError_t indexer_scores(const StepPlan& plan, const PagePool& pool, const IndexerArgs& a, cudaStream_t st) {
     if (plan.n_seqs <= 0 || a.max_rows <= 0) return cudaSuccess;
-    if (a.IH <= kMmaHeads && a.ID % 32 == 0 && a.ID <= kMmaMaxID) {
-        auto* kernel = indexer_score_dmma16_kernel;
-        const size_t smem = dmma16_smem_bytes(a.ID);
-        cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-        if (e != cudaSuccess) return e;
-        int dev = 0, sms = 132;
-        if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
-        if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
-        // 3 CTAs per SM fit (66 KB of q, 168 registers): one wave of CTAs, each walking its tiles
-        // (a partial second wave would leave most SMs idle at its end), never more CTAs than tiles.
-        const int64_t tiles = (a.max_rows + kMmaKeys - 1) / kMmaKeys;
-        int64_t gy = 3 * int64_t(sms) / plan.n_seqs;
-        gy = gy < 1 ? 1 : (gy > tiles ? tiles : gy);
-        kernel<<<dim3(unsigned(plan.n_seqs), unsigned(gy)), kMmaThreads, smem, st>>>(plan, pool, a);
-        return cudaGetLastError();
-    }
+    if (a.IH <= kMmaHeads && a.ID % 32 == 0 && a.ID <= kMmaMaxID)
+        return launch_dmma16(plan, pool, a, nullptr, nullptr, st);
     const size_t smem = sizeof(float) * (size_t(a.IH) * size_t(a.ID + 1) + size_t(kScoreThreads / 32) * size_t(a.ID));
     if (smem > 48 * 1024) {
         const cudaError_t e =
