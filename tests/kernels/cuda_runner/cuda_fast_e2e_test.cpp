@@ -128,8 +128,6 @@ Status write_mid_model(const std::string& golden_dir, const std::filesystem::pat
     return st.write((dir / "model.safetensors").string());
 }
 
-int32_t argmax(const std::vector<float>& v) { return int32_t(std::max_element(v.begin(), v.end()) - v.begin()); }
-
 struct PairRun {
     double worst = 0, scale = 0;
     int mismatch = 0, steps = 0;
@@ -172,7 +170,7 @@ PairRun run_pair(ModelRunner& gpu, ModelRunner& cpu, const std::vector<int32_t>&
         std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
         const double gap = double(sorted[0]) - sorted[1];
         r.min_gap = std::min(r.min_gap, gap);
-        if (argmax(lg[0]) != argmax(lc[0])) {
+        if (argmax_i32(lg[0]) != argmax_i32(lc[0])) {
             ++r.mismatch;
             r.max_mismatch_gap = std::max(r.max_mismatch_gap, gap);
         }
@@ -185,7 +183,7 @@ PairRun run_pair(ModelRunner& gpu, ModelRunner& cpu, const std::vector<int32_t>&
         last = one(std::vector<int32_t>(prompt.begin() + off, prompt.begin() + off + c));
         off += c;
     }
-    for (int i = 0; i < n_decode && !last.empty(); ++i) last = one({argmax(last)});
+    for (int i = 0; i < n_decode && !last.empty(); ++i) last = one({argmax_i32(last)});
     return r;
 }
 

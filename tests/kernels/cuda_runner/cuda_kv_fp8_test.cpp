@@ -327,18 +327,11 @@ TEST(RowLists, MatchCpuOnEdgeShapes) {
 
 // ---- end to end -------------------------------------------------------------------------------
 
-double max_abs(const std::vector<float>& a, const std::vector<float>& b) {
-    EXPECT_EQ(a.size(), b.size());
-    double m = 0;
-    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, double(std::fabs(a[i] - b[i])));
-    return m;
-}
 double max_mag(const std::vector<float>& a) {
     double m = 0;
     for (float v : a) m = std::max(m, double(std::fabs(v)));
     return m;
 }
-int32_t argmax(const std::vector<float>& v) { return int32_t(std::max_element(v.begin(), v.end()) - v.begin()); }
 
 struct Seq {
     int64_t id = 1;
@@ -376,9 +369,9 @@ struct Compare {
     double worst = 0, scale = 0;
     int greedy_mismatch = 0, n = 0;
     void add(const std::vector<float>& gpu, const std::vector<float>& cpu) {
-        worst = std::max(worst, max_abs(gpu, cpu));
+        worst = std::max(worst, max_abs_diff(gpu, cpu));
         scale = std::max(scale, max_mag(cpu));
-        greedy_mismatch += argmax(gpu) != argmax(cpu);
+        greedy_mismatch += argmax_i32(gpu) != argmax_i32(cpu);
         ++n;
     }
 };
@@ -407,7 +400,7 @@ Compare run_batch(ModelRunner& gpu, ModelRunner& cpu, const std::vector<std::vec
     for (size_t i = 0; i < B; ++i) c.add(lg[i], lc[i]);
     for (int k = 0; k < n_decode; ++k) {
         std::vector<std::vector<int32_t>> nx;
-        for (size_t i = 0; i < B; ++i) nx.push_back({argmax(lc[i])});
+        for (size_t i = 0; i < B; ++i) nx.push_back({argmax_i32(lc[i])});
         lg = step(gpu, gp, nx);
         lc = step(cpu, hp, nx);
         for (size_t i = 0; i < B; ++i) c.add(lg[i], lc[i]);
@@ -558,8 +551,8 @@ TEST(CudaKvFp8, FastVsOldPathAndGraphReplay) {
     }
     double fast_old = 0, graph_eager = 0, scale = 0;
     for (size_t i = 0; i < out[0].size(); ++i) {
-        fast_old = std::max(fast_old, max_abs(out[1][i], out[0][i]));
-        graph_eager = std::max(graph_eager, max_abs(out[2][i], out[1][i]));
+        fast_old = std::max(fast_old, max_abs_diff(out[1][i], out[0][i]));
+        graph_eager = std::max(graph_eager, max_abs_diff(out[2][i], out[1][i]));
         scale = std::max(scale, max_mag(out[0][i]));
     }
     std::printf(

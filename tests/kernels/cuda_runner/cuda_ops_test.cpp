@@ -25,12 +25,6 @@ std::vector<float> randn(size_t n, uint32_t seed, float s = 1.0f) {
     return v;
 }
 
-double max_abs(const std::vector<float>& a, const std::vector<float>& b) {
-    double m = 0;
-    for (size_t i = 0; i < a.size(); ++i) m = std::max(m, double(std::fabs(a[i] - b[i])));
-    return m;
-}
-
 TEST(CudaOps, LinearAllWeightFormats) {
     SKIP_WITHOUT_GPU();
     for (auto [N, K, T] : {std::tuple{300, 200, 11}, std::tuple{129, 256, 1}, std::tuple{8, 64, 9}}) {
@@ -71,7 +65,7 @@ TEST(CudaOps, LinearAllWeightFormats) {
             ASSERT_EQ(cuda::linear(desc, -1, dx, K, 0, 0, dy, N, T, false, nullptr), cudaSuccess);
             std::vector<float> want(size_t(T) * N);
             ref::linear(x.data(), wd.data(), want.data(), T, N, K);
-            const double e = max_abs(host(dy, want.size()), want);
+            const double e = max_abs_diff(host(dy, want.size()), want);
             std::printf("[op linear %s N=%d K=%d T=%d] max |err| %.3g\n", cuda::wfmt_name(fmt), N, K, T, e);
             EXPECT_LT(e, 2e-5) << cuda::wfmt_name(fmt);
             cudaFree(const_cast<void*>(desc.data));
@@ -99,7 +93,7 @@ TEST(CudaOps, GroupedLinearMatchesPerGroup) {
         for (int j = 0; j < G; ++j)
             ref::linear(&x[size_t(t) * G * gin + j * gin], &w[size_t(j) * orank * gin],
                         &want[size_t(t) * G * orank + j * orank], 1, orank, gin);
-    const double e = max_abs(host(dy, want.size()), want);
+    const double e = max_abs_diff(host(dy, want.size()), want);
     std::printf("[op grouped linear] max |err| %.3g\n", e);
     EXPECT_LT(e, 1e-5);
 }

@@ -24,14 +24,6 @@
 namespace dsv4 {
 namespace {
 
-double max_abs(const std::vector<float>& a, const std::vector<float>& b) {
-    EXPECT_EQ(a.size(), b.size());
-    double m = 0;
-    for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) m = std::max(m, double(std::fabs(a[i] - b[i])));
-    return m;
-}
-int32_t argmax(const std::vector<float>& v) { return int32_t(std::max_element(v.begin(), v.end()) - v.begin()); }
-
 // One sequence driven through a runner: page table from a pool, with optional page-id remapping.
 struct Seq {
     int64_t id = 1;
@@ -69,8 +61,8 @@ struct Compare {
     double worst = 0;
     int greedy_mismatch = 0;
     void add(const std::vector<float>& gpu, const std::vector<float>& cpu) {
-        worst = std::max(worst, max_abs(gpu, cpu));
-        greedy_mismatch += argmax(gpu) != argmax(cpu);
+        worst = std::max(worst, max_abs_diff(gpu, cpu));
+        greedy_mismatch += argmax_i32(gpu) != argmax_i32(cpu);
     }
 };
 
@@ -92,7 +84,7 @@ Compare run_pair(ModelRunner& gpu, RefRunner& cpu, const std::vector<int32_t>& p
         c.add(lg, lc);
     }
     for (int i = 0; i < n_decode; ++i) {
-        const int32_t tc = argmax(lc);
+        const int32_t tc = argmax_i32(lc);
         lg = step(gpu, {&g}, {{tc}})[0];
         lc = step(cpu, {&h}, {{tc}})[0];
         c.add(lg, lc);
@@ -182,7 +174,7 @@ TEST(CudaRunner, BatchedPaddedLargePageIds) {
     for (int i = 0; i < 3; ++i) c.add(lg[i], lc[i]);
     for (int s = 0; s < n_dec; ++s) {
         std::vector<std::vector<int32_t>> next;
-        for (int i = 0; i < 3; ++i) next.push_back({argmax(lc[i])});
+        for (int i = 0; i < 3; ++i) next.push_back({argmax_i32(lc[i])});
         lg = step(**gpu, {&g[0], &g[1], &g[2]}, next);
         lc = step(**cpu, {&h[0], &h[1], &h[2]}, next);
         for (int i = 0; i < 3; ++i) c.add(lg[i], lc[i]);
@@ -215,15 +207,16 @@ TEST(CudaRunner, GraphReplayEqualsEager) {
                    p1 = random_ids(9, model->config().vocab_size, 32);
         auto l = step(**gpu, {&s[0], &s[1]}, {p0, p1});
         for (int i = 0; i < 40; ++i) {
-            l = step(**gpu, {&s[0], &s[1]}, {{argmax(l[0])}, {argmax(l[1])}});
+            l = step(**gpu, {&s[0], &s[1]}, {{argmax_i32(l[0])}, {argmax_i32(l[1])}});
             out[graphs].insert(out[graphs].end(), l.begin(), l.end());
         }
     }
     ASSERT_EQ(out[0].size(), out[1].size());
     ASSERT_EQ(out[0].size(), out[2].size());
     double worst = 0, worst_serial = 0;
-    for (size_t i = 0; i < out[0].size(); ++i) worst = std::max(worst, max_abs(out[0][i], out[1][i]));
-    for (size_t i = 0; i < out[0].size(); ++i) worst_serial = std::max(worst_serial, max_abs(out[1][i], out[2][i]));
+    for (size_t i = 0; i < out[0].size(); ++i) worst = std::max(worst, max_abs_diff(out[0][i], out[1][i]));
+    for (size_t i = 0; i < out[0].size(); ++i)
+        worst_serial = std::max(worst_serial, max_abs_diff(out[1][i], out[2][i]));
     std::printf("[runner graph] graph vs eager max |diff| %.3g, side streams vs one stream %.3g, over %zu rows\n",
                 worst, worst_serial, out[0].size());
     EXPECT_EQ(worst, 0.0);
@@ -272,7 +265,7 @@ TEST(CudaRunner, FactoryBackendCudaMatchesCpuBackend) {
     Compare c;
     c.add(lg[0], lc[0]);
     for (int i = 0; i < 16; ++i) {
-        const int32_t t = argmax(lc[0]);
+        const int32_t t = argmax_i32(lc[0]);
         lg = step(**gpu, {&g}, {{t}});
         lc = step(**cpu, {&h}, {{t}});
         c.add(lg[0], lc[0]);
@@ -313,7 +306,7 @@ TEST(CudaRunnerPerf, TinyDecodeStepLatency) {
             auto l = step(**gpu, ptrs, prompts);
             auto next = [&] {
                 std::vector<std::vector<int32_t>> n;
-                for (const auto& row : l) n.push_back({argmax(row)});
+                for (const auto& row : l) n.push_back({argmax_i32(row)});
                 return n;
             };
             for (int i = 0; i < 5; ++i) l = step(**gpu, ptrs, next());
@@ -371,7 +364,7 @@ TEST_P(CudaGolden, LogitsAndGreedyMatchTransformers) {
         std::vector<int32_t> ch(ids.begin() + s.pos, ids.begin() + L);
         const auto out = step(**gpu, {&s}, {ch})[0];
         std::vector<float> want(logits.begin() + j * V, logits.begin() + (j + 1) * V);
-        const double e = max_abs(out, want);
+        const double e = max_abs_diff(out, want);
         if (e > worst) worst = e, worst_len = L;
     }
     std::printf("[golden-gpu %s] %zu prefix lengths, max |logit error| vs transformers %.3g (at %lld)\n",
@@ -385,7 +378,7 @@ TEST_P(CudaGolden, LogitsAndGreedyMatchTransformers) {
         std::vector<int32_t> got, chunk = prompt;
         for (size_t i = 0; i < want.size(); ++i) {
             const auto out = step(**gpu, {&q}, {chunk})[0];
-            got.push_back(argmax(out));
+            got.push_back(argmax_i32(out));
             chunk = {got.back()};
         }
         EXPECT_EQ(got, want) << pfx;
@@ -427,7 +420,7 @@ TEST_P(CudaStreamedLoad, LogitsBitwiseEqualToRefModelUpload) {
     EXPECT_EQ(std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)), 0) << "prefill logits differ";
     int same = 0;
     for (int t = 0; t < 32; ++t) {
-        const int32_t ta = argmax(la), tb = argmax(lb);
+        const int32_t ta = argmax_i32(la), tb = argmax_i32(lb);
         la = step(**old_r, {&a}, {{ta}})[0];
         lb = step(**new_r, {&b}, {{tb}})[0];
         same += std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)) == 0;

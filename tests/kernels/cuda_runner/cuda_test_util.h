@@ -59,5 +59,7 @@ inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>
 inline size_t argmax_index(const std::vector<float>& v) {
     return size_t(std::max_element(v.begin(), v.end()) - v.begin());
 }
+// The same as a token id.
+inline int32_t argmax_i32(const std::vector<float>& v) { return int32_t(argmax_index(v)); }
 
 }  // namespace dsv4

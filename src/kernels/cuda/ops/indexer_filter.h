@@ -5,12 +5,13 @@
 // step (ledger E62). The top-k only needs the exact scores of rows that can still be selected:
 //
 //   1. indexer_approx_kernel: every row on the bf16 tensor cores, q split into two bf16 terms
-//      (q = hi + lo + r, |r| <= 2^-18 |q|), keys bf16 as stored, f32 accumulation, and a bound
+//      (q = hi + lo + r, |r| <= 2^-16 |q|), keys bf16 as stored, f32 accumulation, and a bound
 //      e_w = 2^-11 ||k_w|| sum_h |w_h| ||q_h|| on |approx - I(w)|. The bound covers the split's
-//      remainder (2^-18), the tensor cores' f32 accumulation of the 2 x 128 exact products (each
+//      remainder (2^-16), the tensor cores' f32 accumulation of the 2 x 128 exact products (each
 //      MMA aligns its addends to the largest and truncates them to f32's 24 bits, in the model of
-//      Fasi, Higham, Mikaitis and Pranesh, "Numerical behavior of NVIDIA tensor cores", 2021: at
-//      most ~2^-15 of the products' absolute sum over 16 MMAs of 17 addends; budgeted as 2^-12),
+//      Fasi, Higham, Mikaitis and Pranesh, "Numerical behavior of NVIDIA tensor cores", 2021, who
+//      measured V100, T4 and A100; assumed for Hopper, not documented by NVIDIA: at most ~2^-14.4
+//      of the products' absolute sum over 16 MMAs of 17 addends; budgeted as 2^-12),
 //      the f32 sum over the heads (2^-18) and the rounding of I(w) to f32 (2^-24), by
 //      Cauchy-Schwarz (sum_i |q_i k_i| <= ||q|| ||k||) and ReLU being 1-Lipschitz, with a factor
 //      of 2 to spare.
@@ -25,7 +26,11 @@
 //      lower row), mapped back to row ids.
 //
 // The k selected rows and their order are those of indexer_scores + indexer_select. Rows whose bound
-// is NaN (a NaN or infinite q, k or weight) are always listed.
+// is NaN (a NaN or infinite q, k or weight) are always listed. Known limits of the bound as written
+// (a review found them; the fix is not yet run on a GPU): it is computed in f32, so with q or keys so
+// small that their squares underflow (|q| ~ 1e-20) the bound can vanish while the approximation's
+// error does not, and a head sum that overflows to +-inf while the exact score is finite gives an
+// infinite bound on the wrong side. Activations of the model are far from both.
 #pragma once
 
 #include <cuda_runtime.h>
