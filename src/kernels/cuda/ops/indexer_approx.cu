@@ -1,14 +1,15 @@
 // Step 1 of the filtered lightning-indexer scores (indexer_filter.h): every closed row's score on the
-// bf16 tensor cores with a proven error bound, and the launcher of the three steps.
+// bf16 tensor cores with a proven error bound, and the launcher of the four steps.
 //
 // Layout: one CTA of 4 warps per plan entry (query token), walking 64-key tiles; a warp owns 16 keys
 // (two groups of 8) and all 64 heads (4 tiles of 16). mma.sync m16n8k16 bf16 -> f32: M = 16 heads,
 // N = 8 keys, K = 16 dims per step. Dims are relabelled so that lane t owns the contiguous run
 // [t ID/4, (t + 1) ID/4) of every key row: at step s its B registers hold physical dims
 // t ID/4 + 4s + {0, 1} (logical 2t, 2t + 1) and + {2, 3} (logical 2t + 8, 2t + 9), so a lane reads
-// a key's run with 8-byte loads (one per step; rows are only 8-byte aligned in the page pool); q sits in shared memory
-// in fragment order under the same relabelling (one 16-byte load per head tile and step), once as bf16(q) and once as
-// bf16(q - bf16(q)).
+// a key's run with 8-byte loads (one per step; rows are only 8-byte aligned in the page pool); q sits
+// in shared memory in fragment order under the same relabelling (one 16-byte load per head tile and
+// step), once as bf16(q) and once as bf16(q - bf16(q)).
+#include "kernels/cuda/common/device_util.cuh"
 #include "kernels/cuda/ops/common.cuh"
 #include "kernels/cuda/ops/indexer_filter.h"
 
@@ -21,14 +22,6 @@ constexpr int kHeads = 64;  // head tiles of 16, zero past IH
 constexpr int kMaxID = 128;
 // The bound's factor on ||k|| sum_h |w_h| ||q_h|| (indexer_filter.h): 2 x the 2^-12 budget.
 constexpr float kBoundFactor = 1.0f / 2048.0f;
-
-__device__ __forceinline__ void hmma_16816(float (&d)[4], const uint4& a, uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a.x), "r"(a.y), "r"(a.z), "r"(a.w), "r"(b0), "r"(b1));
-}
 
 // 16-byte groups of one (head tile, g, t): S16 steps, + 1 of padding (lanes g * 4 + t of a quarter
 // warp then read 8 different 16-byte bank groups).
@@ -137,11 +130,12 @@ __global__ void __launch_bounds__(kThreads, 4)
             for (int ht = 0; ht < 4; ++ht) {
                 if (16 * ht >= IH) break;  // padded head tiles: q = 0, weight 0
                 const int at = frag_at(ht, g, t, s, S16);
-                const uint4 ah = fh[at], al = fl[at];
+                const uint4 h4 = fh[at], l4 = fl[at];
+                const uint32_t ah[4] = {h4.x, h4.y, h4.z, h4.w}, al[4] = {l4.x, l4.y, l4.z, l4.w};
 #pragma unroll
                 for (int kg = 0; kg < 2; ++kg) {
-                    hmma_16816(acc[ht][kg], al, b0[kg], b1[kg]);
-                    hmma_16816(acc[ht][kg], ah, b0[kg], b1[kg]);
+                    dev::mma_bf16_16816(acc[ht][kg], al, b0[kg], b1[kg]);
+                    dev::mma_bf16_16816(acc[ht][kg], ah, b0[kg], b1[kg]);
                 }
             }
         }
