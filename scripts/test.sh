@@ -6,6 +6,8 @@ cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 # Formatting first: it takes seconds and says which files to run scripts/check-format.sh --fix on.
 ./scripts/check-format.sh
+# Every CUDA kernel waits for its predecessor first (graph_pdl may start it early).
+python3 scripts/check-pdl.py
 ./scripts/build.sh
 
 # clang's build-fuzz dir holds the libFuzzer targets and the host-side suites under sanitizers

@@ -92,6 +92,7 @@ public:
     // Steps launched as graph replays so far, by kind (tests: which path a step took).
     struct GraphReplays {
         int64_t decode = 0, verify = 0, spec = 0;  // spec: the speculative cycle's draft work (spec_graphs)
+        int64_t pdl_edges = 0;  // programmatic edges written into the graphs captured so far (graph_pdl)
     };
     virtual GraphReplays graph_replays() const { return {}; }
     virtual std::string variant_table() const = 0;  // the active attention variant (printable)

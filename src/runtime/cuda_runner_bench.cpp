@@ -18,7 +18,7 @@ Result<DecodeGraphTiming> CudaRunner::time_decode_graph(const ForwardBatch& batc
     DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t step, decode_graph(hp.B, hp.sd_rule));
     auto hit = head_graphs_.find(hp.B);
     if (hit == head_graphs_.end()) {
-        DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, capture([&] { return run_head(hp.T, hp.B); }));
+        DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, capture([&] { return run_head(hp.T, hp.B); }, hp.B));
         hit = head_graphs_.emplace(hp.B, ge).first;
     }
     DecodeGraphTiming out;

@@ -1,17 +1,25 @@
 // CudaRunner (see cuda_runner.h): CUDA graphs. A decode step's graph per batch bucket and
 // sparse_decode rule (captured on first use, or all at start-up), a verify step's per (bucket, tokens per
 // sequence, rows); the bench's timed and op-profiled replays are in cuda_runner_bench.cpp.
+#include "runtime/cuda_graph_pdl.h"
 #include "runtime/cuda_runner_impl.h"
 
 namespace dsv4::cuda_runner_detail {
 
-Result<cudaGraphExec_t> CudaRunner::capture(const std::function<Status()>& body) {
+Result<cudaGraphExec_t> CudaRunner::capture(const std::function<Status()>& body, int pdl_tokens) {
     cudaGraph_t g = nullptr;
     DSV4_CU(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
     Status s = body();
     cudaError_t e = cudaStreamEndCapture(stream_, &g);
     DSV4_RETURN_IF_ERROR(s);
     DSV4_CU(e);
+    const int pdl_max = opt_.rt.graph_pdl_max_batch;
+    if (opt_.rt.graph_pdl && (pdl_max == 0 || pdl_tokens <= pdl_max)) {
+        auto edges = make_kernel_edges_programmatic(g, opt_.rt.graph_pdl_clusters);
+        if (!edges.is_ok()) cudaGraphDestroy(g);
+        DSV4_RETURN_IF_ERROR(edges.status());
+        replays_.pdl_edges += *edges;
+    }
     cudaGraphExec_t ge = nullptr;
     e = cudaGraphInstantiate(&ge, g, 0);
     cudaGraphDestroy(g);
@@ -24,7 +32,7 @@ Result<cudaGraphExec_t> CudaRunner::decode_graph(int B, int sd_rule) {
     auto it = graphs_.find(key);
     if (it != graphs_.end()) return it->second;
     sd_rule_ = sd_rule;
-    DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, capture([&] { return run_step(B, B, 1, B, kAnyEndPos); }));
+    DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, capture([&] { return run_step(B, B, 1, B, kAnyEndPos); }, B));
     graphs_.emplace(key, ge);
     return ge;
 }
@@ -35,7 +43,7 @@ Result<cudaGraphExec_t> CudaRunner::verify_graph(int B, int n, bool all_rows) {
     if (it != verify_graphs_.end()) return it->second;
     sd_rule_ = -1;  // tuning rules cover decode-only steps
     const int R = all_rows ? B * n : B;
-    DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, capture([&] { return run_step(B, B * n, n, R, kAnyEndPos); }));
+    DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, capture([&] { return run_step(B, B * n, n, R, kAnyEndPos); }, B * n));
     verify_graphs_.emplace(key, ge);
     return ge;
 }

@@ -287,7 +287,8 @@ private:
     // accumulated (prof.table(5) / per_step_us(5) read them).
     Status profile_capture(const std::function<Status()>& body, OpProfile& prof);
     // Captures what `body` launches on stream_ and instantiates it (the caller owns the result).
-    Result<cudaGraphExec_t> capture(const std::function<Status()>& body);
+    // pdl_tokens: the graph's tokens per step, for RuntimeOptions::graph_pdl_max_batch (1: always under it).
+    Result<cudaGraphExec_t> capture(const std::function<Status()>& body, int pdl_tokens = 1);
     Status run_head(int T, int R);
     // mHC head + final norm + LM head for the R rows of ws_.logit_rows into ws_.logits; the main model's
     // hc_head and norm, or an MTP block's.

@@ -123,7 +123,7 @@ Status CudaRunner::launch_spec_before(const HostPlan& hp, bool graphed) {
         ((int64_t(hp.B) * 8 + max_k) * 2 + (any_live ? 1 : 0)) * 4 + (hp.spec_live ? 2 : 0) + (hp.spec_verify ? 1 : 0);
     auto it = spec_graphs_.find(key);
     if (it == spec_graphs_.end()) {
-        DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, capture([&] { return spec_before(hp); }));
+        DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, capture([&] { return spec_before(hp); }, hp.B));
         it = spec_graphs_.emplace(key, ge).first;
     }
     DSV4_CU(cudaGraphLaunch(it->second, stream_));

@@ -87,6 +87,16 @@ const std::vector<OptionDef>& option_defs() {
           "speculative decoding's draft work (MTP catch-up and draft passes) replayed as CUDA graphs in graphed "
           "steps"},
          DSV4_BOOL_OPTION(spec_graphs)},
+        {{"graph_pdl", "DSV4_GRAPH_PDL",
+          "captured graphs launch each dsv4 kernel while its predecessor runs (programmatic dependent launch)"},
+         DSV4_BOOL_OPTION(graph_pdl)},
+        {{"graph_pdl_clusters", "DSV4_GRAPH_PDL_CLUSTERS",
+          "with graph_pdl: also the edges from or to thread-block-cluster launches"},
+         DSV4_BOOL_OPTION(graph_pdl_clusters)},
+        {{"graph_pdl_max_batch", "DSV4_GRAPH_PDL_MAX_BATCH",
+          "with graph_pdl: only decode graphs of batch buckets up to this size, verify graphs up to this many tokens "
+          "(0: every graph)"},
+         DSV4_COUNT_OPTION(graph_pdl_max_batch)},
         {{"split_argmax", "DSV4_SPLIT_ARGMAX",
           "greedy picks split over many CTAs per vocabulary row (0: one CTA per row)"},
          DSV4_BOOL_OPTION(split_argmax)},

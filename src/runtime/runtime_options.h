@@ -52,6 +52,17 @@ struct RuntimeOptions {
     // shape), captured on first use; false: launched eagerly (several hundred launches per step; ledger
     // E61: the graph takes 1-2% off a served speculating step and 70% off the host's time per step).
     bool spec_graphs = true;
+    // With cuda_graphs: every captured graph's edges from a kernel to one of dsv4's kernels (its only
+    // predecessor) become programmatic (runtime/cuda_graph_pdl.h), so the next kernel's CTAs launch
+    // while the current one runs and wait for it on the GPU (kernels/cuda/common/pdl.cuh) instead of
+    // the graph draining between the two; false: ordinary edges.
+    bool graph_pdl = true;
+    // With graph_pdl: also the edges from or to a thread-block-cluster launch (dense_gemm_kc's split-K).
+    bool graph_pdl_clusters = true;
+    // With graph_pdl: decode graphs of batch buckets up to this many sequences (verify graphs: tokens)
+    // only; 0: every graph. Ledger E65 (20-layer proxy at 8K, H100): batch 1 -2.7%, batch 8 +2.9%,
+    // batch 64 unchanged, so by default the batch-1 graphs only.
+    int graph_pdl_max_batch = 1;
     // Greedy picks (device argmax of a vocabulary row) split over up to 64 CTAs per row and joined by a
     // second launch; false: one CTA per row, which E59 measured at 196 us per 129,280-wide row at
     // batch 1. The split form took the MTP draft step from 1.11-1.15 to 0.74-0.76 ms at batch 1

@@ -12,6 +12,8 @@
 
 #include "kernels/cuda/synth/synth.h"
 #include "model/flash_proxy.h"
+#include "model/kv_layout.h"
+#include "model/kv_rows.h"
 #include "runtime/cuda_bench_runner.h"
 #include "runtime/synthetic_context.h"
 
@@ -44,13 +46,15 @@ struct Proxy {
     ProxyWeightBytes bytes;
 };
 
-Proxy make_proxy(const ModelConfig& cfg, bool graphs, const std::string& rows) {
+Proxy make_proxy(const ModelConfig& cfg, bool graphs, const std::string& rows, bool pdl = false) {
     CudaRunnerOptions o;
     o.n_pages = 1024;
     o.max_seqs = 8;
     o.max_step_tokens = 64;
     o.max_context = 4096;
     o.rt.cuda_graphs = graphs;
+    o.rt.graph_pdl = pdl;          // on by default (batch-1 graphs): the plain runner turns it off
+    o.rt.graph_pdl_max_batch = 0;  // every bucket's graph, where graph_pdl is on
     o.rt.kv_rows = rows;
     o.verbose = false;
     SyntheticWeightsOptions w;
@@ -133,6 +137,103 @@ TEST(CudaProxy, GraphReplayEqualsEagerWithFiniteLogits) {
         for (double v : t->step_us) EXPECT_GT(v, 0.0);
         for (double v : t->head_us) EXPECT_GT(v, 0.0);
     }
+}
+
+// graph_pdl: the same kernels in the same order, started early and waiting on the GPU, so the logits
+// must be the same bits as the plain graph's. Repeated replays give a missing wait (a kernel touching
+// memory before griddepcontrol.wait) chances to show up as a difference.
+TEST(CudaProxy, ProgrammaticGraphEdgesGiveTheSameLogits) {
+    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+    const ModelConfig cfg = reduced_proxy();
+    for (const std::string rows : {"f32", "bf16"}) {  // fp8 rows need head_dim 512: the Flash-shape test below
+        Proxy plain = make_proxy(cfg, true, rows), pdl = make_proxy(cfg, true, rows, true);
+        ASSERT_TRUE(plain.runner && pdl.runner);
+        for (const int B : {1, 3, 8}) {
+            const int64_t L = 1000 + 37 * B;
+            const auto want = step(*plain.runner, cfg, B, L);
+            ASSERT_EQ(want.size(), size_t(B));
+            int differ = 0;
+            for (int rep = 0; rep < 8; ++rep) {
+                const auto got = step(*pdl.runner, cfg, B, L);
+                ASSERT_EQ(got.size(), size_t(B));
+                for (int s = 0; s < B; ++s)
+                    differ += std::memcmp(got[s].data(), want[s].data(), want[s].size() * sizeof(float)) != 0;
+            }
+            EXPECT_EQ(differ, 0) << rows << " B=" << B;
+        }
+        const auto r = pdl.runner->graph_replays();
+        std::printf("[proxy %s] graph_pdl: %lld programmatic edges in %lld decode replays\n", rows.c_str(),
+                    static_cast<long long>(r.pdl_edges), static_cast<long long>(r.decode));
+        EXPECT_GT(r.pdl_edges, 0);  // the option took effect
+        EXPECT_EQ(plain.runner->graph_replays().pdl_edges, 0);
+        EXPECT_GE(r.decode, 24);  // every step above replayed a graph
+    }
+    // graph_pdl_max_batch: only the graphs of buckets up to it get programmatic edges (all four buckets
+    // 1, 2, 4, 8 are captured at start-up; the limit 2 leaves 4 and 8 with ordinary edges).
+    CudaRunnerOptions o;
+    o.n_pages = 1024;
+    o.max_seqs = 8;
+    o.max_step_tokens = 64;
+    o.max_context = 4096;
+    o.rt.kv_rows = "bf16";
+    o.verbose = false;
+    int64_t edges[2] = {0, 0};
+    for (int v = 0; v < 2; ++v) {
+        o.rt.graph_pdl_max_batch = v == 0 ? 0 : 2;
+        auto r = make_cuda_runner_synthetic(cfg, SyntheticWeightsOptions{}, o);
+        ASSERT_TRUE(r.is_ok()) << r.status().message();
+        edges[v] = (*r)->graph_replays().pdl_edges;
+    }
+    std::printf("[proxy] programmatic edges at start-up: %lld every bucket, %lld buckets 1-2\n",
+                static_cast<long long>(edges[0]), static_cast<long long>(edges[1]));
+    EXPECT_GT(edges[1], 0);
+    EXPECT_LT(edges[1], edges[0]);
+}
+
+// The same at Flash's matrix shapes (3 layers: sliding, CSA, HCA; a 4,096-entry vocabulary), where
+// decode steps take the fast kernels: the GEMV and K-chunked GEMM rows, sparse_decode, and from 256
+// sequences the decode GEMMs and the persistent grouped expert GEMM.
+TEST(CudaProxy, ProgrammaticGraphEdgesGiveTheSameLogitsAtFlashShapes) {
+    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+    FlashProxySpec sp{3, {AttnType::kSliding, AttnType::kCSA, AttnType::kHCA}, 1};
+    ModelConfig cfg = *flash_proxy_config(sp);
+    cfg.vocab_size = 4096;
+    ASSERT_TRUE(cfg.validate().is_ok());
+    const int64_t L = 300;
+    const int max_b = 256;
+    auto layout = KvLayout::make(cfg, 64, 4, KvRowFormat::kFp8);
+    ASSERT_TRUE(layout.is_ok()) << layout.status().message();
+    std::unique_ptr<CudaBenchRunner> runners[2];
+    for (int v = 0; v < 2; ++v) {
+        CudaRunnerOptions o;
+        o.n_pages = max_b * layout->pages_for_tokens(L + 1);
+        o.max_seqs = max_b;
+        o.max_step_tokens = max_b;
+        o.max_context = 1024;
+        o.rt.graph_pdl = v == 1;
+        o.rt.graph_pdl_max_batch = 0;
+        o.verbose = false;
+        SyntheticWeightsOptions w;
+        w.seed = 5;
+        auto r = make_cuda_runner_synthetic(cfg, w, o);
+        ASSERT_TRUE(r.is_ok()) << r.status().message();
+        runners[v] = std::move(*r);
+    }
+    for (const int B : {1, 8, 64, 256}) {
+        const auto want = step(*runners[0], cfg, B, L);
+        ASSERT_EQ(want.size(), size_t(B));
+        int differ = 0;
+        for (int rep = 0; rep < 4; ++rep) {
+            const auto got = step(*runners[1], cfg, B, L);
+            ASSERT_EQ(got.size(), size_t(B));
+            for (int s = 0; s < B; ++s)
+                differ += std::memcmp(got[s].data(), want[s].data(), want[s].size() * sizeof(float)) != 0;
+        }
+        EXPECT_EQ(differ, 0) << "B=" << B;
+    }
+    std::printf("[flash shapes] graph_pdl: %lld programmatic edges\n",
+                static_cast<long long>(runners[1]->graph_replays().pdl_edges));
+    EXPECT_GT(runners[1]->graph_replays().pdl_edges, 0);
 }
 
 TEST(CudaProxy, FillErrorsWhenThePoolIsTooSmall) {

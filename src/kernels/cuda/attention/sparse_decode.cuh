@@ -16,6 +16,7 @@
 #pragma once
 
 #include "kernels/cuda/common/device_util.cuh"
+#include "kernels/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda::attn {
 
@@ -54,6 +55,7 @@ struct Cfg {
 
 template <int BT, int HB, int NW, int STAGES, bool FP8>
 __global__ void __launch_bounds__(NW * 32, 1) sparse_decode_kernel(KernelArgs p) {
+    dev::pdl_begin();
     using C = Cfg<BT, HB, NW, STAGES, FP8>;
     extern __shared__ __align__(16) unsigned char smem[];
     __nv_bfloat16* qs = reinterpret_cast<__nv_bfloat16*>(smem);
@@ -304,6 +306,7 @@ __global__ void __launch_bounds__(NW * 32, 1) sparse_decode_kernel(KernelArgs p)
 
 // Merge split partials by log-sum-exp and fold in the sink. grid (n_heads, batch), 128 threads.
 __global__ void __launch_bounds__(128) sparse_decode_combine_kernel(KernelArgs p, int batch) {
+    dev::pdl_begin();
     const int h = blockIdx.x, b = blockIdx.y, S = p.n_splits, H = p.n_heads;
     const int64_t ml = int64_t(batch) * S * H * kD;
     const int64_t lo = ml + int64_t(batch) * S * H;

@@ -27,6 +27,7 @@
 #include "kernels/cuda/common/device_util.cuh"
 #include "kernels/cuda/common/mbarrier.cuh"
 #include "kernels/cuda/common/wgmma.cuh"
+#include "kernels/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 namespace {
@@ -142,6 +143,7 @@ __device__ __forceinline__ void store_share(const RawShare& s, unsigned char* ti
 }
 
 __global__ void __launch_bounds__(kThreads, 1) sparse_prefill_kernel(Args p) {
+    dev::pdl_begin();
     extern __shared__ unsigned char smem_raw[];
     unsigned char* smem = dev::align_smem_1024(smem_raw);
     unsigned char* qs = smem;
@@ -375,6 +377,7 @@ __global__ void __launch_bounds__(kThreads, 1) sparse_prefill_kernel(Args p) {
 // One thread per (code c, scale byte e < 128): the pair (c, c ^ 0x80) in both byte positions of a
 // word through both forms; counts differing bits patterns (NaN codes skipped, see dequant_pair_fast).
 __global__ void dequant_check_kernel(unsigned long long* mismatches) {
+    dev::pdl_begin();
     const uint32_t c = threadIdx.x, e = blockIdx.x;
     if ((c & 0x7fu) == 0x7fu) return;
     const uint32_t w = c | ((c ^ 0x80u) << 8) | ((c ^ 0x80u) << 16) | (c << 24);
@@ -389,6 +392,7 @@ __global__ void dequant_check_kernel(unsigned long long* mismatches) {
 // the whole row down the float form; every stored unit is compared with dequant_pair_float (NaN codes skipped), and a
 // row past the list must store zeros.
 __global__ void store_share_check_kernel(unsigned long long* mismatches) {
+    dev::pdl_begin();
     extern __shared__ __align__(16) unsigned char tile[];  // kTileBytes
     const uint32_t e = blockIdx.x, b = blockIdx.y, q = threadIdx.x & 3;
     const int r = int(threadIdx.x >> 2);  // 0..63

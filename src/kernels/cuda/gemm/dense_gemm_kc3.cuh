@@ -23,6 +23,7 @@
 #include <cooperative_groups.h>
 
 #include "kernels/cuda/gemm/dense_gemm_kc.cuh"
+#include "kernels/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda::gemm_kc3 {
 
@@ -42,6 +43,7 @@ __device__ __forceinline__ int wswz(bool fp8, int u, int r) { return fp8 ? (u ^ 
 
 template <bool FP8, bool XF32, int NW, int MTL, int NTT, int ST>
 __global__ void __launch_bounds__(NW * 32) dense_gemm_kc3_kernel(DenseGemvArgs a) {
+    dev::pdl_begin();
     using L = Layout<FP8, XF32, NW, MTL, NTT, ST>;
     constexpr int MT = L::MT, R = L::R, RB = L::RB, STAGE = L::STAGE, XB = L::XB;
     constexpr int NT32 = NW * 32;

@@ -12,12 +12,14 @@
 #include "kernels/cuda/gemm/dense_gemm_kc_sm90.h"
 #include "kernels/cuda/gemm/dense_gemv_mma.cuh"
 #include "kernels/cuda/common/weight_stream.cuh"
+#include "kernels/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda::sm90 {
 namespace {
 
 template <bool FP8, int NW, int RPW, int MT, int U>
 __global__ void __launch_bounds__(NW * 32) dense_gemv_kernel(DenseGemvArgs a) {
+    dev::pdl_begin();
     constexpr int VPL = FP8 ? 16 : 8;
     constexpr int kStep = 32 * VPL;
     extern __shared__ __align__(16) unsigned char smem[];

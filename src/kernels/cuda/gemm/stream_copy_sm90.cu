@@ -1,11 +1,13 @@
 // Grid-stride 16-byte copy and read kernels. Memory-bound by
 // construction: they are the measured HBM ceilings for the decode benchmarks.
 #include "kernels/cuda/gemm/stream_copy.h"
+#include "kernels/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 namespace {
 __global__ void __launch_bounds__(512)
     stream_copy_kernel(uint4* __restrict__ dst, const uint4* __restrict__ src, size_t n) {
+    dev::pdl_begin();
     const size_t stride = size_t(gridDim.x) * blockDim.x;
     size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
     for (; i + 3 * stride < n; i += 4 * stride) {
@@ -33,6 +35,7 @@ __device__ __forceinline__ void xor_into(uint4& acc, const uint4& v) {
 // shared memory, one 16-byte store per CTA.
 __global__ void __launch_bounds__(512)
     stream_read_xor_kernel(const uint4* __restrict__ src, size_t n, uint4* __restrict__ partial) {
+    dev::pdl_begin();
     constexpr int U = 8;
     const size_t stride = size_t(gridDim.x) * blockDim.x;
     size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;

@@ -35,6 +35,7 @@
 #include "core/mxfp4_pair_rotated.h"
 #include "kernels/cuda/common/device_util.cuh"
 #include "kernels/cuda/moe/moe_args.h"
+#include "kernels/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda::moe_mma {
 
@@ -135,6 +136,7 @@ constexpr int red_bytes(int NW, int NTT, int KS) { return KS > 1 ? NW * 32 * 8 *
 //   register-bound at 3 CTAs per SM, so more CTAs do not mean more bytes in flight.
 template <bool GATEUP, int NW, int NTT, int U, int DQ = 0, int MINB = 1, int KS = 1>
 __global__ void __launch_bounds__(NW * 32, MINB) moe_expert_mma_kernel(MoeExpertArgs a) {
+    dev::pdl_begin();
     static_assert(NW % KS == 0, "KS must divide the warp count");
     constexpr int MT = 8 * NTT;
     constexpr bool kLiveRows = KS > 1;  // stage / read only the live token rows

@@ -15,12 +15,14 @@
 #include "kernels/cuda/common/weight_stream.cuh"
 #include "kernels/cuda/moe/moe_expert_mma.cuh"
 #include "kernels/cuda/moe/moe_sm90.h"
+#include "kernels/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda::sm90 {
 namespace {
 
 template <bool GATEUP, int NW, int MT, int U>
 __global__ void __launch_bounds__(NW * 32) moe_expert_kernel(MoeExpertArgs a) {
+    dev::pdl_begin();
     constexpr int kStep = 32 * 32;  // k per warp step
     extern __shared__ __align__(16) unsigned char smem[];
     __nv_bfloat16* xs = reinterpret_cast<__nv_bfloat16*>(smem);

@@ -29,6 +29,7 @@
 #include "kernels/cuda/moe/moe_expert_mma.cuh"
 #include "kernels/cuda/moe/moe_sm90.h"
 #include "kernels/cuda/moe/moe_tile_list.cuh"
+#include "kernels/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda::sm90 {
 namespace {
@@ -48,6 +49,7 @@ struct Shape {
 
 template <bool GATEUP, bool PK, int NW, int WT, int MT, int STAGES, int MINB>
 __global__ void __launch_bounds__(NW * 32, MINB) moe_grouped_kernel(MoeExpertArgs a) {
+    dev::pdl_begin();
     static_assert(!GATEUP || WT % 2 == 0, "gate-up tiles come in w1 / w3 pairs");
     using S = Shape<NW, WT, MT>;
     constexpr int kThreads = NW * 32, NJ = MT / 8;

@@ -5,11 +5,13 @@
 
 #include "core/mxfp4_pair_rotated.h"
 #include "kernels/cuda/moe/moe_sm90.h"
+#include "kernels/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda::sm90 {
 namespace {
 
 __global__ void repack_kernel(uint32_t* w, size_t n) {
+    dev::pdl_begin();
     for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
         w[i] = mxfp4_pk::repack_word(w[i]);
 }

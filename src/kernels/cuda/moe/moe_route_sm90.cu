@@ -16,6 +16,7 @@
 
 #include "kernels/cuda/common/device_util.cuh"
 #include "kernels/cuda/moe/moe_sm90.h"
+#include "kernels/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda::sm90 {
 namespace {
@@ -107,6 +108,7 @@ __device__ void route_token(const MoeRouteArgs& a, int t, int lane, int* s_ids, 
 }
 
 __global__ void __launch_bounds__(128) moe_route_kernel(MoeRouteArgs a) {
+    dev::pdl_begin();
     const int t = blockIdx.x * 4 + (threadIdx.x >> 5);
     if (t >= a.n_tokens) return;
     route_token<kMaxExpertsPerLane>(a, t, threadIdx.x & 31, nullptr, nullptr);
@@ -166,6 +168,7 @@ __device__ void permute_offsets(const MoePermuteArgs& a, int* cnt, int2* wsum) {
 }
 
 __global__ void __launch_bounds__(1024) moe_permute_kernel(MoePermuteArgs a) {
+    dev::pdl_begin();
     __shared__ int cnt[1024];
     __shared__ int2 wsum[33];
     const int n = a.n_tokens * a.top_k;
@@ -194,6 +197,7 @@ __global__ void __launch_bounds__(1024) moe_permute_kernel(MoePermuteArgs a) {
 // B = 64 (384 rows: two routing rounds per warp and the quadratic rank loop), hence 128.
 constexpr int kFusedRows = 128;
 __global__ void __launch_bounds__(1024) moe_route_permute_kernel(MoeRouteArgs r, MoePermuteArgs a) {
+    dev::pdl_begin();
     __shared__ int cnt[1024];
     __shared__ int2 wsum[33];
     __shared__ int s_ids[kFusedRows];
@@ -224,6 +228,7 @@ __global__ void __launch_bounds__(1024) moe_route_permute_kernel(MoeRouteArgs r,
 
 // f32 variant: shared and out f32 (the f32 CUDA runner), same slot order.
 __global__ void __launch_bounds__(256) moe_combine_f32_kernel(MoeCombineArgs a) {
+    dev::pdl_begin();
     const float* sh = static_cast<const float*>(a.shared);
     for (int t = blockIdx.y; t < a.n_tokens; t += gridDim.y)  // gridDim.y <= 65535
         for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < a.d / 4; c += gridDim.x * blockDim.x) {
@@ -247,6 +252,7 @@ __global__ void __launch_bounds__(256) moe_combine_f32_kernel(MoeCombineArgs a) 
 }
 
 __global__ void __launch_bounds__(256) moe_combine_kernel(MoeCombineArgs a) {
+    dev::pdl_begin();
     const __nv_bfloat16* sh = static_cast<const __nv_bfloat16*>(a.shared);
     __nv_bfloat16* out = static_cast<__nv_bfloat16*>(a.out);
     for (int t = blockIdx.y; t < a.n_tokens; t += gridDim.y)  // gridDim.y <= 65535

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/moe/moe_sm90.h"
+#include "kernels/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda::sm90 {
 namespace {
@@ -66,6 +67,7 @@ __device__ __forceinline__ void scan_1024(int* s) {
 
 __global__ void __launch_bounds__(1024)
     tile_list_kernel(const int32_t* count, int n_experts, int mt, int32_t* list, int32_t* n_tiles) {
+    dev::pdl_begin();
     __shared__ int s[1024];
     const int e = threadIdx.x;
     const int nt = e < n_experts ? (count[e] + mt - 1) / mt : 0;
@@ -81,6 +83,7 @@ __global__ void __launch_bounds__(1024)
 // and n_tiles[1] receive the two lengths.
 __global__ void __launch_bounds__(1024)
     tile_list_mixed_kernel(const int32_t* count, int n_experts, int32_t* list128, int32_t* list64, int32_t* n_tiles) {
+    dev::pdl_begin();
     __shared__ int s[1024], s64[1024];
     const int e = threadIdx.x;
     const int c = e < n_experts ? count[e] : 0;
@@ -101,6 +104,7 @@ __global__ void __launch_bounds__(1024)
 
 __global__ void __launch_bounds__(1024)
     tile_list_balanced_kernel(const int32_t* count, int n_experts, int32_t* list, int32_t* n_tiles, int max_w = 128) {
+    dev::pdl_begin();
     __shared__ int s[1024];
     const int e = threadIdx.x;
     const int c = e < n_experts ? count[e] : 0;

@@ -27,6 +27,7 @@
 #include "kernels/cuda/moe/moe_sm90.h"
 #include "kernels/cuda/moe/moe_tile_list.cuh"
 #include "kernels/cuda/moe/moe_wgmma_common.cuh"
+#include "kernels/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda::sm90 {
 namespace {
@@ -145,6 +146,7 @@ __device__ __forceinline__ void consume_item(const MoeExpertArgs& a, unsigned ch
 
 template <bool GATEUP, bool PK, int NT, int STAGES>
 __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_persist_kernel(MoeExpertArgs a) {
+    dev::pdl_begin();
     static_assert(STAGES >= 2 && NT % 16 == 0 && NT <= 64,
                   "a ring of >= 2 slots, x copied 16 rows at a time, the widths switched below");
     constexpr int kStage = stage_bytes(NT, 2), kX = NT * 128;

@@ -21,6 +21,7 @@
 #include "kernels/cuda/moe/moe_sm90.h"
 #include "kernels/cuda/moe/moe_tile_list.cuh"
 #include "kernels/cuda/moe/moe_wgmma_common.cuh"
+#include "kernels/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda::sm90 {
 namespace {
@@ -40,6 +41,7 @@ constexpr int smem_bytes(int nt, int stages, int wg, int K) {
 
 template <bool GATEUP, bool PK, int NT, int STAGES, int WG>
 __global__ void __launch_bounds__(128 * WG, WG == 1 ? 2 : 1) moe_wgmma_kernel(MoeExpertArgs a) {
+    dev::pdl_begin();
     static_assert(STAGES >= 3, "the slot refilled at block kb is block kb - 1's");
     using S = WShape<NT, WG>;
     constexpr int kRows = S::kRows, kThreads = S::kThreads;
@@ -214,6 +216,7 @@ const Entry kTable[] = {
 };
 
 __global__ void x_kperm_kernel(const float* x, int64_t n_pairs, __nv_bfloat16* out) {
+    dev::pdl_begin();
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n_pairs;
          i += int64_t(gridDim.x) * blockDim.x) {
         const int64_t L = 2 * i;  // positions L, L + 1 of one 64-k block (same row)

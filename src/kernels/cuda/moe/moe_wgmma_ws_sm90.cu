@@ -21,6 +21,7 @@
 #include "kernels/cuda/moe/moe_sm90.h"
 #include "kernels/cuda/moe/moe_tile_list.cuh"
 #include "kernels/cuda/moe/moe_wgmma_common.cuh"
+#include "kernels/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda::sm90 {
 namespace {
@@ -100,6 +101,7 @@ __device__ __forceinline__ void consume(const MoeExpertArgs& a, unsigned char* s
 // to NT = 128) and the wgmmas and x copies cover w token rows, not NT.
 template <bool GATEUP, bool PK, int NT, int STAGES, bool BAL = false>
 __global__ void __launch_bounds__(kThreads, 1) moe_wgmma_ws_kernel(MoeExpertArgs a) {
+    dev::pdl_begin();
     static_assert(STAGES >= 2, "the producer fills one slot while the consumers read another");
     constexpr int kStage = stage_bytes(NT, 2), kX = NT * 128;
     extern __shared__ unsigned char smem_raw[];

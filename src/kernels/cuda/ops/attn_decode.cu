@@ -9,6 +9,7 @@
 // is read once per CTA); splits keep the SMs busy at small batch (TARGET_CTAS, attn_variants.h).
 #include "kernels/cuda/ops/attn_variants.h"
 #include "kernels/cuda/ops/common.cuh"
+#include "kernels/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 
@@ -31,6 +32,7 @@ __device__ __forceinline__ RowSet row_set(const StepPlan& plan, const AttnArgs& 
 }
 
 __global__ void attn_split_kernel(StepPlan plan, PagePool pool, AttnArgs a, int hpc, int block_t, int splits) {
+    dev::pdl_begin();
     extern __shared__ float tile[];  // [block_t, D]
     const int s = blockIdx.x, hb = blockIdx.y, split = blockIdx.z;
     if (a.t >= plan.n_tok[s]) return;
@@ -86,6 +88,7 @@ __global__ void attn_split_kernel(StepPlan plan, PagePool pool, AttnArgs a, int 
 }
 
 __global__ void attn_combine_kernel(StepPlan plan, AttnArgs a, int splits) {
+    dev::pdl_begin();
     extern __shared__ float o[];  // [D]
     const int s = blockIdx.x, h = blockIdx.y;
     if (a.t >= plan.n_tok[s]) return;

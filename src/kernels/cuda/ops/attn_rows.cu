@@ -11,6 +11,7 @@
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/ops/common.cuh"
+#include "kernels/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 
@@ -33,6 +34,7 @@ __device__ __forceinline__ SeqRows seq_rows(const StepPlan& plan, const RowListA
 }
 
 __global__ void row_list_kernel(StepPlan plan, PagePool pool, RowListArgs a) {
+    dev::pdl_begin();
     __shared__ int64_t red[32];
     const int s = blockIdx.x;
     int64_t before = 0;
@@ -76,6 +78,7 @@ __global__ void row_list_kernel(StepPlan plan, PagePool pool, RowListArgs a) {
 // dependent load/store rounds (~30 us per layer at batch 1, measured with the op profiler).
 constexpr int kQbThreads = 256, kQbPerThread = 8, kQbPerCta = kQbThreads * kQbPerThread;
 __global__ void q_bf16_kernel(StepPlan plan, int t, const float* q, int hd, __nv_bfloat16* qb) {
+    dev::pdl_begin();
     const int s = blockIdx.x;
     const bool live = t < plan.n_tok[s];
     const float* src = q + (int64_t(plan.tok_begin[s]) + t) * hd;
@@ -91,6 +94,7 @@ __global__ void q_bf16_kernel(StepPlan plan, int t, const float* q, int hd, __nv
 
 __global__ void out_rows_kernel(StepPlan plan, int t, const __nv_bfloat16* ob, int H, int D, const float* inv_freq,
                                 int rope_dim, float* out) {
+    dev::pdl_begin();
     extern __shared__ float o[];  // [D]
     const int s = blockIdx.x, h = blockIdx.y;
     if (t >= plan.n_tok[s]) return;

@@ -1,11 +1,15 @@
 // The device-fault test hook (see fault_inject.h).
 #include "kernels/cuda/ops/fault_inject.h"
+#include "kernels/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 namespace {
 
 // `where` comes from the host, so the compiler cannot drop or fold the store.
-__global__ void illegal_store_kernel(int* where) { *reinterpret_cast<volatile int*>(where) = 1; }
+__global__ void illegal_store_kernel(int* where) {
+    dev::pdl_begin();
+    *reinterpret_cast<volatile int*>(where) = 1;
+}
 
 __device__ unsigned long long global_ns() {
     unsigned long long t;
@@ -14,6 +18,7 @@ __device__ unsigned long long global_ns() {
 }
 
 __global__ void spin_kernel(long long ns) {
+    dev::pdl_begin();
     const unsigned long long t0 = global_ns();
     while (global_ns() - t0 < static_cast<unsigned long long>(ns)) {
     }

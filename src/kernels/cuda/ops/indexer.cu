@@ -13,6 +13,7 @@
 
 #include "kernels/cuda/ops/common.cuh"
 #include "kernels/cuda/ops/indexer_filter.h"
+#include "kernels/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 
@@ -197,6 +198,7 @@ __device__ void block_topk(const float* scores, int n, int k, int32_t* idx, cons
 // scores of its candidate list (positions 0 .. n_cand of the score row), mapped back to row ids; the
 // list is in row order, so ties still go to the lowest row.
 __global__ void indexer_topk_kernel(StepPlan plan, IndexerArgs a, IndexerFilter f) {
+    dev::pdl_begin();
     const int s = blockIdx.x;
     if (a.t >= plan.n_tok[s]) return;
     const int64_t p = plan.start_pos[s] + a.t;
@@ -219,6 +221,7 @@ __global__ void indexer_topk_kernel(StepPlan plan, IndexerArgs a, IndexerFilter 
 // upper bound (in the score row) is not below T (NaN bounds included) are listed, in row order, in the
 // lower bounds' storage.
 __global__ void indexer_candidates_kernel(StepPlan plan, IndexerArgs a, IndexerFilter f) {
+    dev::pdl_begin();
     const int s = blockIdx.x;
     if (a.t >= plan.n_tok[s]) return;
     const int64_t n_c = (plan.start_pos[s] + a.t + 1) / a.ratio;
@@ -255,11 +258,13 @@ __global__ void indexer_candidates_kernel(StepPlan plan, IndexerArgs a, IndexerF
 }
 
 __global__ void topk_rows_kernel(const float* scores, int n, int k, int32_t* idx) {
+    dev::pdl_begin();
     block_topk(scores + int64_t(blockIdx.x) * n, n, k, idx + int64_t(blockIdx.x) * k);
 }
 
 // logits: [R, V]; out: [R]. Reduction over (value, index) pairs: larger value, then lower index.
 __global__ void argmax_kernel(const float* logits, int64_t V, int32_t* out) {
+    dev::pdl_begin();
     __shared__ float bv[32];
     __shared__ int32_t bi[32];
     const float* x = logits + int64_t(blockIdx.x) * V;
@@ -298,6 +303,7 @@ __device__ __forceinline__ unsigned long long argmax_key(float v, int64_t i) {
 }
 
 __global__ void argmax_part_kernel(const float* logits, int64_t V, int parts, unsigned long long* ws) {
+    dev::pdl_begin();
     __shared__ unsigned long long warp_best[32];
     const int row = blockIdx.y, part = blockIdx.x;
     const int64_t len = (V + parts - 1) / parts, lo = int64_t(part) * len, hi = lo + len < V ? lo + len : V;
@@ -318,6 +324,7 @@ __global__ void argmax_part_kernel(const float* logits, int64_t V, int parts, un
 }
 
 __global__ void argmax_join_kernel(const unsigned long long* ws, int parts, int32_t* out) {
+    dev::pdl_begin();
     const int row = blockIdx.x;
     unsigned long long best = 0;
     for (int p = threadIdx.x; p < parts; p += 32) best = max(best, ws[int64_t(row) * parts + p]);

@@ -12,6 +12,7 @@
 #include "kernels/cuda/common/device_util.cuh"
 #include "kernels/cuda/ops/common.cuh"
 #include "kernels/cuda/ops/indexer_filter.h"
+#include "kernels/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 
@@ -38,6 +39,7 @@ __device__ __forceinline__ float bf16_hi(uint32_t v) { return __uint_as_float(v 
 
 __global__ void __launch_bounds__(kThreads, 4)
     indexer_approx_kernel(StepPlan plan, PagePool pool, IndexerArgs a, float* lo_out) {
+    dev::pdl_begin();
     const int se = blockIdx.x;
     if (a.t >= plan.n_tok[se]) return;
     const int64_t n_c = (plan.start_pos[se] + a.t + 1) / a.ratio;

@@ -15,6 +15,7 @@
 // Other shapes: one warp per key, double FMAs on CUDA cores (general, slow).
 #include "kernels/cuda/ops/common.cuh"
 #include "kernels/cuda/ops/indexer_filter.h"
+#include "kernels/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 
@@ -24,6 +25,7 @@ constexpr int kScoreThreads = 256;
 
 // ---- general form: one warp per key ---------------------------------------------------------
 __global__ void indexer_score_kernel(StepPlan plan, PagePool pool, IndexerArgs a) {
+    dev::pdl_begin();
     const int s = blockIdx.x;
     if (a.t >= plan.n_tok[s]) return;
     const int64_t p = plan.start_pos[s] + a.t;
@@ -104,6 +106,7 @@ template <bool kList>
 __global__ void __launch_bounds__(kMmaThreads, 3)
     indexer_score_dmma16_kernel(StepPlan plan, PagePool pool, IndexerArgs a, const int32_t* list,
                                 const int32_t* n_list) {
+    dev::pdl_begin();
     const int s = blockIdx.x;
     if (a.t >= plan.n_tok[s]) return;
     const int64_t n_rows = (plan.start_pos[s] + a.t + 1) / a.ratio;

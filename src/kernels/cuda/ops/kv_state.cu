@@ -8,11 +8,13 @@
 // amounts of data per token; the pooling reads kappa*r*kappa*c state elements per closed window).
 // State elements are addressed through the page table (state areas may straddle pages).
 #include "kernels/cuda/ops/compressor.cuh"
+#include "kernels/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 
 namespace {
 __global__ void reset_zero_kernel(StepPlan plan, PagePool pool, int64_t state_elems) {
+    dev::pdl_begin();
     const int s = blockIdx.y;
     if (plan.n_tok[s] <= 0 || plan.start_pos[s] != 0) return;
     const int32_t* table = seq_table(plan, s);
@@ -21,6 +23,7 @@ __global__ void reset_zero_kernel(StepPlan plan, PagePool pool, int64_t state_el
         *state_ptr(pool, table, e) = 0.0f;
 }
 __global__ void reset_gate_kernel(StepPlan plan, PagePool pool, const int64_t* off, const int64_t* len, int n_ranges) {
+    dev::pdl_begin();
     const int s = blockIdx.y;
     if (plan.n_tok[s] <= 0 || plan.start_pos[s] != 0) return;
     const int32_t* table = seq_table(plan, s);
@@ -58,6 +61,7 @@ __device__ void compressor_step(const CompressorArgs& c, const PagePool& pool, c
 }
 
 __global__ void write_rows_kernel(const float* src, const int64_t* dst_words, float* base, RowFormat f) {
+    dev::pdl_begin();
     extern __shared__ float v[];
     const int64_t r = blockIdx.x;
     for (int i = threadIdx.x; i < f.dim; i += blockDim.x) v[i] = src[r * f.dim + i];
@@ -66,6 +70,7 @@ __global__ void write_rows_kernel(const float* src, const int64_t* dst_words, fl
 }
 
 __global__ void kv_step_kernel(StepPlan plan, PagePool pool, KvStepArgs a) {
+    dev::pdl_begin();
     extern __shared__ float entry[];
     __shared__ double red[32];
     const int s = blockIdx.x;

@@ -7,6 +7,7 @@
 // decode shapes to the weight-streaming GEMV (kernels/cuda/gemm) and everything else here.
 #include "kernels/cuda/ops/common.cuh"
 #include "kernels/cuda/ops/simt.h"
+#include "kernels/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 
@@ -35,6 +36,7 @@ constexpr int kTT = 8;
 // x: [T, ldx] f32; y: [T, ldy] f32; W: [N, K] (WeightDesc)
 __global__ void linear_kernel(WeightDesc w, int expert, const float* __restrict__ x, int64_t ldx, int n_per_group,
                               int64_t group_in, float* __restrict__ y, int64_t ldy, int T, bool accumulate) {
+    dev::pdl_begin();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int64_t n = int64_t(blockIdx.x) * kWarps + warp;
     const int t0 = blockIdx.y * kTT;
@@ -62,6 +64,7 @@ __global__ void linear_kernel(WeightDesc w, int expert, const float* __restrict_
 
 // out: [T, copies, d]
 __global__ void embed_kernel(WeightDesc w, const int32_t* __restrict__ tokens, int copies, float* __restrict__ out) {
+    dev::pdl_begin();
     const int t = blockIdx.x;
     const int64_t tok = tokens[t];
     for (int i = threadIdx.x; i < w.K; i += blockDim.x) {

@@ -11,6 +11,7 @@
 // Shared memory: d floats (collapsed row) + coefficients + 32 doubles. Bound: memory (X and fn are
 // read once per token); the Sinkhorn is a few hundred serial flops.
 #include "kernels/cuda/ops/common.cuh"
+#include "kernels/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 
@@ -45,6 +46,7 @@ __device__ void sinkhorn_warp4(float* C, int iters, float eps) {
 
 // mix[row, r] = fn[r] . X[t] for r < n_mix, mix[row, n_mix] = |X[t]|^2 (double); grid (rows, n_mix + 1).
 __global__ void mhc_mix_kernel(const float* __restrict__ X, const int32_t* __restrict__ rows, MhcArgs a, int n_mix) {
+    dev::pdl_begin();
     __shared__ double red[32];
     const int64_t width = int64_t(a.n) * a.d;
     const int64_t t = rows ? rows[blockIdx.x] : blockIdx.x;
@@ -68,6 +70,7 @@ constexpr int kMixChunk = 512;
 template <int NM>
 __global__ void __launch_bounds__(kMixThreads)
     mhc_mix_chunk_kernel(const float* __restrict__ X, const int32_t* __restrict__ rows, MhcArgs a, int64_t ch) {
+    dev::pdl_begin();
     __shared__ double red[kMixThreads / 32][NM + 1];
     const int64_t width = int64_t(a.n) * a.d;
     const int64_t t = rows ? rows[blockIdx.x] : blockIdx.x;
@@ -111,6 +114,7 @@ constexpr int kMixMaxChunkTok = 1024;  // elements per chunk this form stages (N
 template <int NM>
 __global__ void __launch_bounds__(kMixThreads)
     mhc_mix_tokens_kernel(const float* __restrict__ X, const int32_t* __restrict__ rows, MhcArgs a, int64_t ch, int T) {
+    dev::pdl_begin();
     extern __shared__ __align__(16) float fs[];  // [NM][ch]
     const int64_t width = int64_t(a.n) * a.d;
     const int64_t i0 = int64_t(blockIdx.x) * ch;
@@ -212,6 +216,7 @@ __device__ __forceinline__ float f4_at(const float4& v, int j) {
 
 __global__ void __launch_bounds__(kDmmaWarps * 32, 2)
     mhc_mix_dmma_kernel(const float* __restrict__ X, MhcArgs a, int ch, int T) {
+    dev::pdl_begin();
     constexpr int NM = 24;
     extern __shared__ __align__(16) float fs[];  // [NM][ch + kDmmaPad]
     const int64_t width = int64_t(a.n) * a.d;
@@ -318,6 +323,7 @@ template <bool kHead, bool kPrefetch = false>
 __global__ void __launch_bounds__(256, kPrefetch ? 2 : 1)
     mhc_kernel(const float* __restrict__ X, const int32_t* __restrict__ rows, MhcArgs a, float* __restrict__ coeffs,
                float* __restrict__ xn, int chunks, bool staged) {
+    dev::pdl_begin();
     static_assert(!kPrefetch || !kHead, "the head's rows are few: it keeps the staged form");
     extern __shared__ __align__(16) float u[];  // [d] collapse; staged: then x [n d], norm [d]
     __shared__ double red[32];
@@ -518,6 +524,7 @@ __global__ void __launch_bounds__(256, kPrefetch ? 2 : 1)
 // X: [T, n, d] in place; y: [T, d]; coeffs: [T, 2n + n*n]
 // Grid (T, ceil(d / blockDim)): one thread per (token, feature).
 __global__ void mhc_post_kernel(float* X, const float* __restrict__ y, const float* __restrict__ coeffs, int n, int d) {
+    dev::pdl_begin();
     const int64_t t = blockIdx.x;
     const float* c = coeffs + t * (2 * n + n * n);
     float* x = X + t * int64_t(n) * d;
@@ -541,6 +548,7 @@ __global__ void mhc_post_kernel(float* X, const float* __restrict__ y, const flo
 // 4K-token prefill step (docs/perf/ledger.md E35).
 __global__ void __launch_bounds__(256)
     mhc_post4_kernel(float* X, const float* __restrict__ y, const float* __restrict__ coeffs, int d) {
+    dev::pdl_begin();
     constexpr int n = 4;
     const int64_t t = blockIdx.x;
     const int i4 = int(blockIdx.y) * blockDim.x + threadIdx.x;
@@ -583,6 +591,7 @@ __global__ void __launch_bounds__(256)
 template <int NM>
 __global__ void __launch_bounds__(1024) mhc_post_mix_kernel(float* __restrict__ X, const float* __restrict__ y,
                                                             const float* __restrict__ coeffs, MhcArgs a, int F) {
+    dev::pdl_begin();
     __shared__ double red[32][NM + 1];
     const int n = a.n, d = a.d;
     const int64_t t = blockIdx.x, width = int64_t(n) * d;

@@ -12,6 +12,7 @@
 // when they are legal and these kernels otherwise.
 #include "kernels/cuda/ops/common.cuh"
 #include "kernels/cuda/ops/simt.h"
+#include "kernels/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 
@@ -21,6 +22,7 @@ constexpr int kWarps = 8;
 __device__ __forceinline__ float softplus_f(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 __global__ void route_kernel(MoeArgs a) {
+    dev::pdl_begin();
     const int t = blockIdx.x * blockDim.x + threadIdx.x;
     if (t >= a.T) return;
     const float* lg = a.logits + int64_t(t) * a.E;
@@ -61,10 +63,12 @@ __global__ void route_kernel(MoeArgs a) {
 }
 
 __global__ void count_kernel(MoeArgs a) {
+    dev::pdl_begin();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < a.T * a.K) atomicAdd(&a.counts[a.ids[i]], 1);
 }
 __global__ void scan_kernel(MoeArgs a) {
+    dev::pdl_begin();
     int32_t* cursor = a.counts + a.E;
     int32_t* off = a.counts + 2 * a.E;
     int acc = 0;
@@ -76,6 +80,7 @@ __global__ void scan_kernel(MoeArgs a) {
     off[a.E] = acc;
 }
 __global__ void scatter_kernel(MoeArgs a) {
+    dev::pdl_begin();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= a.T * a.K) return;
     const int e = a.ids[i];
@@ -86,6 +91,7 @@ __global__ void scatter_kernel(MoeArgs a) {
 
 // h[j, i] = silu(min(W1 x, lim)) * clamp(W3 x) * weight for the expert's permuted rows j.
 __global__ void expert_up_kernel(MoeArgs a) {
+    dev::pdl_begin();
     const int e = blockIdx.x, lane = threadIdx.x & 31;
     const int i = blockIdx.y * kWarps + (threadIdx.x >> 5);
     if (i >= a.I) return;
@@ -112,6 +118,7 @@ __global__ void expert_up_kernel(MoeArgs a) {
 
 // yp[j, n] = W2[n, :] . h[j, :]
 __global__ void expert_down_kernel(MoeArgs a) {
+    dev::pdl_begin();
     const int e = blockIdx.x, lane = threadIdx.x & 31;
     const int n = blockIdx.y * kWarps + (threadIdx.x >> 5);
     if (n >= a.d) return;
@@ -126,6 +133,7 @@ __global__ void expert_down_kernel(MoeArgs a) {
 }
 
 __global__ void combine_kernel(MoeArgs a, const float* shared, float* out) {
+    dev::pdl_begin();
     const int t = blockIdx.x;
     for (int n = threadIdx.x; n < a.d; n += blockDim.x) {
         float y = 0.0f;
@@ -140,6 +148,7 @@ __global__ void combine_kernel(MoeArgs a, const float* shared, float* out) {
 
 // One CTA per assignment (see moe_ep_localize).
 __global__ void ep_localize_kernel(int32_t* ids, int first, int count, int drop, float* zero_rows, int d) {
+    dev::pdl_begin();
     const int i = blockIdx.x;
     const int e = ids[i];
     __syncthreads();  // every thread has read ids[i] before thread 0 rewrites it

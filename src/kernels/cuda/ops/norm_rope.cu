@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/ops/common.cuh"
+#include "kernels/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 
@@ -15,6 +16,7 @@ template <bool kBf16Out>
 __global__ void norm_rope_kernel(const float* x, int64_t ldx, void* y, int64_t ldy, int n, bool do_norm,
                                  const float* __restrict__ weight, float eps, const float* __restrict__ inv_freq,
                                  int rope_dim, const int32_t* __restrict__ pos, int rows_per_token, bool inverse) {
+    dev::pdl_begin();
     extern __shared__ float row[];
     __shared__ double red[32];
     const int64_t r = blockIdx.x;
@@ -60,6 +62,7 @@ __global__ void __launch_bounds__(256)
     norm_rope512_kernel(const TIn* x, int64_t ldx, void* y, int64_t ldy, int64_t rows, bool do_norm,
                         const float* __restrict__ weight, float eps, const float* __restrict__ inv_freq,
                         const int32_t* __restrict__ pos, int rows_per_token, bool inverse) {
+    dev::pdl_begin();
     constexpr int n = 512;
     const int lane = threadIdx.x & 31;
     const int64_t r = int64_t(blockIdx.x) * (blockDim.x >> 5) + (threadIdx.x >> 5);
@@ -122,6 +125,7 @@ bool norm_rope512_ok(int n, const float* inv_freq, int rope_dim) { return n == 5
 // 4K tokens x 64 heads, ~8x its bytes at the copy rate; ledger E53).
 __global__ void rope_rows_bf16_kernel(__nv_bfloat16* y, int64_t rows, int n, const float* __restrict__ inv_freq,
                                       int rope_dim, const int32_t* __restrict__ pos, int rows_per_token, bool inverse) {
+    dev::pdl_begin();
     const int half = rope_dim / 2;
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     const int64_t tok = i / half;
@@ -141,6 +145,7 @@ __global__ void rope_rows_bf16_kernel(__nv_bfloat16* y, int64_t rows, int n, con
 
 // out[i] = bf16(x[i]) round-to-nearest-even, 4 per thread (n % 4 == 0, 16-B aligned x, 8-B out).
 __global__ void round_bf16_kernel(const float4* __restrict__ x, int64_t n4, uint2* __restrict__ out) {
+    dev::pdl_begin();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n4) return;
     const float4 v = x[i];
@@ -149,11 +154,13 @@ __global__ void round_bf16_kernel(const float4* __restrict__ x, int64_t n4, uint
 }
 
 __global__ void scale_kernel(float* x, int64_t n, float s) {
+    dev::pdl_begin();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i < n) x[i] *= s;
 }
 
 __global__ void swiglu_kernel(const float* a, const float* b, float* h, int64_t n, float lim) {
+    dev::pdl_begin();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float g = a[i], u = b[i];
@@ -242,6 +249,7 @@ cudaError_t scale_inplace(float* x, int64_t n, float s, cudaStream_t st) {
 
 namespace {
 __global__ void add_broadcast_rows_kernel(float* X, const float* e, int64_t n, int copies, int d) {
+    dev::pdl_begin();
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= n) return;
     const int64_t t = i / (int64_t(copies) * d), c = i % d;

@@ -5,6 +5,7 @@
 
 #include "kernels/cuda/ops/common.cuh"
 #include "kernels/cuda/ops/fast_path.h"
+#include "kernels/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 
@@ -12,6 +13,7 @@ namespace {
 
 __global__ void dequant_fp8_bf16_kernel(const uint8_t* __restrict__ w, const uint8_t* __restrict__ scale, int64_t N,
                                         int64_t K, __nv_bfloat16* __restrict__ out) {
+    dev::pdl_begin();
     const int64_t i = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 8;
     if (i >= N * K) return;
     const int64_t n = i / K, k = i % K, kb = (K + 127) / 128;

@@ -6,6 +6,7 @@
 // are bit-identical (compressor.cuh); compress_state_chunk: one CTA per (sequence, compressor).
 // Bound: memory (a few KB per token), parallel over windows where kv_step was serial over tokens.
 #include "kernels/cuda/ops/compressor.cuh"
+#include "kernels/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 
@@ -14,6 +15,7 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void stage_rows_kernel(PagePool pool, const float* kv, int64_t stage_word) {
+    dev::pdl_begin();
     extern __shared__ float v[];
     const int64_t i = blockIdx.x;
     for (int j = threadIdx.x; j < pool.main.dim; j += blockDim.x) v[j] = kv[i * pool.main.dim + j];
@@ -53,6 +55,7 @@ __device__ __forceinline__ void slot_value(const CompressorArgs& c, const PagePo
 }
 
 __global__ void compress_chunk_kernel(StepPlan plan, PagePool pool, KvStepArgs a) {
+    dev::pdl_begin();
     extern __shared__ float entry[];
     __shared__ double red[32];
     const int s = blockIdx.y;
@@ -84,6 +87,7 @@ __device__ __forceinline__ int64_t pooled_row(const Chunk& k, int64_t w, int r, 
 // Phase 1, grid (windows, seqs, n_comp x channel groups): pooled[row][ch] = pool_channel(...).
 __global__ void __launch_bounds__(kPoolThreads)
     pool_chunk_kernel(StepPlan plan, PagePool pool, KvStepArgs a, float* pooled, int T, int ld, int groups) {
+    dev::pdl_begin();
     const int s = blockIdx.y;
     if (plan.n_tok[s] <= 0) return;
     const int ci = int(blockIdx.z) / groups;
@@ -120,6 +124,7 @@ __global__ void __launch_bounds__(kPoolThreads)
 
 // Phase 2, grid (windows, seqs, n_comp), kThreads threads (kv_step's block shape).
 __global__ void emit_pooled_kernel(StepPlan plan, PagePool pool, KvStepArgs a, const float* pooled, int T, int ld) {
+    dev::pdl_begin();
     extern __shared__ float entry[];
     __shared__ double red[32];
     const int s = blockIdx.y;
@@ -134,6 +139,7 @@ __global__ void emit_pooled_kernel(StepPlan plan, PagePool pool, KvStepArgs a, c
 }
 
 __global__ void compress_state_kernel(StepPlan plan, PagePool pool, KvStepArgs a) {
+    dev::pdl_begin();
     const int s = blockIdx.x;
     if (plan.n_tok[s] <= 0) return;
     const CompressorArgs& c = a.comp[blockIdx.y];
@@ -166,6 +172,7 @@ __global__ void compress_state_kernel(StepPlan plan, PagePool pool, KvStepArgs a
 }
 
 __global__ void ring_write_kernel(StepPlan plan, PagePool pool, KvStepArgs a, int64_t stage_word) {
+    dev::pdl_begin();
     const int s = blockIdx.x;
     const int n = plan.n_tok[s];
     const int m = n < a.W ? n : a.W;

@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "core/philox.h"
+#include "kernels/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 namespace {
@@ -193,6 +194,7 @@ __device__ Cut select(const float* W, int V, float min_p, Cut cut, bool by_sum, 
 __global__ void __launch_bounds__(kThreads)
     sample_rows_kernel(float* logits, int64_t V64, const SampleRowArgs* args, const SamplePenaltyToken* toks,
                        float* weights, float* saved, SampleRowOut* outs, const int32_t* step_tokens) {
+    dev::pdl_begin();
     extern __shared__ __align__(16) unsigned char dyn[];
     double* bsum = reinterpret_cast<double*>(dyn);
     int* bcnt = reinterpret_cast<int*>(bsum + kDigits * kThreads);

@@ -4,6 +4,7 @@
 // ring rows the recursive drafts borrow, and the pending inputs a step leaves for the next one. The
 // host form of the same cycle is RefRunner::speculative_chunk (runtime/ref_runner.cpp).
 #include "kernels/cuda/ops/common.cuh"
+#include "kernels/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 
@@ -17,6 +18,7 @@ __device__ __forceinline__ bool mtp_live(const StepPlan& plan, const SpecCycleAr
 }
 
 __global__ void catchup_plan_kernel(StepPlan plan, PagePool pool, SpecCycleArgs a, SpecPassPlan out) {
+    dev::pdl_begin();
     const int s = blockIdx.x, K1 = a.spec_tokens + 1;
     __shared__ int m_sh;
     const int32_t* table = seq_table(plan, s);
@@ -55,6 +57,7 @@ __global__ void catchup_plan_kernel(StepPlan plan, PagePool pool, SpecCycleArgs 
 }
 
 __global__ void draft_plan_kernel(StepPlan plan, SpecCycleArgs a, SpecPassPlan out, int pass, const float* X) {
+    dev::pdl_begin();
     const int s = blockIdx.x;
     const int64_t prev_row = out.logit_rows[s];  // the last pass's row of this sequence (its output streams)
     __syncthreads();                             // read by every thread before thread 0 rewrites it
@@ -74,18 +77,21 @@ __global__ void draft_plan_kernel(StepPlan plan, SpecCycleArgs a, SpecPassPlan o
 }
 
 __global__ void take_draft_kernel(StepPlan plan, SpecCycleArgs a, const int32_t* ids, int index) {
+    dev::pdl_begin();
     const int s = blockIdx.x * blockDim.x + threadIdx.x;
     if (s >= plan.n_seqs || index >= a.spec_tokens) return;
     a.drafts[s * a.spec_tokens + index] = mtp_live(plan, a, s) && a.drafts_k[s] > index ? ids[s] : 0;
 }
 
 __global__ void fill_drafts_kernel(StepPlan plan, SpecCycleArgs a, int32_t* tokens) {
+    dev::pdl_begin();
     const int s = blockIdx.x * blockDim.x + threadIdx.x;
     if (s >= plan.n_seqs || plan.n_tok[s] <= 0) return;
     for (int j = 0; j < a.drafts_k[s]; ++j) tokens[plan.tok_begin[s] + 1 + j] = a.drafts[s * a.spec_tokens + j];
 }
 
 __global__ void mtp_ring_kernel(StepPlan plan, PagePool pool, SpecCycleArgs a, bool restore) {
+    dev::pdl_begin();
     const int s = blockIdx.x, j = blockIdx.y;  // ring row of position P + j, j < k - 1
     if (!mtp_live(plan, a, s) || j >= a.drafts_k[s] - 1) return;
     const int32_t* table = seq_table(plan, s);
@@ -102,6 +108,7 @@ __global__ void mtp_ring_kernel(StepPlan plan, PagePool pool, SpecCycleArgs a, b
 }
 
 __global__ void pending_write_kernel(StepPlan plan, PagePool pool, SpecCycleArgs a, const float* X) {
+    dev::pdl_begin();
     const int s = blockIdx.x;
     if (a.mtp[s] == 0 || plan.n_tok[s] <= 0) return;
     const int32_t* table = seq_table(plan, s);
@@ -122,6 +129,7 @@ __global__ void pending_write_kernel(StepPlan plan, PagePool pool, SpecCycleArgs
 }
 
 __global__ void gather_rows_kernel(const float* src, const int32_t* rows, int64_t width, float* dst) {
+    dev::pdl_begin();
     const int r = blockIdx.x;
     const float* s = src + int64_t(rows[r]) * width;
     float* d = dst + int64_t(r) * width;

@@ -3,6 +3,7 @@
 // One CTA per (sequence, region) copies that region's rows; a second launch, one thread per sequence,
 // updates the header once every CTA has read it.
 #include "kernels/cuda/ops/common.cuh"
+#include "kernels/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 
@@ -17,6 +18,7 @@ struct DevState {
 };
 
 __global__ void spec_backup_kernel(StepPlan plan, PagePool pool, SpecStateArgs a) {
+    dev::pdl_begin();
     const int s = blockIdx.x, r = blockIdx.y;
     const int64_t n = plan.n_tok[s];
     if (n <= 0 || n > a.spec_tokens + 1) return;  // no chunk, or not a verify chunk (its backup would overflow)
@@ -25,6 +27,7 @@ __global__ void spec_backup_kernel(StepPlan plan, PagePool pool, SpecStateArgs a
 }
 
 __global__ void spec_backup_header_kernel(StepPlan plan, PagePool pool, SpecStateArgs a) {
+    dev::pdl_begin();
     const int s = blockIdx.x * blockDim.x + threadIdx.x;
     if (s >= plan.n_seqs || plan.n_tok[s] <= 0 || plan.n_tok[s] > a.spec_tokens + 1) return;
     const int32_t* table = seq_table(plan, s);
@@ -33,6 +36,7 @@ __global__ void spec_backup_header_kernel(StepPlan plan, PagePool pool, SpecStat
 }
 
 __global__ void spec_rollback_kernel(StepPlan plan, PagePool pool, SpecStateArgs a) {
+    dev::pdl_begin();
     const int s = blockIdx.x, r = blockIdx.y;
     if (plan.n_tok[s] <= 0) return;
     const int32_t* table = seq_table(plan, s);
@@ -44,6 +48,7 @@ __global__ void spec_rollback_kernel(StepPlan plan, PagePool pool, SpecStateArgs
 }
 
 __global__ void spec_rollback_header_kernel(StepPlan plan, PagePool pool, SpecStateArgs a) {
+    dev::pdl_begin();
     const int s = blockIdx.x * blockDim.x + threadIdx.x;
     if (s >= plan.n_seqs || plan.n_tok[s] <= 0) return;
     const int32_t* table = seq_table(plan, s);

@@ -1,16 +1,19 @@
 // Sampled tokens between steps (see step_tokens.h).
 #include "kernels/cuda/ops/step_tokens.h"
+#include "kernels/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda {
 namespace {
 
 __global__ void scatter_sampled_kernel(const SampleRowArgs* args, const SampleRowOut* out, int n, int32_t* ids) {
+    dev::pdl_begin();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) ids[args[i].row] = out[i].token;
 }
 
 __global__ void fill_pending_kernel(int32_t* tokens, const int32_t* dst, const int32_t* src, int n,
                                     const int32_t* ids) {
+    dev::pdl_begin();
     const int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) tokens[dst[i]] = ids[src[i]];
 }

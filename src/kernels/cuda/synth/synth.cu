@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 
 #include "kernels/cuda/synth/synth.h"
+#include "kernels/cuda/common/pdl.cuh"
 
 namespace dsv4::cuda::synth {
 
@@ -36,28 +37,34 @@ int grid_for(int64_t n) {
 }
 
 __global__ void f32_kernel(float* p, int64_t n, uint64_t seed, float lo, float hi) {
+    dev::pdl_begin();
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
         p[i] = lo + (hi - lo) * unit(rnd(seed, i));
 }
 __global__ void bf16_kernel(uint16_t* p, int64_t n, uint64_t seed, float amp) {
+    dev::pdl_begin();
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
         p[i] = bf16_bits(amp * (2.0f * unit(rnd(seed, i)) - 1.0f));
 }
 __global__ void e4m3_kernel(uint8_t* p, int64_t n, uint64_t seed) {
+    dev::pdl_begin();
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
         p[i] = e4m3_code(rnd(seed, i));
 }
 __global__ void ue8m0_kernel(uint8_t* p, int64_t n, uint64_t seed, int lo, int hi, int64_t first) {
+    dev::pdl_begin();
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
         p[i] = uint8_t(lo + int(rnd(seed, first + i) % uint64_t(hi - lo + 1)));
 }
 __global__ void bytes_kernel(uint8_t* p, int64_t n, uint64_t seed, int64_t first) {
+    dev::pdl_begin();
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
         p[i] = uint8_t(rnd(seed, first + i) >> 24);
 }
 // Row v: k distinct experts (start + j * step) mod hot, step odd and < hot (distinct when hot is a
 // power of two; otherwise step 1).
 __global__ void tid2eid_kernel(int32_t* p, int64_t V, int k, int hot, uint64_t seed) {
+    dev::pdl_begin();
     const bool pow2 = (hot & (hot - 1)) == 0;
     for (int64_t v = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; v < V; v += int64_t(gridDim.x) * blockDim.x) {
         const uint64_t r = rnd(seed, v);
@@ -68,6 +75,7 @@ __global__ void tid2eid_kernel(int32_t* p, int64_t V, int k, int hot, uint64_t s
 }
 
 __global__ void round_bf16_kernel(float* p, int64_t n) {
+    dev::pdl_begin();
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
         p[i] = __bfloat162float(__float2bfloat16_rn(p[i]));
 }
@@ -75,6 +83,7 @@ __global__ void round_bf16_kernel(float* p, int64_t n) {
 // One CTA per (page, region): threads stride the region's rows and bytes.
 __global__ void kv_fill_kernel(uint8_t* base, int64_t page_bytes, const int32_t* pages, int64_t n_pages,
                                const KvFillRegion* regions, uint64_t seed) {
+    dev::pdl_begin();
     const int64_t pi = blockIdx.x;
     if (pi >= n_pages) return;
     const KvFillRegion g = regions[blockIdx.y];
