@@ -54,7 +54,7 @@ struct SeqChunk {
     bool want_logits = true;                    // produce logits for the last token of the chunk
     std::span<const int32_t> page_table;        // pages owned by the sequence, in KvLayout order
     DeviceSample sample = DeviceSample::kNone;  // with want_logits: logits row or sampled token
-    DeviceSampleParams params;                  // with sample == kFull
+    DeviceSampleParams params{};                // with sample == kFull
     // Speculative decoding (issue 24; ModelRunner::max_draft_tokens() > 0):
     // - mtp: the sequence speculates, so the runner keeps its MTP block's state current (every chunk
     //   of such a sequence, prefill and plain decode included, sets it; model/spec_state.h);

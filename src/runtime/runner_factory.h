@@ -18,10 +18,10 @@ struct RunnerOptions {
     // cuda, with n_pages 0: > 0 sizes the page pool from this fraction of each GPU's memory
     // (CudaRunnerOptions::gpu_memory_utilization); 0: room for 64 sequences of 4096 tokens.
     double gpu_memory_utilization = 0.0;
-    uint64_t seed = 0;     // seed of the built-in tiny model's weights
-    RefNumerics numerics;  // CPU reference: quantisation simulation of the DeepSeek reference
-    RuntimeOptions rt;     // cuda: every switch and kernel choice (runtime/runtime_options.h)
-    int gpus = 1;          // cuda: expert parallel over GPUs 0 .. gpus-1 (runtime/multi_gpu_runner.h)
+    uint64_t seed = 0;       // seed of the built-in tiny model's weights
+    RefNumerics numerics{};  // CPU reference: quantisation simulation of the DeepSeek reference
+    RuntimeOptions rt{};     // cuda: every switch and kernel choice (runtime/runtime_options.h)
+    int gpus = 1;            // cuda: expert parallel over GPUs 0 .. gpus-1 (runtime/multi_gpu_runner.h)
     // cuda: > 0 serves the synthetic Flash proxy of this many layers (model/flash_proxy.h: Flash
     // shapes, seeded weights generated on the GPU, no checkpoint; the output text is meaningless)
     // instead of `model`. 43 is the full Flash depth.

@@ -49,7 +49,7 @@ struct GenRequest {
     uint64_t cache_salt = 0;  // prefix-cache namespace (hash of the request's cache_salt; 0: shared)
     // Constrained decoding: each choice gets a clone; active from the start, or once
     // constraint_after is sampled (>= 0). Constrained rows are sampled on the host.
-    std::shared_ptr<const TokenConstraint> constraint;
+    std::shared_ptr<const TokenConstraint> constraint{};
     int32_t constraint_after = -1;
 };
 

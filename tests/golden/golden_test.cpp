@@ -222,7 +222,9 @@ TEST_P(GoldenTest, ChunkedPrefillEqualsOneShot) {
                 worst = std::max(worst, e);
                 EXPECT_LT(e, 2e-5) << "chunk ending at " << pos << " (page_tokens " << page_tokens << ")";
                 const auto gold = golden_for_length(pos);
-                if (!gold.empty()) EXPECT_LT(max_abs_diff(outs[i], gold), kLogitTol) << "length " << pos;
+                if (!gold.empty()) {
+                    EXPECT_LT(max_abs_diff(outs[i], gold), kLogitTol) << "length " << pos;
+                }
             }
         }
         std::printf("[golden %s] chunked vs one-shot (page_tokens %lld): max |diff| %.3g\n", GetParam().c_str(),
@@ -366,7 +368,9 @@ TEST_P(GoldenTest, SpeculativeGreedyMatchesTransformers) {
                 auto got = ref_speculative_greedy(*gd.model, prompt, int(want.size()), {k, src, {}}, &st);
                 ASSERT_TRUE(got.is_ok()) << got.status().to_string();
                 EXPECT_EQ(*got, want) << pfx << " k = " << k << (src == DraftSource::kMtp ? " mtp" : " self");
-                if (src == DraftSource::kSelf) EXPECT_EQ(st.accepted, st.drafted) << pfx;
+                if (src == DraftSource::kSelf) {
+                    EXPECT_EQ(st.accepted, st.drafted) << pfx;
+                }
             }
     }
 }

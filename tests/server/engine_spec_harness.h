@@ -145,13 +145,14 @@ inline Outcome run(const std::vector<Job>& jobs, const SpecSetup& s, FinishReaso
     for (size_t i = 0; i < jobs.size(); ++i) sinks.push_back(std::make_shared<Sink>());
     auto arrive = [&](int step) {
         for (size_t i = 0; i < jobs.size(); ++i)
-            if (jobs[i].arrive_at_step == step)
+            if (jobs[i].arrive_at_step == step) {
                 EXPECT_TRUE(core.add({.id = i + 1,
                                       .prompt = jobs[i].prompt,
                                       .params = jobs[i].params,
                                       .n = jobs[i].n,
                                       .sink = sinks[i]})
                                 .is_ok());
+            }
     };
     int last_event = 0;
     for (const Job& j : jobs) last_event = std::max({last_event, j.arrive_at_step, j.abort_at_step});
@@ -165,9 +166,10 @@ inline Outcome run(const std::vector<Job>& jobs, const SpecSetup& s, FinishReaso
     EXPECT_FALSE(core.has_work());
     Outcome o;
     for (size_t i = 0; i < sinks.size(); ++i) {
-        if (want != FinishReason::kNone)
+        if (want != FinishReason::kNone) {
             for (int c = 0; c < jobs[i].n; ++c)
                 EXPECT_EQ(sinks[i]->finish[c], want) << "job " << i << ": " << sinks[i]->error;
+        }
         o.tokens.push_back(sinks[i]->tokens);
         o.finish.push_back(sinks[i]->finish);
         o.completion.push_back(sinks[i]->completion);
@@ -183,7 +185,9 @@ inline Outcome run(const std::vector<Job>& jobs, const SpecSetup& s, FinishReaso
     o.verify_rows_picked = picking.verify_rows;
     o.pending_seen = picking.pending_seen;
     o.overlapped_steps = stats.overlapped_steps_total;
-    if (!s.prefix_cache) EXPECT_EQ(core.pages().n_used(), 0);
+    if (!s.prefix_cache) {
+        EXPECT_EQ(core.pages().n_used(), 0);
+    }
     return o;
 }
 

@@ -110,8 +110,12 @@ Outcome expect_same_as_without_speculation(const std::vector<Job>& jobs, const S
         EXPECT_EQ(on.stop_token, base.stop_token) << label;
         EXPECT_GT(on.verify, 0) << label;
         EXPECT_LE(on.accepted, on.drafted) << label;
-        if (setup.overlap) EXPECT_GT(on.overlapped_steps, 0) << label;
-        if (setup.device_picks) EXPECT_GT(on.pending_seen, 0) << label;
+        if (setup.overlap) {
+            EXPECT_GT(on.overlapped_steps, 0) << label;
+        }
+        if (setup.device_picks) {
+            EXPECT_GT(on.pending_seen, 0) << label;
+        }
         if (also) also(on, v);
     }
     return base;

@@ -71,7 +71,9 @@ TEST(EngineSpeculative, GreedyVerifyRowsPickedByTheRunner) {
                                                       << s.chunk << " overlap " << s.overlap;
                 EXPECT_EQ(picked.verify, host.verify);
                 EXPECT_EQ(picked.accepted, host.accepted);
-                if (d == DraftSource::kSelf) EXPECT_EQ(picked.accepted, picked.drafted);
+                if (d == DraftSource::kSelf) {
+                    EXPECT_EQ(picked.accepted, picked.drafted);
+                }
                 // At least one draft per verify chunk (fewer than k near max_tokens).
                 EXPECT_GE(picked.verify_rows_picked, 2 * picked.verify);
             }

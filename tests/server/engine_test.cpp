@@ -240,7 +240,9 @@ TEST(EngineInvariance, AloneMixedChunkedPagedPreempted) {
         int64_t preempted = 0, used = -1;
         auto got = run_jobs(jobs, rs, &preempted, &used);
         EXPECT_EQ(used, 0) << "pages leaked";
-        if (rs.n_pages == 40) EXPECT_GT(preempted, 0) << "setup meant to preempt did not";
+        if (rs.n_pages == 40) {
+            EXPECT_GT(preempted, 0) << "setup meant to preempt did not";
+        }
         for (size_t i = 0; i < jobs.size(); ++i) {
             for (const auto& [choice, toks] : ref[i].tokens)
                 EXPECT_EQ(got[i].tokens[choice], toks) << "job " << i << " choice " << choice << " budget " << rs.budget

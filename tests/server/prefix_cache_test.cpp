@@ -263,7 +263,9 @@ TEST(PrefixCacheEngine, FakeModelWithOverlapPreemptionAndAborts) {
         test::HostSamplingRunner d(d0);
         const Outcome ab = drive(d, fake_jobs(), true, sched, EngineConfig::Overlap::kAlways, false, 15, after);
         for (size_t i = 0; i < ab.results.size(); ++i)
-            if (i != 14) EXPECT_EQ(ab.results[i], off.results[i]) << "job " << i << " abort after " << after;
+            if (i != 14) {
+                EXPECT_EQ(ab.results[i], off.results[i]) << "job " << i << " abort after " << after;
+            }
         EXPECT_EQ(ab.idle_used, ab.idle_cache_pages);
         EXPECT_EQ(ab.after_flush, 0);
     }
@@ -306,9 +308,10 @@ TEST(PrefixCacheEngine, TinyModelLogitsBitwiseEqual) {
             const auto& r1 = rows[1].at(seq);
             ASSERT_EQ(r1.size(), r0.size()) << "seq " << seq;
             for (size_t i = 0; i < r0.size(); ++i) {
-                if (serial)
+                if (serial) {
                     EXPECT_EQ(std::memcmp(r0[i].data(), r1[i].data(), r0[i].size() * sizeof(float)), 0)
                         << "seq " << seq << " row " << i;
+                }
                 for (size_t j = 0; j < r0[i].size(); ++j) {
                     worst = std::max(worst, double(std::fabs(r1[i][j] - r0[i][j])));
                     scale = std::max(scale, double(std::fabs(r0[i][j])));

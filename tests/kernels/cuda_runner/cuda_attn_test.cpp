@@ -273,7 +273,9 @@ void check_mhc(int d, int T = 5) {
             const int c = std::min(w, room);
             return c < 2 ? 1 : c;
         };
-        if (use_ws >= 2) EXPECT_EQ(cuda::mhc_mix_chunks(T, a), expect_chunks(int(ws_rows / T)));
+        if (use_ws >= 2) {
+            EXPECT_EQ(cuda::mhc_mix_chunks(T, a), expect_chunks(int(ws_rows / T)));
+        }
         ASSERT_EQ(cuda::mhc_pre(dX, T, a, coeffs, xn, nullptr), cudaSuccess);
         const auto gxn = host(xn, size_t(T) * d);
         ASSERT_EQ(cuda::mhc_post(dX, dy, coeffs, T, n, d, nullptr), cudaSuccess);

@@ -517,7 +517,9 @@ TEST(CudaFastOps, GroupedSelectionPersistentForDecodeOnly) {
                 const std::string name = cuda::moe_grouped_variant_name(v);
                 const bool pers = name.find("_pers") != std::string::npos;
                 EXPECT_EQ(pers, decode && few) << name << " at " << tokens << " tokens, decode " << decode;
-                if (!pers) EXPECT_NE(name.find("_bal"), std::string::npos) << name;
+                if (!pers) {
+                    EXPECT_NE(name.find("_bal"), std::string::npos) << name;
+                }
             }
         }
     }

@@ -178,10 +178,13 @@ TEST(KvRows, PackedLayoutsKeepRowsInsidePagesAndAligned) {
                 if (s.ratio == 0) continue;
                 EXPECT_EQ(s.row_offset % align_words, 0);
                 EXPECT_LE(s.row_offset + s.rows_per_page * rw, L->page_elems);
-                if (s.idx_row_offset >= 0 && (f == KvRowFormat::kFp8 || cfg.index_head_dim % 8 == 0))
+                if (s.idx_row_offset >= 0 && (f == KvRowFormat::kFp8 || cfg.index_head_dim % 8 == 0)) {
                     EXPECT_EQ(s.idx_row_offset % align_words, 0);
+                }
             }
-            if (cfg.head_dim == 512 && f == KvRowFormat::kFp8) EXPECT_EQ(rw, 146);
+            if (cfg.head_dim == 512 && f == KvRowFormat::kFp8) {
+                EXPECT_EQ(rw, 146);
+            }
             std::printf("[kv layout] D=%d %s: page %lld B (f32 %lld B), %lld state pages (f32 %lld)\n", cfg.head_dim,
                         kv_row_format_name(f), (long long)L->page_bytes, (long long)f32->page_bytes,
                         (long long)L->n_state_pages, (long long)f32->n_state_pages);
@@ -457,7 +460,9 @@ TEST_P(CudaKvFp8Golden, Fp8RowsMatchReferenceQat) {
     // tiny_real_window 6.3e-4) against QAT effects of 0.26 / 0.26 / 0.37.
     EXPECT_LT(c.worst, 0.05 * effect.worst);
     EXPECT_EQ(c.greedy_mismatch, 0);
-    if (GetParam() == "tiny_real_window") EXPECT_LT(c.worst, 1e-3);
+    if (GetParam() == "tiny_real_window") {
+        EXPECT_LT(c.worst, 1e-3);
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Configs, CudaKvFp8Golden, ::testing::Values("tiny_f32", "tiny_quant", "tiny_real_window"));

@@ -150,9 +150,10 @@ TEST(CudaSampleRows, SameTokensAsTheHostSampler) {
             ASSERT_LE(toks.size(), max_toks);
             ASSERT_EQ(cudaMemcpy(d_args, args.data(), args.size() * sizeof(args[0]), cudaMemcpyHostToDevice),
                       cudaSuccess);
-            if (!toks.empty())
+            if (!toks.empty()) {
                 ASSERT_EQ(cudaMemcpy(d_toks, toks.data(), toks.size() * sizeof(toks[0]), cudaMemcpyHostToDevice),
                           cudaSuccess);
+            }
             ASSERT_EQ(cuda::sample_rows(d_logits, kV, d_args, kRows, d_toks, d_w, d_saved, d_out, nullptr),
                       cudaSuccess);
             std::vector<cuda::SampleRowOut> out(kRows);
@@ -269,7 +270,9 @@ TEST(CudaSampleRows, PendingTokenCountedLikeTheHost) {
         for (int r = 0; r < R; ++r) {
             ++n_rows;
             EXPECT_EQ(out[r].token, host[r].token) << "params " << pi << " row " << r << " (kind " << r % 3 << ")";
-            if (ps[pi].logprobs >= 0) EXPECT_NEAR(out[r].logprob, host[r].logprob, 1e-4);
+            if (ps[pi].logprobs >= 0) {
+                EXPECT_NEAR(out[r].logprob, host[r].logprob, 1e-4);
+            }
         }
     }
     std::vector<float> back(flat.size());

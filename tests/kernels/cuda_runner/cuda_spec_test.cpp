@@ -274,7 +274,9 @@ void scripted_cycles(ModelRunner& spec, ModelRunner* cpu, ModelRunner& plain, in
     EXPECT_GT(kept, 0);
     EXPECT_GT(scale, 0.0);
     EXPECT_LE(worst_plain, tol * scale) << label;
-    if (cpu) EXPECT_LE(worst_cpu, tol * scale) << label;
+    if (cpu) {
+        EXPECT_LE(worst_cpu, tol * scale) << label;
+    }
 }
 
 TEST(CudaSpeculative, ScriptedCyclesMatchTheCpuRunnerAndPlainDecoding) {

@@ -56,6 +56,79 @@ __device__ __forceinline__ int swz(int u, int m) {
         return u ^ (((u >> 3) & 1) << 1) ^ (m & 1);
 }
 
+// The mma.sync A words of 16 bytes of one weight row (a thread's part of two k16 steps): fp8 e4m3
+// bytes dequantised and scaled by the block's factor sc into 8 bf16x2 words (byte pairs in order),
+// bf16 weights (sc unused) taken as the 4 words they are. Shared by dense_gemm_kc, kc2 and kc3.
+template <bool FP8, int N>
+__device__ __forceinline__ void a_words(const uint4 r, float sc, uint32_t (&d)[N]) {
+    static_assert(N >= (FP8 ? 8 : 4), "8 words from fp8 bytes, 4 from bf16");
+    const uint32_t w4[4] = {r.x, r.y, r.z, r.w};
+    if constexpr (FP8) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const float2 lo = dev::fp8x2_to_float2(uint16_t(w4[j] & 0xffff));
+            const float2 hi = dev::fp8x2_to_float2(uint16_t(w4[j] >> 16));
+            d[2 * j] = dev::pack_bf16x2(lo.x * sc, lo.y * sc);
+            d[2 * j + 1] = dev::pack_bf16x2(hi.x * sc, hi.y * sc);
+        }
+    } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) d[j] = w4[j];
+    }
+}
+
+// This lane's first byte in each of its warp's 2 x MTL weight rows (row n0 + 16 mt + 8 h + g, lane t's
+// 32 fp8 or 64 bf16 bytes of every 128-k block). Shared by dense_gemm_kc and kc2.
+template <bool FP8, int MTL>
+__device__ __forceinline__ void lane_weight_rows(const DenseGemvArgs& a, int n0, int g, int t, int64_t row_bytes,
+                                                 const unsigned char* (&wrow)[MTL][2]) {
+#pragma unroll
+    for (int mt = 0; mt < MTL; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+            wrow[mt][h] = static_cast<const unsigned char*>(a.w) + int64_t(n0 + 16 * mt + 8 * h + g) * row_bytes +
+                          (FP8 ? 32 : 64) * t;
+}
+// 128-k block kb of a warp's weight rows into registers: raw[mt][h][q] = 16 bytes q of row (mt, h)
+// (wrow: the rows' first bytes for this lane), sc = the block's UE8M0 factor from srow (fp8; 1 for
+// bf16). Shared by dense_gemm_kc and kc2.
+template <bool FP8, int MTL, int QN>
+__device__ __forceinline__ void load_w_block(const unsigned char* const (&wrow)[MTL][2], const uint8_t* srow, int kb,
+                                             uint4 (&raw)[MTL][2][QN], float& sc) {
+#pragma unroll
+    for (int mt = 0; mt < MTL; ++mt)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+#pragma unroll
+            for (int q = 0; q < QN; ++q)
+                raw[mt][h][q] =
+                    __ldg(reinterpret_cast<const uint4*>(wrow[mt][h] + int64_t(kb) * 128 * (FP8 ? 1 : 2)) + q);
+    sc = 1.0f;
+    if constexpr (FP8) sc = dev::ue8m0(__ldg(srow + kb));
+}
+// b[at .. at + 3] = the four words of v (a 16-byte x unit as B words).
+template <int N>
+__device__ __forceinline__ void put_words(uint32_t (&b)[N], int at, const uint4 v) {
+    b[at] = v.x;
+    b[at + 1] = v.y;
+    b[at + 2] = v.z;
+    b[at + 3] = v.w;
+}
+// The SPQ k16 steps of one q group for token tile j: acc[mt][j] += A(mt) B over steps s, where A's
+// four words for step s are rows g / g + 8 (h = 0 / 1) at k 2t.. and 2t + 8.. (d[mt][h][2s], [2s + 1],
+// as a_words builds them) and b[2s], b[2s + 1] are B's two words.
+template <int SPQ, int MTL, int NTT, int ND>
+__device__ __forceinline__ void mma_steps(float (&acc)[MTL][NTT][4], int j, const uint32_t (&d)[MTL][2][ND],
+                                          const uint32_t (&b)[2 * SPQ]) {
+#pragma unroll
+    for (int s = 0; s < SPQ; ++s)
+#pragma unroll
+        for (int mt = 0; mt < MTL; ++mt) {
+            const uint32_t af[4] = {d[mt][0][2 * s], d[mt][1][2 * s], d[mt][0][2 * s + 1], d[mt][1][2 * s + 1]};
+            dev::mma_bf16_16816(acc[mt][j], af, b[2 * s], b[2 * s + 1]);
+        }
+}
+
 // The tile's results to a.y (y [n_tokens][groups * N], f32 or bf16 as a.out_f32 says), called by every
 // thread of the CTA after its K range: acc holds warp w's MTL x NTT mma.m16n8k16 C fragments, element
 // i of acc[mt][j] being row cta_row + 16 (w MTL + mt) + g + 8 (i / 2) and token t0 + 8 j + 2 t + i % 2
@@ -139,27 +212,11 @@ __global__ void __launch_bounds__(NW * 32) dense_gemm_kc_kernel(DenseGemvArgs a)
     const int kb0 = nkb * z / S, kb1 = nkb * (z + 1) / S;
     const int64_t row_bytes = int64_t(K) * (FP8 ? 1 : 2);
     const unsigned char* wrow[MTL][2];
-#pragma unroll
-    for (int mt = 0; mt < MTL; ++mt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-            wrow[mt][h] = static_cast<const unsigned char*>(a.w) + int64_t(n0 + 16 * mt + 8 * h + g) * row_bytes +
-                          (FP8 ? 32 : 64) * t;
+    lane_weight_rows<FP8>(a, n0, g, t, row_bytes, wrow);
     const uint8_t* srow = FP8 ? a.w_scale + int64_t(n0 / 128) * nkb : nullptr;  // a warp's rows share a scale row
     const unsigned char* xg = static_cast<const unsigned char*>(a.x);
 
-    auto load_w = [&](int kb, uint4(&raw)[MTL][2][QN], float& sc) {
-#pragma unroll
-        for (int mt = 0; mt < MTL; ++mt)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-#pragma unroll
-                for (int q = 0; q < QN; ++q)
-                    raw[mt][h][q] =
-                        __ldg(reinterpret_cast<const uint4*>(wrow[mt][h] + int64_t(kb) * 128 * (FP8 ? 1 : 2)) + q);
-        sc = 1.0f;
-        if constexpr (FP8) sc = dev::ue8m0(__ldg(srow + kb));
-    };
+    auto load_w = [&](int kb, uint4(&raw)[MTL][2][QN], float& sc) { load_w_block<FP8>(wrow, srow, kb, raw, sc); };
     // x rows [t0, t0+tpad) of 128-k block kb into stage buf; rows >= T are zero-filled.
     auto stage_x = [&](int kb, int buf, int t0, int tpad) {
         unsigned char* dst = smem + buf * STAGE;
@@ -205,22 +262,7 @@ __global__ void __launch_bounds__(NW * 32) dense_gemm_kc_kernel(DenseGemvArgs a)
 #pragma unroll
                 for (int mt = 0; mt < MTL; ++mt)
 #pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const uint4 r = wc[mt][h][q];
-                        const uint32_t w4[4] = {r.x, r.y, r.z, r.w};
-                        if constexpr (FP8) {
-#pragma unroll
-                            for (int j = 0; j < 4; ++j) {
-                                const float2 lo = dev::fp8x2_to_float2(uint16_t(w4[j] & 0xffff));
-                                const float2 hi = dev::fp8x2_to_float2(uint16_t(w4[j] >> 16));
-                                d[mt][h][2 * j] = dev::pack_bf16x2(lo.x * sc, lo.y * sc);
-                                d[mt][h][2 * j + 1] = dev::pack_bf16x2(hi.x * sc, hi.y * sc);
-                            }
-                        } else {
-#pragma unroll
-                            for (int j = 0; j < 4; ++j) d[mt][h][j] = w4[j];
-                        }
-                    }
+                    for (int h = 0; h < 2; ++h) a_words<FP8>(wc[mt][h][q], sc, d[mt][h]);
 #pragma unroll
                 for (int j = 0; j < NTT; ++j) {
                     if (j >= ntn) break;  // warp-uniform: token tiles past T
@@ -240,20 +282,10 @@ __global__ void __launch_bounds__(NW * 32) dense_gemm_kc_kernel(DenseGemvArgs a)
                         for (int i = 0; i < SPQ / 2; ++i) {
                             const uint4 v =
                                 *reinterpret_cast<const uint4*>(xr + swz<false>(4 * t + (SPQ / 2) * q + i, m) * 16);
-                            b[4 * i] = v.x;
-                            b[4 * i + 1] = v.y;
-                            b[4 * i + 2] = v.z;
-                            b[4 * i + 3] = v.w;
+                            put_words(b, 4 * i, v);
                         }
                     }
-#pragma unroll
-                    for (int s = 0; s < SPQ; ++s)
-#pragma unroll
-                        for (int mt = 0; mt < MTL; ++mt) {
-                            const uint32_t af[4] = {d[mt][0][2 * s], d[mt][1][2 * s], d[mt][0][2 * s + 1],
-                                                    d[mt][1][2 * s + 1]};
-                            dev::mma_bf16_16816(acc[mt][j], af, b[2 * s], b[2 * s + 1]);
-                        }
+                    mma_steps<SPQ>(acc, j, d, b);
                 }
             }
             if constexpr (kPrefetch) {

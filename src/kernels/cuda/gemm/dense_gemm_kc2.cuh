@@ -68,27 +68,13 @@ __global__ void __launch_bounds__(NW * 32) dense_gemm_kc2_kernel(DenseGemvArgs a
     const int kb0 = nkb * z / S, kb1 = nkb * (z + 1) / S;
     const int64_t row_bytes = int64_t(K) * (FP8 ? 1 : 2);
     const unsigned char* wrow[MTL][2];
-#pragma unroll
-    for (int mt = 0; mt < MTL; ++mt)
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-            wrow[mt][h] = static_cast<const unsigned char*>(a.w) + int64_t(n0 + 16 * mt + 8 * h + g) * row_bytes +
-                          (FP8 ? 32 : 64) * t;
+    gemm_kc::lane_weight_rows<FP8>(a, n0, g, t, row_bytes, wrow);
     const uint8_t* srow = FP8 ? a.w_scale + int64_t(n0 / 128) * nkb : nullptr;
     const unsigned char* xg = static_cast<const unsigned char*>(a.x);
     unsigned char* land = smem + 2 * BSTAGE;  // f32 landing buffer (XF32 only)
 
     auto load_w = [&](int kb, uint4(&raw)[MTL][2][QN], float& sc) {
-#pragma unroll
-        for (int mt = 0; mt < MTL; ++mt)
-#pragma unroll
-            for (int h = 0; h < 2; ++h)
-#pragma unroll
-                for (int q = 0; q < QN; ++q)
-                    raw[mt][h][q] =
-                        __ldg(reinterpret_cast<const uint4*>(wrow[mt][h] + int64_t(kb) * 128 * (FP8 ? 1 : 2)) + q);
-        sc = 1.0f;
-        if constexpr (FP8) sc = dev::ue8m0(__ldg(srow + kb));
+        gemm_kc::load_w_block<FP8>(wrow, srow, kb, raw, sc);
     };
 
     // B-fragment offsets within a stage: row g of token tile 0, unit 4t + (SPQ/2) q + i.
@@ -192,22 +178,7 @@ __global__ void __launch_bounds__(NW * 32) dense_gemm_kc2_kernel(DenseGemvArgs a
 #pragma unroll
                 for (int mt = 0; mt < MTL; ++mt)
 #pragma unroll
-                    for (int h = 0; h < 2; ++h) {
-                        const uint4 r = wc[mt][h][q];
-                        const uint32_t w4[4] = {r.x, r.y, r.z, r.w};
-                        if constexpr (FP8) {
-#pragma unroll
-                            for (int j = 0; j < 4; ++j) {
-                                const float2 lo = dev::fp8x2_to_float2(uint16_t(w4[j] & 0xffff));
-                                const float2 hi = dev::fp8x2_to_float2(uint16_t(w4[j] >> 16));
-                                d[mt][h][2 * j] = dev::pack_bf16x2(lo.x * sc, lo.y * sc);
-                                d[mt][h][2 * j + 1] = dev::pack_bf16x2(hi.x * sc, hi.y * sc);
-                            }
-                        } else {
-#pragma unroll
-                            for (int j = 0; j < 4; ++j) d[mt][h][j] = w4[j];
-                        }
-                    }
+                    for (int h = 0; h < 2; ++h) gemm_kc::a_words<FP8>(wc[mt][h][q], sc, d[mt][h]);
 #pragma unroll
                 for (int j = 0; j < NTT; ++j) {
                     if (j >= ntn) break;  // warp-uniform: token tiles past T
@@ -215,19 +186,9 @@ __global__ void __launch_bounds__(NW * 32) dense_gemm_kc2_kernel(DenseGemvArgs a
 #pragma unroll
                     for (int i = 0; i < SPQ / 2; ++i) {
                         const uint4 v = *reinterpret_cast<const uint4*>(xs + j * 8 * 256 + xoff[q][i]);
-                        b[4 * i] = v.x;
-                        b[4 * i + 1] = v.y;
-                        b[4 * i + 2] = v.z;
-                        b[4 * i + 3] = v.w;
+                        gemm_kc::put_words(b, 4 * i, v);
                     }
-#pragma unroll
-                    for (int s = 0; s < SPQ; ++s)
-#pragma unroll
-                        for (int mt = 0; mt < MTL; ++mt) {
-                            const uint32_t af[4] = {d[mt][0][2 * s], d[mt][1][2 * s], d[mt][0][2 * s + 1],
-                                                    d[mt][1][2 * s + 1]};
-                            dev::mma_bf16_16816(acc[mt][j], af, b[2 * s], b[2 * s + 1]);
-                        }
+                    gemm_kc::mma_steps<SPQ>(acc, j, d, b);
                 }
             }
             if constexpr (XF32) {

@@ -147,19 +147,7 @@ __global__ void __launch_bounds__(NW * 32) dense_gemm_kc3_kernel(DenseGemvArgs a
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
                         const uint4 r = *reinterpret_cast<const uint4*>(st + woff[q] + (16 * mt + 8 * h) * RB);
-                        const uint32_t w4[4] = {r.x, r.y, r.z, r.w};
-                        if constexpr (FP8) {
-#pragma unroll
-                            for (int j = 0; j < 4; ++j) {
-                                const float2 lo = dev::fp8x2_to_float2(uint16_t(w4[j] & 0xffff));
-                                const float2 hi = dev::fp8x2_to_float2(uint16_t(w4[j] >> 16));
-                                d[mt][h][2 * j] = dev::pack_bf16x2(lo.x * sc, lo.y * sc);
-                                d[mt][h][2 * j + 1] = dev::pack_bf16x2(hi.x * sc, hi.y * sc);
-                            }
-                        } else {
-#pragma unroll
-                            for (int j = 0; j < 4; ++j) d[mt][h][j] = w4[j];
-                        }
+                        gemm_kc::a_words<FP8>(r, sc, d[mt][h]);
                     }
 #pragma unroll
                 for (int j = 0; j < NTT; ++j) {
@@ -177,20 +165,10 @@ __global__ void __launch_bounds__(NW * 32) dense_gemm_kc3_kernel(DenseGemvArgs a
 #pragma unroll
                         for (int i = 0; i < SPQ / 2; ++i) {
                             const uint4 v = *reinterpret_cast<const uint4*>(xr + xoff[q][i]);
-                            b[4 * i] = v.x;
-                            b[4 * i + 1] = v.y;
-                            b[4 * i + 2] = v.z;
-                            b[4 * i + 3] = v.w;
+                            gemm_kc::put_words(b, 4 * i, v);
                         }
                     }
-#pragma unroll
-                    for (int s = 0; s < SPQ; ++s)
-#pragma unroll
-                        for (int mt = 0; mt < MTL; ++mt) {
-                            const uint32_t af[4] = {d[mt][0][2 * s], d[mt][1][2 * s], d[mt][0][2 * s + 1],
-                                                    d[mt][1][2 * s + 1]};
-                            dev::mma_bf16_16816(acc[mt][j], af, b[2 * s], b[2 * s + 1]);
-                        }
+                    gemm_kc::mma_steps<SPQ>(acc, j, d, b);
                 }
             }
         }

@@ -226,27 +226,29 @@ __global__ void __launch_bounds__(1024) moe_route_permute_kernel(MoeRouteArgs r,
     }
 }
 
+__device__ __forceinline__ void add4(float4& s, const float4 v) {
+    s.x += v.x;
+    s.y += v.y;
+    s.z += v.z;
+    s.w += v.w;
+}
+// Columns 4c .. 4c + 3 of token t summed over its top_k expert rows of y, in slot order k = 0 ..
+// top_k - 1 (both combine kernels, so their sums round alike).
+__device__ __forceinline__ float4 combine_routed4(const MoeCombineArgs& a, int t, int c) {
+    float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int k = 0; k < a.top_k; ++k)
+        add4(s, reinterpret_cast<const float4*>(a.y + (int64_t(t) * a.top_k + k) * a.d)[c]);
+    return s;
+}
+
 // f32 variant: shared and out f32 (the f32 CUDA runner), same slot order.
 __global__ void __launch_bounds__(256) moe_combine_f32_kernel(MoeCombineArgs a) {
     dev::pdl_begin();
     const float* sh = static_cast<const float*>(a.shared);
     for (int t = blockIdx.y; t < a.n_tokens; t += gridDim.y)  // gridDim.y <= 65535
         for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < a.d / 4; c += gridDim.x * blockDim.x) {
-            float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
-            for (int k = 0; k < a.top_k; ++k) {
-                const float4 v = reinterpret_cast<const float4*>(a.y + (int64_t(t) * a.top_k + k) * a.d)[c];
-                s.x += v.x;
-                s.y += v.y;
-                s.z += v.z;
-                s.w += v.w;
-            }
-            if (sh) {
-                const float4 v = reinterpret_cast<const float4*>(sh + int64_t(t) * a.d)[c];
-                s.x += v.x;
-                s.y += v.y;
-                s.z += v.z;
-                s.w += v.w;
-            }
+            float4 s = combine_routed4(a, t, c);
+            if (sh) add4(s, reinterpret_cast<const float4*>(sh + int64_t(t) * a.d)[c]);
             reinterpret_cast<float4*>(static_cast<float*>(a.out) + int64_t(t) * a.d)[c] = s;
         }
 }
@@ -257,21 +259,11 @@ __global__ void __launch_bounds__(256) moe_combine_kernel(MoeCombineArgs a) {
     __nv_bfloat16* out = static_cast<__nv_bfloat16*>(a.out);
     for (int t = blockIdx.y; t < a.n_tokens; t += gridDim.y)  // gridDim.y <= 65535
         for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < a.d / 4; c += gridDim.x * blockDim.x) {
-            float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
-            for (int k = 0; k < a.top_k; ++k) {
-                const float4 v = reinterpret_cast<const float4*>(a.y + (int64_t(t) * a.top_k + k) * a.d)[c];
-                s.x += v.x;
-                s.y += v.y;
-                s.z += v.z;
-                s.w += v.w;
-            }
+            float4 s = combine_routed4(a, t, c);
             if (sh) {
                 const uint2 v = reinterpret_cast<const uint2*>(sh + int64_t(t) * a.d)[c];
                 const float2 f0 = dev::unpack_bf16x2(v.x), f1 = dev::unpack_bf16x2(v.y);
-                s.x += f0.x;
-                s.y += f0.y;
-                s.z += f1.x;
-                s.w += f1.y;
+                add4(s, make_float4(f0.x, f0.y, f1.x, f1.y));
             }
             reinterpret_cast<uint2*>(out + int64_t(t) * a.d)[c] =
                 make_uint2(dev::pack_bf16x2(s.x, s.y), dev::pack_bf16x2(s.z, s.w));

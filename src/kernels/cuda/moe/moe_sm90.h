@@ -44,6 +44,15 @@ struct MoeGroupedShape {
     // (decode-sized steps).
     bool persistent = false;
 };
+// A warp-specialised wgmma row (moe_wgmma_ws_sm90.cu, moe_wgmma_persist_sm90.cu): 8 computing warps x 2
+// m16 tiles (256 weight rows), one CTA per SM; smem_bytes at K = 4096.
+constexpr MoeGroupedShape ws_grouped_shape(bool pair_rotated, int mt, int stages, int smem_bytes) {
+    MoeGroupedShape sh{8,          2,   mt,
+                       stages,     1,   pair_rotated ? MoeWeightLayout::kPairRotated : MoeWeightLayout::kCheckpoint,
+                       smem_bytes, true};
+    sh.ws = true;
+    return sh;
+}
 int moe_grouped_count();
 MoeGroupedShape moe_grouped_shape(int i);
 // Upper bound of the work-list entries for n_rows rows over n_experts with tiles of mt rows.

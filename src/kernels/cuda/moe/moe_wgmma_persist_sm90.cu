@@ -339,15 +339,7 @@ cudaError_t launch(const MoeExpertArgs& a, cudaStream_t s) {
 
 template <bool PK, int NT, int STAGES>
 constexpr Entry entry() {
-    MoeGroupedShape sh{8,
-                       2,
-                       NT,
-                       STAGES,
-                       1,
-                       PK ? MoeWeightLayout::kPairRotated : MoeWeightLayout::kCheckpoint,
-                       persist_smem_bytes(NT, STAGES, 4096),
-                       true};
-    sh.ws = true;
+    MoeGroupedShape sh = ws_grouped_shape(PK, NT, STAGES, persist_smem_bytes(NT, STAGES, 4096));
     sh.persistent = true;
     return {sh, &launch<PK, NT, STAGES>};
 }

@@ -253,16 +253,7 @@ cudaError_t launch(const MoeExpertArgs& a, cudaStream_t s) {
 // Shape fields: 8 computing warps x 2 m16 tiles (256 weight rows), one CTA per SM.
 template <bool PK, int NT, int STAGES>
 constexpr Entry entry() {
-    MoeGroupedShape sh{8,
-                       2,
-                       NT,
-                       STAGES,
-                       1,
-                       PK ? MoeWeightLayout::kPairRotated : MoeWeightLayout::kCheckpoint,
-                       ws_smem_bytes(NT, STAGES, 4096),
-                       true};
-    sh.ws = true;
-    return {sh, &launch<PK, NT, STAGES>};
+    return {ws_grouped_shape(PK, NT, STAGES, ws_smem_bytes(NT, STAGES, 4096)), &launch<PK, NT, STAGES>};
 }
 template <bool PK, int STAGES>
 constexpr Entry entry_mixed() {
