@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Checks that every CUDA kernel under src/kernels/cuda starts with dev::pdl_begin().
+"""Checks that every CUDA kernel in src/, tests/ and tools/ starts with dev::pdl_begin().
 
 Why: with RuntimeOptions::graph_pdl the runner turns a graph's kernel-to-kernel edges into
 programmatic ones, so a kernel's CTAs may start while its predecessor still runs; a kernel that
 reads or writes memory before griddepcontrol.wait (kernels/cuda/common/pdl.cuh) would race with it.
+The runner recognises dsv4's kernels by the namespace in their mangled names, and tests and tools are
+in that namespace too, so their kernels are held to the same rule.
 Prints each kernel whose first statement is something else and exits 1; exits 0 when all comply.
 """
 import pathlib
@@ -12,8 +14,9 @@ import sys
 
 root = pathlib.Path(__file__).resolve().parent.parent
 bad, n = [], 0
-for path in sorted((root / "src/kernels/cuda").rglob("*")):
-    if path.suffix not in (".cu", ".cuh", ".h") or path.name == "pdl.cuh":
+paths = [p for d in ("src", "tests", "tools") for p in (root / d).rglob("*")]
+for path in sorted(paths):
+    if path.suffix not in (".cu", ".cuh", ".h", ".cpp", ".hpp", ".inl") or path.name == "pdl.cuh" or not path.is_file():
         continue
     text = path.read_text()
     for m in re.finditer(r"__global__", text):

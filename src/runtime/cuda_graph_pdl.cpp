@@ -11,7 +11,11 @@ namespace {
 
 bool is_kernel(cudaGraphNode_t n) {
     cudaGraphNodeType t{};
-    return cudaGraphNodeGetType(n, &t) == cudaSuccess && t == cudaGraphNodeTypeKernel;
+    if (cudaGraphNodeGetType(n, &t) != cudaSuccess) {
+        cudaGetLastError();  // not sticky; the node is left as it is
+        return false;
+    }
+    return t == cudaGraphNodeTypeKernel;
 }
 
 // A kernel of ours: only those are known to wait (pdl.cuh) before touching memory.

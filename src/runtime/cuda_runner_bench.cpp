@@ -29,7 +29,7 @@ Result<DecodeGraphTiming> CudaRunner::time_decode_graph(const ForwardBatch& batc
         // A second capture of the same step with event marks.
         OpProfile prof;
         sd_rule_ = hp.sd_rule;
-        DSV4_RETURN_IF_ERROR(profile_capture([&] { return run_step(hp.B, hp.B, 1, hp.B, kAnyEndPos); }, prof));
+        DSV4_RETURN_IF_ERROR(profile_capture([&] { return run_step(hp.B, hp.B, 1, hp.B, kAnyEndPos); }, hp.B, prof));
         out.op_us = prof.per_step_us(5);
         if (opt_.rt.op_profile) std::fprintf(stderr, "[batch %d] %s", hp.B, prof.table(5).c_str());
     }
@@ -56,10 +56,10 @@ Status CudaRunner::time_replays(cudaGraphExec_t ge, int warmup, int reps, std::v
     return s;
 }
 
-Status CudaRunner::profile_capture(const std::function<Status()>& body, OpProfile& prof) {
+Status CudaRunner::profile_capture(const std::function<Status()>& body, int pdl_tokens, OpProfile& prof) {
     DSV4_CU(prof.reserve(4096));
     prof_ = &prof;
-    auto captured = capture(body);
+    auto captured = capture(body, pdl_tokens);
     prof_ = nullptr;
     DSV4_RETURN_IF_ERROR(captured.status());
     cudaGraphExec_t ge = *captured;
@@ -160,13 +160,13 @@ Result<std::vector<double>> CudaRunner::time_mtp_draft(const ForwardBatch& batch
         mark("end");
         return Status::ok();
     };
-    DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, capture(draft));
+    DSV4_ASSIGN_OR_RETURN(cudaGraphExec_t ge, capture(draft, hp.B));
     std::vector<double> us;
     Status s = time_replays(ge, warmup, reps, us);
     cudaGraphExecDestroy(ge);
     if (s.is_ok() && opt_.rt.op_profile) {  // where the draft step's time goes: a marked capture
         OpProfile prof;
-        s = profile_capture(draft, prof);
+        s = profile_capture(draft, hp.B, prof);
         if (s.is_ok()) std::fprintf(stderr, "[MTP draft, batch %d] %s", hp.B, prof.table(5).c_str());
     }
     DSV4_RETURN_IF_ERROR(remember_loss(s));

@@ -285,10 +285,12 @@ private:
     Status time_replays(cudaGraphExec_t ge, int warmup, int reps, std::vector<double>& us);
     // Bench op profile: captures `body` with event marks into prof, replays it once, then 5 times
     // accumulated (prof.table(5) / per_step_us(5) read them).
-    Status profile_capture(const std::function<Status()>& body, OpProfile& prof);
+    // pdl_tokens: as capture's.
+    Status profile_capture(const std::function<Status()>& body, int pdl_tokens, OpProfile& prof);
     // Captures what `body` launches on stream_ and instantiates it (the caller owns the result).
-    // pdl_tokens: the graph's tokens per step, for RuntimeOptions::graph_pdl_max_batch (1: always under it).
-    Result<cudaGraphExec_t> capture(const std::function<Status()>& body, int pdl_tokens = 1);
+    // pdl_tokens: the graph's tokens per step, which RuntimeOptions::graph_pdl_max_batch compares (no
+    // default: every caller says, so that timed, profiled and served graphs of a shape agree).
+    Result<cudaGraphExec_t> capture(const std::function<Status()>& body, int pdl_tokens);
     Status run_head(int T, int R);
     // mHC head + final norm + LM head for the R rows of ws_.logit_rows into ws_.logits; the main model's
     // hc_head and norm, or an MTP block's.
