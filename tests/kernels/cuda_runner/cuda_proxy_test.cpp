@@ -46,15 +46,17 @@ struct Proxy {
     ProxyWeightBytes bytes;
 };
 
-Proxy make_proxy(const ModelConfig& cfg, bool graphs, const std::string& rows, bool pdl = false) {
+// pdl, pdl_max_batch: RuntimeOptions::graph_pdl and graph_pdl_max_batch.
+Proxy make_proxy(const ModelConfig& cfg, bool graphs, const std::string& rows, bool pdl = false,
+                 int pdl_max_batch = 0) {
     CudaRunnerOptions o;
     o.n_pages = 1024;
     o.max_seqs = 8;
     o.max_step_tokens = 64;
     o.max_context = 4096;
     o.rt.cuda_graphs = graphs;
-    o.rt.graph_pdl = pdl;          // on by default (batch-1 graphs): the plain runner turns it off
-    o.rt.graph_pdl_max_batch = 0;  // every bucket's graph, where graph_pdl is on
+    o.rt.graph_pdl = pdl;  // on by default (batch-1 graphs): the plain runner turns it off
+    o.rt.graph_pdl_max_batch = pdl_max_batch;
     o.rt.kv_rows = rows;
     o.verbose = false;
     SyntheticWeightsOptions w;
@@ -139,6 +141,20 @@ TEST(CudaProxy, GraphReplayEqualsEagerWithFiniteLogits) {
     }
 }
 
+// Runs `reps` steps of B sequences at L on `r` and counts the logit rows that differ in any bit from
+// `want` (the plain graph's rows of the same step).
+int rows_differing(CudaBenchRunner& r, const ModelConfig& cfg, int B, int64_t L, int reps,
+                   const std::vector<std::vector<float>>& want) {
+    int differ = 0;
+    for (int rep = 0; rep < reps; ++rep) {
+        const auto got = step(r, cfg, B, L);
+        EXPECT_EQ(got.size(), size_t(B));
+        for (size_t s = 0; s < got.size() && s < want.size(); ++s)
+            differ += std::memcmp(got[s].data(), want[s].data(), want[s].size() * sizeof(float)) != 0;
+    }
+    return differ;
+}
+
 // graph_pdl: the same kernels in the same order, started early and waiting on the GPU, so the logits
 // must be the same bits as the plain graph's. Repeated replays give a missing wait (a kernel touching
 // memory before griddepcontrol.wait) chances to show up as a difference.
@@ -152,14 +168,7 @@ TEST(CudaProxy, ProgrammaticGraphEdgesGiveTheSameLogits) {
             const int64_t L = 1000 + 37 * B;
             const auto want = step(*plain.runner, cfg, B, L);
             ASSERT_EQ(want.size(), size_t(B));
-            int differ = 0;
-            for (int rep = 0; rep < 8; ++rep) {
-                const auto got = step(*pdl.runner, cfg, B, L);
-                ASSERT_EQ(got.size(), size_t(B));
-                for (int s = 0; s < B; ++s)
-                    differ += std::memcmp(got[s].data(), want[s].data(), want[s].size() * sizeof(float)) != 0;
-            }
-            EXPECT_EQ(differ, 0) << rows << " B=" << B;
+            EXPECT_EQ(rows_differing(*pdl.runner, cfg, B, L, 8, want), 0) << rows << " B=" << B;
         }
         const auto r = pdl.runner->graph_replays();
         std::printf("[proxy %s] graph_pdl: %lld programmatic edges in %lld decode replays\n", rows.c_str(),
@@ -170,19 +179,11 @@ TEST(CudaProxy, ProgrammaticGraphEdgesGiveTheSameLogits) {
     }
     // graph_pdl_max_batch: only the graphs of buckets up to it get programmatic edges (all four buckets
     // 1, 2, 4, 8 are captured at start-up; the limit 2 leaves 4 and 8 with ordinary edges).
-    CudaRunnerOptions o;
-    o.n_pages = 1024;
-    o.max_seqs = 8;
-    o.max_step_tokens = 64;
-    o.max_context = 4096;
-    o.rt.kv_rows = "bf16";
-    o.verbose = false;
     int64_t edges[2] = {0, 0};
     for (int v = 0; v < 2; ++v) {
-        o.rt.graph_pdl_max_batch = v == 0 ? 0 : 2;
-        auto r = make_cuda_runner_synthetic(cfg, SyntheticWeightsOptions{}, o);
-        ASSERT_TRUE(r.is_ok()) << r.status().message();
-        edges[v] = (*r)->graph_replays().pdl_edges;
+        const Proxy p = make_proxy(cfg, true, "bf16", true, v == 0 ? 0 : 2);
+        ASSERT_TRUE(p.runner);
+        edges[v] = p.runner->graph_replays().pdl_edges;
     }
     std::printf("[proxy] programmatic edges at start-up: %lld every bucket, %lld buckets 1-2\n",
                 static_cast<long long>(edges[0]), static_cast<long long>(edges[1]));
@@ -222,14 +223,7 @@ TEST(CudaProxy, ProgrammaticGraphEdgesGiveTheSameLogitsAtFlashShapes) {
     for (const int B : {1, 8, 64, 256}) {
         const auto want = step(*runners[0], cfg, B, L);
         ASSERT_EQ(want.size(), size_t(B));
-        int differ = 0;
-        for (int rep = 0; rep < 4; ++rep) {
-            const auto got = step(*runners[1], cfg, B, L);
-            ASSERT_EQ(got.size(), size_t(B));
-            for (int s = 0; s < B; ++s)
-                differ += std::memcmp(got[s].data(), want[s].data(), want[s].size() * sizeof(float)) != 0;
-        }
-        EXPECT_EQ(differ, 0) << "B=" << B;
+        EXPECT_EQ(rows_differing(*runners[1], cfg, B, L, 4, want), 0) << "B=" << B;
     }
     std::printf("[flash shapes] graph_pdl: %lld programmatic edges\n",
                 static_cast<long long>(runners[1]->graph_replays().pdl_edges));
