@@ -1,6 +1,8 @@
 // CudaRunner (see cuda_runner.h): CUDA graphs. A decode step's graph per batch bucket and
 // sparse_decode rule (captured on first use, or all at start-up), a verify step's per (bucket, tokens per
 // sequence, rows); the bench's timed and op-profiled replays are in cuda_runner_bench.cpp.
+#include <cstdio>
+
 #include "runtime/cuda_graph_pdl.h"
 #include "runtime/cuda_runner_impl.h"
 
@@ -14,16 +16,33 @@ Result<cudaGraphExec_t> CudaRunner::capture(const std::function<Status()>& body,
     DSV4_RETURN_IF_ERROR(s);
     DSV4_CU(e);
     const int pdl_max = opt_.rt.graph_pdl_max_batch;
+    int edges = 0;
+    cudaGraph_t plain = nullptr;  // the graph as captured, kept while programmatic edges are untried
     if (opt_.rt.graph_pdl && (pdl_max == 0 || pdl_tokens <= pdl_max)) {
-        auto edges = make_kernel_edges_programmatic(g, opt_.rt.graph_pdl_clusters);
-        if (!edges.is_ok()) cudaGraphDestroy(g);
-        DSV4_RETURN_IF_ERROR(edges.status());
-        replays_.pdl_edges += *edges;
+        e = cudaGraphClone(&plain, g);
+        if (e != cudaSuccess) cudaGraphDestroy(g);
+        DSV4_CU(e);
+        auto made = make_kernel_edges_programmatic(g, opt_.rt.graph_pdl_clusters);
+        if (!made.is_ok()) cudaGraphDestroy(g), cudaGraphDestroy(plain);
+        DSV4_RETURN_IF_ERROR(made.status());
+        edges = *made;
     }
     cudaGraphExec_t ge = nullptr;
     e = cudaGraphInstantiate(&ge, g, 0);
     cudaGraphDestroy(g);
+    if (e != cudaSuccess && edges > 0) {
+        // A driver that rejects some programmatic edge must cost speed, not the step: instantiate the
+        // graph as captured (the kernels' griddepcontrol instructions are no-ops without such edges).
+        std::fprintf(stderr, "dsv4 cuda: graph with %d programmatic edges not instantiated (%s); plain edges used\n",
+                     edges, cudaGetErrorString(e));
+        cudaGetLastError();
+        e = cudaGraphInstantiate(&ge, plain, 0);
+        ++replays_.pdl_fallbacks;
+        edges = 0;
+    }
+    if (plain != nullptr) cudaGraphDestroy(plain);
     DSV4_CU(e);
+    replays_.pdl_edges += edges;
     return ge;
 }
 
