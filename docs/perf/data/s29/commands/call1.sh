@@ -10,7 +10,7 @@ O=$OUT/r1; mkdir -p $O
 pack() { (cd $OUT && tar czf s29r1.tgz r1); }
 source scripts/unpack-bin.sh
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv > $O/gpu.txt
-timeout 100 $BIN/dsv4_cuda_tests --gtest_filter='CudaProxy.*:CudaVerify*:CudaSpec*' > $O/tests.txt 2>&1
+timeout 100 $BIN/dsv4_cuda_tests --gtest_filter='CudaGraphPdl.*:CudaProxy.*:CudaVerify*:CudaSpec*' > $O/tests.txt 2>&1
 echo "== tests rc=$?"; grep -E "^\[  (PASSED|FAILED)|FAILED|graph_pdl|programmatic" $O/tests.txt | head -12
 pack
 ARGS="--batches 1,2,4,8,16,64 --contexts 8192 --reps 10 --no-gemm-peak"
