@@ -92,7 +92,7 @@ public:
     // Steps launched as graph replays so far, by kind (tests: which path a step took).
     struct GraphReplays {
         int64_t decode = 0, verify = 0, spec = 0;  // spec: the speculative cycle's draft work (spec_graphs)
-        int64_t pdl_edges = 0;  // programmatic edges in the graphs instantiated so far (graph_pdl)
+        int64_t pdl_edges = 0;                     // programmatic edges in the graphs instantiated so far (graph_pdl)
         int64_t pdl_fallbacks = 0;  // graphs whose programmatic edges the driver rejected (plain edges used)
     };
     virtual GraphReplays graph_replays() const { return {}; }

@@ -26,7 +26,7 @@
 #include "kernels/cuda/ops/fast_path.h"
 #include "kernels/cuda/ops/fault_inject.h"
 #include "kernels/cuda/ops/indexer_filter.h"
-#include "kernels/cuda/ops/attn_variants.h"
+#include "kernels/cuda/attention/attn_variants.h"
 #include "kernels/cuda/ops/ops.h"
 #include "kernels/cuda/ops/prefill_gemm.h"
 #include "kernels/cuda/ops/sample_rows.h"

@@ -237,8 +237,7 @@ Result<DevWeights> upload_weights(const RefModel& model, const Checkpoint* ckpt,
     const ModelConfig& cfg = model.config();
     const ModelWeights& W = model.weights();
     Uploader up{ckpt, arena, {}};
-    const int64_t d = cfg.hidden_size, V = cfg.vocab_size, H = cfg.n_heads, D = cfg.head_dim, qr = cfg.q_lora_rank;
-    const int64_t G = cfg.o_groups, orank = cfg.o_lora_rank, E = cfg.n_routed_experts, I = cfg.moe_intermediate_size;
+    const int64_t d = cfg.hidden_size, V = cfg.vocab_size, E = cfg.n_routed_experts;
     const int ex_first = expert_count > 0 ? expert_first : 0;
     const int ex_count = expert_count > 0 ? expert_count : int(E);
     if (ex_first < 0 || ex_first + ex_count > E)

@@ -82,7 +82,7 @@ struct RuntimeOptions {
     // fast kernels are on; docs/perf/ledger.md E17) or "checkpoint" (as in the file).
     std::string moe_layout = "pair-rotated";
     // Forced kernel variants by canonical name ("" = the op's heuristic). attn_variant names either a
-    // CUDA-core attention variant (attn_variants.cpp) or a sparse_decode variant.
+    // CUDA-core attention variant (kernels/cuda/attention/attn_variants.cpp) or a sparse_decode variant.
     std::string attn_variant;
     std::string gemv_variant;      // dense_gemv / dense_gemm_kc* (dsv4 decode-bench lists the names)
     std::string moe_variant;       // MXFP4 expert GEMV

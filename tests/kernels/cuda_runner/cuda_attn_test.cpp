@@ -11,7 +11,7 @@
 #include <cstring>
 #include <random>
 
-#include "kernels/cuda/ops/attn_variants.h"
+#include "kernels/cuda/attention/attn_variants.h"
 #include "kernels/cuda/ops/ops.h"
 #include "kernels/ref/attention.h"
 #include "kernels/ref/mhc.h"

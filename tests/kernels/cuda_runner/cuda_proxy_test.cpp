@@ -173,7 +173,7 @@ TEST(CudaProxy, ProgrammaticGraphEdgesGiveTheSameLogits) {
         const auto r = pdl.runner->graph_replays();
         std::printf("[proxy %s] graph_pdl: %lld programmatic edges in %lld decode replays\n", rows.c_str(),
                     static_cast<long long>(r.pdl_edges), static_cast<long long>(r.decode));
-        EXPECT_GT(r.pdl_edges, 0);  // the option took effect
+        EXPECT_GT(r.pdl_edges, 0);      // the option took effect
         EXPECT_EQ(r.pdl_fallbacks, 0);  // and the driver took the programmatic edges
         EXPECT_EQ(plain.runner->graph_replays().pdl_edges, 0);
         EXPECT_GE(r.decode, 24);  // every step above replayed a graph

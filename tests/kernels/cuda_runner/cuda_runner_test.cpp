@@ -14,7 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "kernels/cuda/ops/attn_variants.h"
+#include "kernels/cuda/attention/attn_variants.h"
 #include "model/checkpoint.h"
 #include "runtime/cuda_runner.h"
 #include "runtime/ref_runner.h"

@@ -333,7 +333,7 @@ inline constexpr int kArgmaxParts = 64;
 cudaError_t argmax_rows(const float* logits, int R, int64_t V, int32_t* out, cudaStream_t st,
                         unsigned long long* ws = nullptr);
 
-// ---- attn_decode.cu -------------------------------------------------------------------------
+// ---- attention/attn_decode_simt.cu ----------------------------------------------------------
 // Split-KV sink attention of token step t over the window ring plus compressed rows (HCA: all,
 // CSA: the indexer's selection), then a log-sum-exp combine folding in the sink and the inverse
 // RoPE. Variant parameters: see attn_variants.h.
@@ -359,7 +359,7 @@ struct AttnVariant;
 cudaError_t attn_decode(const StepPlan& plan, const PagePool& pool, const AttnArgs& a, const AttnVariant& v, int splits,
                         cudaStream_t st);
 
-// ---- attn_rows.cu ---------------------------------------------------------------------------
+// ---- attention/attn_rows_simt.cu ------------------------------------------------------------
 // Glue of the fast decode attention (kernels/cuda/attention/sparse_decode.h) for token step t:
 // per-sequence row lists as CSR, q in bf16, and the bf16 output back to f32 with inverse RoPE.
 // All buffers have fixed capacity (graph-safe); a sequence with t >= n_tok (graph padding, B03)
@@ -391,7 +391,7 @@ cudaError_t q_rows_bf16(const StepPlan& plan, int t, const float* q, int hd, voi
 cudaError_t attn_out_rows(const StepPlan& plan, int t, const void* ob, int H, int D, const float* inv_freq,
                           int rope_dim, float* out, cudaStream_t st);
 
-// ---- moe.cu ---------------------------------------------------------------------------------
+// ---- moe/moe_simt.cu -----------------------------------------------------------------------
 struct MoeArgs {
     int T = 0, E = 0, K = 0, d = 0, I = 0;
     const float* logits = nullptr;     // [T, E] router logits

@@ -1,5 +1,5 @@
 // The correct-first CUDA-core kernels behind cuda::linear / moe_experts / moe_combine (linear.cu,
-// moe.cu): any WFmt, f32 activations, weights dequantised element by element. fast_path.cpp calls
+// moe/moe_simt.cu): any WFmt, f32 activations, weights dequantised element by element. fast_path.cpp calls
 // them whenever the fast decode kernels are off (DSV4_FAST_KERNELS=0) or not legal for a call.
 // Same arguments and semantics as the ops.h entry points. Host-only header.
 #pragma once

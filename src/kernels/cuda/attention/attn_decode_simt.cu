@@ -7,7 +7,7 @@
 // threads) merges split partials by log-sum-exp, folds in the sink and applies the inverse RoPE.
 // Shared memory: BLOCK_T x D floats (split kernel); D floats (combine). Bound: memory (each row
 // is read once per CTA); splits keep the SMs busy at small batch (TARGET_CTAS, attn_variants.h).
-#include "kernels/cuda/ops/attn_variants.h"
+#include "kernels/cuda/attention/attn_variants.h"
 #include "kernels/cuda/ops/common.cuh"
 #include "kernels/cuda/common/pdl.cuh"
 

@@ -1,5 +1,5 @@
 // Registry of decode-attention variants (see attn_variants.h).
-#include "kernels/cuda/ops/attn_variants.h"
+#include "kernels/cuda/attention/attn_variants.h"
 
 #include <cstdio>
 #include <sstream>

@@ -1,4 +1,4 @@
-// Decode-attention variants: the tunables of the split-KV kernel (attn_decode.cu) as a printable
+// Decode-attention variants: the tunables of the split-KV kernel (attn_decode_simt.cu) as a printable
 // struct, registered by name and chosen by RuntimeOptions::attn_variant. Host-only.
 //
 // TARGET_CTAS heuristic: target = min(cap_ctas, pow2_floor(target_mult * n_sms)); splits =

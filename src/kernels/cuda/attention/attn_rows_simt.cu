@@ -1,5 +1,5 @@
 // Glue between the runner's paged decode state and the fast split-KV decode attention
-// (kernels/cuda/attention/sparse_decode.h), per token step t (ops.h "attn_rows.cu"):
+// (kernels/cuda/attention/sparse_decode.h), per token step t (ops.h "attention/attn_rows_simt.cu"):
 //   build_row_lists  one CTA per sequence: its row count (window + CSA selection / all HCA rows),
 //                    its CSR start (sum of the counts of the sequences before it: O(B^2) integer
 //                    adds, trivial for B <= a few hundred, and no second launch), then the pool
