@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 namespace dsv4 {
 namespace {
@@ -38,7 +39,8 @@ std::vector<SpecRegion> spec_regions(const KvLayout& L) {
 
 SpecHeader spec_header(const KvLayout& L, const float* state) {
     SpecHeader h;
-    std::memcpy(&h, state + L.spec.header_offset, sizeof h);
+    static_assert(std::is_trivially_copyable_v<SpecHeader>);  // its default member values make it non-trivial
+    std::memcpy(static_cast<void*>(&h), state + L.spec.header_offset, sizeof h);
     return h;
 }
 
