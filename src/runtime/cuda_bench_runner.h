@@ -96,6 +96,9 @@ public:
         int64_t pdl_fallbacks = 0;  // graphs whose programmatic edges the driver rejected (plain edges used)
     };
     virtual GraphReplays graph_replays() const { return {}; }
+    // Query blocks of batched prefill steps whose indexer took the filtered form
+    // (kernels/cuda/ops/indexer_filter.h; option indexer_filter_min_rows), since the runner was built.
+    virtual int64_t indexer_filter_blocks() const { return 0; }
     virtual std::string variant_table() const = 0;  // the active attention variant (printable)
     virtual size_t device_bytes() const = 0;        // everything the runner allocated
     // Runs f on the page pool of every GPU the runner spans (the synthetic context fill must

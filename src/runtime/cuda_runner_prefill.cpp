@@ -48,6 +48,7 @@ Status CudaRunner::attention_batched(const cuda::StepPlan& sp, int T, int max_t,
                 (*pf_block_end_)[b] / std::max(ia.ratio, 1) >= opt_.rt.indexer_filter_min_rows &&
                 cuda::indexer_filter_applies(pool_, ia)) {
                 const cuda::IndexerFilter f{ws_.idx_lo, ws_.idx_n_cand};
+                if ((*pf_block_end_)[b] / std::max(ia.ratio, 1) > ia.topk) ++filter_blocks_;  // some query scores
                 mark("prefill: indexer bounds (bf16)");
                 DSV4_CU(cuda::indexer_bounds(qp, pool_, ia, f, st));
                 mark("prefill: indexer candidates");

@@ -21,6 +21,7 @@
 
 #include "model/config.h"
 #include "model/weights.h"
+#include "runtime/cuda_bench_runner.h"
 #include "runtime/cuda_runner.h"
 #include "runtime/runner_factory.h"
 #include "runtime/ref_runner.h"
@@ -126,6 +127,13 @@ void expect_batched_equals_loop(const ModelConfig& cfg, const char* rows, const 
         auto gpu = make_cuda_runner(model, "", o);
         ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
         out[v] = run_script(**gpu, script, max_len);
+        // Runner 5 must have taken the filtered indexer (a CSA step past top-k rows), the others never.
+        const auto* br = dynamic_cast<const CudaBenchRunner*>(gpu->get());
+        ASSERT_NE(br, nullptr);
+        if (v == 5)
+            EXPECT_GT(br->indexer_filter_blocks(), 0) << "the filtered indexer never ran";
+        else
+            EXPECT_EQ(br->indexer_filter_blocks(), 0);
     }
     ASSERT_EQ(out[1].size(), out[0].size());
     ASSERT_EQ(out[2].size(), out[0].size());

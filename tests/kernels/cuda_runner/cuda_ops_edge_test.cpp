@@ -911,11 +911,15 @@ struct IndexerCase {
     // Every row of a sequence its first row with about 3 dims moved by one bf16 step: scores a hair
     // apart, most of them inside the filtered path's error bound (cuda::indexer_topk_filtered).
     bool near_ties = false;
+    // Keys and q scaled by 2^-20 .. 2^20 per element and head weights of both signs (cancellation):
+    // the approximation's error is largest against the scores there.
+    bool wide_range = false;
 };
 
 // Rows scored and rows listed for exact scores by the filtered path (check_indexer_case).
 struct FilterCount {
     int64_t rows = 0, listed = 0, seqs = 0;
+    double worst_err_over_bound = 0;  // max |bf16 approximation - exact score| / bound over the rows
 };
 
 // Small heads (the old per-key form's shapes) and the Flash indexer (64 heads x 128, top-512, up
@@ -947,6 +951,7 @@ void check_indexer_case(BigPool& bp, const IndexerCase& ic, int& seqs, int& ties
             std::uniform_real_distribution<float> u(-1.0f, 1.0f);
             for (float& v : rows[s]) {
                 v = ic.real_values ? u(g) : float(int(g() % 5) - 2);  // integers: many exactly tied scores
+                if (ic.wide_range) v = std::ldexp(v, int(g() % 41) - 20);
                 if (ic.bf16_rows) v = round_bf16(v);
             }
             for (int64_t w = 1; ic.near_ties && w < n_c; ++w)
@@ -972,8 +977,18 @@ void check_indexer_case(BigPool& bp, const IndexerCase& ic, int& seqs, int& ties
         }
         std::vector<float> q(size_t(B) * IH * ID), hw(size_t(B) * IH);
         std::uniform_real_distribution<float> uq(-1.0f, 1.0f), uw(0.05f, 1.0f);
-        for (float& v : q) v = ic.real_values ? uq(g) : float(int(g() % 5) - 2);
-        for (float& v : hw) v = ic.real_values ? uw(g) : ((g() % 2) ? 0.5f : 1.0f);
+        for (float& v : q) {
+            v = ic.real_values ? uq(g) : float(int(g() % 5) - 2);
+            if (ic.wide_range) v = std::ldexp(v, int(g() % 41) - 20);
+        }
+        for (float& v : hw) {
+            if (!ic.real_values) {
+                v = (g() % 2) ? 0.5f : 1.0f;
+                continue;
+            }
+            v = uw(g);
+            if (ic.wide_range && (g() & 1)) v = -v;  // two draws, in this order
+        }
         std::vector<int32_t> tb(B), nt(B, 1), toks(B, 0), ps(B);
         for (int s = 0; s < B; ++s) tb[s] = s, ps[s] = int32_t(pos[s]);
         DevFree F;
@@ -1061,6 +1076,25 @@ void check_indexer_case(BigPool& bp, const IndexerCase& ic, int& seqs, int& ties
             ASSERT_EQ(cudaMemset(fsel, 0xff, sizeof(int32_t) * B * K), cudaSuccess);
             cuda::IndexerArgs fa = a;
             fa.scores = fsc, fa.sel = fsel, fa.n_sel = fn;
+            // The bounds alone first: lo <= the exact score <= hi on every scored row (what the selection's
+            // proof rests on), and how much of the bound the approximation's error takes.
+            ASSERT_EQ(cuda::indexer_bounds(plan, pool, fa, cuda::IndexerFilter{lo, n_cand}, nullptr), cudaSuccess);
+            for (int s = 0; s < B; ++s) {
+                const int64_t n_c = (pos[s] + 1) / r;
+                if (ref::index_selects_all(n_c, K)) continue;
+                const auto hi_b = host(fsc + int64_t(s) * max_rows, size_t(n_c));
+                const auto lo_b = host(lo + int64_t(s) * max_rows, size_t(n_c));
+                const auto full = host(scores + int64_t(s) * max_rows, size_t(n_c));
+                for (int64_t c = 0; c < n_c; ++c) {
+                    const double h = hi_b[size_t(c)], l = lo_b[size_t(c)], x = full[size_t(c)];
+                    // hi = NaN (lo = -inf): an overflowing head sum, always listed.
+                    ASSERT_TRUE(std::isnan(h) || (l <= x && x <= h))
+                        << "seq " << s << " row " << c << ": exact " << x << " outside [" << l << ", " << h << "]";
+                    if (fc && h > l && std::isfinite(h - l))
+                        fc->worst_err_over_bound =
+                            std::max(fc->worst_err_over_bound, std::fabs(x - 0.5 * (h + l)) / (0.5 * (h - l)));
+                }
+            }
             ASSERT_EQ(cuda::indexer_topk_filtered(plan, pool, fa, cuda::IndexerFilter{lo, n_cand}, nullptr),
                       cudaSuccess);
             EXPECT_EQ(host(fsel, size_t(B) * K), gs) << "filtered selection";
@@ -1140,8 +1174,17 @@ TEST(CudaOpsEdge, IndexerFilterSameSelection) {
     check_indexer_case(bp, {64, 128, 512, {40}, flash_pos, true, false, 128}, seqs, ties, worst, &ties_fc);
     check_indexer_case(bp, {64, 128, 512, {9}, flash_pos, true, true, 128, true}, seqs, ties, worst, &near_fc);
     check_indexer_case(bp, {16, 64, 32, {33}, flash_pos, true, true, 64, true}, seqs, ties, worst, &near_fc);
+    FilterCount wide_fc;
+    check_indexer_case(bp, {64, 128, 512, {9}, flash_pos, true, true, 128, false, true}, seqs, ties, worst, &wide_fc);
+    check_indexer_case(bp, {48, 64, 32, {33}, flash_pos, true, true, 64, false, true}, seqs, ties, worst, &wide_fc);
     EXPECT_GT(ties_fc.seqs, 0);
     EXPECT_GT(near_fc.seqs, 0);
+    EXPECT_GT(wide_fc.seqs, 0);
+    std::printf(
+        "[op indexer filter] keys and q over 2^-20 .. 2^20, weights of both signs: %lld sequences, %lld of "
+        "%lld rows listed; worst |approximation - exact| / bound %.3g (integer data %.3g, near ties %.3g)\n",
+        (long long)wide_fc.seqs, (long long)wide_fc.listed, (long long)wide_fc.rows, wide_fc.worst_err_over_bound,
+        ties_fc.worst_err_over_bound, near_fc.worst_err_over_bound);
     std::printf(
         "[op indexer filter] integer data: %lld sequences, %lld of %lld rows listed; rows a bf16 step apart: "
         "%lld sequences, %lld of %lld rows listed; selections identical to the full path\n",

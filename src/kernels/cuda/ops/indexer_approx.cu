@@ -22,7 +22,10 @@ constexpr int kKeys = 64;   // per CTA tile: 4 warps x 16
 constexpr int kHeads = 64;  // head tiles of 16, zero past IH
 constexpr int kMaxID = 128;
 // The bound's factor on ||k|| sum_h |w_h| ||q_h|| (indexer_filter.h): 2 x the 2^-12 budget.
-constexpr float kBoundFactor = 1.0f / 2048.0f;
+constexpr double kBoundFactor = 1.0 / 2048.0;
+// Absolute part of the bound per unit of its weight (indexer_filter.h): values below f32's normal range
+// (the split's remainder, bf16 inputs or products the tensor cores may flush) lose at most 2^-126 each.
+constexpr double kFloorFactor = 0x1p-125;
 
 // 16-byte groups of one (head tile, g, t): S16 steps, + 1 of padding (lanes g * 4 + t of a quarter
 // warp then read 8 different 16-byte bank groups).
@@ -45,7 +48,7 @@ __global__ void __launch_bounds__(kThreads, 4)
     const int64_t n_c = (plan.start_pos[se] + a.t + 1) / a.ratio;
     if (int64_t(blockIdx.y) * kKeys >= n_c || n_c <= a.topk) return;  // all selected: see indexer_select
     extern __shared__ __align__(16) uint4 qf[];                       // [2 (hi, lo)][4 ht][32 (g, t)][stride]
-    __shared__ float s_norm_w[kHeads];
+    __shared__ double s_norm_w[kHeads], s_w[kHeads];
     const int ID = a.ID, IH = a.IH, S16 = ID / 16, run = ID / 4;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
     const int64_t tok = plan.tok_begin[se] + a.t;
@@ -66,18 +69,31 @@ __global__ void __launch_bounds__(kThreads, 4)
         const int at = frag_at(h >> 4, h & 7, d / run, off / 4, S16) * 8 + reg * 2 + (j & 1);
         qh[at] = hi, ql[at] = lo;
     }
-    // |w_h| ||q_h|| per head (a warp per head, fixed order): the bound's per-token factor below.
+    // |w_h| ||q_h|| per head (a warp per head, fixed order), in double: squares of tiny or huge q
+    // neither underflow nor overflow there, so the bound below cannot vanish or saturate wrongly.
     for (int h = warp; h < kHeads; h += kThreads / 32) {
-        float ss = 0.0f;
+        double ss = 0.0;
         if (h < IH)
-            for (int d = lane; d < ID; d += 32) ss = fmaf(q[int64_t(h) * ID + d], q[int64_t(h) * ID + d], ss);
-        ss = warp_sum(ss);
-        if (lane == 0) s_norm_w[h] = h < IH ? fabsf(hw[h]) * sqrtf(ss) : 0.0f;
+            for (int d = lane; d < ID; d += 32)
+                ss = fma(double(q[int64_t(h) * ID + d]), double(q[int64_t(h) * ID + d]), ss);
+        ss = warp_sum_d(ss);
+        if (lane == 0) {
+            const double w = h < IH ? fabs(double(hw[h])) : 0.0;
+            s_norm_w[h] = w * sqrt(ss);
+            s_w[h] = w;
+        }
     }
     __syncthreads();
-    float bound = 0.0f;
-    for (int h = 0; h < kHeads; ++h) bound += s_norm_w[h];
-    bound *= kBoundFactor;
+    double wq = 0.0, w1 = 0.0;  // sum_h |w_h| ||q_h||, sum_h |w_h|
+    for (int h = 0; h < kHeads; ++h) wq += s_norm_w[h], w1 += s_w[h];
+    // The bound per key is e = e_k ||k|| + e_1: the relative part (indexer_filter.h) plus the absolute
+    // floors, per head 2^-126 x (sqrt(ID) (||k|| + ||q_h||) + 2 ID) weighted by |w_h| and doubled, and
+    // 2^-142 for the f32 roundings of subnormal weighted terms and of the exact score, whatever the
+    // weights. Both factors rounded up to f32, and every f32 step below rounds up: e stays an upper bound.
+    const double sqrt_id = sqrt(double(ID));
+    const float e_k = __double2float_ru(kBoundFactor * wq + kFloorFactor * sqrt_id * w1);
+    const float e_1 = __double2float_ru(kFloorFactor * (sqrt_id * wq + 2.0 * ID * w1) + 0x1p-142);
+    const float nk_floor = __double2float_ru(sqrt_id * 0x1p-63);
     float wh[4][2];  // weights of this lane's heads 16 ht + g (+ 8), 0 past IH
 #pragma unroll
     for (int ht = 0; ht < 4; ++ht)
@@ -95,6 +111,8 @@ __global__ void __launch_bounds__(kThreads, 4)
     for (int64_t w0 = int64_t(blockIdx.y) * kKeys; w0 < n_c; w0 += stride) {
         // This lane's run of keys w0 + 16 warp + 8 kg + g, and their squared norms over the 4 lanes t.
         uint2 kb[2][kMaxID / 16];  // [kg][step]: .x = b0, .y = b1
+        // Squares of bf16 values are exact in f32 unless they leave f32's normal range: each loses at
+        // most 2^-126 below it (the norm's floor below) and overflows to +inf above it (no bound: listed).
         float nk2[2];
 #pragma unroll
         for (int kg = 0; kg < 2; ++kg) {
@@ -154,13 +172,20 @@ __global__ void __launch_bounds__(kThreads, 4)
                     for (int r = 0; r < 2; ++r) v = fmaf(wh[ht][r], fmaxf(0.0f, acc[ht][kg][2 * r + i]), v);
 #pragma unroll
                 for (int o = 4; o < 32; o <<= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-                const float nk = sqrtf(__shfl_sync(0xffffffffu, nk2[kg], 4 * (2 * t + i)));
+                // An upper bound on ||k||: the f32 sum of ID squares is within (ID - 1) 2^-24 < 2^-16 of
+                // the exact one (relative), and squares below f32's normal range lose < ID 2^-126 in all.
+                const float ss = __shfl_sync(0xffffffffu, nk2[kg], 4 * (2 * t + i));
+                const float nk = __fadd_ru(__fsqrt_ru(__fmul_ru(ss, 1.0f + 0x1p-16f)), nk_floor);
                 const int64_t w = w0 + warp * 16 + kg * 8 + 2 * t + i;
                 if (g == 0 && w < n_c) {
-                    // 1e-30: the remainder of q's split where it falls below f32's normal range.
-                    const float e = fmaf(bound, nk, 1e-30f);
-                    hi_row[w] = __fadd_ru(v, e);
-                    lo_row[w] = __fsub_rd(v, e);
+                    const float ef = __fmaf_ru(e_k, nk, e_1);  // +inf for huge keys or q: always listed
+                    if (isfinite(v)) {
+                        hi_row[w] = __fadd_ru(v, ef);
+                        lo_row[w] = __fsub_rd(v, ef);
+                    } else {  // the f32 head sum overflowed (or a NaN): no bound; the row is always listed
+                        hi_row[w] = __int_as_float(0x7fc00000);
+                        lo_row[w] = -INFINITY;
+                    }
                 }
             }
     }

@@ -26,11 +26,12 @@
 //      lower row), mapped back to row ids.
 //
 // The k selected rows and their order are those of indexer_scores + indexer_select. Rows whose bound
-// is NaN (a NaN or infinite q, k or weight) are always listed. Known limits of the bound as written
-// (a review found them; the fix is not yet run on a GPU): it is computed in f32, so with q or keys so
-// small that their squares underflow (|q| ~ 1e-20) the bound can vanish while the approximation's
-// error does not, and a head sum that overflows to +-inf while the exact score is finite gives an
-// infinite bound on the wrong side. Activations of the model are far from both.
+// is NaN (a NaN or infinite q, k or weight) are always listed. The bound is computed in double
+// (norms of tiny or huge q and keys neither underflow nor overflow), with an absolute floor of
+// 2^-125 sum_h |w_h| (sqrt(ID) (||k|| + ||q_h||) + 2 ID) for values below f32's normal range (the
+// split's remainder, bf16 inputs or products the tensor cores may flush) and 2^-142 for the f32
+// roundings of subnormal weighted terms and of the exact score, rounded up to f32; a head sum that
+// overflows f32 gives hi = NaN, lo = -inf (always listed).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# Session 29 call 1 (= session 28 call 3, not run then) (issue 19 item 2): graph_pdl follow-up. Call 2: batch 1 -2.7%, batch 8 +2.9%, 64 equal.
-# Hypothesis: early-launched CTAs of the split-K cluster GEMMs (dense_gemm_kc, used from a few tokens)
-# are the batch-8 loss. (1) CudaProxy.* (the reduced-proxy PDL test fixed: f32/bf16 rows; the
-# graph_pdl_max_batch check) and the verify / speculative graph tests; (2) the 20-layer proxy decode
-# step at 8K, batches 1-64: A = graph_pdl=0, B = graph_pdl=1 at every batch (graph_pdl_max_batch=0),
-# C = B without edges at cluster launches (graph_pdl_clusters=0), alternated A B C A B C.
+# Session 29 call 1. (1) GPU tests: the graph_pdl review items (CudaGraphPdl: a hand-built graph's edges;
+# the reduced-proxy PDL test and the max_batch check, never run before), the verify / speculative graph
+# tests, and the filtered indexer's bound with the review's extreme-range fixes ported to main's kernel
+# (CudaOpsEdge.Indexer*: lo <= exact <= hi on every row, keys and q over 2^-20..2^20; CudaBatchedPrefill:
+# runner 5 took the filtered path). (2) E65 follow-up, 20-layer proxy decode at 8K, batches 1-64:
+# A = graph_pdl=0, B = PDL at every batch, C = B without edges at cluster launches; A B C A B C.
+# (3) The bound fix's cost: prefill 16K and 32K x 1 (12 layers), A = the kernel before the fix
+# (dsv4-proxy-bench-a, build 3910392), B = after; A B A B.
 set -uo pipefail
 O=$OUT/r1; mkdir -p $O
 pack() { (cd $OUT && tar czf s29r1.tgz r1); }
 source scripts/unpack-bin.sh
+xz -d -T0 $BIN/dsv4-proxy-bench-a.xz && chmod +x $BIN/dsv4-proxy-bench-a
 nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv > $O/gpu.txt
-timeout 100 $BIN/dsv4_cuda_tests --gtest_filter='CudaGraphPdl.*:CudaProxy.*:CudaVerify*:CudaSpec*' > $O/tests.txt 2>&1
-echo "== tests rc=$?"; grep -E "^\[  (PASSED|FAILED)|FAILED|graph_pdl|programmatic" $O/tests.txt | head -12
+timeout 200 $BIN/dsv4_cuda_tests --gtest_filter='CudaGraphPdl.*:CudaProxy.*:CudaVerify*:CudaSpec*:CudaOpsEdge.Indexer*:CudaBatchedPrefill.*' > $O/tests.txt 2>&1
+echo "== tests rc=$?"; grep -E "^\[  (PASSED|FAILED)|FAILED|graph_pdl|op indexer filter" $O/tests.txt | head -16
 pack
 ARGS="--batches 1,2,4,8,16,64 --contexts 8192 --reps 10 --no-gemm-peak"
 for r in 1 2; do for v in a b c; do
@@ -21,7 +24,9 @@ for r in 1 2; do for v in a b c; do
   echo "== $v$r rc=$? $(grep -E '^\s+[0-9]+\s+8192 ' $O/$v$r.txt | awk '{printf "%s:%s(%s) ", $1, $3, $11}')"
 done; done
 pack
-# (3) served TTFT at serve's default step budget (8192 tokens, ledger E62), prompts 128 / 1K / 8K, one user
-cp scripts/gpu-prefill-bench.sh $BIN/
-OUT=$O/ttft BUDGETS=8192:8192 LENS="128 1024 8192" CONCS=1 MAX_CONTEXT=16384 timeout 180 bash $BIN/gpu-prefill-bench.sh
+for r in 1 2; do for v in A B; do
+  PB=$BIN/dsv4-proxy-bench; [[ $v == A ]] && PB=$BIN/dsv4-proxy-bench-a
+  timeout 60 $PB proxy-bench --layers 12 --prefill-only --prefill-lens 16384,32768 --prefill-users 1 --prefill-reps 1 --json $O/p_${v}$r.json > $O/p_${v}$r.txt 2>&1
+  echo "== $v$r rc=$? $(grep -A4 '^ prompt' $O/p_${v}$r.txt | grep -E '^ +[0-9]' | awk '{printf "%sx%s %s ms %s; ", $1, $2, $4, $9}')"
+done; done
 pack; rm -rf $O
