@@ -336,31 +336,6 @@ double max_mag(const std::vector<float>& a) {
     return m;
 }
 
-struct Seq {
-    int64_t id = 1;
-    std::vector<int32_t> table;
-    int64_t pos = 0;
-};
-
-std::vector<std::vector<float>> step(ModelRunner& r, std::vector<Seq*> seqs,
-                                     const std::vector<std::vector<int32_t>>& chunks) {
-    ForwardBatch b;
-    for (size_t i = 0; i < seqs.size(); ++i)
-        b.seqs.push_back(SeqChunk{seqs[i]->id, chunks[i], seqs[i]->pos, true, seqs[i]->table});
-    std::vector<std::vector<float>> out;
-    Status s = r.forward(b, out);
-    EXPECT_TRUE(s.is_ok()) << s.to_string();
-    for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->pos += int64_t(chunks[i].size());
-    return out;
-}
-
-std::vector<int32_t> table_for(const ModelRunner& r, int64_t n_tokens, int64_t first_id, int64_t stride) {
-    std::vector<int32_t> t;
-    const int64_t n = r.kv_layout().pages_for_tokens(n_tokens);
-    for (int64_t i = 0; i < n; ++i) t.push_back(int32_t(first_id - i * stride));
-    return t;
-}
-
 std::vector<int32_t> random_ids(int n, int64_t vocab, uint32_t seed) {
     std::mt19937 g(seed);
     std::vector<int32_t> v(static_cast<size_t>(n));
@@ -385,27 +360,27 @@ struct Compare {
 Compare run_batch(ModelRunner& gpu, ModelRunner& cpu, const std::vector<std::vector<int32_t>>& prompts, int n_decode,
                   int64_t gpu_top_page, int64_t gpu_stride) {
     const size_t B = prompts.size();
-    std::vector<Seq> g(B), h(B);
+    std::vector<RunnerSeq> g(B), h(B);
     SimplePagePool pool(cpu.n_pages());
     int64_t next = gpu_top_page;
     for (size_t i = 0; i < B; ++i) {
         const int64_t total = int64_t(prompts[i].size()) + n_decode;
         g[i].id = h[i].id = int64_t(i) + 1;
-        g[i].table = table_for(gpu, total, next, gpu_stride);
+        g[i].table = page_table_for(gpu, total, next, gpu_stride);
         next -= int64_t(g[i].table.size()) * gpu_stride + 1;
         EXPECT_TRUE(pool.grow(h[i].table, cpu.kv_layout().pages_for_tokens(total)));
     }
-    std::vector<Seq*> gp, hp;
+    std::vector<RunnerSeq*> gp, hp;
     for (size_t i = 0; i < B; ++i) gp.push_back(&g[i]), hp.push_back(&h[i]);
     Compare c;
-    auto lg = step(gpu, gp, prompts);
-    auto lc = step(cpu, hp, prompts);
+    auto lg = run_seqs(gpu, gp, prompts);
+    auto lc = run_seqs(cpu, hp, prompts);
     for (size_t i = 0; i < B; ++i) c.add(lg[i], lc[i]);
     for (int k = 0; k < n_decode; ++k) {
         std::vector<std::vector<int32_t>> nx;
         for (size_t i = 0; i < B; ++i) nx.push_back({argmax_i32(lc[i])});
-        lg = step(gpu, gp, nx);
-        lc = step(cpu, hp, nx);
+        lg = run_seqs(gpu, gp, nx);
+        lc = run_seqs(cpu, hp, nx);
         for (size_t i = 0; i < B; ++i) c.add(lg[i], lc[i]);
     }
     return c;
@@ -541,16 +516,16 @@ TEST(CudaKvFp8, FastVsOldPathAndGraphReplay) {
         o.rt.cuda_graphs = v == 2;
         auto gpu = make_cuda_runner(model, "", o);
         ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
-        std::vector<Seq> s(2);
-        s[0].table = table_for(**gpu, 200, 2999, 1);
-        s[1].table = table_for(**gpu, 200, 1500, 3);
+        std::vector<RunnerSeq> s(2);
+        s[0].table = page_table_for(**gpu, 200, 2999, 1);
+        s[1].table = page_table_for(**gpu, 200, 1500, 3);
         s[1].id = 2;
-        auto l = step(**gpu, {&s[0], &s[1]}, {random_ids(70, 1024, 61), random_ids(9, 1024, 62)});
+        auto l = run_seqs(**gpu, {&s[0], &s[1]}, {random_ids(70, 1024, 61), random_ids(9, 1024, 62)});
         out[v].insert(out[v].end(), l.begin(), l.end());
         // Fixed token stream (not greedy) so the three runs see the same inputs.
         const auto toks = random_ids(80, 1024, 63);
         for (int i = 0; i < 40; ++i) {
-            l = step(**gpu, {&s[0], &s[1]}, {{toks[size_t(2 * i)]}, {toks[size_t(2 * i + 1)]}});
+            l = run_seqs(**gpu, {&s[0], &s[1]}, {{toks[size_t(2 * i)]}, {toks[size_t(2 * i + 1)]}});
             out[v].insert(out[v].end(), l.begin(), l.end());
         }
     }
@@ -594,24 +569,24 @@ TEST(CudaKvFp8Perf, DecodeStepOldVsFastAttention) {
             o.n_pages = per_seq * B + 1;
             auto gpu = make_cuda_runner(model, "", o);
             ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
-            std::vector<Seq> s(static_cast<size_t>(B));
-            std::vector<Seq*> ptrs;
+            std::vector<RunnerSeq> s(static_cast<size_t>(B));
+            std::vector<RunnerSeq*> ptrs;
             for (int i = 0; i < B; ++i) {
                 s[size_t(i)].id = i + 1;
-                s[size_t(i)].table = table_for(**gpu, ctx + 200, per_seq * (i + 1), 1);
+                s[size_t(i)].table = page_table_for(**gpu, ctx + 200, per_seq * (i + 1), 1);
                 ptrs.push_back(&s[size_t(i)]);
             }
             const int chunk = std::min(512, 4096 / B);
             for (int c0 = 0; c0 < ctx; c0 += chunk) {  // prefill in chunks that fit max_tokens
                 std::vector<std::vector<int32_t>> ch;
                 for (int i = 0; i < B; ++i) ch.push_back(random_ids(chunk, 1024, uint32_t(1000 * i + c0)));
-                step(**gpu, ptrs, ch);
+                run_seqs(**gpu, ptrs, ch);
             }
             std::vector<std::vector<int32_t>> one(size_t(B), std::vector<int32_t>{7});
-            for (int i = 0; i < 5; ++i) step(**gpu, ptrs, one);
+            for (int i = 0; i < 5; ++i) run_seqs(**gpu, ptrs, one);
             for (int rep = 0; rep < 3; ++rep) {
                 const auto t0 = std::chrono::steady_clock::now();
-                for (int i = 0; i < 20; ++i) step(**gpu, ptrs, one);
+                for (int i = 0; i < 20; ++i) run_seqs(**gpu, ptrs, one);
                 ms[fast][rep] =
                     std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / 20;
             }

@@ -24,33 +24,6 @@
 namespace dsv4 {
 namespace {
 
-// One sequence driven through a runner: page table from a pool, with optional page-id remapping.
-struct Seq {
-    int64_t id = 1;
-    std::vector<int32_t> table;
-    int64_t pos = 0;
-};
-
-std::vector<std::vector<float>> step(ModelRunner& r, std::vector<Seq*> seqs,
-                                     const std::vector<std::vector<int32_t>>& chunks) {
-    ForwardBatch b;
-    for (size_t i = 0; i < seqs.size(); ++i)
-        b.seqs.push_back(SeqChunk{seqs[i]->id, chunks[i], seqs[i]->pos, true, seqs[i]->table});
-    std::vector<std::vector<float>> out;
-    Status s = r.forward(b, out);
-    EXPECT_TRUE(s.is_ok()) << s.to_string();
-    for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->pos += int64_t(chunks[i].size());
-    return out;
-}
-
-// Page table for n_tokens: ids from `first` going down (GPU: scattered / large ids) or the pool.
-std::vector<int32_t> table_for(const ModelRunner& r, int64_t n_tokens, int64_t first_id, int64_t stride) {
-    std::vector<int32_t> t;
-    const int64_t n = r.kv_layout().pages_for_tokens(n_tokens);
-    for (int64_t i = 0; i < n; ++i) t.push_back(int32_t(first_id - i * stride));
-    return t;
-}
-
 std::shared_ptr<const RefModel> tiny_model() {
     static auto m = load_ref_model("tiny", 7);
     EXPECT_TRUE(m.is_ok());
@@ -71,7 +44,7 @@ Compare run_pair(ModelRunner& gpu, RefRunner& cpu, const std::vector<int32_t>& p
                  int n_decode, int64_t gpu_first_page, int64_t gpu_stride) {
     Compare c;
     const int64_t total = int64_t(prompt.size()) + n_decode;
-    Seq g{1, table_for(gpu, total, gpu_first_page, gpu_stride)}, h{1, {}};
+    RunnerSeq g{1, page_table_for(gpu, total, gpu_first_page, gpu_stride)}, h{1, {}};
     SimplePagePool pool(cpu.n_pages());
     EXPECT_TRUE(pool.grow(h.table, cpu.kv_layout().pages_for_tokens(total)));
     size_t off = 0;
@@ -79,14 +52,14 @@ Compare run_pair(ModelRunner& gpu, RefRunner& cpu, const std::vector<int32_t>& p
     for (int n : chunks) {
         std::vector<int32_t> ch(prompt.begin() + off, prompt.begin() + off + n);
         off += n;
-        lg = step(gpu, {&g}, {ch})[0];
-        lc = step(cpu, {&h}, {ch})[0];
+        lg = run_seqs(gpu, {&g}, {ch})[0];
+        lc = run_seqs(cpu, {&h}, {ch})[0];
         c.add(lg, lc);
     }
     for (int i = 0; i < n_decode; ++i) {
         const int32_t tc = argmax_i32(lc);
-        lg = step(gpu, {&g}, {{tc}})[0];
-        lc = step(cpu, {&h}, {{tc}})[0];
+        lg = run_seqs(gpu, {&g}, {{tc}})[0];
+        lc = run_seqs(cpu, {&h}, {{tc}})[0];
         c.add(lg, lc);
     }
     return c;
@@ -159,24 +132,24 @@ TEST(CudaRunner, BatchedPaddedLargePageIds) {
     ASSERT_TRUE(cpu.is_ok());
     const std::vector<int> plen = {1, 5, 131};
     const int n_dec = 9;
-    std::vector<Seq> g(3), h(3);
+    std::vector<RunnerSeq> g(3), h(3);
     SimplePagePool pool((*cpu)->n_pages());
     std::vector<std::vector<int32_t>> prompts;
     for (int i = 0; i < 3; ++i) {
         prompts.push_back(random_ids(plen[i], cfg.vocab_size, 20 + i));
         g[i].id = h[i].id = i + 1;
-        g[i].table = table_for(**gpu, plen[i] + n_dec, o.n_pages - 1 - i, 3);
+        g[i].table = page_table_for(**gpu, plen[i] + n_dec, o.n_pages - 1 - i, 3);
         ASSERT_TRUE(pool.grow(h[i].table, (*cpu)->kv_layout().pages_for_tokens(plen[i] + n_dec)));
     }
     Compare c;
-    auto lg = step(**gpu, {&g[0], &g[1], &g[2]}, prompts);
-    auto lc = step(**cpu, {&h[0], &h[1], &h[2]}, prompts);
+    auto lg = run_seqs(**gpu, {&g[0], &g[1], &g[2]}, prompts);
+    auto lc = run_seqs(**cpu, {&h[0], &h[1], &h[2]}, prompts);
     for (int i = 0; i < 3; ++i) c.add(lg[i], lc[i]);
     for (int s = 0; s < n_dec; ++s) {
         std::vector<std::vector<int32_t>> next;
         for (int i = 0; i < 3; ++i) next.push_back({argmax_i32(lc[i])});
-        lg = step(**gpu, {&g[0], &g[1], &g[2]}, next);
-        lc = step(**cpu, {&h[0], &h[1], &h[2]}, next);
+        lg = run_seqs(**gpu, {&g[0], &g[1], &g[2]}, next);
+        lc = run_seqs(**cpu, {&h[0], &h[1], &h[2]}, next);
         for (int i = 0; i < 3; ++i) c.add(lg[i], lc[i]);
     }
     std::printf("[runner batch] max |logit diff| %.3g, greedy mismatches %d\n", c.worst, c.greedy_mismatch);
@@ -199,15 +172,15 @@ TEST(CudaRunner, GraphReplayEqualsEager) {
         o.verbose = false;
         auto gpu = make_cuda_runner(model, "", o);
         ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
-        std::vector<Seq> s(2);
-        s[0].table = table_for(**gpu, 200, 100, 1);
-        s[1].table = table_for(**gpu, 200, 2999, 5);
+        std::vector<RunnerSeq> s(2);
+        s[0].table = page_table_for(**gpu, 200, 100, 1);
+        s[1].table = page_table_for(**gpu, 200, 2999, 5);
         s[1].id = 2;
         const auto p0 = random_ids(70, model->config().vocab_size, 31),
                    p1 = random_ids(9, model->config().vocab_size, 32);
-        auto l = step(**gpu, {&s[0], &s[1]}, {p0, p1});
+        auto l = run_seqs(**gpu, {&s[0], &s[1]}, {p0, p1});
         for (int i = 0; i < 40; ++i) {
-            l = step(**gpu, {&s[0], &s[1]}, {{argmax_i32(l[0])}, {argmax_i32(l[1])}});
+            l = run_seqs(**gpu, {&s[0], &s[1]}, {{argmax_i32(l[0])}, {argmax_i32(l[1])}});
             out[graphs].insert(out[graphs].end(), l.begin(), l.end());
         }
     }
@@ -258,16 +231,16 @@ TEST(CudaRunner, FactoryBackendCudaMatchesCpuBackend) {
     ro.backend = "cpu";
     auto cpu = make_model_runner(ro);
     ASSERT_TRUE(cpu.is_ok()) << cpu.status().to_string();
-    Seq g{1, table_for(**gpu, 64, 599, 1)}, h{1, table_for(**cpu, 64, 599, 1)};
+    RunnerSeq g{1, page_table_for(**gpu, 64, 599, 1)}, h{1, page_table_for(**cpu, 64, 599, 1)};
     const auto prompt = random_ids(40, (*gpu)->config().vocab_size, 14);
-    auto lg = step(**gpu, {&g}, {prompt});
-    auto lc = step(**cpu, {&h}, {prompt});
+    auto lg = run_seqs(**gpu, {&g}, {prompt});
+    auto lc = run_seqs(**cpu, {&h}, {prompt});
     Compare c;
     c.add(lg[0], lc[0]);
     for (int i = 0; i < 16; ++i) {
         const int32_t t = argmax_i32(lc[0]);
-        lg = step(**gpu, {&g}, {{t}});
-        lc = step(**cpu, {&h}, {{t}});
+        lg = run_seqs(**gpu, {&g}, {{t}});
+        lc = run_seqs(**cpu, {&h}, {{t}});
         c.add(lg[0], lc[0]);
     }
     std::printf(
@@ -293,26 +266,26 @@ TEST(CudaRunnerPerf, TinyDecodeStepLatency) {
         ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
         int64_t next_page = 1999;
         for (int B : {1, 8, 32}) {
-            std::vector<Seq> s(B);
-            std::vector<Seq*> ptrs;
+            std::vector<RunnerSeq> s(B);
+            std::vector<RunnerSeq*> ptrs;
             std::vector<std::vector<int32_t>> prompts;
             for (int i = 0; i < B; ++i) {
                 s[i].id = i + 1;
-                s[i].table = table_for(**gpu, 64 + 70, next_page, 1);
+                s[i].table = page_table_for(**gpu, 64 + 70, next_page, 1);
                 next_page -= int64_t(s[i].table.size());
                 ptrs.push_back(&s[i]);
                 prompts.push_back(random_ids(64, model->config().vocab_size, 100 + i));
             }
-            auto l = step(**gpu, ptrs, prompts);
+            auto l = run_seqs(**gpu, ptrs, prompts);
             auto next = [&] {
                 std::vector<std::vector<int32_t>> n;
                 for (const auto& row : l) n.push_back({argmax_i32(row)});
                 return n;
             };
-            for (int i = 0; i < 5; ++i) l = step(**gpu, ptrs, next());
+            for (int i = 0; i < 5; ++i) l = run_seqs(**gpu, ptrs, next());
             const int steps = 50;
             const auto t0 = std::chrono::steady_clock::now();
-            for (int i = 0; i < steps; ++i) l = step(**gpu, ptrs, next());
+            for (int i = 0; i < steps; ++i) l = run_seqs(**gpu, ptrs, next());
             const double ms =
                 std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / steps;
             std::printf("[perf tiny decode] graphs %s batch %2d: %.3f ms/step, %.0f tok/s\n", graphs ? "on " : "off", B,
@@ -355,14 +328,14 @@ TEST_P(CudaGolden, LogitsAndGreedyMatchTransformers) {
     std::vector<size_t> order(ls.size());
     std::iota(order.begin(), order.end(), 0);
     std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ls[a] < ls[b]; });
-    Seq s{1, table_for(**gpu, int64_t(ids.size()), 3999, 1)};
+    RunnerSeq s{1, page_table_for(**gpu, int64_t(ids.size()), 3999, 1)};
     double worst = 0;
     int64_t worst_len = 0;
     for (size_t j : order) {
         const int64_t L = ls[j];
         if (L <= s.pos) continue;
         std::vector<int32_t> ch(ids.begin() + s.pos, ids.begin() + L);
-        const auto out = step(**gpu, {&s}, {ch})[0];
+        const auto out = run_seqs(**gpu, {&s}, {ch})[0];
         std::vector<float> want(logits.begin() + j * V, logits.begin() + (j + 1) * V);
         const double e = max_abs_diff(out, want);
         if (e > worst) worst = e, worst_len = L;
@@ -374,10 +347,10 @@ TEST_P(CudaGolden, LogitsAndGreedyMatchTransformers) {
         const std::string pfx = "greedy.P" + std::to_string(P);
         const auto prompt = get_i32(pfx + ".prompt");
         const auto want = get_i32(pfx + ".tokens");
-        Seq q{2, table_for(**gpu, P + int64_t(want.size()), 3000 - 0, 1)};
+        RunnerSeq q{2, page_table_for(**gpu, P + int64_t(want.size()), 3000 - 0, 1)};
         std::vector<int32_t> got, chunk = prompt;
         for (size_t i = 0; i < want.size(); ++i) {
-            const auto out = step(**gpu, {&q}, {chunk})[0];
+            const auto out = run_seqs(**gpu, {&q}, {chunk})[0];
             got.push_back(argmax_i32(out));
             chunk = {got.back()};
         }
@@ -413,16 +386,16 @@ TEST_P(CudaStreamedLoad, LogitsBitwiseEqualToRefModelUpload) {
     const int64_t V = (*model)->config().vocab_size;
     std::vector<int32_t> prompt;
     for (int i = 0; i < 300; ++i) prompt.push_back(int32_t((i * 7919 + 13) % V));
-    Seq a{1, table_for(**old_r, 340, 1999, 1)}, b{1, table_for(**new_r, 340, 1999, 1)};
-    auto la = step(**old_r, {&a}, {prompt})[0];
-    auto lb = step(**new_r, {&b}, {prompt})[0];
+    RunnerSeq a{1, page_table_for(**old_r, 340, 1999, 1)}, b{1, page_table_for(**new_r, 340, 1999, 1)};
+    auto la = run_seqs(**old_r, {&a}, {prompt})[0];
+    auto lb = run_seqs(**new_r, {&b}, {prompt})[0];
     ASSERT_EQ(la.size(), lb.size());
     EXPECT_EQ(std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)), 0) << "prefill logits differ";
     int same = 0;
     for (int t = 0; t < 32; ++t) {
         const int32_t ta = argmax_i32(la), tb = argmax_i32(lb);
-        la = step(**old_r, {&a}, {{ta}})[0];
-        lb = step(**new_r, {&b}, {{tb}})[0];
+        la = run_seqs(**old_r, {&a}, {{ta}})[0];
+        lb = run_seqs(**new_r, {&b}, {{tb}})[0];
         same += std::memcmp(la.data(), lb.data(), la.size() * sizeof(float)) == 0;
     }
     EXPECT_EQ(same, 32) << "decode logits differ";

@@ -62,4 +62,33 @@ inline size_t argmax_index(const std::vector<float>& v) {
 // The same as a token id.
 inline int32_t argmax_i32(const std::vector<float>& v) { return int32_t(argmax_index(v)); }
 
+// One sequence driven through a runner in the end-to-end tests: its id, page table and next position.
+struct RunnerSeq {
+    int64_t id = 1;
+    std::vector<int32_t> table;
+    int64_t pos = 0;
+};
+
+// One forward step of the sequences, chunks[i] the tokens of seqs[i] (each advanced by its chunk);
+// logits as ModelRunner::forward returns them. A failing forward fails the test.
+inline std::vector<std::vector<float>> run_seqs(ModelRunner& r, std::vector<RunnerSeq*> seqs,
+                                                const std::vector<std::vector<int32_t>>& chunks) {
+    ForwardBatch b;
+    for (size_t i = 0; i < seqs.size(); ++i)
+        b.seqs.push_back(SeqChunk{seqs[i]->id, chunks[i], seqs[i]->pos, true, seqs[i]->table});
+    std::vector<std::vector<float>> out;
+    Status s = r.forward(b, out);
+    EXPECT_TRUE(s.is_ok()) << s.to_string();
+    for (size_t i = 0; i < seqs.size(); ++i) seqs[i]->pos += int64_t(chunks[i].size());
+    return out;
+}
+
+// Page table for n_tokens: page ids from first_id going down by stride (scattered or large ids).
+inline std::vector<int32_t> page_table_for(const ModelRunner& r, int64_t n_tokens, int64_t first_id, int64_t stride) {
+    std::vector<int32_t> t;
+    const int64_t n = r.kv_layout().pages_for_tokens(n_tokens);
+    for (int64_t i = 0; i < n; ++i) t.push_back(int32_t(first_id - i * stride));
+    return t;
+}
+
 }  // namespace dsv4
