@@ -13,6 +13,7 @@
 #include "model/quant.h"
 #include "runtime/cuda_runner.h"
 #include "tests/kernels/cuda_runner/cuda_test_util.h"
+#include "tests/kernels/cuda_runner/weight_formats.h"
 
 namespace dsv4 {
 namespace {
@@ -31,28 +32,9 @@ TEST(CudaOps, LinearAllWeightFormats) {
         const auto w = randn(size_t(N) * K, 1, 0.05f);
         const auto x = randn(size_t(T) * K, 2);
         for (cuda::WFmt fmt : {cuda::WFmt::kF32, cuda::WFmt::kBF16, cuda::WFmt::kFp8E8M0, cuda::WFmt::kMxfp4}) {
-            std::vector<float> wd(w.size());
-            std::vector<uint8_t> data, scale;
-            if (fmt == cuda::WFmt::kF32) {
-                wd = w;
-                data.resize(w.size() * 4);
-                std::memcpy(data.data(), w.data(), data.size());
-            } else if (fmt == cuda::WFmt::kBF16) {
-                std::vector<uint16_t> b(w.size());
-                for (size_t i = 0; i < w.size(); ++i) b[i] = f32_to_bf16(w[i]), wd[i] = bf16_to_f32(b[i]);
-                data.resize(b.size() * 2);
-                std::memcpy(data.data(), b.data(), data.size());
-            } else if (fmt == cuda::WFmt::kFp8E8M0) {
-                auto q = quantize_fp8_block(w.data(), N, K);
-                dequantize_fp8_block(q.q.data(), q.scale_ue8m0.data(), N, K, wd.data());
-                data = q.q;
-                scale = q.scale_ue8m0;
-            } else {
-                auto q = quantize_mxfp4(w.data(), N, K);
-                dequantize_mxfp4(q.packed.data(), q.scales.data(), N, K, wd.data());
-                data = q.packed;
-                scale = q.scales;
-            }
+            const EncodedWeight ew = encode_weight(fmt, w, N, K);
+            const std::vector<float>& wd = ew.dequant;
+            const std::vector<uint8_t>&data = ew.data, &scale = ew.scale;
             cuda::WeightDesc desc;
             desc.fmt = fmt;
             desc.N = N;
