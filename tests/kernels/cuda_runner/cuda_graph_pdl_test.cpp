@@ -47,7 +47,7 @@ std::map<std::string, bool> edge_kinds(cudaGraph_t g) {
 
 std::vector<float> run_eager(cudaStream_t s1, cudaStream_t s2, cudaEvent_t fork, cudaEvent_t join, const Buffers& b,
                              const std::vector<float>& x0) {
-    EXPECT_EQ(cudaMemcpy(b.x, x0.data(), sizeof(float) * kN, cudaMemcpyHostToDevice), cudaSuccess);
+    EXPECT_EQ(cudaMemcpyAsync(b.x, x0.data(), sizeof(float) * kN, cudaMemcpyHostToDevice, s1), cudaSuccess);
     EXPECT_EQ(launch_all(s1, s2, fork, join, b), cudaSuccess);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     std::vector<float> out(kN);
@@ -110,8 +110,10 @@ TEST(CudaGraphPdl, RewritesExactlyTheEligibleEdges) {
         cudaGraphExec_t ge = nullptr;
         ASSERT_EQ(cudaGraphInstantiate(&ge, g, 0), cudaSuccess);
         cudaGraphDestroy(g);
-        for (int rep = 0; rep < 3; ++rep) {
-            ASSERT_EQ(cudaMemcpy(b.x, x0.data(), sizeof(float) * kN, cudaMemcpyHostToDevice), cudaSuccess);
+        for (int rep = 0; rep < 5; ++rep) {
+            // On s1: a plain cudaMemcpy from pageable memory may return before its DMA lands, and would
+            // race with the graph on this non-blocking stream.
+            ASSERT_EQ(cudaMemcpyAsync(b.x, x0.data(), sizeof(float) * kN, cudaMemcpyHostToDevice, s1), cudaSuccess);
             ASSERT_EQ(cudaGraphLaunch(ge, s1), cudaSuccess);
             ASSERT_EQ(cudaStreamSynchronize(s1), cudaSuccess);
             std::vector<float> got(kN);
