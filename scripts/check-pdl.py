@@ -1,6 +1,5 @@
 #!/usr/bin/env python3
-"""Checks that every CUDA kernel in src/, tests/ and tools/ starts with dev::pdl_begin() (or
-dev::pdl_begin_prefetch(), which prefetches read-only weights into L2 first).
+"""Checks that every CUDA kernel in src/, tests/ and tools/ starts with dev::pdl_begin().
 
 Why: with RuntimeOptions::graph_pdl the runner turns a graph's kernel-to-kernel edges into
 programmatic ones, so a kernel's CTAs may start while its predecessor still runs; a kernel that
@@ -36,11 +35,11 @@ for path in sorted(paths):
             continue
         n += 1
         body = text[k + 1:].lstrip()
-        if not (body.startswith("dev::pdl_begin();") or body.startswith("dev::pdl_begin_prefetch(")):
+        if not body.startswith("dev::pdl_begin();"):
             line = text.count("\n", 0, m.start()) + 1
             bad.append(f"{path.relative_to(root)}:{line}")
 if bad:
     print("check-pdl: these kernels do not start with dev::pdl_begin() (kernels/cuda/common/pdl.cuh says why):")
     print("\n".join("  " + b for b in bad))
     sys.exit(1)
-print(f"check-pdl: {n} kernels, each starts with dev::pdl_begin() or dev::pdl_begin_prefetch()")
+print(f"check-pdl: {n} kernels, each starts with dev::pdl_begin()")

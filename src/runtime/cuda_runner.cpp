@@ -238,8 +238,6 @@ Status CudaRunner::apply_kernel_choices() {
         w.gemv_variant = gemv;
         w.gemv_rules = &gemv_rules_;  // empty: no rule (set_tuning_rules may fill it later)
         w.gemm = gemm_.handle ? &gemm_ : nullptr;
-        if (rt.cuda_graphs && rt.graph_pdl && rt.gemv_prefetch_l2)
-            w.l2_prefetch_max_tokens = rt.graph_pdl_max_batch > 0 ? rt.graph_pdl_max_batch : INT32_MAX;
     };
     stamp(w_.embed);
     stamp(w_.head);

@@ -97,10 +97,6 @@ const std::vector<OptionDef>& option_defs() {
           "with graph_pdl: only decode graphs of batch buckets up to this size, verify graphs up to this many tokens "
           "(0: every graph)"},
          DSV4_COUNT_OPTION(graph_pdl_max_batch)},
-        {{"gemv_prefetch_l2", "DSV4_GEMV_PREFETCH_L2",
-          "with graph_pdl: the dense GEMVs of the graphs graph_pdl_max_batch covers prefetch their weights into L2 "
-          "before waiting on the previous kernel"},
-         DSV4_BOOL_OPTION(gemv_prefetch_l2)},
         {{"split_argmax", "DSV4_SPLIT_ARGMAX",
           "greedy picks split over many CTAs per vocabulary row (0: one CTA per row)"},
          DSV4_BOOL_OPTION(split_argmax)},

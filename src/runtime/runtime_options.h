@@ -63,10 +63,6 @@ struct RuntimeOptions {
     // only; 0: every graph. Ledger E65 (20-layer proxy at 8K, H100): batch 1 -2.7%, batch 8 +2.9%,
     // batch 64 unchanged, so by default the batch-1 graphs only.
     int graph_pdl_max_batch = 1;
-    // With graph_pdl: the dense linears' GEMV kernels at up to graph_pdl_max_batch tokens (0: any) first
-    // prefetch their weight matrix into L2 (kernels/cuda/common/pdl.cuh pdl_begin_prefetch), so under a
-    // programmatic edge the weights stream in while the previous, latency-bound kernel still runs.
-    bool gemv_prefetch_l2 = false;
     // Greedy picks (device argmax of a vocabulary row) split over up to 64 CTAs per row and joined by a
     // second launch; false: one CTA per row, which E59 measured at 196 us per 129,280-wide row at
     // batch 1. The split form took the MTP draft step from 1.11-1.15 to 0.74-0.76 ms at batch 1

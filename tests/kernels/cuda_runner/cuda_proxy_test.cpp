@@ -194,8 +194,7 @@ TEST(CudaProxy, ProgrammaticGraphEdgesGiveTheSameLogits) {
 
 // The same at Flash's matrix shapes (3 layers: sliding, CSA, HCA; a 4,096-entry vocabulary), where
 // decode steps take the fast kernels: the GEMV and K-chunked GEMM rows, sparse_decode, and from 256
-// sequences the decode GEMMs and the persistent grouped expert GEMM; a third runner has the GEMVs
-// prefetch their weights into L2 before the wait (gemv_prefetch_l2).
+// sequences the decode GEMMs and the persistent grouped expert GEMM.
 TEST(CudaProxy, ProgrammaticGraphEdgesGiveTheSameLogitsAtFlashShapes) {
     if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
     FlashProxySpec sp{3, {AttnType::kSliding, AttnType::kCSA, AttnType::kHCA}, 1};
@@ -206,16 +205,15 @@ TEST(CudaProxy, ProgrammaticGraphEdgesGiveTheSameLogitsAtFlashShapes) {
     const int max_b = 256;
     auto layout = KvLayout::make(cfg, 64, 4, KvRowFormat::kFp8);
     ASSERT_TRUE(layout.is_ok()) << layout.status().message();
-    std::unique_ptr<CudaBenchRunner> runners[3];
-    for (int v = 0; v < 3; ++v) {
+    std::unique_ptr<CudaBenchRunner> runners[2];
+    for (int v = 0; v < 2; ++v) {
         CudaRunnerOptions o;
         o.n_pages = max_b * layout->pages_for_tokens(L + 1);
         o.max_seqs = max_b;
         o.max_step_tokens = max_b;
         o.max_context = 1024;
-        o.rt.graph_pdl = v >= 1;
+        o.rt.graph_pdl = v == 1;
         o.rt.graph_pdl_max_batch = 0;
-        o.rt.gemv_prefetch_l2 = v == 2;
         o.verbose = false;
         SyntheticWeightsOptions w;
         w.seed = 5;
@@ -227,7 +225,6 @@ TEST(CudaProxy, ProgrammaticGraphEdgesGiveTheSameLogitsAtFlashShapes) {
         const auto want = step(*runners[0], cfg, B, L);
         ASSERT_EQ(want.size(), size_t(B));
         EXPECT_EQ(rows_differing(*runners[1], cfg, B, L, 4, want), 0) << "B=" << B;
-        EXPECT_EQ(rows_differing(*runners[2], cfg, B, L, 4, want), 0) << "B=" << B << " (gemv_prefetch_l2)";
     }
     std::printf("[flash shapes] graph_pdl: %lld programmatic edges\n",
                 static_cast<long long>(runners[1]->graph_replays().pdl_edges));

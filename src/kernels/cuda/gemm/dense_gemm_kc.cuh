@@ -190,7 +190,7 @@ __device__ __forceinline__ void store_tile(const DenseGemvArgs& a, const float (
 
 template <bool FP8, bool XF32, int NW, int MTL, int NTT>
 __global__ void __launch_bounds__(NW * 32) dense_gemm_kc_kernel(DenseGemvArgs a) {
-    dev::pdl_begin_prefetch(a.w, a.prefetch_bytes);
+    dev::pdl_begin();
     constexpr int MT = 8 * NTT;
     constexpr int R = NW * 16 * MTL;      // rows per CTA
     constexpr int UPR = XF32 ? 32 : 16;   // 16-byte x units per token row per 128-k block

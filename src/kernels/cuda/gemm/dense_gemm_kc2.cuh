@@ -45,7 +45,7 @@ __device__ __forceinline__ int swz(int u, int m) { return u ^ (((u >> 3) & 1) <<
 
 template <bool FP8, bool XF32, int NW, int MTL, int NTT>
 __global__ void __launch_bounds__(NW * 32) dense_gemm_kc2_kernel(DenseGemvArgs a) {
-    dev::pdl_begin_prefetch(a.w, a.prefetch_bytes);
+    dev::pdl_begin();
     constexpr int MT = 8 * NTT;
     constexpr int NT32 = NW * 32;
     constexpr int R = NW * 16 * MTL;    // rows per CTA

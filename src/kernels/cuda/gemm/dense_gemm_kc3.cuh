@@ -43,7 +43,7 @@ __device__ __forceinline__ int wswz(bool fp8, int u, int r) { return fp8 ? (u ^ 
 
 template <bool FP8, bool XF32, int NW, int MTL, int NTT, int ST>
 __global__ void __launch_bounds__(NW * 32) dense_gemm_kc3_kernel(DenseGemvArgs a) {
-    dev::pdl_begin_prefetch(a.w, a.prefetch_bytes);
+    dev::pdl_begin();
     using L = Layout<FP8, XF32, NW, MTL, NTT, ST>;
     constexpr int MT = L::MT, R = L::R, RB = L::RB, STAGE = L::STAGE, XB = L::XB;
     constexpr int NT32 = NW * 32;

@@ -25,9 +25,6 @@ struct DenseGemvArgs {
     int groups = 1;
     int64_t x_stride = 0;  // elements between tokens; 0 = groups * K
     int variant = -1;      // registry index; -1 = the heuristic
-    // Bytes of w to prefetch into L2 before waiting on the predecessor kernel (dev::pdl_begin_prefetch;
-    // a programmatic edge lets that overlap the predecessor); 0: none. w must then be 16-byte aligned.
-    int64_t prefetch_bytes = 0;
 };
 
 }  // namespace dsv4::cuda

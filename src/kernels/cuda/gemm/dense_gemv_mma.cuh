@@ -20,7 +20,7 @@ namespace dsv4::cuda::gemv_mma {
 
 template <bool FP8, int NW, int NTT, int U>
 __global__ void __launch_bounds__(NW * 32) dense_gemv_mma_kernel(DenseGemvArgs a) {
-    dev::pdl_begin_prefetch(a.w, a.prefetch_bytes);
+    dev::pdl_begin();
     constexpr int MT = 8 * NTT;
     constexpr int kLoads = FP8 ? 2 : 4;  // 16-byte loads per row per 128-k block
     extern __shared__ __align__(16) unsigned char smem[];

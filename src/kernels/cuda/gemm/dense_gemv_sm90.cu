@@ -19,7 +19,7 @@ namespace {
 
 template <bool FP8, int NW, int RPW, int MT, int U>
 __global__ void __launch_bounds__(NW * 32) dense_gemv_kernel(DenseGemvArgs a) {
-    dev::pdl_begin_prefetch(a.w, a.prefetch_bytes);
+    dev::pdl_begin();
     constexpr int VPL = FP8 ? 16 : 8;
     constexpr int kStep = 32 * VPL;
     extern __shared__ __align__(16) unsigned char smem[];

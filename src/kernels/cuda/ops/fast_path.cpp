@@ -271,8 +271,6 @@ cudaError_t linear(const WeightDesc& w, int expert, const float* x, int64_t ldx,
         g.w_scale =
             w.fmt == WFmt::kFp8E8M0 ? static_cast<const uint8_t*>(w.scale) + e * w.scale_expert_stride : nullptr;
         g.y = y;
-        if (T <= w.l2_prefetch_max_tokens && aligned16(g.w))
-            g.prefetch_bytes = int64_t(w.N) * w.K * (g.format == WeightFormat::kBf16 ? 2 : 1);
         const int forced = w.gemv_variant >= 0 ? w.gemv_variant : shape_variant(w.gemv_rules, T);
         if (forced >= 0 && forced < dense_gemv_variant_count() && dense_gemv_legal(forced, g)) g.variant = forced;
         const int v = dense_gemv_select_variant(g);

@@ -51,9 +51,6 @@ struct WeightDesc {
     const std::vector<ShapeVariant>* gemv_rules = nullptr;
     // Large-token calls (prefill) through cuBLAS (prefill_gemm.h) when set and the call qualifies.
     const struct PrefillGemm* gemm = nullptr;
-    // GEMV calls of at most this many tokens prefetch the matrix into L2 before waiting on the previous
-    // kernel (DenseGemvArgs::prefetch_bytes; the runner sets it from RuntimeOptions::gemv_prefetch_l2); 0: none.
-    int32_t l2_prefetch_max_tokens = 0;
 };
 
 // Per-step plan in device memory.
