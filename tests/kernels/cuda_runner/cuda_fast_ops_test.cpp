@@ -28,6 +28,7 @@
 #include "runtime/cuda_weights.h"
 #include "runtime/runner_factory.h"
 #include "tests/kernels/cuda_runner/cuda_test_util.h"
+#include "tests/kernels/cuda_runner/weight_formats.h"
 
 namespace dsv4 {
 namespace {
@@ -61,37 +62,6 @@ std::vector<float> randn(size_t n, uint32_t seed, float s = 1.0f) {
     return v;
 }
 
-// A quantised [N, K] matrix: device bytes, descriptor and the dequantised host copy.
-struct QMat {
-    std::vector<uint8_t> data, scale;
-    std::vector<float> deq;
-    cuda::WFmt fmt;
-};
-QMat quantise(const std::vector<float>& w, int64_t N, int64_t K, cuda::WFmt fmt) {
-    QMat m;
-    m.fmt = fmt;
-    m.deq.resize(w.size());
-    if (fmt == cuda::WFmt::kBF16) {
-        m.data.resize(w.size() * 2);
-        for (size_t i = 0; i < w.size(); ++i) {
-            const uint16_t b = f32_to_bf16(w[i]);
-            std::memcpy(&m.data[2 * i], &b, 2);
-            m.deq[i] = bf16_to_f32(b);
-        }
-    } else if (fmt == cuda::WFmt::kFp8E8M0) {
-        auto q = quantize_fp8_block(w.data(), N, K);
-        dequantize_fp8_block(q.q.data(), q.scale_ue8m0.data(), N, K, m.deq.data());
-        m.data = q.q;
-        m.scale = q.scale_ue8m0;
-    } else {
-        auto q = quantize_mxfp4(w.data(), N, K);
-        dequantize_mxfp4(q.packed.data(), q.scales.data(), N, K, m.deq.data());
-        m.data = q.packed;
-        m.scale = q.scales;
-    }
-    return m;
-}
-
 struct LinearCase {
     cuda::WFmt fmt;
     int N, K, T, groups;  // groups > 1: grouped form, N per group, x row = groups * K
@@ -102,11 +72,12 @@ struct LinearCase {
 struct RefDot {
     double dot = 0, abs_sum = 0;
 };
-RefDot ref_dot(const LinearCase& c, const QMat& q, const std::vector<float>& x, int64_t ldx, int t, int64_t n) {
+RefDot ref_dot(const LinearCase& c, const EncodedWeight& q, const std::vector<float>& x, int64_t ldx, int t,
+               int64_t n) {
     const int64_t off = (c.groups > 1 ? n / c.N : 0) * c.K;
     RefDot r;
     for (int k = 0; k < c.K; ++k) {
-        const double p = double(q.deq[size_t(n) * c.K + k]) * round_bf16(x[size_t(t) * ldx + off + k]);
+        const double p = double(q.dequant[size_t(n) * c.K + k]) * round_bf16(x[size_t(t) * ldx + off + k]);
         r.dot += p;
         r.abs_sum += std::fabs(p);
     }
@@ -135,7 +106,7 @@ TEST(CudaFastOps, LinearDispatchMatchesFp64AndCorrectFirst) {
     uint32_t seed = 10;
     for (const LinearCase& c : cases) {
         const int64_t rows = int64_t(c.groups) * c.N, ldx = int64_t(c.groups) * c.K;
-        const QMat q = quantise(randn(size_t(rows) * c.K, seed++, 0.05f), rows, c.K, c.fmt);
+        const EncodedWeight q = encode_weight(c.fmt, randn(size_t(rows) * c.K, seed++, 0.05f), rows, c.K);
         const auto x = randn(size_t(c.T) * ldx, seed++);
         Dev<uint8_t> dw(q.data), ds(q.scale);
         Dev<float> dx(x), dy(size_t(c.T) * rows);
@@ -202,7 +173,7 @@ TEST(CudaFastOps, PrefillGemmMatchesFp64) {
     for (const LinearCase& c : cases)
         for (bool given_bf16 : {false, true}) {
             const int64_t rows = int64_t(c.groups) * c.N, ldx = int64_t(c.groups) * c.K;
-            const QMat q = quantise(randn(size_t(rows) * c.K, seed++, 0.05f), rows, c.K, c.fmt);
+            const EncodedWeight q = encode_weight(c.fmt, randn(size_t(rows) * c.K, seed++, 0.05f), rows, c.K);
             const auto x = randn(size_t(c.T) * ldx, seed++);
             std::vector<uint16_t> xb(x.size());
             for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]);
@@ -287,7 +258,7 @@ TEST(CudaFastOps, PrefillGemmHostMemoryBoundedOverTokenCounts) {
     g.min_tokens = 64;
     g.x_rows = 2048;
     g.x_cols = K;
-    const QMat q = quantise(randn(size_t(N) * K, 77, 0.05f), N, K, cuda::WFmt::kBF16);
+    const EncodedWeight q = encode_weight(cuda::WFmt::kBF16, randn(size_t(N) * K, 77, 0.05f), N, K);
     std::vector<uint16_t> xb(size_t(kMaxT) * K);
     for (size_t i = 0; i < xb.size(); ++i) xb[i] = f32_to_bf16(float(int(i % 17) - 8) * 0.125f);
     Dev<uint8_t> dw(q.data);
@@ -320,7 +291,7 @@ TEST(CudaFastOps, PrefillGemmHostMemoryBoundedOverTokenCounts) {
     for (int t = kMaxT - 3; t < kMaxT; ++t)
         for (int n = 0; n < N; ++n) {
             double s = 0;
-            for (int k = 0; k < K; ++k) s += double(q.deq[size_t(n) * K + k]) * bf16_to_f32(xb[size_t(t) * K + k]);
+            for (int k = 0; k < K; ++k) s += double(q.dequant[size_t(n) * K + k]) * bf16_to_f32(xb[size_t(t) * K + k]);
             err = std::max(err, std::fabs(s - y[size_t(t) * N + n]));
         }
     cublasHandle_t h = nullptr;
@@ -552,14 +523,14 @@ TEST(CudaFastOps, MoeDispatchMatchesFp64AndCorrectFirst) {
     for (int e = 0; e < kMaxE; ++e) {
         for (int which = 0; which < 3; ++which) {
             const bool down = which == 2;
-            const QMat q = quantise(randn(size_t(d) * I, seed++, down ? 0.05f : 0.2f), down ? d : I, down ? I : d,
-                                    cuda::WFmt::kMxfp4);
+            const EncodedWeight q = encode_weight(cuda::WFmt::kMxfp4, randn(size_t(d) * I, seed++, down ? 0.05f : 0.2f),
+                                                  down ? d : I, down ? I : d);
             auto& P = which == 0 ? p1 : which == 1 ? p3 : p2;
             auto& S = which == 0 ? s1 : which == 1 ? s3 : s2;
             auto& W = which == 0 ? w1 : which == 1 ? w3 : w2;
             P.insert(P.end(), q.data.begin(), q.data.end());
             S.insert(S.end(), q.scale.begin(), q.scale.end());
-            W.insert(W.end(), q.deq.begin(), q.deq.end());
+            W.insert(W.end(), q.dequant.begin(), q.dequant.end());
         }
     }
     for (const MoeCase& c : cases) {
