@@ -8,7 +8,7 @@
 #   scripts/device-all.sh --build                    # here: build-cuda/ -> build-all-bin/
 #   run(command="scripts/device-all.sh tests proxy", carry=["build-all-bin"], timeout_s=540)
 #   run(command="scripts/device-all.sh peer", carry=["build-all-bin"], timeout_s=300)
-# Stages: tests (dsv4_cuda_tests [TESTS_FILTER] + dsv4_perf_ops_tests [PERF_FILTER] unless SKIP_PERF_OPS), proxy (20-layer sweep, PROXY_TIME_BUDGET
+# Stages: tests (dsv4_cuda_tests [TESTS_FILTER]: the op tests of every kernel variant and the runner tests), proxy (20-layer sweep, PROXY_TIME_BUDGET
 # seconds, default 240), peer (3-layer proxy + transformers eager + tools/peer/ratio.py,
 # PEER_TIME_BUDGET default 100), prefill (offline prefill points of the 20-layer proxy, PREFILL_*), sanitize (compute-sanitizer memcheck + racecheck on reduced shapes),
 # sweep (served vs offline: scripts/gpu-serve-sweep.sh, SWEEP_PHASES), opprof (DSV4_OP_PROFILE per-op table, OPPROF_BATCHES), ncu (per-kernel table, NCU_BATCHES), serve (generate cuda vs cpu + HTTP serve --backend cuda), profile (nsys per-kernel table of the 3-layer proxy step, when nsys exists),
@@ -25,9 +25,9 @@ BIN=${BIN:-build-all-bin}
 if [[ "${1:-}" == "--build" ]]; then
     set -e
     cmake -S . -B build-cuda -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90a >/dev/null
-    ninja -C build-cuda -j"${JOBS:-2}" dsv4_cuda_tests dsv4_perf_ops_tests dsv4-proxy-bench dsv4 dsv4_multi_gpu_tests
+    ninja -C build-cuda -j"${JOBS:-2}" dsv4_cuda_tests dsv4-proxy-bench dsv4 dsv4_multi_gpu_tests
     rm -rf "$BIN" && mkdir -p "$BIN"
-    cp build-cuda/tests/kernels/cuda_runner/dsv4_cuda_tests build-cuda/tests/kernels/perf_ops/dsv4_perf_ops_tests \
+    cp build-cuda/tests/kernels/cuda_runner/dsv4_cuda_tests \
         build-cuda/tools/dsv4/dsv4-proxy-bench build-cuda/tools/dsv4/dsv4 \
         build-cuda/tests/kernels/multi_gpu/dsv4_multi_gpu_tests "$BIN"/
     # The serve stage needs the tokenizer; the GPU machine has no network to fetch it.
@@ -36,7 +36,7 @@ if [[ "${1:-}" == "--build" ]]; then
     strip "$BIN"/dsv4* || true
     # xz keeps the carried folder (plus the ~15 MB repository) under the 64 MiB carry limit; the
     # binaries are unpacked on the GPU machine before the first stage.
-    xz -T2 -6 "$BIN"/dsv4 "$BIN"/dsv4-proxy-bench "$BIN"/dsv4_cuda_tests "$BIN"/dsv4_perf_ops_tests "$BIN"/dsv4_multi_gpu_tests
+    xz -T2 -6 "$BIN"/dsv4 "$BIN"/dsv4-proxy-bench "$BIN"/dsv4_cuda_tests "$BIN"/dsv4_multi_gpu_tests
     tmp=$(mktemp -d) && mkdir -p "$tmp/lib"
     for l in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0; do
         p=$(ldconfig -p | awk -v l="$l" '$1 == l && !f {print $NF; f = 1}')
@@ -63,13 +63,8 @@ for stage in "$@"; do
         "$BIN"/dsv4_cuda_tests --gtest_filter="${TESTS_FILTER:-*}" --gtest_output=json:"$OUT/cuda_tests.json" \
             > "$OUT/cuda_tests.log" 2>&1
         rc1=$?
-        rc2=skipped
-        if [[ -z "${SKIP_PERF_OPS:-}" ]]; then
-            "$BIN"/dsv4_perf_ops_tests --gtest_filter="${PERF_FILTER:-*}" > "$OUT/perf_ops_tests.log" 2>&1
-            rc2=$?
-        fi
-        SUMMARY+=("tests: dsv4_cuda_tests rc=$rc1 ($(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/cuda_tests.log" | tr '\n' ' ')); perf_ops rc=$rc2 ($(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/perf_ops_tests.log" | tr '\n' ' '))")
-        grep -E "^\[  FAILED|Failure|Expected|Which is|actual" "$OUT/cuda_tests.log" "$OUT/perf_ops_tests.log" | head -40
+        SUMMARY+=("tests: dsv4_cuda_tests rc=$rc1 ($(grep -E '^\[  PASSED|^\[  FAILED  \] [0-9]' "$OUT/cuda_tests.log" | tr '\n' ' '))")
+        grep -E "^\[  FAILED|Failure|Expected|Which is|actual" "$OUT/cuda_tests.log" | head -40
         ;;
     proxy)
         "$BIN"/dsv4-proxy-bench proxy-bench --json "$OUT/proxy20.json" --time-budget "${PROXY_TIME_BUDGET:-240}" \

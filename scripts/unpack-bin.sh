@@ -9,7 +9,7 @@ BIN=${BIN:-build-all-bin}
 if compgen -G "$BIN/*.xz" > /dev/null; then
     UNPACKED=$(mktemp -d)
     cp -r "$BIN"/. "$UNPACKED"/
-    for f in "$UNPACKED"/dsv4-proxy-bench.xz "$UNPACKED"/dsv4_cuda_tests.xz "$UNPACKED"/dsv4_perf_ops_tests.xz \
+    for f in "$UNPACKED"/dsv4-proxy-bench.xz "$UNPACKED"/dsv4_cuda_tests.xz \
         "$UNPACKED"/dsv4_multi_gpu_tests.xz; do
         [[ -f "$f" ]] && xz -d -T0 "$f" && chmod +x "${f%.xz}"
     done

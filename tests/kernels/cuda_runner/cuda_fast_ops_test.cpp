@@ -21,6 +21,7 @@
 #include "kernels/cuda/ops/fast_path.h"
 #include "kernels/cuda/ops/ops.h"
 #include "kernels/cuda/ops/prefill_gemm.h"
+#include "kernels/ref/fp64.h"
 #include "model/checkpoint.h"
 #include "model/quant.h"
 #include "runtime/cuda_fast_table.h"
@@ -341,7 +342,7 @@ TEST(CudaFastOps, LinearDispatchDeclines) {
     EXPECT_NE(decl(cuda::WFmt::kFp8E8M0, 1024, 512, 256, 1024, 4096, 1024, false), "");  // group_in != K
 }
 
-// fp64 MoE with the fast path's roundings: x and h in bf16, routing as the spec.
+// fp64 MoE with the fast path's roundings (x and h in bf16): routing and experts as kernels/ref/fp64.h.
 std::vector<double> moe_ref(const std::vector<float>& x, const std::vector<float>& logits,
                             const std::vector<float>& bias, const std::vector<int32_t>& tid2eid,
                             const std::vector<int32_t>& tokens, const std::vector<float>& shared,
@@ -349,48 +350,19 @@ std::vector<double> moe_ref(const std::vector<float>& x, const std::vector<float
                             int T, int E, int K, int d, int I, float lim, float rscale, std::vector<int32_t>& ids_out) {
     std::vector<double> out(size_t(T) * d);
     ids_out.assign(size_t(T) * K, -1);
-    std::vector<double> h(I), xb(d);
+    std::vector<float> xb(d);
+    std::vector<int> ids;
+    std::vector<float> wts;
     for (int t = 0; t < T; ++t) {
         for (int j = 0; j < d; ++j) xb[j] = round_bf16(x[size_t(t) * d + j]);
-        std::vector<double> s(E);
-        for (int e = 0; e < E; ++e) s[e] = std::sqrt(std::log1p(std::exp(double(logits[size_t(t) * E + e]))));
-        std::vector<int> ids(K);
-        std::vector<bool> used(E, false);
-        for (int k = 0; k < K; ++k) {
-            if (!tid2eid.empty()) {
-                ids[k] = tid2eid[size_t(tokens[t]) * K + k];
-                continue;
-            }
-            int best = -1;
-            for (int e = 0; e < E; ++e)
-                if (!used[e] && (best < 0 || s[e] + bias[e] > s[best] + bias[best])) best = e;
-            used[best] = true;
-            ids[k] = best;
-        }
-        double sum = 0;
-        for (int k = 0; k < K; ++k) sum += s[ids[k]];
+        ref::moe_route_f64(&logits[size_t(t) * E], bias.data(), E, K, rscale, ids, wts,
+                           tid2eid.empty() ? nullptr : &tid2eid[size_t(tokens[t]) * K]);
         for (int n = 0; n < d; ++n) out[size_t(t) * d + n] = shared[size_t(t) * d + n];
         for (int k = 0; k < K; ++k) {
             const int e = ids[k];
             ids_out[size_t(t) * K + k] = e;
-            const double wt = rscale * s[e] / sum;
-            for (int i = 0; i < I; ++i) {
-                double g = 0, u = 0;
-                const size_t row = (size_t(e) * I + i) * d;
-                for (int j = 0; j < d; ++j) {
-                    g += w1[row + j] * xb[j];
-                    u += w3[row + j] * xb[j];
-                }
-                g = std::min(g, double(lim));
-                u = std::clamp(u, -double(lim), double(lim));
-                h[i] = round_bf16(float(g / (1.0 + std::exp(-g)) * u * wt));
-            }
-            for (int n = 0; n < d; ++n) {
-                double y = 0;
-                const size_t row = (size_t(e) * d + n) * I;
-                for (int i = 0; i < I; ++i) y += w2[row + i] * h[i];
-                out[size_t(t) * d + n] += y;
-            }
+            ref::swiglu_expert_f64(xb.data(), &w1[size_t(e) * I * d], &w3[size_t(e) * I * d], &w2[size_t(e) * d * I], d,
+                                   I, lim, wts[k], &out[size_t(t) * d]);
         }
     }
     return out;

@@ -56,11 +56,6 @@ std::vector<float> randn(size_t n, std::mt19937& g, float s = 1.0f) {
 void upd(double& m, double d) {
     if (!(d <= m)) m = d;
 }
-double max_abs(const std::vector<float>& a, const std::vector<float>& b) {
-    double m = 0;
-    for (size_t i = 0; i < a.size(); ++i) upd(m, std::fabs(double(a[i]) - double(b[i])));
-    return m;
-}
 
 constexpr uint32_t kCanary = 0xC0C0C0C0u;  // f32 -6.02; its bf16 halves 0xC0C0 as well
 
@@ -571,7 +566,7 @@ TEST(CudaOpsEdge, RmsNormOnStridedSlices) {
             const auto got = y.read(rows, n, ldy, stomped);
             std::vector<float> want(size_t(rows * n));
             ref::rms_norm(X.data() + xoff, (part == 0 ? wl : wr).data(), want.data(), rows, n, eps, ld);
-            const double e = max_abs(got, want);
+            const double e = max_abs_diff(got, want);
             upd(worst, e);
             EXPECT_EQ(stomped, 0) << "rows " << rows << " part " << part << ": writes outside the output";
             EXPECT_LT(e, 1e-5) << "rows " << rows << " part " << part;
@@ -608,8 +603,8 @@ TEST(CudaOpsEdge, NormRopeForwardInverseMainAndYarn) {
         for (int t = 0; t < T; ++t)
             for (int h = 0; h < H; ++h) ref::apply_rope(&want[(size_t(t) * H + h) * D], D, *tab, pos[t]);
         const auto got = host(dq, q.size());
-        upd(worst_norm_rope, max_abs(got, want));
-        EXPECT_LT(max_abs(got, want), 2e-5);
+        upd(worst_norm_rope, max_abs_diff(got, want));
+        EXPECT_LT(max_abs_diff(got, want), 2e-5);
         // (b) weighted norm + RoPE from a strided input (kv path with ldx > D) into a separate buffer.
         const int64_t ldx = D + 24;
         const auto kv = randn(size_t(T) * ldx, g), wn = randn(D, g);
@@ -623,8 +618,8 @@ TEST(CudaOpsEdge, NormRopeForwardInverseMainAndYarn) {
         ref::rms_norm(kv.data(), wn.data(), wy.data(), T, D, eps, ldx);
         for (int t = 0; t < T; ++t) ref::apply_rope(&wy[size_t(t) * D], D, *tab, pos[t]);
         EXPECT_EQ(stomped, 0);
-        upd(worst_norm_rope, max_abs(gy, wy));
-        EXPECT_LT(max_abs(gy, wy), 2e-5);
+        upd(worst_norm_rope, max_abs_diff(gy, wy));
+        EXPECT_LT(max_abs_diff(gy, wy), 2e-5);
         // (c) inverse RoPE only (the attention output path), then the round trip back.
         const auto o = randn(size_t(T) * H * D, g);
         float *dO = F(dev(o)), *dO2 = nullptr;
@@ -636,13 +631,13 @@ TEST(CudaOpsEdge, NormRopeForwardInverseMainAndYarn) {
         for (int t = 0; t < T; ++t)
             for (int h = 0; h < H; ++h) ref::apply_rope(&wo[(size_t(t) * H + h) * D], D, *tab, pos[t], true);
         const auto go = host(dO2, o.size());
-        upd(worst_inv, max_abs(go, wo));
-        EXPECT_LT(max_abs(go, wo), 2e-5);
+        upd(worst_inv, max_abs_diff(go, wo));
+        EXPECT_LT(max_abs_diff(go, wo), 2e-5);
         ASSERT_EQ(cuda::norm_rope(dO2, D, dO2, D, T * H, D, false, nullptr, eps, dfreq, R, dpos, H, false, nullptr),
                   cudaSuccess);
         const auto back = host(dO2, o.size());
-        upd(worst_round, max_abs(back, o));
-        EXPECT_LT(max_abs(back, o), 2e-5);
+        upd(worst_round, max_abs_diff(back, o));
+        EXPECT_LT(max_abs_diff(back, o), 2e-5);
     }
     // The YaRN table really differs from the plain one (low frequencies divided by the factor).
     const auto plain_c = ref::make_rope_table(160000.0, R, false, 1, 1, 1, 1);
@@ -844,7 +839,7 @@ TEST(CudaOpsEdge, EmbeddingEveryWeightFormat) {
         for (int t = 0; t < T; ++t)
             for (int c = 0; c < copies; ++c)
                 want.insert(want.end(), &wd[size_t(tokens[t]) * d], &wd[size_t(tokens[t]) * d] + d);
-        const double e = max_abs(got, want);
+        const double e = max_abs_diff(got, want);
         upd(worst, e);
         EXPECT_EQ(e, 0.0) << cuda::wfmt_name(fmt);
     }

@@ -11,6 +11,7 @@
 
 #include "core/dtype.h"
 #include "kernels/cuda/attention/sparse_decode.h"
+#include "kernels/ref/fp64.h"
 
 namespace dsv4::cuda {
 
@@ -145,34 +146,22 @@ Result<SparseDecodeCheck> check_sparse_decode(KvFormat format, int n_heads, int 
     if (cudaError_t e = cudaMemcpy(got.data(), d_out.p, out_elems * 2, cudaMemcpyDeviceToHost); e != cudaSuccess)
         return error(StatusCode::kInternal, "sparse_decode check: {}", cudaGetErrorString(e));
 
-    // fp64 reference for the checked sequences: o_h = sum_s e^(z_s - M) k_s / (sum_s e^(z_s - M) + e^(sink_h - M)).
+    // fp64 reference for the checked sequences (ref::sink_attention_f64).
     std::vector<int> seqs;
     const int n_check = std::min(checked, batch);
     for (int i = 0; i < n_check; ++i) seqs.push_back(n_check == 1 ? 0 : int(int64_t(i) * (batch - 1) / (n_check - 1)));
     seqs.erase(std::unique(seqs.begin(), seqs.end()), seqs.end());
     double num = 0, den = 0;
     std::vector<double> o(kD);
-    for (int b : seqs)
+    for (int b : seqs) {
+        std::vector<const float*> rows_b;
+        for (int r : lists[size_t(b)]) rows_b.push_back(pool[size_t(r)].data());
         for (int h = 0; h < n_heads; ++h) {
             const float* qh = q.data() + (size_t(b) * n_heads + size_t(h)) * kD;
-            std::vector<double> z;
-            double M = sink[size_t(h)];
-            for (int r : lists[size_t(b)]) {
-                double d = 0;
-                for (int i = 0; i < kD; ++i) d += double(qh[i]) * pool[size_t(r)][size_t(i)];
-                z.push_back(d * a.scale);
-                M = std::max(M, z.back());
-            }
-            std::fill(o.begin(), o.end(), 0.0);
-            double sum = std::exp(double(sink[size_t(h)]) - M);
-            for (size_t s = 0; s < z.size(); ++s) {
-                const double p = std::exp(z[s] - M);
-                sum += p;
-                for (int i = 0; i < kD; ++i) o[size_t(i)] += p * pool[size_t(lists[size_t(b)][s])][size_t(i)];
-            }
+            ref::sink_attention_f64(qh, kD, rows_b.data(), int64_t(rows_b.size()), sink[size_t(h)], a.scale, o.data());
             const uint16_t* gh = got.data() + (size_t(b) * n_heads + size_t(h)) * kD;
             for (int i = 0; i < kD; ++i) {
-                const double ref = o[size_t(i)] / sum;
+                const double ref = o[size_t(i)];
                 const double x = bf16_to_f32(gh[i]);
                 if (std::isnan(x) != std::isnan(ref)) {
                     ++out.nan_mismatch;
@@ -184,6 +173,7 @@ Result<SparseDecodeCheck> check_sparse_decode(KvFormat format, int n_heads, int 
                 out.max_abs = std::max(out.max_abs, std::fabs(e));
             }
         }
+    }
     out.rel_l2 = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
     return out;
 }

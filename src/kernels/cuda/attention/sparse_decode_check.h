@@ -2,7 +2,7 @@
 // on seeded random inputs of a chosen shape: what `dsv4 tune` runs before it times a variant or a
 // split-KV target (issue 16), so that a kernel choice is judged against the CPU reference, not
 // against another kernel. The same construction and bounds as the op tests
-// (tests/kernels/perf_ops/perf_attention_test.cpp): rows drawn from a pool of random rows (FP8 rows
+// (tests/kernels/cuda_runner/op_sparse_attention_test.cpp): rows drawn from a pool of random rows (FP8 rows
 // quantised per 64 nope dims with a UE8M0 scale, RoPE dims bf16; or bf16 rows), bf16 queries of sd 2,
 // random per-head sinks, scale 1/sqrt(512). Host-only header.
 #pragma once

@@ -1,13 +1,16 @@
-// Sparse decode attention (split-KV, sink, bf16 and 584-byte FP8 rows) against an fp64 CPU
-// reference of spec §2.4, for every variant, forced and planned splits, and edge shapes: batch 1,
-// row counts that are not multiples of the tile, zero-row sequences, scattered pool offsets.
+// Sparse attention with a sink (spec §2.4; bf16 and 584-byte FP8 rows) against the fp64 reference
+// (ref::sink_attention_f64): every variant of sparse_decode's table (split-KV, forced and planned
+// splits) and the wgmma prefill kernel as one more row, through check_variants, over a table of edge
+// shapes: batch 1, row counts that are not multiples of the tile, zero-row sequences (exact zeros),
+// long lists, a -inf sink, scattered and repeated pool offsets, scores that rise after the first tile.
 #include <algorithm>
 #include <numeric>
 
 #include "kernels/cuda/attention/sparse_decode.h"
 #include "kernels/cuda/attention/sparse_decode_check.h"
 #include "kernels/cuda/attention/sparse_prefill.h"
-#include "tests/kernels/perf_ops/perf_test_util.h"
+#include "kernels/ref/fp64.h"
+#include "tests/kernels/cuda_runner/op_test_util.h"
 
 namespace dsv4::cuda::test {
 namespace {
@@ -61,43 +64,29 @@ Pool make_pool(std::mt19937& g, int n_rows, KvFormat f) {
     return p;
 }
 
-void ref_attention(const std::vector<float>& q, const std::vector<std::vector<int>>& lists, const Pool& pool,
-                   const std::vector<float>& sink, float scale, std::vector<double>& out) {
-    const int B = int(lists.size());
-    out.assign(size_t(B) * kH * kD, 0.0);
-    for (int b = 0; b < B; ++b)
-        for (int h = 0; h < kH; ++h) {
-            const float* qh = q.data() + (size_t(b) * kH + h) * kD;
-            std::vector<double> z;
-            double M = sink[h];
-            for (int r : lists[b]) {
-                double d = 0;
-                for (int i = 0; i < kD; ++i) d += double(qh[i]) * pool.rows[r][i];
-                z.push_back(d * scale);
-                M = std::max(M, z.back());
-            }
-            double* o = out.data() + (size_t(b) * kH + h) * kD;
-            if (M == -INFINITY) continue;
-            double den = std::exp(double(sink[h]) - M);
-            for (size_t s = 0; s < z.size(); ++s) {
-                const double p = std::exp(z[s] - M);
-                den += p;
-                for (int i = 0; i < kD; ++i) o[i] += p * pool.rows[lists[b][s]][i];
-            }
-            for (int i = 0; i < kD; ++i) o[i] /= den;
-        }
-}
+// One case of the table. rising: each list of >= 300 rows gets two planted rows, alpha x (the sum of
+// its 64 heads' q), alpha 0.5 at list position 140 (third tile) and 1.0 at its last position: every
+// head's score jumps far past its running maximum twice after the first tile, so the online softmax
+// must rescale O and l there (sparse_prefill's lazy maximum moves only on jumps above 2^8). Outputs
+// then reach ~10: the absolute bound scales with them.
+struct AttnCase {
+    const char* name;
+    KvFormat fmt;
+    std::vector<int> n_rows;  // rows per sequence
+    int forced_splits = 0;    // 0: planned by the launch
+    uint32_t seed = 0;
+    bool neg_inf_sink = false;
+    bool rising = false;
+};
 
-// Runs one configuration; returns the error stats.
-// variant -2: the wgmma prefill kernel (sparse_prefill_run; FP8 only, no split).
-// rising: each list of >= 300 rows gets two planted rows, alpha x (the sum of its 64 heads' q), alpha
-// 0.5 at list position 140 (third tile) and 1.0 at its last position: every head's score jumps far
-// past its running maximum twice after the first tile, so the online softmax must rescale O and l
-// there (sparse_prefill's lazy maximum moves only on jumps above 2^8). Outputs then reach ~10: the
-// absolute bound scales with them.
-void run_case(int variant, KvFormat fmt, const std::vector<int>& n_rows, int forced_splits, uint32_t seed,
-              bool neg_inf_sink = false, bool rising = false) {
-    std::mt19937 g(seed);
+// The op's variant table with the prefill kernel as its last row (FP8 rows, 64 heads, no split).
+int prefill_row() { return sparse_decode_variant_count(); }
+std::string attn_variant_name(int v) { return v == prefill_row() ? "sparse_prefill" : sparse_decode_variant_name(v); }
+
+void run_case(const AttnCase& c) {
+    const KvFormat fmt = c.fmt;
+    const std::vector<int>& n_rows = c.n_rows;
+    std::mt19937 g(c.seed);
     const int B = int(n_rows.size());
     const int pool_rows = 3000;
     Pool pool = make_pool(g, pool_rows, fmt);
@@ -117,7 +106,7 @@ void run_case(int variant, KvFormat fmt, const std::vector<int>& n_rows, int for
         max_rows = std::max(max_rows, n_rows[b]);
     }
     std::vector<float> q = randn_bf16(g, size_t(B) * kH * kD, 2.0f);
-    if (rising) {
+    if (c.rising) {
         for (int b = 0; b < B; ++b) {
             if (n_rows[b] < 300) continue;
             std::vector<float> qsum(kD, 0.0f);
@@ -136,8 +125,19 @@ void run_case(int variant, KvFormat fmt, const std::vector<int>& n_rows, int for
         }
     }
     std::vector<float> sink = randn_bf16(g, kH);
-    if (neg_inf_sink) std::fill(sink.begin(), sink.end(), -INFINITY);
+    if (c.neg_inf_sink) std::fill(sink.begin(), sink.end(), -INFINITY);
     const float scale = 1.0f / std::sqrt(float(kD));
+
+    OpCase op;
+    op.ref.assign(size_t(B) * kH * kD, 0.0);
+    for (int b = 0; b < B; ++b) {
+        std::vector<const float*> rows;
+        for (int r : lists[b]) rows.push_back(pool.rows[size_t(r)].data());
+        for (int h = 0; h < kH; ++h)
+            ref::sink_attention_f64(q.data() + (size_t(b) * kH + h) * kD, kD, rows.data(), int64_t(rows.size()),
+                                    sink[size_t(h)], scale, op.ref.data() + (size_t(b) * kH + h) * kD);
+    }
+    op.tol = {1e-2, c.rising ? 3e-1 : 3e-2};
 
     DevBuf<uint8_t> d_pool(pool.bytes);
     DevBuf<uint16_t> d_q(to_bf16(q));
@@ -145,7 +145,8 @@ void run_case(int variant, KvFormat fmt, const std::vector<int>& n_rows, int for
     DevBuf<int32_t> d_start(start);
     DevBuf<float> d_sink(sink);
     DevBuf<uint16_t> d_out(size_t(B) * kH * kD);
-    d_out.poison();
+    // Room for the most splits any launch plans (64) or is forced to.
+    DevBuf<float> ws(sparse_decode_workspace_floats(B, kH, std::max(64, c.forced_splits)));
     SparseDecodeArgs a;
     a.q = d_q.p;
     a.kv_pool = d_pool.p;
@@ -153,42 +154,72 @@ void run_case(int variant, KvFormat fmt, const std::vector<int>& n_rows, int for
     a.row_start = d_start.p;
     a.sink = d_sink.p;
     a.out = d_out.p;
+    a.workspace = ws.p;
     a.format = fmt;
     a.batch = B;
     a.n_heads = kH;
     a.max_rows = max_rows;
     a.scale = scale;
-    a.n_splits = forced_splits;
-    a.variant = variant;
-    const bool prefill = variant == -2;
-    if (prefill) a.variant = -1;
-    const int splits = prefill ? 1 : sparse_decode_splits_for(a);
-    DevBuf<float> ws(sparse_decode_workspace_floats(B, kH, splits));
-    ws.poison();
-    a.workspace = ws.p;
-    if (prefill) {
-        ASSERT_STREQ(sparse_prefill_decline(a), "");
-        CUDA_OK(sparse_prefill_run(a, nullptr));
-    } else {
-        const Status st = sparse_decode_launch(a, nullptr);
-        ASSERT_TRUE(st.is_ok()) << st.to_string();
-    }
-    CUDA_OK(cudaDeviceSynchronize());
-    std::vector<double> ref;
-    ref_attention(q, lists, pool, sink, scale, ref);
-    const ErrStats e = compare(from_bf16(d_out.download()), ref);
-    EXPECT_EQ(e.nan_mismatch, 0);
-    const std::string name = prefill ? "sparse_prefill" : sparse_decode_variant_name(variant);
-    EXPECT_LT(e.rel_l2, 1e-2) << name << " splits " << splits;
-    EXPECT_LT(e.max_abs, rising ? 3e-1 : 3e-2) << name;
+    a.n_splits = c.forced_splits;
+    VariantTable table{sparse_decode_variant_count() + 1, attn_variant_name, [&](int v) {
+                           if (v == prefill_row()) return c.forced_splits == 0 && *sparse_prefill_decline(a) == 0;
+                           return sparse_decode_variant_legal(v, fmt, kH);
+                       }};
+    op.poison = [&] {
+        d_out.poison();
+        ws.poison();
+    };
+    op.run = [&](int v) {
+        SparseDecodeArgs b = a;
+        if (v == prefill_row()) {
+            b.variant = -1;
+            const cudaError_t e = sparse_prefill_run(b, nullptr);
+            return e == cudaSuccess ? Status::ok() : Status(StatusCode::kInternal, cudaGetErrorString(e));
+        }
+        b.variant = v;
+        return sparse_decode_launch(b, nullptr);
+    };
+    op.read = [&] { return from_bf16(d_out.download()); };
     // Zero-row sequences give exact zeros (B03).
-    const auto out = d_out.download();
-    for (int b = 0; b < B; ++b)
-        if (n_rows[b] == 0)
-            for (int i = 0; i < kH * kD; ++i) ASSERT_EQ(out[size_t(b) * kH * kD + i] & 0x7fff, 0) << "b " << b;
+    op.check = [&](const std::vector<float>& out) {
+        for (int b = 0; b < B; ++b) {
+            if (n_rows[b] != 0) continue;
+            for (int i = 0; i < kH * kD; ++i) ASSERT_EQ(out[size_t(b) * kH * kD + i], 0.0f) << "b " << b;
+        }
+    };
+    EXPECT_GT(check_variants(table, op), 0) << "no variant takes the case";
 }
 
-TEST(PerfSparseDecode, PlanSplits) {
+class OpSparseAttention : public ::testing::TestWithParam<AttnCase> {};
+
+TEST_P(OpSparseAttention, EveryVariantMatchesFp64) {
+    SKIP_WITHOUT_GPU();
+    run_case(GetParam());
+}
+
+constexpr KvFormat kBf = KvFormat::kBf16, kF8 = KvFormat::kFp8;
+// {name, format, rows per sequence, forced splits, seed, -inf sink, rising}
+const AttnCase kAttnCases[] = {
+    {"bf16_batch1", kBf, {200}, 0, 1},
+    {"bf16_one_split_fused_finalise", kBf, {0, 77, 640, 1, 33}, 1, 2},
+    {"bf16_forced_splits_some_empty", kBf, {0, 77, 640, 1, 33}, 4, 3},
+    {"bf16_planned_ragged", kBf, {129, 0, 7}, 0, 4},
+    {"bf16_neg_inf_sink", kBf, {0, 40}, 2, 11, true},
+    {"fp8_batch1", kF8, {200}, 0, 1},
+    {"fp8_one_split_fused_finalise", kF8, {0, 77, 640, 1, 33}, 1, 2},
+    {"fp8_forced_splits_some_empty", kF8, {0, 77, 640, 1, 33}, 4, 3},
+    {"fp8_planned_ragged", kF8, {129, 0, 7}, 0, 4},
+    {"fp8_neg_inf_sink", kF8, {0, 40}, 1, 12, true},
+    {"fp8_one_row", kF8, {1}, 0, 31},
+    {"fp8_rows_off_the_tile", kF8, {64, 65, 0, 127, 3, 640, 129, 1, 200, 63}, 0, 32},
+    {"fp8_long_lists_neg_inf_sink", kF8, {700, 5, 0, 1300}, 0, 33, true},
+    {"fp8_rising_scores", kF8, {640, 300, 7, 1000}, 0, 34, false, true},
+    {"fp8_rising_scores_one_split", kF8, {640, 300, 7, 1000}, 1, 35, false, true},
+};
+INSTANTIATE_TEST_SUITE_P(Shapes, OpSparseAttention, ::testing::ValuesIn(kAttnCases),
+                         [](const ::testing::TestParamInfo<AttnCase>& i) { return std::string(i.param.name); });
+
+TEST(OpSparseAttention, PlanSplits) {
     EXPECT_EQ(sparse_decode_plan_splits(1, 1, 640, 32, 264), 16);   // capped by 640/32 = 20 -> 16
     EXPECT_EQ(sparse_decode_plan_splits(1, 1, 8000, 32, 264), 64);  // capped at 64
     EXPECT_EQ(sparse_decode_plan_splits(64, 1, 640, 32, 264), 4);
@@ -197,24 +228,11 @@ TEST(PerfSparseDecode, PlanSplits) {
     EXPECT_EQ(sparse_decode_plan_splits(4, 1, 0, 32, 264), 1);
 }
 
-TEST(PerfSparseDecode, AllVariantsBf16AndFp8) {
-    DSV4_REQUIRE_GPU();
-    for (KvFormat f : {KvFormat::kBf16, KvFormat::kFp8})
-        for (int v = 0; v < sparse_decode_variant_count(); ++v) {
-            if (!sparse_decode_variant_legal(v, f, kH)) continue;
-            SCOPED_TRACE(sparse_decode_variant_name(v) + (f == KvFormat::kFp8 ? " fp8" : " bf16"));
-            run_case(v, f, {200}, 0, 1 + v);                // batch 1, planned splits
-            run_case(v, f, {0, 77, 640, 1, 33}, 1, 2 + v);  // one split, fused finalise
-            run_case(v, f, {0, 77, 640, 1, 33}, 4, 3 + v);  // forced splits incl. empty splits
-            run_case(v, f, {129, 0, 7}, 0, 4 + v);          // planned, ragged
-        }
-}
-
 // The check `dsv4 tune` runs before timing a sparse_decode choice (sparse_decode_check.h): the seed
 // experiment's split-KV targets at batch 8 and 64 (8 to 1 and 4 splits), 640 rows (8K context), pass
 // within the op tests' bounds, and a target that changes the split count changes it in the report.
-TEST(PerfSparseDecode, TunerCheckPassesForTheSeedExperimentsTargets) {
-    DSV4_REQUIRE_GPU();
+TEST(OpSparseAttention, TunerCheckPassesForTheSeedExperimentsTargets) {
+    SKIP_WITHOUT_GPU();
     for (int batch : {8, 64})
         for (int target : {0, 128, 256, 512}) {
             auto c = check_sparse_decode(KvFormat::kFp8, kH, batch, 640, -1, target, 3);
@@ -229,28 +247,15 @@ TEST(PerfSparseDecode, TunerCheckPassesForTheSeedExperimentsTargets) {
     EXPECT_FALSE(check_sparse_decode(KvFormat::kFp8, kH, 0, 640, -1, 0, 3).is_ok());
 }
 
-TEST(PerfSparseDecode, NegInfSinkZeroRows) {
-    DSV4_REQUIRE_GPU();
-    run_case(0, KvFormat::kBf16, {0, 40}, 2, 11, /*neg_inf_sink=*/true);
-    run_case(0, KvFormat::kFp8, {0, 40}, 1, 12, /*neg_inf_sink=*/true);
-}
-
 // The prefill kernel's fast FP8 dequantisation equals the float form bit for bit (every code but NaN,
 // every scale byte it takes); larger scale bytes take the float form inside the kernel.
-TEST(PerfSparsePrefill, FastDequantEqualsFloatForm) {
-    DSV4_REQUIRE_GPU();
+TEST(OpSparseAttention, FastDequantEqualsFloatForm) {
+    SKIP_WITHOUT_GPU();
     EXPECT_EQ(sparse_prefill_dequant_mismatches(), 0);
 }
 
-// The wgmma prefill kernel: batch 1 and many, row counts off the 64-row tile, zero rows, long lists,
-// a -inf sink; bf16 rows and head counts off 64 declined.
-TEST(PerfSparsePrefill, MatchesFp64) {
-    DSV4_REQUIRE_GPU();
-    run_case(-2, KvFormat::kFp8, {1}, 0, 31);
-    run_case(-2, KvFormat::kFp8, {64, 65, 0, 127, 3, 640, 129, 1, 200, 63}, 0, 32);
-    run_case(-2, KvFormat::kFp8, {700, 5, 0, 1300}, 0, 33, true);
-    run_case(-2, KvFormat::kFp8, {640, 300, 7, 1000}, 0, 34, false, /*rising=*/true);
-    run_case(0, KvFormat::kFp8, {640, 300, 7, 1000}, 1, 35, false, /*rising=*/true);  // the decode kernel too
+// The prefill kernel declines bf16 rows and head counts off 64 (its fp64 checks are rows of the table above).
+TEST(OpSparseAttention, PrefillKernelDeclines) {
     SparseDecodeArgs a;
     a.format = KvFormat::kBf16;
     EXPECT_STRNE(sparse_prefill_decline(a), "");

@@ -1,47 +1,23 @@
-// Decode MoE ops against fp64 CPU references of spec §2.9: routing (sqrt-softplus scores, bias
-// for selection only, NaN-safe top-k, hash routing), permutation, the MXFP4 grouped expert GEMV
-// (gate-up with SwiGLU clamp and routing weight, down) and the combine, for every expert-GEMV
-// variant, batch 1, batch not a multiple of the token chunk, and skewed routing (many rows per
-// expert).
+// Decode MoE ops against the fp64 references of spec §2.9 (kernels/ref/fp64.h): routing
+// (sqrt-softplus scores, bias for selection only, NaN-safe top-k, hash routing), permutation, and the
+// MXFP4 grouped expert GEMV (gate-up with SwiGLU clamp and routing weight, down) with the combine: every
+// expert variant of the op's table, on the full and the compact grid, through check_variants, over a
+// table of cases: batch 1, batch not a multiple of the token chunk, skewed routing (many rows per
+// expert), scales across the subnormal and rare-exponent paths.
 #include <algorithm>
 #include <cstring>
 #include <numeric>
 
 #include "core/mxfp4_pair_rotated.h"
 #include "kernels/cuda/moe/moe.h"
-#include "tests/kernels/perf_ops/perf_test_util.h"
+#include "kernels/ref/fp64.h"
+#include "tests/kernels/cuda_runner/op_test_util.h"
 
 namespace dsv4::cuda::test {
 namespace {
 
-double softplus(double x) { return x > 20 ? x : std::log1p(std::exp(x)); }
-
-// CPU routing of one token: ids and weights.
-void ref_route(const float* logits, const float* bias, int E, int K, float scale, std::vector<int>& ids,
-               std::vector<float>& w) {
-    std::vector<double> s(E);
-    std::vector<float> key(E);
-    for (int e = 0; e < E; ++e) {
-        s[e] = std::sqrt(softplus(logits[e]));
-        const float k = float(s[e]) + (bias ? bias[e] : 0.0f);
-        key[e] = std::isnan(k) ? -INFINITY : k;
-    }
-    std::vector<int> idx(E);
-    std::iota(idx.begin(), idx.end(), 0);
-    std::partial_sort(idx.begin(), idx.begin() + K, idx.end(),
-                      [&](int a, int b) { return key[a] != key[b] ? key[a] > key[b] : a < b; });
-    ids.assign(idx.begin(), idx.begin() + K);
-    double sum = 0;
-    for (int e : ids) sum += std::isfinite(s[e]) ? s[e] : 0.0;
-    w.clear();
-    for (int e : ids) {
-        float x = float(scale * s[e] / (sum + 1e-20));
-        w.push_back(std::isfinite(x) ? x : 0.0f);
-    }
-}
-
-TEST(PerfMoe, RouteScoresHashAndNaN) {
-    DSV4_REQUIRE_GPU();
+TEST(OpMoe, RouteScoresHashAndNaN) {
+    SKIP_WITHOUT_GPU();
     std::mt19937 g(7);
     const int T = 37, E = 256, K = 6;
     std::vector<float> logits = randn_bf16(g, size_t(T) * E, 2.0f), bias = randn_bf16(g, E, 0.1f);
@@ -62,7 +38,7 @@ TEST(PerfMoe, RouteScoresHashAndNaN) {
     for (int t = 0; t < T; ++t) {
         std::vector<int> rid;
         std::vector<float> rw;
-        ref_route(&logits[size_t(t) * E], bias.data(), E, K, 1.5f, rid, rw);
+        ref::moe_route_f64(&logits[size_t(t) * E], bias.data(), E, K, 1.5, rid, rw);
         for (int k = 0; k < K; ++k) {
             EXPECT_EQ(ids[t * K + k], rid[k]) << "t " << t << " k " << k;
             EXPECT_NEAR(w[t * K + k], rw[k], 1e-5 * std::max(1.0f, std::abs(rw[k]))) << "t " << t;
@@ -87,8 +63,8 @@ TEST(PerfMoe, RouteScoresHashAndNaN) {
 // Fused route + permute (small batches) and the two-kernel path beyond 128 rows: ids / weights vs
 // the CPU routing, then the permutation: counts, offsets, active list, and every (t, k) row once
 // at its expert with its weight. The fused kernel also orders each expert's rows by (t, k).
-TEST(PerfMoe, RoutePermuteFusedAndSplit) {
-    DSV4_REQUIRE_GPU();
+TEST(OpMoe, RoutePermuteFusedAndSplit) {
+    SKIP_WITHOUT_GPU();
     std::mt19937 g(11);
     const int E = 256, K = 6;
     for (const int T : {1, 3, 8, 21, 22, 37}) {  // 21 * 6 = 126 rows: fused; 22 * 6 = 132: two kernels
@@ -137,7 +113,7 @@ TEST(PerfMoe, RoutePermuteFusedAndSplit) {
             for (int t = 0; t < T; ++t) {
                 std::vector<int> rid;
                 std::vector<float> rw;
-                ref_route(&logits[size_t(t) * E], bias.data(), E, K, 1.5f, rid, rw);
+                ref::moe_route_f64(&logits[size_t(t) * E], bias.data(), E, K, 1.5, rid, rw);
                 for (int k = 0; k < K; ++k) {
                     if (hash) {
                         ASSERT_EQ(ids[t * K + k], tid2eid[tok[t] * K + k]) << "t " << t;
@@ -177,6 +153,8 @@ TEST(PerfMoe, RoutePermuteFusedAndSplit) {
 }
 
 struct MoeCase {
+    const char* name;
+    uint32_t seed;
     int T;
     bool skewed;
     int s_lo = 118, s_hi = 121;  // UE8M0 bytes of w1/w3 (w2: one higher); > 128 takes the rare
@@ -184,8 +162,8 @@ struct MoeCase {
 };
 
 // Full expert path: permute -> gate-up -> down -> combine (+ shared), vs CPU.
-void run_expert_case(MoeCase c, uint32_t seed) {
-    std::mt19937 g(seed);
+void run_expert_case(const MoeCase& c) {
+    std::mt19937 g(c.seed);
     const int E = 32, K = 6, d = 2048, I = 1024;
     const float limit = 1.0f;  // small, so the clamp is exercised
     const int T = c.T;
@@ -237,25 +215,11 @@ void run_expert_case(MoeCase c, uint32_t seed) {
             W2[v] = deq(w2, s2, v, d, I);
         }
     std::vector<double> ref(size_t(T) * d, 0.0);
-    std::vector<double> h(I);
     for (int t = 0; t < T; ++t) {
         for (int k = 0; k < K; ++k) {
             const int e = ids[t * K + k];
-            for (int n = 0; n < I; ++n) {
-                double a1 = 0, a3 = 0;
-                for (int j = 0; j < d; ++j) {
-                    a1 += double(W1[e][size_t(n) * d + j]) * x[size_t(t) * d + j];
-                    a3 += double(W3[e][size_t(n) * d + j]) * x[size_t(t) * d + j];
-                }
-                a1 = std::min(a1, double(limit));
-                a3 = std::clamp(a3, -double(limit), double(limit));
-                h[n] = round_bf16(float(a1 / (1 + std::exp(-a1)) * a3 * w[t * K + k]));
-            }
-            for (int n = 0; n < d; ++n) {
-                double acc = 0;
-                for (int j = 0; j < I; ++j) acc += double(W2[e][size_t(n) * I + j]) * h[j];
-                ref[size_t(t) * d + n] += acc;
-            }
+            ref::swiglu_expert_f64(&x[size_t(t) * d], W1[e].data(), W3[e].data(), W2[e].data(), d, I, limit,
+                                   w[t * K + k], &ref[size_t(t) * d]);
         }
         for (int n = 0; n < d; ++n) ref[size_t(t) * d + n] += shared[size_t(t) * d + n];
     }
@@ -277,99 +241,105 @@ void run_expert_case(MoeCase c, uint32_t seed) {
         }
     }
     DevBuf<int32_t> d_act(E), d_nact(1);
-    for (int v = 0; v < moe_expert_variant_count(); ++v)
-        for (bool compact : {false, true}) {
-            SCOPED_TRACE(moe_expert_variant_name(v) + (compact ? " compact grid" : " full grid"));
-            const MoeWeightLayout layout = moe_expert_variant_layout(v);
-            const bool pk = layout == MoeWeightLayout::kPairRotated;
-            d_h.poison();
-            d_y.poison();
-            d_out.poison();
-            MoePermuteArgs pa;
-            pa.topk_ids = d_ids.p;
-            pa.topk_w = d_w.p;
-            pa.expert_count = d_cnt.p;
-            pa.expert_offset = d_off.p;
-            pa.perm_token = d_ptok.p;
-            pa.perm_dst = d_pdst.p;
-            pa.perm_w = d_pw.p;
-            pa.n_tokens = T;
-            pa.n_experts = E;
-            pa.active_experts = compact ? d_act.p : nullptr;
-            pa.n_active = compact ? d_nact.p : nullptr;
-            ASSERT_TRUE(moe_permute_launch(pa, nullptr).is_ok());
-            MoeExpertArgs gu;
-            gu.mode = MoeExpertMode::kGateUp;
-            gu.x = d_x.p;
-            gu.w1 = pk ? d_w1p.p : d_w1.p;
-            gu.w1_scale = d_s1.p;
-            gu.w3 = pk ? d_w3p.p : d_w3.p;
-            gu.w3_scale = d_s3.p;
-            gu.layout = layout;
-            gu.expert_count = d_cnt.p;
-            gu.expert_offset = d_off.p;
-            gu.perm_token = d_ptok.p;
-            gu.perm_dst = d_pdst.p;
-            gu.perm_w = d_pw.p;
-            gu.out = d_h.p;
-            gu.n_experts = E;
-            gu.N = I;
-            gu.K = d;
-            gu.swiglu_limit = limit;
-            gu.variant = v;
-            if (compact) {
-                gu.active_experts = d_act.p;
-                gu.n_active = d_nact.p;
-                gu.max_active = std::min(E, T * K);
-            }
-            Status st = moe_expert_launch(gu, nullptr);
-            ASSERT_TRUE(st.is_ok()) << st.to_string();
-            MoeExpertArgs dn = gu;
-            dn.mode = MoeExpertMode::kDown;
-            dn.x = d_h.p;
-            dn.w1 = pk ? d_w2p.p : d_w2.p;
-            dn.w1_scale = d_s2.p;
-            dn.w3 = nullptr;
-            dn.w3_scale = nullptr;
-            dn.out = d_y.p;
-            dn.N = d;
-            dn.K = I;
-            dn.variant = v;
-            st = moe_expert_launch(dn, nullptr);
-            ASSERT_TRUE(st.is_ok()) << st.to_string();
-            MoeCombineArgs ca;
-            ca.y = d_y.p;
-            ca.shared = d_sh.p;
-            ca.out = d_out.p;
-            ca.n_tokens = T;
-            ca.d = d;
-            ASSERT_TRUE(moe_combine_launch(ca, nullptr).is_ok());
-            CUDA_OK(cudaDeviceSynchronize());
-
-            // Permutation invariants.
-            const auto cnt = d_cnt.download(), off = d_off.download(), pdst = d_pdst.download();
-            std::vector<int> hist(E, 0);
-            for (int v : ids) ++hist[v];
-            std::vector<int> seen(size_t(T) * K, 0);
-            for (int e = 0; e < E; ++e) {
-                ASSERT_EQ(cnt[e], hist[e]);
-                for (int p = off[e]; p < off[e] + cnt[e]; ++p) {
-                    ASSERT_EQ(ids[pdst[p]], e);
-                    ++seen[pdst[p]];
-                }
-            }
-            for (int s : seen) ASSERT_EQ(s, 1);
-
-            const ErrStats es = compare(from_bf16(d_out.download()), ref);
-            EXPECT_EQ(es.nan_mismatch, 0);
-            EXPECT_LT(es.rel_l2, 1e-2) << moe_expert_variant_name(v) << " T " << T;
+    // The table's rows: every expert variant on the full grid, then on the compact (active-experts) grid.
+    const int nv = moe_expert_variant_count();
+    VariantTable table{
+        2 * nv, [nv](int r) { return moe_expert_variant_name(r % nv) + (r >= nv ? " compact grid" : " full grid"); },
+        nullptr};
+    OpCase op;
+    op.ref = std::move(ref);
+    op.tol.rel_l2 = 1e-2;
+    op.deterministic = false;  // not required of the expert path (not checked before either)
+    op.poison = [&] {
+        d_h.poison();
+        d_y.poison();
+        d_out.poison();
+    };
+    op.run = [&](int r) -> Status {
+        const int v = r % nv;
+        const bool compact = r >= nv;
+        const MoeWeightLayout layout = moe_expert_variant_layout(v);
+        const bool pk = layout == MoeWeightLayout::kPairRotated;
+        MoePermuteArgs pa;
+        pa.topk_ids = d_ids.p;
+        pa.topk_w = d_w.p;
+        pa.expert_count = d_cnt.p;
+        pa.expert_offset = d_off.p;
+        pa.perm_token = d_ptok.p;
+        pa.perm_dst = d_pdst.p;
+        pa.perm_w = d_pw.p;
+        pa.n_tokens = T;
+        pa.n_experts = E;
+        pa.active_experts = compact ? d_act.p : nullptr;
+        pa.n_active = compact ? d_nact.p : nullptr;
+        DSV4_RETURN_IF_ERROR(moe_permute_launch(pa, nullptr));
+        MoeExpertArgs gu;
+        gu.mode = MoeExpertMode::kGateUp;
+        gu.x = d_x.p;
+        gu.w1 = pk ? d_w1p.p : d_w1.p;
+        gu.w1_scale = d_s1.p;
+        gu.w3 = pk ? d_w3p.p : d_w3.p;
+        gu.w3_scale = d_s3.p;
+        gu.layout = layout;
+        gu.expert_count = d_cnt.p;
+        gu.expert_offset = d_off.p;
+        gu.perm_token = d_ptok.p;
+        gu.perm_dst = d_pdst.p;
+        gu.perm_w = d_pw.p;
+        gu.out = d_h.p;
+        gu.n_experts = E;
+        gu.N = I;
+        gu.K = d;
+        gu.swiglu_limit = limit;
+        gu.variant = v;
+        if (compact) {
+            gu.active_experts = d_act.p;
+            gu.n_active = d_nact.p;
+            gu.max_active = std::min(E, T * K);
         }
+        DSV4_RETURN_IF_ERROR(moe_expert_launch(gu, nullptr));
+        MoeExpertArgs dn = gu;
+        dn.mode = MoeExpertMode::kDown;
+        dn.x = d_h.p;
+        dn.w1 = pk ? d_w2p.p : d_w2.p;
+        dn.w1_scale = d_s2.p;
+        dn.w3 = nullptr;
+        dn.w3_scale = nullptr;
+        dn.out = d_y.p;
+        dn.N = d;
+        dn.K = I;
+        DSV4_RETURN_IF_ERROR(moe_expert_launch(dn, nullptr));
+        MoeCombineArgs ca;
+        ca.y = d_y.p;
+        ca.shared = d_sh.p;
+        ca.out = d_out.p;
+        ca.n_tokens = T;
+        ca.d = d;
+        return moe_combine_launch(ca, nullptr);
+    };
+    op.read = [&] { return from_bf16(d_out.download()); };
+    // Permutation invariants: every (t, k) row once, at its expert.
+    op.check = [&](const std::vector<float>&) {
+        const auto cnt = d_cnt.download(), off = d_off.download(), pdst = d_pdst.download();
+        std::vector<int> hist(E, 0);
+        for (int v : ids) ++hist[v];
+        std::vector<int> seen(size_t(T) * K, 0);
+        for (int e = 0; e < E; ++e) {
+            ASSERT_EQ(cnt[e], hist[e]);
+            for (int p = off[e]; p < off[e] + cnt[e]; ++p) {
+                ASSERT_EQ(ids[pdst[p]], e);
+                ++seen[pdst[p]];
+            }
+        }
+        for (int s : seen) ASSERT_EQ(s, 1);
+    };
+    EXPECT_EQ(check_variants(table, op), 2 * nv);
 }
 
 // A variant only runs on the code layout it reads: forced mismatches are refused, and the
 // heuristic picks within the layout of the weights.
-TEST(PerfMoe, ExpertLayoutMismatchRefused) {
-    DSV4_REQUIRE_GPU();
+TEST(OpMoe, ExpertLayoutMismatchRefused) {
+    SKIP_WITHOUT_GPU();
     const int E = 4, N = 256, K = 1024, T = 1;
     DevBuf<uint8_t> w(size_t(E) * N * K / 2), sc(size_t(E) * N * K / 32);
     DevBuf<uint16_t> x(size_t(T) * K), h(size_t(T) * 6 * N);
@@ -412,16 +382,25 @@ TEST(PerfMoe, ExpertLayoutMismatchRefused) {
     CUDA_OK(cudaDeviceSynchronize());
 }
 
-TEST(PerfMoe, ExpertPathAllVariants) {
-    DSV4_REQUIRE_GPU();
-    run_expert_case({1, false}, 100);
-    run_expert_case({3, false}, 150);
-    run_expert_case({8, false}, 170);
-    run_expert_case({5, false}, 200);
-    run_expert_case({8, true}, 250);           // 8 rows on each of 6 experts: one full token chunk
-    run_expert_case({11, true}, 300);          // 11 rows on each of 6 experts: chunk loop + tail
-    run_expert_case({3, false, 0, 134}, 400);  // scales 2^-127 .. 2^8: subnormal and > 2^1 paths
+class OpMoeExperts : public ::testing::TestWithParam<MoeCase> {};
+
+TEST_P(OpMoeExperts, EveryVariantMatchesFp64) {
+    SKIP_WITHOUT_GPU();
+    run_expert_case(GetParam());
 }
+
+// {name, seed, T, skewed, scale bytes lo, hi}
+const MoeCase kMoeCases[] = {
+    {"batch1", 100, 1, false},
+    {"T3", 150, 3, false},
+    {"T8", 170, 8, false},
+    {"T5", 200, 5, false},
+    {"skewed_one_full_token_chunk", 250, 8, true},  // 8 rows on each of 6 experts
+    {"skewed_chunk_loop_and_tail", 300, 11, true},  // 11 rows on each of 6 experts
+    {"scales_subnormal_to_2e8", 400, 3, false, 0, 134},
+};
+INSTANTIATE_TEST_SUITE_P(Cases, OpMoeExperts, ::testing::ValuesIn(kMoeCases),
+                         [](const ::testing::TestParamInfo<MoeCase>& i) { return std::string(i.param.name); });
 
 }  // namespace
 }  // namespace dsv4::cuda::test
