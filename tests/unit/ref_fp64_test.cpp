@@ -120,7 +120,8 @@ TEST(RefFp64, RouteHashTakesTheGivenExperts) {
         sum += w[size_t(k)];
     }
     EXPECT_NEAR(sum, 2.0, 1e-6);
-    const double s9 = std::sqrt(std::log1p(std::exp(double(logits[9])))), s2 = std::sqrt(std::log1p(std::exp(double(logits[2]))));
+    const double s9 = std::sqrt(std::log1p(std::exp(double(logits[9])))),
+                 s2 = std::sqrt(std::log1p(std::exp(double(logits[2]))));
     EXPECT_NEAR(w[0] / w[1], s9 / s2, 1e-5);
 }
 

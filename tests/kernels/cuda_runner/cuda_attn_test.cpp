@@ -140,24 +140,38 @@ TEST(CudaOpsPaged, SplitKvAttentionEveryVariant) {
                                 1.0f / std::sqrt(float(D)), o);
             for (int h = 0; h < H; ++h) ref::apply_rope(o + h * D, D, rope, p, true);
         }
-        for (const auto& v : cuda::attn_variants()) {
-            for (int splits : {1, 3, cuda::attn_splits(v, w.B, H, 132)}) {
-                if (splits > v.max_splits) continue;
-                cuda::AttnArgs a;
-                a.t = 0, a.H = H, a.D = D, a.W = World::W, a.ratio = World::r, a.csa = csa;
-                a.ring_off = 0, a.row_off = World::row_off, a.topk = World::topk, a.sel = dsel, a.n_sel = dnsel;
-                a.q = dq, a.sink = dsink, a.inv_freq = dfreq, a.rope_dim = World::R;
-                a.scale = 1.0f / std::sqrt(float(D));
-                a.part_acc = acc, a.part_ml = ml, a.out = out;
-                ASSERT_EQ(cuda::attn_decode(pb.sp, w.pp, a, v, splits, nullptr), cudaSuccess);
-                ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-                const auto got = host(out, want.size());
-                double e = 0;
-                for (size_t i = 0; i < got.size(); ++i) e = std::max(e, double(std::fabs(got[i] - want[i])));
-                worst = std::max(worst, e);
-                EXPECT_LT(e, 1e-5) << v.name << " splits " << splits << (csa ? " csa" : " hca");
-            }
-        }
+        // The table's rows: every variant at 1, 3 and its planned number of splits (rows above the
+        // variant's max_splits are not legal).
+        const auto& vars = cuda::attn_variants();
+        auto splits_of = [&](int r) {
+            const auto& v = vars[size_t(r / 3)];
+            return r % 3 == 0 ? 1 : r % 3 == 1 ? 3 : cuda::attn_splits(v, w.B, H, 132);
+        };
+        VariantTable table{int(vars.size()) * 3,
+                           [&](int r) {
+                               return std::string(vars[size_t(r / 3)].name) + " splits " +
+                                      std::to_string(splits_of(r)) + (csa ? " csa" : " hca");
+                           },
+                           [&](int r) { return splits_of(r) <= vars[size_t(r / 3)].max_splits; }};
+        OpCase op;
+        op.ref.assign(want.begin(), want.end());  // the f32 CPU reference (sink attention, inverse RoPE)
+        op.tol = {INFINITY, 1e-5};
+        op.poison = [&] { ASSERT_EQ(cudaMemset(out, 0xff, sizeof(float) * want.size()), cudaSuccess); };
+        op.run = [&](int r) -> Status {
+            cuda::AttnArgs a;
+            a.t = 0, a.H = H, a.D = D, a.W = World::W, a.ratio = World::r, a.csa = csa;
+            a.ring_off = 0, a.row_off = World::row_off, a.topk = World::topk, a.sel = dsel, a.n_sel = dnsel;
+            a.q = dq, a.sink = dsink, a.inv_freq = dfreq, a.rope_dim = World::R;
+            a.scale = 1.0f / std::sqrt(float(D));
+            a.part_acc = acc, a.part_ml = ml, a.out = out;
+            const cudaError_t e = cuda::attn_decode(pb.sp, w.pp, a, vars[size_t(r / 3)], splits_of(r), nullptr);
+            return e == cudaSuccess ? Status::ok() : Status(StatusCode::kInternal, cudaGetErrorString(e));
+        };
+        op.read = [&] { return host(out, want.size()); };
+        op.check = [&](int, const std::vector<float>& got) {
+            for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, double(std::fabs(got[i] - want[i])));
+        };
+        EXPECT_GT(check_variants(table, op), 0);
     }
     std::printf(
         "[op attention split-KV] %zu variants x splits {1,3,target} x {HCA,CSA}, B=5 (p 0,3,17,70,200): max |err| "

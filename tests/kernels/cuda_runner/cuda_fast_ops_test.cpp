@@ -398,10 +398,9 @@ void grouped_matches_gemv(cuda::MoeArgs a, const float* shared, float* out_dev, 
     ASSERT_EQ(cuda::moe_expert_variant_params(a.moe_variant).split, 0) << cuda::moe_expert_variant_name(a.moe_variant);
     const std::vector<float> gemv = run_moe(a, shared, out_dev, n);
     a.grouped_min_tokens = 1;
-    int ran = 0, wgmma_ran = 0;
-    for (int v = 0; v < cuda::moe_grouped_variant_count(); ++v) {
-        a.grouped_variant = v;
-        bool legal = true;
+    // Legal for both of a's expert GEMMs (gate-up and down) in a's layout.
+    auto legal = [&](int v) {
+        bool ok = true;
         for (bool gate_up : {true, false}) {
             cuda::MoeExpertArgs e;
             e.mode = gate_up ? cuda::MoeExpertMode::kGateUp : cuda::MoeExpertMode::kDown;
@@ -411,27 +410,43 @@ void grouped_matches_gemv(cuda::MoeArgs a, const float* shared, float* out_dev, 
             e.layout = a.w1.fmt == cuda::WFmt::kMxfp4PairRotated ? cuda::MoeWeightLayout::kPairRotated
                                                                  : cuda::MoeWeightLayout::kCheckpoint;
             e.x_kperm = cuda::moe_grouped_variant_is_wgmma(v);
-            legal = legal && cuda::moe_grouped_variant_legal(v, e);
+            ok = ok && cuda::moe_grouped_variant_legal(v, e);
         }
-        if (!legal) continue;
-        ASSERT_EQ(cuda::moe_grouped_decline(a), "") << cuda::moe_grouped_variant_name(v);
-        const std::vector<float> got = run_moe(a, shared, out_dev, n);
+        return ok;
+    };
+    int ran = 0, wgmma_ran = 0;
+    VariantTable table{cuda::moe_grouped_variant_count(),
+                       [&](int v) { return cuda::moe_grouped_variant_name(v) + " (" + what + ")"; }, legal};
+    OpCase op;
+    op.ref = ref;
+    op.tol = {INFINITY, 2e-3 * scale};  // every row within the fp64 reference's bound
+    op.poison = [&] { ASSERT_EQ(cudaMemset(out_dev, 0xff, n * sizeof(float)), cudaSuccess); };
+    op.run = [&](int v) -> Status {
+        cuda::MoeArgs b = a;
+        b.grouped_variant = v;
+        if (const std::string why = cuda::moe_grouped_decline(b); !why.empty())
+            return Status(StatusCode::kInvalidArgument, why);
+        cudaError_t e = cuda::moe_experts(b, nullptr);
+        if (e == cudaSuccess) e = cuda::moe_combine(b, shared, out_dev, nullptr);
+        return e == cudaSuccess ? Status::ok() : Status(StatusCode::kInternal, cudaGetErrorString(e));
+    };
+    op.read = [&] {
+        std::vector<float> got(n);
+        EXPECT_EQ(cudaMemcpy(got.data(), out_dev, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+        return got;
+    };
+    // The mma.sync rows: the GEMV's output bit for bit.
+    op.check = [&](int v, const std::vector<float>& got) {
         if (cuda::moe_grouped_variant_is_wgmma(v)) {
-            double err = 0;
-            for (size_t i = 0; i < n; ++i)
-                err = std::isfinite(got[i]) ? std::max(err, std::fabs(got[i] - ref[i])) : 1e30;
-            std::printf("[op fast moe] %s %s T=%d: |wgmma - fp64| %.2e (max|ref| %.3g)\n", what,
-                        cuda::moe_grouped_variant_name(v).c_str(), a.T, err, scale);
-            EXPECT_LT(err, 2e-3 * scale) << cuda::moe_grouped_variant_name(v) << " (" << what << ", T=" << a.T << ")";
             ++wgmma_ran;
-            continue;
+            return;
         }
         size_t diff = 0;
         for (size_t i = 0; i < n; ++i) diff += std::memcmp(&got[i], &gemv[i], sizeof(float)) != 0;
-        EXPECT_EQ(diff, 0u) << cuda::moe_grouped_variant_name(v) << " (" << what << ", T=" << a.T << ", E=" << a.E
-                            << "): outputs differing from the GEMV's";
+        EXPECT_EQ(diff, 0u) << "T=" << a.T << ", E=" << a.E << ": outputs differing from the GEMV's";
         ++ran;
-    }
+    };
+    check_variants(table, op);
     std::printf("[op fast moe] %s: %d grouped GEMM variants bitwise equal to %s, %d wgmma within the bound\n", what,
                 ran, cuda::moe_expert_variant_name(a.moe_variant).c_str(), wgmma_ran);
     EXPECT_GT(ran, 0) << what;

@@ -319,7 +319,7 @@ void run_expert_case(const MoeCase& c) {
     };
     op.read = [&] { return from_bf16(d_out.download()); };
     // Permutation invariants: every (t, k) row once, at its expert.
-    op.check = [&](const std::vector<float>&) {
+    op.check = [&](int, const std::vector<float>&) {
         const auto cnt = d_cnt.download(), off = d_off.download(), pdst = d_pdst.download();
         std::vector<int> hist(E, 0);
         for (int v : ids) ++hist[v];

@@ -171,8 +171,9 @@ struct OpCase {
     std::function<Status(int variant)> run;    // launches the variant (synchronously or on stream 0)
     std::function<std::vector<float>()> read;  // the output as f32, in ref's order
     bool deterministic = true;                 // check a second launch bit for bit
-    // Exact properties of the output beyond the tolerance (e.g. zero rows written as zeros); optional.
-    std::function<void(const std::vector<float>&)> check;
+    // Exact properties of variant v's output beyond the tolerance (zero rows written as zeros, bit
+    // equality with another kernel); optional.
+    std::function<void(int variant, const std::vector<float>&)> check;
 };
 
 // Runs `c` for every legal variant of `t` (EXPECT/ASSERT failures name the variant). Returns the
@@ -193,7 +194,7 @@ inline int check_variants(const VariantTable& t, const OpCase& c, const std::str
         EXPECT_EQ(e.nan_mismatch, 0);
         EXPECT_LT(e.rel_l2, c.tol.rel_l2);
         EXPECT_LT(e.max_abs, c.tol.max_abs);
-        if (c.check) c.check(got);
+        if (c.check) c.check(v, got);
         ++ran;
         if (!c.deterministic) continue;
         EXPECT_TRUE(c.run(v).is_ok());
