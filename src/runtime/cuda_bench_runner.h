@@ -99,6 +99,9 @@ public:
     // Query blocks of batched prefill steps whose indexer took the filtered form
     // (kernels/cuda/ops/indexer_filter.h; option indexer_filter_min_rows), since the runner was built.
     virtual int64_t indexer_filter_blocks() const { return 0; }
+    // Layer launches of decode steps whose q rows went to sparse_decode as bf16 straight from q's norm
+    // and RoPE (option decode_q_bf16), counted when launched eagerly or captured into a graph.
+    virtual int64_t decode_q_bf16_layers() const { return 0; }
     virtual std::string variant_table() const = 0;  // the active attention variant (printable)
     virtual size_t device_bytes() const = 0;        // everything the runner allocated
     // Runs f on the page pool of every GPU the runner spans (the synthetic context fill must

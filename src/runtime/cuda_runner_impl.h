@@ -219,6 +219,7 @@ public:
     size_t device_bytes() const override { return arena_.bytes(); }
     GraphReplays graph_replays() const override { return replays_; }
     int64_t indexer_filter_blocks() const override { return filter_blocks_; }
+    int64_t decode_q_bf16_layers() const override { return q_bf16_layers_; }
     Result<std::vector<double>> time_mtp_draft(const ForwardBatch& batch, int warmup, int reps) override;
     Status forward_with_mtp(const ForwardBatch& batch, std::span<const int32_t> next,
                             std::vector<std::vector<float>>& logits,
@@ -541,6 +542,7 @@ private:
     int64_t step_end_pos_ = kAnyEndPos;  // run_step's end_pos while it runs
     const std::vector<int64_t>* pf_block_end_ = nullptr;  // run_step's block_end while it runs
     int64_t filter_blocks_ = 0;                           // indexer_filter_blocks()
+    int64_t q_bf16_layers_ = 0;                           // decode_q_bf16_layers()
     int64_t test_delay_ns_ = 0;                           // set_test_delay_ns: a spin at the start of every step
     bool fast_attn_ = false;
     bool batched_ = false;    // batched prefill available (batched_step)

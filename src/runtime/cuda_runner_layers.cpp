@@ -41,6 +41,11 @@ Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, 
     const void* qlb = nullptr;
     DSV4_RETURN_IF_ERROR(bf16_input(ws_.qlat, qr, T, ws_.xb_qlat, ws_.xb_rows_wide, st, &qlb));
     const bool route = bf16_route(l, T, max_t);
+    // Decode steps: one token per sequence, token s of sequence s (graph padding included), so the
+    // normed q rows are sparse_decode's q rows in order; written as bf16 directly (q_rows_bf16's
+    // rounding, the same bits).
+    const bool q_decode_bf16 = fast_attn_ && opt_.rt.decode_q_bf16 && max_t == 1 && !batched_step(max_t) && !route;
+    q_bf16_layers_ += q_decode_bf16;
     // Prefill on the bf16 route with q from the cuBLAS GEMM: written as bf16, normed in place (the
     // f32 q [T, H x 512] written and read back is the cost this skips).
     const bool q_bf16 = route && opt_.rt.prefill_q_bf16 && qlb && D == 512 &&
@@ -50,9 +55,9 @@ Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, 
         DSV4_CU(cuda::norm_rope_bf16(ws_.pf_qb, D, T * H, D, true, nullptr, eps, rope, R, ws_.pos, H, st));
     } else {
         DSV4_CU(cuda::linear(L.wq_b, -1, ws_.qlat, qr, 0, 0, ws_.q, int64_t(H) * D, T, false, st, qlb));
-        if (route)
-            DSV4_CU(
-                cuda::norm_rope_to_bf16(ws_.q, D, ws_.pf_qb, D, T * H, D, true, nullptr, eps, rope, R, ws_.pos, H, st));
+        if (route || q_decode_bf16)
+            DSV4_CU(cuda::norm_rope_to_bf16(ws_.q, D, route ? ws_.pf_qb : ws_.qb, D, T * H, D, true, nullptr, eps, rope,
+                                            R, ws_.pos, H, st));
         else
             DSV4_CU(cuda::norm_rope(ws_.q, D, ws_.q, D, T * H, D, true, nullptr, eps, rope, R, ws_.pos, H, false, st));
     }
@@ -116,7 +121,7 @@ Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, 
         if (fast_attn_) {
             mark("attn row lists + q bf16");
             DSV4_CU(cuda::build_row_lists(sp, pool_, ra, st));
-            DSV4_CU(cuda::q_rows_bf16(sp, t, ws_.q, H * D, ws_.qb, st));
+            if (!q_decode_bf16) DSV4_CU(cuda::q_rows_bf16(sp, t, ws_.q, H * D, ws_.qb, st));
             mark("sparse_decode");
             DSV4_RETURN_IF_ERROR(cuda::sparse_decode_launch(sa, st));
             mark("attn out (inv rope)");

@@ -137,6 +137,10 @@ const std::vector<OptionDef>& option_defs() {
         {{"prefill_q_bf16", "DSV4_PREFILL_Q_BF16",
           "prefill steps' q projection written as bf16 by the GEMM, normed in place (0: f32, normed, then rounded)"},
          DSV4_BOOL_OPTION(prefill_q_bf16)},
+        {{"decode_q_bf16", "DSV4_DECODE_Q_BF16",
+          "decode steps: q's norm and RoPE write sparse_decode's bf16 q rows directly (0: f32 q, then q_rows_bf16; same "
+          "bits)"},
+         DSV4_BOOL_OPTION(decode_q_bf16)},
         {{"prefill_query_block", "DSV4_PREFILL_QUERY_BLOCK",
           "batched prefill: query tokens per attention launch (>= 1; workspaces sized for it)"},
          DSV4_COUNT_OPTION(prefill_query_block)},

@@ -231,6 +231,46 @@ TEST(CudaProxy, ProgrammaticGraphEdgesGiveTheSameLogitsAtFlashShapes) {
     EXPECT_GT(runners[1]->graph_replays().pdl_edges, 0);
 }
 
+// decode_q_bf16: decode steps write sparse_decode's bf16 q rows from q's norm and RoPE directly
+// (norm_rope_to_bf16) instead of f32 q then q_rows_bf16; the same roundings, so the same logits bit
+// for bit, in graphs (B = 3 runs in the bucket-4 graph: a padded sequence) and eagerly.
+TEST(CudaProxy, DecodeQBf16GivesTheSameLogitsAtFlashShapes) {
+    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+    FlashProxySpec sp{3, {AttnType::kSliding, AttnType::kCSA, AttnType::kHCA}, 1};
+    ModelConfig cfg = *flash_proxy_config(sp);
+    cfg.vocab_size = 4096;
+    ASSERT_TRUE(cfg.validate().is_ok());
+    const int64_t L = 300;
+    const int max_b = 8;
+    auto layout = KvLayout::make(cfg, 64, 4, KvRowFormat::kFp8);
+    ASSERT_TRUE(layout.is_ok()) << layout.status().message();
+    for (const bool graphs : {true, false}) {
+        std::unique_ptr<CudaBenchRunner> runners[2];
+        for (int v = 0; v < 2; ++v) {
+            CudaRunnerOptions o;
+            o.n_pages = max_b * layout->pages_for_tokens(L + 1);
+            o.max_seqs = max_b;
+            o.max_step_tokens = max_b;
+            o.max_context = 1024;
+            o.rt.cuda_graphs = graphs;
+            o.rt.decode_q_bf16 = v == 1;
+            o.verbose = false;
+            SyntheticWeightsOptions w;
+            w.seed = 7;
+            auto r = make_cuda_runner_synthetic(cfg, w, o);
+            ASSERT_TRUE(r.is_ok()) << r.status().message();
+            runners[v] = std::move(*r);
+        }
+        for (const int B : {1, 3, 8}) {
+            const auto want = step(*runners[0], cfg, B, L);
+            ASSERT_EQ(want.size(), size_t(B));
+            EXPECT_EQ(rows_differing(*runners[1], cfg, B, L, 2, want), 0) << "B=" << B << " graphs " << graphs;
+        }
+        EXPECT_EQ(runners[0]->decode_q_bf16_layers(), 0);
+        EXPECT_GT(runners[1]->decode_q_bf16_layers(), 0) << "the direct bf16 q path never ran";
+    }
+}
+
 TEST(CudaProxy, FillErrorsWhenThePoolIsTooSmall) {
     if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
     const ModelConfig cfg = reduced_proxy();
