@@ -138,7 +138,8 @@ const std::vector<OptionDef>& option_defs() {
           "prefill steps' q projection written as bf16 by the GEMM, normed in place (0: f32, normed, then rounded)"},
          DSV4_BOOL_OPTION(prefill_q_bf16)},
         {{"decode_q_bf16", "DSV4_DECODE_Q_BF16",
-          "decode steps: q's norm and RoPE write sparse_decode's bf16 q rows directly (0: f32 q, then q_rows_bf16; same "
+          "decode steps: q's norm and RoPE write sparse_decode's bf16 q rows directly (0: f32 q, then q_rows_bf16; "
+          "same "
           "bits)"},
          DSV4_BOOL_OPTION(decode_q_bf16)},
         {{"prefill_query_block", "DSV4_PREFILL_QUERY_BLOCK",
