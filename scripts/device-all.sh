@@ -18,7 +18,8 @@
 # overload / soak (issue 21: scripts/overload.sh, scripts/soak.sh against the synthetic Flash),
 # fault (issue 21: a sticky CUDA error injected under `dsv4 serve --backend cuda`, scripts/gpu-fault-check.py),
 # tune (issue 16: `dsv4 tune`, TUNE_ARGS, then proxy-bench with and without the file it wrote),
-# tune_calibrate (issue 16 item 4: `dsv4 tune --calibrate`, TUNE_CAL_N).
+# tune_calibrate (issue 16 item 4: `dsv4 tune --calibrate`, TUNE_CAL_N),
+# gemv_sweep (the dense GEMV's op tests and `dsv4 decode-bench`'s variant sweep; GEMV_SHAPES, GEMV_VARIANTS, GEMV_BATCHES).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-build-all-bin}
@@ -302,6 +303,20 @@ print(u.urlopen(u.Request("http://127.0.0.1:8150/v1/chat/completions", data=b,
             --ledger "$OUT/tune/calibration.jsonl" --ledger-md "$OUT/tune/calibration.md" > "$OUT/tune/calibrate.txt" 2>&1
         SUMMARY+=("tune_calibrate: rc=$?")
         tail -n 12 "$OUT/tune/calibrate.txt"
+        ;;
+    gemv_sweep)
+        # The dense GEMV's variants: their op tests (every variant against fp64, bit-identical relaunch),
+        # then `dsv4 decode-bench`'s sweep of GEMV_SHAPES (decode matrices) x GEMV_VARIANTS x GEMV_BATCHES
+        # against the copy bandwidth, f32 x as the runner gives it.
+        "$BIN"/dsv4_cuda_tests --gtest_filter='*OpDenseGemv*:CudaFastOps.Linear*' > "$OUT/gemv_tests.log" 2>&1
+        rc1=$?
+        grep -E "^\[  (PASSED|FAILED)|Failure|Which is|not deterministic" "$OUT/gemv_tests.log" | head -20
+        timeout "${GEMV_SWEEP_S:-200}" "$BIN"/dsv4 decode-bench --sections gemv_sweep \
+            --gemv-sweep-shapes "${GEMV_SHAPES:-wo_b,wo_a,shared_w1,shared_w2,wq_a,wq_b,lm_head,wkv,idx_wq_b,router,csa_compressor}" \
+            ${GEMV_VARIANTS:+--gemv-sweep-variants "$GEMV_VARIANTS"} --batches "${GEMV_BATCHES:-1,8,16,32,64,128,256}" \
+            --reps 20 --rounds 2 --out "$OUT/gemv_sweep.json" > "$OUT/gemv_sweep.txt" 2>&1
+        SUMMARY+=("gemv_sweep: tests rc=$rc1, sweep rc=$?")
+        grep -E "copy|sweep|rror" "$OUT/gemv_sweep.txt" | grep -v "^  " | head -60
         ;;
     opprof)
         # Where the decode step goes, per op class (DSV4_OP_PROFILE=1: a second, event-marked capture).
