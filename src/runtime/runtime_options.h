@@ -100,8 +100,9 @@ struct RuntimeOptions {
     bool prefill_q_bf16 = true;
     // Decode steps (one token per sequence) on the fast attention path: q's norm and RoPE write the
     // bf16 q rows sparse_decode reads (norm_rope_to_bf16), instead of f32 q then q_rows_bf16 (same
-    // bits, one launch per layer fewer); false: the two-launch form.
-    bool decode_q_bf16 = true;
+    // bits, one launch per layer fewer); false: the two-launch form. Off until its GPU test
+    // (CudaProxy.DecodeQBf16*) and A/B (ledger E68) have run on a GPU.
+    bool decode_q_bf16 = false;
     int prefill_query_block = 1024;  // ledger E33: 1024 vs 256 -2% at 1K-4K
     // From this many tokens in a step the FP8/BF16 dense linears run as cuBLAS bf16 GEMMs
     // (kernels/cuda/ops/prefill_gemm.h; those steps run without side streams); 0: never.
