@@ -77,6 +77,18 @@ TEST(RefFp64, LinearPlainAndGrouped) {
             std::copy(y.begin(), y.end(), want.begin() + size_t(t) * rows + gi * N);
         }
     EXPECT_LT(rel_l2(got, want), 1e-5);
+    // The error scale: sum |w x| per output, >= |y|, and exact for a one-term dot.
+    std::vector<double> y2(got.size()), mag(got.size());
+    ref::linear_f64(w.data(), rows, K, N, x.data(), xs, T, 0, rows, y2.data(), mag.data());
+    for (size_t i = 0; i < got.size(); ++i) {
+        EXPECT_EQ(y2[i], got[i]);
+        EXPECT_GE(mag[i], std::fabs(got[i]));
+    }
+    const float w1 = -3.0f, x1 = 0.5f;
+    double y1 = 0, m1 = 0;
+    ref::linear_f64(&w1, 1, 1, 1, &x1, 1, 1, 0, 1, &y1, &m1);
+    EXPECT_EQ(y1, -1.5);
+    EXPECT_EQ(m1, 1.5);
 }
 
 TEST(RefFp64, RouteSelectsAsTheReferenceTopK) {

@@ -30,15 +30,20 @@ void sink_attention_f64(const float* q, int D, const float* const* rows, int64_t
 }
 
 void linear_f64(const float* w, int64_t rows, int64_t K, int64_t n_per_group, const float* x, int64_t x_stride,
-                int64_t T, int64_t r_begin, int64_t r_end, double* y) {
+                int64_t T, int64_t r_begin, int64_t r_end, double* y, double* abs_sum) {
     for (int64_t r = r_begin; r < r_end; ++r) {
         const float* wr = w + r * K;
         const int64_t off = (r / n_per_group) * K;
         for (int64_t t = 0; t < T; ++t) {
             const float* xt = x + t * x_stride + off;
-            double acc = 0;
-            for (int64_t k = 0; k < K; ++k) acc += double(wr[k]) * xt[k];
+            double acc = 0, mag = 0;
+            for (int64_t k = 0; k < K; ++k) {
+                const double p = double(wr[k]) * xt[k];
+                acc += p;
+                mag += std::fabs(p);
+            }
             y[t * rows + r] = acc;
+            if (abs_sum) abs_sum[t * rows + r] = mag;
         }
     }
 }

@@ -20,9 +20,10 @@ void sink_attention_f64(const float* q, int D, const float* const* rows, int64_t
 // The grouped linear map of the output projection (and the plain one with n_per_group = rows):
 // y[t * rows + r] = sum_k w[r, k] x[t, (r / n_per_group) K + k] for rows r in [r_begin, r_end) and
 // every t < T. w f32 [rows, K]; x f32 [T, x_stride]. Row ranges let callers spread large shapes over
-// threads; y must hold T x rows values.
+// threads; y must hold T x rows values. abs_sum (optional, same layout): sum_k |w[r, k] x[...]|, the
+// scale of a float kernel's rounding error on that output.
 void linear_f64(const float* w, int64_t rows, int64_t K, int64_t n_per_group, const float* x, int64_t x_stride,
-                int64_t T, int64_t r_begin, int64_t r_end, double* y);
+                int64_t T, int64_t r_begin, int64_t r_end, double* y, double* abs_sum = nullptr);
 
 // Routing of one token (spec §2.9): s_e = sqrt(softplus(logit_e)); the experts are hash_ids[0..K)
 // when given (hash routing), else the top-k by s_e + bias_e in f32 (bias may be null; it only

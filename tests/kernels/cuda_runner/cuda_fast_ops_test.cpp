@@ -68,20 +68,24 @@ struct LinearCase {
     int N, K, T, groups;  // groups > 1: grouped form, N per group, x row = groups * K
 };
 
-// fp64 reference of output (t, n) of a LinearCase with x rounded to bf16 as the fast kernels stage
-// it: the dot product and sum |w x| (the error scale).
-struct RefDot {
-    double dot = 0, abs_sum = 0;
-};
-RefDot ref_dot(const LinearCase& c, const EncodedWeight& q, const std::vector<float>& x, int64_t ldx, int t,
-               int64_t n) {
-    const int64_t off = (c.groups > 1 ? n / c.N : 0) * c.K;
-    RefDot r;
-    for (int k = 0; k < c.K; ++k) {
-        const double p = double(q.dequant[size_t(n) * c.K + k]) * round_bf16(x[size_t(t) * ldx + off + k]);
-        r.dot += p;
-        r.abs_sum += std::fabs(p);
+// fp64 reference of a LinearCase with x rounded to bf16 as the fast kernels stage it (ref::linear_f64):
+// each output's dot product and sum |w x| (the error scale), [T, rows].
+struct RefDots {
+    std::vector<double> dot, abs_sum;
+    int64_t rows = 0;
+    std::pair<double, double> at(int t, int64_t n) const {
+        return {dot[size_t(t) * rows + n], abs_sum[size_t(t) * rows + n]};
     }
+};
+RefDots ref_dots(const LinearCase& c, const EncodedWeight& q, const std::vector<float>& x, int64_t ldx) {
+    RefDots r;
+    r.rows = int64_t(c.groups) * c.N;
+    std::vector<float> xb(x.size());
+    for (size_t i = 0; i < x.size(); ++i) xb[i] = round_bf16(x[i]);
+    r.dot.resize(size_t(c.T) * r.rows);
+    r.abs_sum.resize(r.dot.size());
+    ref::linear_f64(q.dequant.data(), r.rows, c.K, c.groups > 1 ? c.N : r.rows, xb.data(), ldx, c.T, 0, r.rows,
+                    r.dot.data(), r.abs_sum.data());
     return r;
 }
 
@@ -129,9 +133,10 @@ TEST(CudaFastOps, LinearDispatchMatchesFp64AndCorrectFirst) {
             (on ? fast : simt) = dy.get();
         }
         double err_ref = 0, err_simt = 0, worst_bound = 0;
+        const RefDots rd = ref_dots(c, q, x, ldx);
         for (int t = 0; t < c.T; ++t)
             for (int64_t n = 0; n < rows; ++n) {
-                const auto [s, abs_sum] = ref_dot(c, q, x, ldx, t, n);
+                const auto [s, abs_sum] = rd.at(t, n);
                 const double f = fast[size_t(t) * rows + n], o = simt[size_t(t) * rows + n];
                 err_ref = std::max(err_ref, std::fabs(f - s) / (abs_sum + 1e-30));
                 err_simt = std::max(err_simt, std::fabs(f - o) / (abs_sum + 1e-30));
@@ -198,9 +203,10 @@ TEST(CudaFastOps, PrefillGemmMatchesFp64) {
             ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
             const auto y = dy.get();
             double err = 0;
+            const RefDots rd = ref_dots(c, q, x, ldx);
             for (int t = 0; t < c.T; ++t)
                 for (int64_t n = 0; n < rows; ++n) {
-                    const auto [s, abs_sum] = ref_dot(c, q, x, ldx, t, n);
+                    const auto [s, abs_sum] = rd.at(t, n);
                     err = std::max(err, std::fabs(double(y[size_t(t) * rows + n]) - s) / (abs_sum + 1e-30));
                 }
             std::printf(
