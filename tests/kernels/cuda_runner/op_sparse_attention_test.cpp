@@ -180,14 +180,23 @@ void run_case(const AttnCase& c) {
         return sparse_decode_launch(b, nullptr);
     };
     op.read = [&] { return from_bf16(d_out.download()); };
+    // The prefill kernel must take every FP8 case without a forced split (the runner falls back quietly
+    // when it declines, so a wrong decline would otherwise only drop this kernel's check).
+    const bool prefill_expected = fmt == KvFormat::kFp8 && c.forced_splits == 0;
+    if (prefill_expected) {
+        EXPECT_STREQ(sparse_prefill_decline(a), "");
+    }
+    bool prefill_ran = false;
     // Zero-row sequences give exact zeros (B03).
-    op.check = [&](int, const std::vector<float>& out) {
+    op.check = [&](int v, const std::vector<float>& out) {
+        prefill_ran = prefill_ran || v == prefill_row();
         for (int b = 0; b < B; ++b) {
             if (n_rows[b] != 0) continue;
             for (int i = 0; i < kH * kD; ++i) ASSERT_EQ(out[size_t(b) * kH * kD + i], 0.0f) << "b " << b;
         }
     };
     EXPECT_GT(check_variants(table, op), 0) << "no variant takes the case";
+    EXPECT_EQ(prefill_ran, prefill_expected) << "sparse_prefill's row";
 }
 
 class OpSparseAttention : public ::testing::TestWithParam<AttnCase> {};
