@@ -41,10 +41,10 @@ Status CudaRunner::attention(int l, const cuda::StepPlan& sp, int T, int max_t, 
     const void* qlb = nullptr;
     DSV4_RETURN_IF_ERROR(bf16_input(ws_.qlat, qr, T, ws_.xb_qlat, ws_.xb_rows_wide, st, &qlb));
     const bool route = bf16_route(l, T, max_t);
-    // Decode steps: one token per sequence, token s of sequence s (graph padding included), so the
-    // normed q rows are sparse_decode's q rows in order; written as bf16 directly (q_rows_bf16's
-    // rounding, the same bits).
-    const bool q_decode_bf16 = fast_attn_ && opt_.rt.decode_q_bf16 && max_t == 1 && !batched_step(max_t) && !route;
+    // Decode steps (never batched, never on the bf16 route): one token per sequence, token s of
+    // sequence s (graph padding included), so the normed q rows are sparse_decode's q rows in order;
+    // written as bf16 directly (q_rows_bf16's rounding, the same bits).
+    const bool q_decode_bf16 = fast_attn_ && opt_.rt.decode_q_bf16 && max_t == 1;
     q_bf16_layers_ += q_decode_bf16;
     // Prefill on the bf16 route with q from the cuBLAS GEMM: written as bf16, normed in place (the
     // f32 q [T, H x 512] written and read back is the cost this skips).

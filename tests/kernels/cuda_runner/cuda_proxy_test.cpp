@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <functional>
 #include <cstring>
 #include <set>
 
@@ -192,34 +193,52 @@ TEST(CudaProxy, ProgrammaticGraphEdgesGiveTheSameLogits) {
     EXPECT_LT(edges[1], edges[0]);
 }
 
-// The same at Flash's matrix shapes (3 layers: sliding, CSA, HCA; a 4,096-entry vocabulary), where
-// decode steps take the fast kernels: the GEMV and K-chunked GEMM rows, sparse_decode, and from 256
-// sequences the decode GEMMs and the persistent grouped expert GEMM.
-TEST(CudaProxy, ProgrammaticGraphEdgesGiveTheSameLogitsAtFlashShapes) {
-    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+// Flash's matrix shapes at 3 layers (sliding, CSA, HCA) and a 4,096-entry vocabulary, where decode
+// steps take the fast kernels.
+ModelConfig flash_shapes() {
     FlashProxySpec sp{3, {AttnType::kSliding, AttnType::kCSA, AttnType::kHCA}, 1};
     ModelConfig cfg = *flash_proxy_config(sp);
     cfg.vocab_size = 4096;
-    ASSERT_TRUE(cfg.validate().is_ok());
+    EXPECT_TRUE(cfg.validate().is_ok());
+    return cfg;
+}
+
+// A synthetic-weight runner of cfg with room for max_b sequences at position L (FP8 rows), its
+// run-time options set by `rt`; null (and a test failure) when it cannot be built.
+std::unique_ptr<CudaBenchRunner> flash_runner(const ModelConfig& cfg, int max_b, int64_t L, uint32_t seed,
+                                              const std::function<void(RuntimeOptions&)>& rt) {
+    auto layout = KvLayout::make(cfg, 64, 4, KvRowFormat::kFp8);
+    EXPECT_TRUE(layout.is_ok()) << layout.status().message();
+    if (!layout.is_ok()) return nullptr;
+    CudaRunnerOptions o;
+    o.n_pages = max_b * layout->pages_for_tokens(L + 1);
+    o.max_seqs = max_b;
+    o.max_step_tokens = max_b;
+    o.max_context = 1024;
+    rt(o.rt);
+    o.verbose = false;
+    SyntheticWeightsOptions w;
+    w.seed = seed;
+    auto r = make_cuda_runner_synthetic(cfg, w, o);
+    EXPECT_TRUE(r.is_ok()) << r.status().message();
+    return r.is_ok() ? std::move(*r) : nullptr;
+}
+
+// The same at Flash's matrix shapes, where decode steps take the fast kernels: the GEMV and
+// K-chunked GEMM rows, sparse_decode, and from 256 sequences the decode GEMMs and the persistent
+// grouped expert GEMM.
+TEST(CudaProxy, ProgrammaticGraphEdgesGiveTheSameLogitsAtFlashShapes) {
+    if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
+    const ModelConfig cfg = flash_shapes();
     const int64_t L = 300;
     const int max_b = 256;
-    auto layout = KvLayout::make(cfg, 64, 4, KvRowFormat::kFp8);
-    ASSERT_TRUE(layout.is_ok()) << layout.status().message();
     std::unique_ptr<CudaBenchRunner> runners[2];
     for (int v = 0; v < 2; ++v) {
-        CudaRunnerOptions o;
-        o.n_pages = max_b * layout->pages_for_tokens(L + 1);
-        o.max_seqs = max_b;
-        o.max_step_tokens = max_b;
-        o.max_context = 1024;
-        o.rt.graph_pdl = v == 1;
-        o.rt.graph_pdl_max_batch = 0;
-        o.verbose = false;
-        SyntheticWeightsOptions w;
-        w.seed = 5;
-        auto r = make_cuda_runner_synthetic(cfg, w, o);
-        ASSERT_TRUE(r.is_ok()) << r.status().message();
-        runners[v] = std::move(*r);
+        runners[v] = flash_runner(cfg, max_b, L, 5, [&](RuntimeOptions& rt) {
+            rt.graph_pdl = v == 1;
+            rt.graph_pdl_max_batch = 0;
+        });
+        ASSERT_TRUE(runners[v]);
     }
     for (const int B : {1, 8, 64, 256}) {
         const auto want = step(*runners[0], cfg, B, L);
@@ -236,30 +255,17 @@ TEST(CudaProxy, ProgrammaticGraphEdgesGiveTheSameLogitsAtFlashShapes) {
 // for bit, in graphs (B = 3 runs in the bucket-4 graph: a padded sequence) and eagerly.
 TEST(CudaProxy, DecodeQBf16GivesTheSameLogitsAtFlashShapes) {
     if (!cuda_device_available()) GTEST_SKIP() << "no CUDA device";
-    FlashProxySpec sp{3, {AttnType::kSliding, AttnType::kCSA, AttnType::kHCA}, 1};
-    ModelConfig cfg = *flash_proxy_config(sp);
-    cfg.vocab_size = 4096;
-    ASSERT_TRUE(cfg.validate().is_ok());
+    const ModelConfig cfg = flash_shapes();
     const int64_t L = 300;
     const int max_b = 8;
-    auto layout = KvLayout::make(cfg, 64, 4, KvRowFormat::kFp8);
-    ASSERT_TRUE(layout.is_ok()) << layout.status().message();
     for (const bool graphs : {true, false}) {
         std::unique_ptr<CudaBenchRunner> runners[2];
         for (int v = 0; v < 2; ++v) {
-            CudaRunnerOptions o;
-            o.n_pages = max_b * layout->pages_for_tokens(L + 1);
-            o.max_seqs = max_b;
-            o.max_step_tokens = max_b;
-            o.max_context = 1024;
-            o.rt.cuda_graphs = graphs;
-            o.rt.decode_q_bf16 = v == 1;
-            o.verbose = false;
-            SyntheticWeightsOptions w;
-            w.seed = 7;
-            auto r = make_cuda_runner_synthetic(cfg, w, o);
-            ASSERT_TRUE(r.is_ok()) << r.status().message();
-            runners[v] = std::move(*r);
+            runners[v] = flash_runner(cfg, max_b, L, 7, [&](RuntimeOptions& rt) {
+                rt.cuda_graphs = graphs;
+                rt.decode_q_bf16 = v == 1;
+            });
+            ASSERT_TRUE(runners[v]);
         }
         for (const int B : {1, 3, 8}) {
             const auto want = step(*runners[0], cfg, B, L);

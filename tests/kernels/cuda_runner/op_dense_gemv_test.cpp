@@ -35,8 +35,8 @@ std::string gemv_case_name(const GemvCase& c) {
     return n;
 }
 
-void run_gemv(const GemvCase& c, uint32_t seed) {
-    std::mt19937 g(seed);
+void run_gemv(const GemvCase& c) {
+    std::mt19937 g(c.seed);
     const int rows = c.groups * c.N;
     const int64_t xs = int64_t(c.groups) * c.K + c.x_pad;
     std::vector<float> x32;  // f32 x as given to the kernel (not bf16-representable)
@@ -128,7 +128,7 @@ class OpDenseGemv : public ::testing::TestWithParam<GemvCase> {};
 
 TEST_P(OpDenseGemv, EveryVariantMatchesFp64) {
     SKIP_WITHOUT_GPU();
-    run_gemv(GetParam(), GetParam().seed);
+    run_gemv(GetParam());
 }
 
 constexpr WeightFormat kF8 = WeightFormat::kFp8Block, kB16 = WeightFormat::kBf16;
